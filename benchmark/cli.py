@@ -1,0 +1,46 @@
+"""The ``maxbench`` command line: one parser, subcommands contributed by each package.
+
+Each module in COMMAND_MODULES has ``register(subparsers)``, adding its subcommands with
+``set_defaults(func=...)``. Heavy imports (torch, transformers) happen inside the command
+functions so that ``--help`` stays fast. A MaxbenchError becomes one line on stderr and
+exit status 2; an interrupt exits 130 after the command has flushed what it wrote.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from systems.errors import MaxbenchError
+
+COMMAND_MODULES = [
+    "benchmark.commands",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="maxbench",
+        description="Compare output layers of language models with automatic metrics and human ratings.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        rc = args.func(args)
+    except MaxbenchError as exc:
+        print(f"maxbench: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("maxbench: interrupted; what was written so far is kept", file=sys.stderr)
+        return 130
+    return int(rc or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""The output-layer contract shared by every layer and by the decoding loop.
+
+Per decoding step the loop calls ``layer.scores(logits, hidden)`` with the base model's
+last-position logits (B, V) and, when ``needs_hidden``, its final hidden state (B, H).
+A layer returns *scores*: log-probabilities up to a per-row constant, with ``-inf`` for
+tokens given exactly zero probability. The loop then applies the decoding setting
+(temperature, top-k, top-p: Hugging Face's own logits warpers) to the scores, takes the
+softmax, and samples one token per row with that row's own generator. Softmax returns
+the logits untouched, which keeps it token-exact with ``transformers``' ``generate``.
+
+A layer whose method is itself a sampling procedure (POSG's two-stage sampling)
+overrides ``sample``. ``step_stats`` returns per-row extras for the current step
+(e.g. graphmax's solver iterations and certified duality gap) that are written with
+the generations; entropy, support size and top-1 mass are computed by the loop for
+every layer from the final distribution.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class FitContext:
+    """What a layer may need to prepare itself: the loaded base model and a corpus."""
+
+    model: Any  # systems.models.LoadedModel
+    corpus: Any = None  # benchmark.corpora.Corpus (fitting split used)
+    options: dict = field(default_factory=dict)
+
+
+class OutputLayer:
+    #: registry name used in system strings, e.g. "graphmax"
+    name: str = "base"
+    #: the layer needs the final hidden state (KerBS, POSG)
+    needs_hidden: bool = False
+    #: the layer may give exactly zero probability to some tokens
+    can_be_sparse: bool = False
+    #: fit() must run before decoding
+    needs_fit: bool = False
+
+    def params(self) -> dict:
+        """Parameters that define the layer, as written in the system string."""
+        return {}
+
+    def fit(self, ctx: FitContext) -> None:  # pragma: no cover - trivial default
+        """Build or load whatever the layer needs (graph, trained head). Default: nothing."""
+
+    def resource_hashes(self) -> dict:
+        """Hashes of the artefacts the layer was fitted with, recorded in run manifests."""
+        return {}
+
+    def scores(self, logits: torch.Tensor, hidden: torch.Tensor | None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def sample(self, scores: torch.Tensor, warp, generators: list[torch.Generator]) -> torch.Tensor:
+        """Default sampling: warp scores, softmax, one multinomial draw per row.
+
+        ``warp`` is a callable (scores) -> scores applying the decoding setting.
+        Returns the chosen token ids (B,) and leaves the final probabilities in
+        ``self.last_probs`` for the statistics.
+        """
+        probs = torch.softmax(warp(scores), dim=-1)
+        self.last_probs = probs
+        return sample_rows(probs, generators)
+
+    def step_stats(self) -> dict[str, torch.Tensor]:
+        return {}
+
+
+def sample_rows(probs: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
+    """One draw per row, each from its own generator, so a row's tokens do not depend on
+    which other rows share its batch (this is what makes resumed and sharded runs equal)."""
+    return torch.cat([torch.multinomial(probs[i:i + 1], 1, generator=g)[0] for i, g in enumerate(generators)])
