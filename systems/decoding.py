@@ -1,0 +1,174 @@
+"""The batched decoding loop that puts an output layer between the base model and the sampler.
+
+One forward pass per step over the whole batch (left padding, KV cache, logits of the last
+position only), then ``layer.scores`` maps logits (and hidden states, when the layer asks)
+to scores, the decoding setting is applied with Hugging Face's own logits warpers in
+``generate``'s order (temperature, top-k, top-p), and each row draws from its own
+``torch.Generator`` seeded for its (prompt, sample). Because rows never share random
+numbers, a row's text does not depend on which other rows share its batch.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import torch
+
+from .errors import MaxbenchError
+from .layers.base import OutputLayer
+
+_STAT_DIGITS = 5
+
+
+@dataclass(frozen=True)
+class DecodingSetting:
+    """How tokens are chosen from a layer's distribution."""
+
+    do_sample: bool = True
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    max_new_tokens: int = 64
+
+    def __post_init__(self):
+        if self.temperature <= 0:
+            raise MaxbenchError(f"temperature must be > 0, got {self.temperature} (use 'greedy' for argmax)")
+        if not 0 < self.top_p <= 1:
+            raise MaxbenchError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise MaxbenchError(f"top_k must be >= 0, got {self.top_k}")
+        if self.max_new_tokens < 1:
+            raise MaxbenchError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+    @property
+    def label(self) -> str:
+        """The decoding part of a system string, e.g. ``top_p=0.9`` or ``greedy``."""
+        if not self.do_sample:
+            parts = ["greedy"]
+        else:
+            parts = [f"temp={self.temperature:g}"] if self.temperature != 1.0 else []
+            parts += [f"top_k={self.top_k}"] if self.top_k else []
+            parts += [f"top_p={self.top_p:g}"] if self.top_p < 1.0 else []
+            parts = parts or ["sample"]
+        if self.max_new_tokens != 64:
+            parts.append(f"max_new_tokens={self.max_new_tokens}")
+        return ",".join(parts)
+
+    @classmethod
+    def parse(cls, label: str) -> "DecodingSetting":
+        kw: dict = {}
+        for part in filter(None, (p.strip() for p in label.split(","))):
+            if part == "greedy":
+                kw["do_sample"] = False
+            elif part == "sample":
+                kw["do_sample"] = True
+            else:
+                m = re.fullmatch(r"(temp|temperature|top_k|top_p|max_new_tokens)=([0-9.eE+-]+)", part)
+                if not m:
+                    raise MaxbenchError(f"unknown decoding setting '{part}' in '{label}'; use greedy, sample, "
+                                        f"temp=T, top_k=K, top_p=P, max_new_tokens=N")
+                key = {"temp": "temperature"}.get(m.group(1), m.group(1))
+                try:
+                    kw[key] = int(m.group(2)) if key in ("top_k", "max_new_tokens") else float(m.group(2))
+                except ValueError:
+                    raise MaxbenchError(f"decoding setting '{part}': '{m.group(2)}' is not a number") from None
+        return cls(**kw)
+
+    def warpers(self):
+        from transformers import (LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper,
+                                  TopPLogitsWarper)
+
+        procs = LogitsProcessorList()
+        if self.do_sample:
+            if self.temperature != 1.0:
+                procs.append(TemperatureLogitsWarper(self.temperature))
+            if self.top_k:
+                procs.append(TopKLogitsWarper(top_k=self.top_k, min_tokens_to_keep=1))
+            if self.top_p < 1.0:
+                procs.append(TopPLogitsWarper(top_p=self.top_p, min_tokens_to_keep=1))
+        return procs
+
+
+def distribution_stats(scores: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Entropy (nats), support size (tokens with p > 0) and top-1 mass of each row."""
+    logp = torch.log_softmax(scores.float(), dim=-1)
+    p = logp.exp()
+    ent = -(torch.where(p > 0, p * logp, torch.zeros_like(p))).sum(-1)
+    return {"entropy": ent, "support": (p > 0).sum(-1).float(), "top1": p.max(-1).values}
+
+
+def check_finite(logits: torch.Tensor) -> None:
+    if not torch.isfinite(logits).all():
+        bad = (~torch.isfinite(logits)).any(-1).nonzero().flatten().tolist()
+        raise MaxbenchError(f"the base model produced NaN or infinite logits (batch rows {bad[:8]}); "
+                            f"check the model weights and dtype (fp16 overflows: use fp32 on CPU)")
+
+
+@torch.inference_mode()
+def decode(lm, layer: OutputLayer, prompts: list[str], setting: DecodingSetting, seeds: list[int],
+           record_stats: bool = True) -> list[dict]:
+    """Continue each prompt; returns one dict per prompt: token_ids, text, finish, stats."""
+    if len(prompts) != len(seeds):
+        raise ValueError("one seed per prompt")
+    for i, p in enumerate(prompts):
+        if not p.strip():
+            raise MaxbenchError(f"prompt {i} is empty; every prompt needs text to continue")
+    tok, model = lm.tokenizer, lm.model
+    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    input_ids = enc["input_ids"].to(lm.device)
+    mask = enc["attention_mask"].to(lm.device)
+    bsz = input_ids.shape[0]
+    eos = tok.eos_token_id
+    # Left padding: positions count real tokens only, as generate() does.
+    position_ids = (mask.long().cumsum(-1) - 1).clamp_min(0)
+    generators = [torch.Generator(device="cpu").manual_seed(int(s)) for s in seeds] if setting.do_sample else []
+    warp = setting.warpers()
+    out_ids = torch.empty((bsz, 0), dtype=torch.long, device=lm.device)
+    finished = torch.zeros(bsz, dtype=torch.bool, device=lm.device)
+    stats: dict[str, list[torch.Tensor]] = {}
+    cache = None
+    cur_ids, cur_pos = input_ids, position_ids
+    for _step in range(setting.max_new_tokens):
+        out = model(input_ids=cur_ids, attention_mask=mask, position_ids=cur_pos, past_key_values=cache,
+                    use_cache=True, logits_to_keep=1, output_hidden_states=layer.needs_hidden)
+        cache = out.past_key_values
+        logits = out.logits[:, -1, :].float()
+        check_finite(logits)
+        hidden = out.hidden_states[-1][:, -1, :].float() if layer.needs_hidden else None
+        scores = layer.scores(logits, hidden)
+        if setting.do_sample:
+            # Warpers work on CPU generators' device-agnostic scores; sampling draws on CPU.
+            next_tok = layer.sample(scores, lambda s: warp(out_ids, s), generators).to(lm.device)
+        else:
+            next_tok = scores.argmax(-1)
+        if record_stats:
+            row_stats = distribution_stats(scores)
+            row_stats.update(layer.step_stats())
+            for k, v in row_stats.items():
+                stats.setdefault(k, []).append(v.detach().float().cpu())
+        next_tok = torch.where(finished, torch.full_like(next_tok, tok.pad_token_id), next_tok)
+        out_ids = torch.cat([out_ids, next_tok[:, None]], dim=1)
+        finished |= next_tok == eos
+        if finished.all():
+            break
+        mask = torch.cat([mask, torch.ones((bsz, 1), dtype=mask.dtype, device=mask.device)], dim=1)
+        cur_ids, cur_pos = next_tok[:, None], cur_pos[:, -1:] + 1
+    results = []
+    ids_cpu = out_ids.cpu().tolist()
+    for i in range(bsz):
+        ids = ids_cpu[i]
+        n = ids.index(eos) if eos in ids else len(ids)
+        steps = n + 1 if n < len(ids) else n  # the EOS step's distribution is recorded too
+        row = {"token_ids": ids[:n], "text": tok.decode(ids[:n], skip_special_tokens=True),
+               "n_tokens": n, "finish": "eos" if n < len(ids) else "length"}
+        if record_stats:
+            row["stats"] = {k: [_round(float(x)) for x in torch.stack(v)[:steps, i]] for k, v in stats.items()}
+        results.append(row)
+    return results
+
+
+def _round(x: float) -> float | None:
+    if math.isnan(x):
+        return None
+    return round(x, _STAT_DIGITS) if math.isfinite(x) else x
