@@ -1,0 +1,111 @@
+import numpy as np
+import pytest
+import torch
+
+from systems.layers.sparsemax import sparsemax
+
+
+def simplex_projection_by_bisection(v: np.ndarray) -> np.ndarray:
+    """Reference: the Euclidean projection onto the simplex is max(v - tau, 0) with tau the
+    root of sum(max(v - tau, 0)) = 1, a decreasing function of tau; bisect it in float64."""
+    lo, hi = v.max() - 1.0, v.max()
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if np.maximum(v - mid, 0).sum() > 1:
+            lo = mid
+        else:
+            hi = mid
+    return np.maximum(v - 0.5 * (lo + hi), 0)
+
+
+def test_equals_simplex_projection():
+    gen = torch.Generator().manual_seed(0)
+    z = torch.randn(20, 37, generator=gen, dtype=torch.float64) * 3
+    p = sparsemax(z)
+    for row, prow in zip(z.numpy(), p.numpy()):
+        np.testing.assert_allclose(prow, simplex_projection_by_bisection(row), atol=1e-12)
+    assert torch.allclose(p.sum(-1), torch.ones(20, dtype=torch.float64))
+    assert (p == 0).any()  # the scale chosen makes the output sparse, so zeros are exercised
+
+
+def test_projection_is_a_minimiser_not_just_feasible():
+    # Perturbing the output within the simplex must not get closer to z.
+    z = torch.tensor([0.9, 0.5, 0.45, -1.0], dtype=torch.float64)
+    p = sparsemax(z)
+    d0 = torch.sum((p - z) ** 2)
+    for i in range(4):
+        for j in range(4):
+            if i != j and p[j] > 1e-3:
+                q = p.clone()
+                q[i] += 1e-3
+                q[j] -= 1e-3
+                assert torch.sum((q - z) ** 2) > d0
+
+
+def test_known_values():
+    p = sparsemax(torch.tensor([1.0, 0.0]))
+    assert torch.equal(p, torch.tensor([1.0, 0.0]))
+    p = sparsemax(torch.tensor([0.5, 0.0, -2.0], dtype=torch.float64))
+    assert torch.allclose(p, torch.tensor([0.75, 0.25, 0.0], dtype=torch.float64))
+
+
+def test_other_dim():
+    gen = torch.Generator().manual_seed(1)
+    z = torch.randn(5, 7, 3, generator=gen, dtype=torch.float64)
+    assert torch.allclose(sparsemax(z, dim=1), sparsemax(z.transpose(1, 2), dim=-1).transpose(1, 2))
+
+
+def test_shift_invariance_and_large_logits_in_float32():
+    gen = torch.Generator().manual_seed(2)
+    z = torch.randn(8, 1000, generator=gen)
+    ref = sparsemax(z.double())
+    for shift in (0.0, 1e4, -3e4):
+        p = sparsemax(z + shift)
+        assert torch.allclose(p.double(), ref, atol=2e-3 if shift else 1e-6)
+        assert torch.allclose(p.sum(-1), torch.ones(8), atol=1e-5)
+
+
+def test_half_precision_is_computed_in_float32():
+    gen = torch.Generator().manual_seed(3)
+    z = (torch.randn(4, 500, generator=gen) * 4 + 20).half()
+    p = sparsemax(z)
+    assert p.dtype == torch.float16
+    ref = sparsemax(z.float())
+    assert torch.allclose(p.float(), ref, atol=1e-3)
+    assert torch.allclose(p.float().sum(-1), torch.ones(4), atol=1e-2)
+
+
+def test_bfloat16_with_gradient():
+    z = torch.tensor([[1.0, 0.5, -1.0]], dtype=torch.bfloat16, requires_grad=True)
+    p = sparsemax(z)
+    assert p.dtype == torch.bfloat16
+    p[0, 0].backward()
+    assert z.grad.dtype == torch.bfloat16
+    assert torch.allclose(z.grad.float(), torch.tensor([[0.5, -0.5, 0.0]]))
+
+
+def test_all_neg_inf_row_is_uniform_and_neg_inf_entries_get_zero():
+    z = torch.tensor([[float("-inf")] * 4, [0.0, float("-inf"), 1.0, float("-inf")]])
+    p = sparsemax(z)
+    assert torch.equal(p[0], torch.full((4,), 0.25))
+    assert torch.equal(p[1], torch.tensor([0.0, 0.0, 1.0, 0.0]))
+    assert not torch.isnan(p).any()
+
+
+def test_gradcheck():
+    gen = torch.Generator().manual_seed(4)
+    for _ in range(5):
+        z = (torch.randn(3, 6, generator=gen, dtype=torch.float64)).requires_grad_()
+        assert torch.autograd.gradcheck(sparsemax, (z,), eps=1e-6, atol=1e-8)
+
+
+def test_backward_matches_dense_jacobian():
+    # J = diag(s) - s s^T / |S| with s the support indicator (Martins & Astudillo, eq. 11).
+    z = torch.tensor([0.9, 0.5, 0.45, -1.0], dtype=torch.float64, requires_grad=True)
+    jac = torch.autograd.functional.jacobian(sparsemax, z)
+    s = (sparsemax(z) > 0).double()
+    assert torch.allclose(jac, torch.diag(s) - torch.outer(s, s) / s.sum())
+
+
+def test_integer_and_list_inputs():
+    assert torch.allclose(sparsemax(torch.tensor([2, 0])), torch.tensor([1.0, 0.0]))
