@@ -1,0 +1,502 @@
+"""Turn an Analysis into report.md, report.html (self-contained), report.json and figures.
+
+The markdown and the HTML are rendered from one list of sections, so they always say the
+same thing. Nothing in the output depends on the clock, the path of the input or the
+order of a hash set: the same input and options give byte-identical files, and the
+input's sha256 and the package versions are recorded instead of a timestamp.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import os
+import platform
+import re
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Sequence
+
+from systems.errors import MaxbenchError
+
+from .analysis import CONFIDENCE, Analysis, Comparison, Scale, TestResult
+
+REPORT_FORMAT_VERSION = 1
+TEMPLATE = Path(__file__).parent / "templates" / "report.html.j2"
+MAX_LIKERT_POINTS = 11  # beyond this a "scale" is a slider: no stacked bars, no count columns
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+# --------------------------------------------------------------------------- document model
+
+@dataclass(frozen=True)
+class Para:
+    """My text with {} placeholders; the arguments are user data, escaped per output format."""
+
+    template: str
+    args: tuple = ()
+
+    def markdown(self) -> str:
+        return self.template.format(*(md_escape(str(a)) for a in self.args))
+
+    def html(self) -> str:
+        return html.escape(self.template).format(*(html.escape(str(a)) for a in self.args))
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str
+    mark: str = ""  # a significance star, kept outside the escaping
+    escape: bool = True  # False only for text this module wrote (numbers, intervals, test names)
+
+
+def num(text: str, mark: str = "") -> Cell:
+    return Cell(text, mark, escape=False)
+
+
+@dataclass(frozen=True)
+class Table:
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Cell, ...], ...]
+    caption: Para | None = None
+    align: str = ""  # one letter per column, "l" text or "r" numbers; default: first l, rest r
+
+    def right_aligned(self, index: int) -> bool:
+        return (self.align[index] if self.align else "lr"[index > 0]) == "r"
+
+
+@dataclass(frozen=True)
+class Figure:
+    path: str  # relative to the report folder
+    png: bytes
+    alt: str
+
+
+@dataclass
+class Section:
+    title: str
+    level: int = 2
+    paragraphs: list[Para] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    bullets: list[Para] = field(default_factory=list)
+    figures: list[Figure] = field(default_factory=list)
+
+
+def md_escape(text: str) -> str:
+    text = text.replace("\r", " ").replace("\n", " ")
+    return re.sub(r"([\\`*_\[\]<>|#!])", r"\\\1", text)
+
+
+# --------------------------------------------------------------------------- formatting
+
+def fmt(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def fmt_p(p: float | None) -> str:
+    if p is None:
+        return "–"
+    return f"{p:.1e}" if p < 0.001 else f"{p:.3f}"
+
+
+def fmt_value(v: float) -> str:
+    return f"{v:g}"
+
+
+def fmt_ci(ci: tuple[float, float] | None, digits: int = 2) -> str:
+    return "–" if ci is None else f"[{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
+
+
+def _mean_sd(d) -> str:
+    if d.mean is None:
+        return "–"
+    return f"{d.mean:.2f} ({fmt(d.sd)})"
+
+
+def _star(analysis: Analysis, comparison: Comparison | None) -> str:
+    result = comparison.primary_result if comparison is not None else None
+    if result is None or result.pvalue_holm is None:
+        return ""
+    return "*" if result.pvalue_holm < analysis.options.alpha else ""
+
+
+def _test_name(test: str) -> str:
+    return {"mannwhitneyu": "Mann-Whitney U", "wilcoxon": "Wilcoxon signed-rank"}[test]
+
+
+def _alternative_text(analysis: Analysis) -> str:
+    ref = analysis.reference
+    return {"two-sided": "two-sided",
+            "greater": f"one-sided, H1: {ref} rated higher",
+            "less": f"one-sided, H1: {ref} rated lower"}[analysis.options.alternative]
+
+
+# --------------------------------------------------------------------------- sections
+
+def build_sections(analysis: Analysis, figures: dict[str, Figure]) -> list[Section]:
+    a = analysis
+    o = a.options
+    sections = []
+    intro = Section(f"Human evaluation report: {a.study}", level=1)
+    intro.paragraphs.append(Para(
+        "Study {} from {} (sha256 {}): {} rating rows in, {} kept after exclusions; "
+        f"{len(a.systems)} system(s), {len(a.aspects)} aspect(s), "
+        f"{len(a.annotators)} annotator(s), {sum(1 for x in a.annotators if x.n)} with kept ratings.",
+        (a.study, a.source, a.sha256, a.exclusions.rows_in, a.exclusions.rows_kept)))
+    if a.reference is not None:
+        intro.paragraphs.append(Para(
+            "Reference system: {}. Significance: Holm-adjusted p < " f"{o.alpha:g} "
+            f"({_alternative_text(a)}), Holm's correction over the comparisons of each aspect.",
+            (a.reference,)))
+    sections.append(intro)
+    if a.warnings:
+        warn = Section("Warnings")
+        warn.bullets = [Para("{}", (w,)) for w in a.warnings]
+        sections.append(warn)
+    sections.extend(_paper_tables(a))
+    sections.append(_exclusion_section(a))
+    sections.append(_descriptive_section(a, figures))
+    if a.comparisons:
+        sections.append(_test_section(a))
+    sections.append(_agreement_section(a))
+    sections.append(_annotator_section(a))
+    sections.append(_provenance_section(a))
+    return sections
+
+
+def _paper_tables(a: Analysis) -> list[Section]:
+    note_star = (f"* significant against {{}} (" + ", ".join(sorted({
+        _test_name(c.primary) for c in a.comparisons if c.primary_result is not None})) +
+        f"; Holm-adjusted p < {a.options.alpha:g}, {_alternative_text(a)})") if a.comparisons else ""
+    shared_scale = len({(s.low, s.high) for s in a.scales.values()}) == 1
+    # graphmax (JAIR) Table 9: aspects as rows, systems as columns, mean (sd).
+    rows = []
+    for aspect in a.aspects:
+        cells = [Cell(aspect)]
+        for system in a.systems:
+            d = a.descriptive(aspect, system)
+            comp = a.comparison(aspect, system) if system != a.reference else None
+            cells.append(num(_mean_sd(d), _star(a, comp)))
+        rows.append(tuple(cells))
+    if shared_scale and len(a.aspects) > 1:
+        averages = [Cell("Average")]
+        for system in a.systems:
+            means = [a.descriptive(x, system).mean for x in a.aspects]
+            averages.append(num("–" if None in means else f"{sum(means) / len(means):.2f}"))
+        rows.append(tuple(averages))
+    caption = Para("Mean (sd) per aspect, sd the sample standard deviation over ratings"
+                   + ("; Average is the mean of the aspect means" if shared_scale and len(a.aspects) > 1 else "")
+                   + (". " + note_star + "." if note_star else "."),
+                   (a.reference,) if note_star else ())
+    table9 = Section("Results in the layout of graphmax (JAIR) Table 9")
+    table9.tables.append(Table(("Aspect",) + a.systems, tuple(rows), caption))
+    # POSG Tables 4 and 6: systems as rows, aspects as columns, means with stars.
+    rows = []
+    for system in a.systems:
+        cells = [Cell(system)]
+        for aspect in a.aspects:
+            d = a.descriptive(aspect, system)
+            comp = a.comparison(aspect, system) if system != a.reference else None
+            cells.append(num(fmt(d.mean), _star(a, comp)))
+        rows.append(tuple(cells))
+    posg = Section("Results in the layout of POSG Tables 4 and 6")
+    posg.tables.append(Table(("System",) + a.aspects, tuple(rows),
+                             Para("Mean rating." + (" " + note_star + "." if note_star else ""),
+                                  (a.reference,) if note_star else ())))
+    # POSG Tables 17-18: Krippendorff's alpha per aspect.
+    agreement = Section("Agreement in the layout of POSG Tables 17 and 18")
+    agreement.tables.append(Table(("",) + a.aspects, (
+        (Cell("Krippendorff's α (ordinal)"),) + tuple(num(fmt(g.ordinal)) for g in a.agreement),
+        (Cell("Krippendorff's α (interval)"),) + tuple(num(fmt(g.interval)) for g in a.agreement),
+    ), Para("Units are texts (item, system); the ordinal level uses the rubric's scale as value domain; "
+            "– marks an undefined alpha (see Agreement).")))
+    return [table9, posg, agreement]
+
+
+def _exclusion_section(a: Analysis) -> Section:
+    ex = a.exclusions
+    s = Section("Exclusions")
+    s.paragraphs.append(Para(f"{ex.rows_in} rows in, {ex.rows_in - ex.rows_kept} excluded, {ex.rows_kept} kept. "
+                             "A row can match more than one rule."))
+    s.tables.append(Table(("Rule", "Rows matched"),
+                          tuple((Cell(name), num(str(n))) for name, n in ex.by_rule)))
+    if ex.by_annotator:
+        s.tables.append(Table(("Annotator", "Rows excluded"),
+                              tuple((Cell(name), num(str(n))) for name, n in ex.by_annotator)))
+    return s
+
+
+def _descriptive_section(a: Analysis, figures: dict[str, Figure]) -> Section:
+    s = Section("Ratings per system and aspect")
+    s.paragraphs.append(Para("n counts ratings; mean, sd (n - 1) and median are over ratings; the value "
+                             "columns count ratings at each point of the scale."))
+    for aspect in a.aspects:
+        scale = a.scales[aspect]
+        likert = len(scale.domain) <= MAX_LIKERT_POINTS
+        columns = ("System", "n", "items", "annotators", "mean", "sd", "median")
+        if likert:
+            columns += tuple(fmt_value(v) for v in scale.domain)
+        rows = []
+        for system in a.systems:
+            d = a.descriptive(aspect, system)
+            cells = [Cell(system), num(str(d.n)), num(str(d.n_items)), num(str(d.n_annotators)),
+                     num(fmt(d.mean)), num(fmt(d.sd)), num(fmt(d.median, 1))]
+            if likert:
+                cells += [num(str(c)) for _, c in d.distribution]
+            rows.append(tuple(cells))
+        s.tables.append(Table(columns, tuple(rows), Para(
+            "{}: scale " f"{fmt_value(scale.low)}-{fmt_value(scale.high)} (from {scale.source})"
+            + ("" if likert else "; distribution in report.json"), (aspect,))))
+        if aspect in figures:
+            s.figures.append(figures[aspect])
+    return s
+
+
+def _test_rows(a: Analysis, c: Comparison) -> list[tuple[Cell, ...]]:
+    rows = []
+    for result in sorted([t for t in (c.wilcoxon, c.mannwhitney) if t is not None],
+                         key=lambda t: t.test != c.primary):
+        sig = "*" if (result.test == c.primary and result.pvalue_holm is not None
+                      and result.pvalue_holm < a.options.alpha) else ""
+        rows.append((Cell(c.other), num(c.design.kind),
+                     num(_test_name(result.test) + ("" if result.test == c.primary else " (not used for stars)")),
+                     num(result.method), num(f"{result.n_reference}/{result.n_other}"),
+                     num(fmt(result.statistic, 1)), num(fmt_p(result.pvalue)), num(fmt_p(result.pvalue_holm), sig),
+                     num(fmt(result.effect_size)), num(fmt_ci(result.effect_ci))))
+    if not rows:
+        rows.append((Cell(c.other), num(c.design.kind), num("not run")) + (num("–"),) * 7)
+    return rows
+
+
+def _test_section(a: Analysis) -> Section:
+    s = Section("Tests against the reference")
+    s.paragraphs.append(Para(
+        "Each other system is compared with the reference {} per aspect. A paired design (the same items "
+        "rated for both systems) uses the Wilcoxon signed-rank test on per-item mean ratings "
+        "(scipy.stats.wilcoxon); an unpaired one uses the Mann-Whitney U test on the ratings "
+        "(scipy.stats.mannwhitneyu), which is also shown for paired designs for comparison with POSG, who "
+        "used it. Holm's step-down correction runs over each aspect's comparisons, separately per test. "
+        "r is the rank-biserial correlation, positive when the reference is rated higher, with a "
+        f"{CONFIDENCE:.0%} percentile bootstrap interval ({a.options.n_boot} resamples of items, seed "
+        f"{a.options.seed}). U is the reference's U statistic; W is scipy's signed-rank statistic. "
+        "n is reference/other ratings (Mann-Whitney) or paired items (Wilcoxon).", (a.reference,)))
+    for aspect in a.aspects:
+        comps = [c for c in a.comparisons if c.aspect == aspect]
+        rows = [row for c in comps for row in _test_rows(a, c)]
+        s.tables.append(Table(("System", "design", "test", "method", "n", "statistic", "p", "p (Holm)",
+                               "r", f"r {CONFIDENCE:.0%} CI"), tuple(rows),
+                              Para("{} (* Holm-adjusted p < " f"{a.options.alpha:g})", (aspect,)),
+                              align="llllrrrrrr"))
+    s.bullets = [Para("{} / {}: {}", (c.aspect, c.other, c.design.statement)) for c in a.comparisons]
+    for c in a.comparisons:
+        for t in (c.wilcoxon, c.mannwhitney):
+            if t is not None and t.note:
+                s.bullets.append(Para("{} / {}: {}", (c.aspect, c.other, t.note)))
+    assumptions = sorted({(t.test, t.method, t.assumes) for c in a.comparisons
+                          for t in (c.wilcoxon, c.mannwhitney) if t is not None})
+    s.bullets += [Para("{} ({}) assumes: {}", (_test_name(test), method, text))
+                  for test, method, text in assumptions]
+    return s
+
+
+def _agreement_section(a: Analysis) -> Section:
+    s = Section("Agreement")
+    s.paragraphs.append(Para(
+        "Krippendorff's alpha per aspect (krippendorff package): units are texts (item, system), "
+        "the ordinal level uses the rubric's scale points as value domain (Likert ratings are ordinal), the "
+        "interval level is shown beside it. The interval is a "
+        f"{CONFIDENCE:.0%} percentile bootstrap over items ({a.options.n_boot} resamples; each item brings "
+        "all its texts), ordinal level; resamples where alpha is undefined are dropped and counted."))
+    rows = tuple((Cell(g.aspect), num(fmt(g.ordinal, 3)), num(fmt_ci(g.ordinal_ci, 3)), num(fmt(g.interval, 3)),
+                  num(str(g.n_units)), num(str(g.n_pairable_units)), num(str(g.n_annotators)),
+                  num(str(g.n_boot_valid)), Cell(g.undefined_reason or ""))
+                 for g in a.agreement)
+    s.tables.append(Table(("Aspect", "α ordinal", f"{CONFIDENCE:.0%} CI", "α interval", "units",
+                           "units rated twice+", "annotators", "valid resamples", "note"), rows,
+                          align="lrrrrrrrl"))
+    return s
+
+
+def _annotator_section(a: Analysis) -> Section:
+    s = Section("Annotators")
+    flags = ", ".join(a.options.exclude_flags) or "none"
+    s.paragraphs.append(Para(
+        f"Over kept ratings, in {a.annotator_units}. offset: mean of (own rating - mean of the other "
+        "annotators on the same text and aspect), negative for a harsh rater. drift: mean over the later "
+        "half of the annotator's presentation positions minus the earlier half. check failures: texts "
+        "carrying a failed-check flag ({})." , (flags,)))
+    rows = tuple((Cell(x.annotator), num(str(x.n)), num(str(x.n_items)), num(fmt(x.mean)), num(fmt(x.sd)),
+                  num(fmt(x.offset)), num(fmt(x.drift)), num(fmt(x.median_seconds, 1)),
+                  num(str(x.check_failures)), num(str(x.excluded)), Cell(", ".join(x.flags)))
+                 for x in a.annotators)
+    s.tables.append(Table(("Annotator", "n", "texts", "mean", "sd", "offset", "drift", "median s",
+                           "check failures", "excluded rows", "flags"), rows, align="lrrrrrrrrrl"))
+    return s
+
+
+def versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for package in ("maxbench", "numpy", "scipy", "krippendorff", "matplotlib", "jinja2"):
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found[package] = "not installed"
+    return found
+
+
+def _provenance_section(a: Analysis) -> Section:
+    o = a.options
+    s = Section("Provenance")
+    s.paragraphs.append(Para("Regenerate with the same input and options; the output is byte-identical."))
+    s.bullets = [Para("input: {} (sha256 {}), study {}", (a.source, a.sha256, a.study))]
+    s.bullets += [Para("{}: {}", (k, v)) for k, v in _options_dict(a).items()]
+    s.bullets += [Para("{} {}", (k, v)) for k, v in versions().items()]
+    return s
+
+
+def _options_dict(a: Analysis) -> dict[str, str]:
+    o = a.options
+    return {"reference": str(a.reference), "alternative": o.alternative, "alpha (significance level)": f"{o.alpha:g}",
+            "design": o.design, "scale": "from the data" if o.scale is None else f"{o.scale[0]:g}:{o.scale[1]:g}",
+            "min seconds": "off" if o.min_seconds is None else f"{o.min_seconds:g}",
+            "excluded flags": ", ".join(o.exclude_flags) or "none",
+            "bootstrap resamples": str(o.n_boot), "seed": str(o.seed)}
+
+
+# --------------------------------------------------------------------------- figures
+
+def likert_figures(a: Analysis) -> dict[str, tuple[str, bytes, bytes]]:
+    """aspect -> (file stem, PNG bytes, SVG bytes): 100% stacked bars of the scale points per system."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib import colormaps
+
+    out = {}
+    rc = {"svg.hashsalt": "maxbench-report", "font.family": "DejaVu Sans", "font.size": 9,
+          "figure.dpi": 100, "savefig.dpi": 100}
+    for index, aspect in enumerate(a.aspects):
+        scale: Scale = a.scales[aspect]
+        if len(scale.domain) > MAX_LIKERT_POINTS:
+            continue
+        with matplotlib.rc_context(rc):
+            fig, ax = plt.subplots(figsize=(7.5, 0.55 * len(a.systems) + 1.3), layout="constrained")
+            colours = colormaps["RdYlGn"]([0.08 + 0.84 * k / max(1, len(scale.domain) - 1)
+                                           for k in range(len(scale.domain))])
+            labels = []
+            for row, system in enumerate(a.systems):
+                d = a.descriptive(aspect, system)
+                labels.append(f"{_short(system)} (n={d.n})")
+                left = 0.0
+                for k, (value, count) in enumerate(d.distribution):
+                    share = 100.0 * count / d.n if d.n else 0.0
+                    ax.barh(row, share, left=left, color=colours[k], edgecolor="white", linewidth=0.5,
+                            label=fmt_value(value) if row == 0 else None)
+                    if share >= 8:
+                        ax.text(left + share / 2, row, f"{share:.0f}", ha="center", va="center", fontsize=8)
+                    left += share
+            ax.set_yticks(range(len(a.systems)), labels)
+            ax.invert_yaxis()
+            ax.set_xlim(0, 100)
+            ax.set_xlabel("share of ratings (%)")
+            ax.set_title(_short(aspect, 60))
+            fig.legend(title="rating", ncols=len(scale.domain), loc="outside lower center", frameon=False,
+                       fontsize=8, title_fontsize=8)
+            ax.spines[["top", "right"]].set_visible(False)
+            png, svg = io.BytesIO(), io.BytesIO()
+            fig.savefig(png, format="png", metadata={"Software": None})
+            fig.savefig(svg, format="svg", metadata={"Date": None, "Creator": None})
+            plt.close(fig)
+        out[aspect] = (f"likert-{index + 1:02d}-{_slug(aspect)}", png.getvalue(), svg.getvalue())
+    return out
+
+
+def _short(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _slug(text: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40]
+    return slug or "aspect"
+
+
+# --------------------------------------------------------------------------- rendering
+
+def render_markdown(sections: Sequence[Section]) -> str:
+    out = []
+    for s in sections:
+        out.append("#" * s.level + " " + md_escape(s.title))
+        out.append("")
+        for p in s.paragraphs:
+            out += [p.markdown(), ""]
+        for t in s.tables:
+            out += _markdown_table(t)
+        if s.bullets:
+            out += ["- " + b.markdown() for b in s.bullets] + [""]
+        for f in s.figures:
+            out += [f"![{md_escape(f.alt)}]({f.path})", ""]
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _markdown_table(t: Table) -> list[str]:
+    def cell(c: Cell) -> str:
+        return (md_escape(c.text) if c.escape else c.text) + c.mark
+
+    lines = []
+    if t.caption is not None:
+        lines += [t.caption.markdown(), ""]
+    lines.append("| " + " | ".join(md_escape(c) if c else " " for c in t.columns) + " |")
+    lines.append("|" + "|".join("---:" if t.right_aligned(i) else "---" for i in range(len(t.columns))) + "|")
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in t.rows]
+    return lines + [""]
+
+
+def render_html(sections: Sequence[Section], title: str) -> str:
+    import jinja2
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATE.parent)), autoescape=True,
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    template = env.get_template(TEMPLATE.name)
+    return template.render(title=title, sections=sections,
+                           markup=lambda p: jinja2.utils.markupsafe.Markup(p.html()),
+                           image=lambda f: "data:image/png;base64," + base64.b64encode(f.png).decode("ascii"))
+
+
+def write_report(analysis: Analysis, out_dir: str | Path, name: str) -> Path:
+    """Write <out_dir>/<name>/{report.md, report.html, report.json, figures/*}; returns the folder."""
+    if not _NAME.match(name):
+        raise MaxbenchError(f"--name {name!r} is not a plain folder name (letters, digits, '.', '_', '-')")
+    folder = Path(out_dir) / name
+    figure_dir = folder / "figures"
+    try:
+        figure_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise MaxbenchError(f"cannot create the report folder {folder} ({exc.strerror}); choose another --out") from None
+    drawn = likert_figures(analysis)
+    figures, written = {}, set()
+    for aspect, (stem, png, svg) in drawn.items():
+        _write(figure_dir / f"{stem}.png", png)
+        _write(figure_dir / f"{stem}.svg", svg)
+        written |= {f"{stem}.png", f"{stem}.svg"}
+        figures[aspect] = Figure(f"figures/{stem}.png", png, f"Likert distribution of {aspect} per system")
+    for stale in figure_dir.glob("likert-*"):
+        if stale.name not in written:  # left by an earlier report of another input under this name
+            stale.unlink()
+    sections = build_sections(analysis, figures)
+    _write(folder / "report.md", render_markdown(sections).encode("utf-8"))
+    _write(folder / "report.html", render_html(sections, sections[0].title).encode("utf-8"))
+    payload = {"format": REPORT_FORMAT_VERSION, "versions": versions(), **analysis.to_dict(),
+               "figures": {aspect: f"figures/{stem}.png" for aspect, (stem, _, _) in drawn.items()}}
+    _write(folder / "report.json",
+           (json.dumps(payload, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8"))
+    return folder
+
+
+def _write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise MaxbenchError(f"cannot write {path} ({exc.strerror}); check the --out folder") from None
