@@ -15,6 +15,7 @@ from systems.errors import MaxbenchError
 
 COMMAND_MODULES = [
     "benchmark.commands",
+    "human_eval.report_cli",
 ]
 
 
