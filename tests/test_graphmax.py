@@ -1,0 +1,331 @@
+"""graphmax operator: reference values and properties from ../shared/facts.md, checked against
+dense numpy/scipy computations that share no code with the solver."""
+import numpy as np
+import pytest
+import scipy.optimize
+import scipy.sparse as sp
+import torch
+from scipy.special import logsumexp, softmax
+
+from systems.errors import MaxbenchError
+from systems.layers.graphmax import GraphOperator, graphmax
+from systems.layers.sparsemax import sparsemax
+
+F64 = torch.float64
+
+
+def random_graph(n, density=0.1, seed=0, empty_rows=()):
+    """Row-normalised random bigram-like graph A = D^-1 C (rows in empty_rows have no successor)."""
+    rng = np.random.default_rng(seed)
+    C = sp.random(n, n, density=density, random_state=rng, format="csr",
+                  data_rvs=lambda k: rng.integers(1, 20, size=k).astype(float))
+    C = C.tolil()
+    for i in empty_rows:
+        C[i, :] = 0
+    C = C.tocsr()
+    rowsum = np.asarray(C.sum(1)).ravel()
+    return sp.diags(1.0 / (rowsum + 1e-6)) @ C
+
+
+def dense_M(A):
+    B = np.eye(A.shape[0]) - A.toarray()
+    return B.T @ B
+
+
+def objective(x, z, A, lam):
+    Bx = x - A @ x
+    nz = x > 0
+    return -x @ z + np.sum(x[nz] * np.log(x[nz])) + lam * Bx @ Bx
+
+
+def dual_lbfgs_reference(z, A, lam):
+    """Independent solution: minimise g(u) = logsumexp(z - B^T u) + ||u||^2 / (4 lam) by L-BFGS,
+    x = softmax(z - B^T u*)."""
+    B = np.eye(len(z)) - A.toarray()
+
+    def g(u):
+        v = z - B.T @ u
+        x = softmax(v)
+        return logsumexp(v) + u @ u / (4 * lam), -B @ x + u / (2 * lam)
+
+    res = scipy.optimize.minimize(g, np.zeros(len(z)), jac=True, method="L-BFGS-B",
+                                  options={"gtol": 1e-13, "ftol": 1e-16, "maxiter": 10000})
+    return softmax(z - B.T @ res.x)
+
+
+def tight(**kw):
+    return dict(tol=0.0, max_iter=300, **kw)
+
+
+# ---- reference values -----------------------------------------------------------------
+
+def test_lam_zero_and_identity_graph_give_softmax():
+    gen = torch.Generator().manual_seed(0)
+    z = torch.randn(3, 40, generator=gen, dtype=F64) * 3
+    A = random_graph(40)
+    assert torch.allclose(graphmax(z, A, lam=0.0), torch.softmax(z, -1), atol=1e-15, rtol=0)
+    probs, info = graphmax(z, sp.identity(40, format="csr"), lam=5.0, return_info=True)
+    assert torch.allclose(probs, torch.softmax(z, -1), atol=1e-15, rtol=0)
+    assert (info.iterations == 0).all()
+
+
+def test_two_tokens_reference_value():
+    A = sp.csr_matrix([[0.5, 0.5], [0.5, 0.5]])
+    x = graphmax(torch.tensor([1.0, 0.0], dtype=F64), A, lam=1.0, **tight())
+    assert abs(x[0].item() - 0.623689978420) < 1e-11
+
+
+def test_proposition_2_counterexample():
+    # Every row of A is e_1 (with tokens numbered 0, 1, 2: all successors are token 1).
+    A = sp.csr_matrix(np.tile([0.0, 1.0, 0.0], (3, 1)))
+    z = torch.tensor([0.0, 0.2, -3.0], dtype=F64)
+    x, info = graphmax(z, A, lam=1.0, return_info=True, **tight())
+    expected = [0.5116199065, 0.4258436821, 0.0625364114]
+    assert np.allclose(x.numpy(), expected, atol=1e-10)
+    assert abs(info.objective.item() - (-0.637970584533)) < 1e-11
+    # The paper's Proposition 2 claims z_0 <= z_1 implies x_1 >= x_0; here it fails.
+    assert z[0] < z[1] and x[0] > x[1]
+
+
+def test_empty_row_reference_value():
+    A = sp.csr_matrix([[0.0, 0.0, 0.0], [0.5, 0.0, 0.5], [0.0, 1.0, 0.0]])
+    x = graphmax(torch.tensor([0.3, 0.1, 0.2], dtype=F64), A, lam=1.0, **tight())
+    assert np.allclose(x.numpy(), [0.2639083192, 0.3537620350, 0.3823296458], atol=1e-10)
+
+
+# ---- optimality on random graphs -------------------------------------------------------
+
+@pytest.mark.parametrize("lam", [0.3, 1.0, 5.0])
+def test_optimality_conditions_and_certificate(lam):
+    n = 60
+    A = random_graph(n, seed=1, empty_rows=(3, 7))
+    gen = torch.Generator().manual_seed(1)
+    z = torch.randn(4, n, generator=gen, dtype=F64) * 2
+    # The gap is quadratic in the error of x: a residual of 1e-10 needs a gap near 1e-20.
+    x, info = graphmax(z, A, lam=lam, tol=1e-24, max_iter=500, return_info=True)
+    M = dense_M(A)
+    for zi, xi, gap in zip(z.numpy(), x.numpy(), info.gap):
+        assert (xi > 0).all()
+        assert abs(xi.sum() - 1) < 1e-14
+        assert np.abs(xi - softmax(zi - 2 * lam * M @ xi)).max() <= 1e-10
+        assert gap <= 1e-10
+        assert np.abs(xi - dual_lbfgs_reference(zi, A, lam)).max() < 1e-7
+    assert info.converged.all()
+
+
+def test_gap_bounds_the_suboptimality_of_a_loose_solve():
+    n, lam = 80, 3.0
+    A = random_graph(n, seed=2)
+    z = torch.randn(n, generator=torch.Generator().manual_seed(2), dtype=F64) * 3
+    x_loose, info = graphmax(z, A, lam=lam, tol=1e-3, return_info=True)
+    x_star = graphmax(z, A, lam=lam, **tight())
+    f_loose = objective(x_loose.numpy(), z.numpy(), A, lam)
+    f_star = objective(x_star.numpy(), z.numpy(), A, lam)
+    assert abs(info.objective.item() - f_loose) < 1e-12
+    assert 0 <= f_loose - f_star <= info.gap.item()
+    assert info.relative_gap.item() <= 1e-3
+    # The certificate is f(x) + g(u) with u = 2 lam (I - A) x, as stated in the docstring.
+    B = np.eye(n) - A.toarray()
+    u = 2 * lam * B @ x_loose.numpy()
+    g = logsumexp(z.numpy() - B.T @ u) + u @ u / (4 * lam)
+    assert abs(info.gap.item() - (f_loose + g)) < 1e-10
+
+
+def test_shift_invariance():
+    n, lam = 50, 2.0
+    A = random_graph(n, seed=3)
+    z = torch.randn(2, n, generator=torch.Generator().manual_seed(3), dtype=F64)
+    x0, i0 = graphmax(z, A, lam=lam, tol=1e-12, return_info=True)
+    x1, i1 = graphmax(z + torch.tensor([[100.0], [-7.5]], dtype=F64), A, lam=lam, tol=1e-12, return_info=True)
+    assert torch.allclose(x0, x1, atol=1e-12)
+    assert torch.equal(i0.iterations, i1.iterations)
+    assert torch.allclose(i1.objective, i0.objective - torch.tensor([100.0, -7.5], dtype=F64), atol=1e-9)
+
+
+def test_safeguard_converges_at_lam_30_where_plain_fixed_point_diverges():
+    n, lam = 60, 30.0
+    A = random_graph(n, seed=4)
+    z = torch.randn(3, n, generator=torch.Generator().manual_seed(4), dtype=F64) * 2
+    x_plain, plain = graphmax(z, A, lam=lam, theta0=1.0, safeguard=False, tol=1e-10, max_iter=200,
+                              return_info=True)
+    assert not plain.converged.any()
+    assert (plain.gap > 1e-2).all()
+    x_safe, safe = graphmax(z, A, lam=lam, tol=1e-24, max_iter=2000, return_info=True)
+    assert safe.converged.all() and (safe.gap <= 1e-10).all()
+    M = dense_M(A)
+    for zi, xi in zip(z.numpy(), x_safe.numpy()):
+        assert np.abs(xi - softmax(zi - 2 * lam * M @ xi)).max() <= 1e-9
+
+
+def test_batched_equals_row_by_row_and_shapes():
+    n = 30
+    A = random_graph(n, seed=5)
+    z = torch.randn(5, n, generator=torch.Generator().manual_seed(5), dtype=F64)
+    xb, ib = graphmax(z, A, return_info=True)
+    for i in range(5):
+        xi, ii = graphmax(z[i], A, return_info=True)
+        assert xi.shape == (n,) and ii.iterations.dim() == 0
+        assert torch.allclose(xb[i], xi, atol=1e-15)
+        assert ii.iterations == ib.iterations[i]
+
+
+def test_dtypes_follow_the_input():
+    A = random_graph(20, seed=6)
+    z = torch.randn(2, 20, generator=torch.Generator().manual_seed(6))
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        x = graphmax(z.to(dtype), A)
+        assert x.dtype == dtype and x.device == z.device
+        assert torch.allclose(x.double(), graphmax(z.double(), A), atol=1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-6)
+
+
+# ---- top-k support restriction ---------------------------------------------------------
+
+def test_topk_restriction_equals_full_solve_when_it_covers_the_mass():
+    n, k, lam = 300, 12, 1.0
+    A = random_graph(n, density=0.05, seed=7)
+    gen = torch.Generator().manual_seed(7)
+    z = torch.full((2, n), -80.0, dtype=F64)
+    z[0, :k] = torch.randn(k, generator=gen, dtype=F64)
+    z[1, 5:5 + k] = torch.randn(k, generator=gen, dtype=F64)
+    x_full = graphmax(z, A, lam=lam, **tight())
+    x_top, info = graphmax(z, A, lam=lam, topk=k, return_info=True, **tight())
+    assert torch.allclose(x_top, x_full, atol=1e-12)
+    assert info.support.tolist() == list(range(k + 5))  # union of both rows' top-k
+    assert (x_top[:, k + 5:] == 0).all() and torch.isinf(info.log_probs[:, k + 5:]).all()
+    assert (info.gap < 1e-12).all()  # certificate of the full problem
+    # The square block A[S, S] drops the rows of tokens outside S that point into S: wrong.
+    S = info.support.numpy()
+    x_square = graphmax(z[:, S], A[S][:, S], lam=lam, **tight())
+    assert (x_square - x_full[:, S]).abs().max() > 1e-3
+
+
+def test_topk_gap_is_the_full_problem_certificate():
+    n, lam = 200, 1.0
+    A = random_graph(n, seed=8)
+    z = torch.randn(n, generator=torch.Generator().manual_seed(8), dtype=F64) * 2
+    x_top, info = graphmax(z, A, lam=lam, topk=20, return_info=True, **tight())
+    x_star = graphmax(z, A, lam=lam, **tight())
+    f_top = objective(x_top.numpy(), z.numpy(), A, lam)
+    f_star = objective(x_star.numpy(), z.numpy(), A, lam)
+    assert f_top - f_star > 1e-4  # 20 of 200 tokens do not hold all the mass here
+    assert f_top - f_star <= info.gap.item()
+
+
+# ---- the paper's Algorithm 1 -----------------------------------------------------------
+
+def test_paper_first_step_is_sparsemax_of_alpha_z():
+    n = 500
+    A = random_graph(n, seed=9)
+    z = torch.randn(2, n, generator=torch.Generator().manual_seed(9), dtype=F64) * 3
+    x1, info = graphmax(z, A, lam=1.0, solver="paper", T=2, return_info=True)
+    assert (info.iterations == 1).all()
+    assert torch.allclose(x1, sparsemax(1e-4 * z), atol=1e-15)
+
+
+def test_paper_algorithm_does_not_reach_the_optimum():
+    n, lam = 2000, 1.0
+    A = random_graph(n, density=0.01, seed=10)
+    z = torch.randn(n, generator=torch.Generator().manual_seed(10), dtype=F64) * 3
+    x_paper, paper = graphmax(z, A, lam=lam, solver="paper", return_info=True)
+    x_exact, exact = graphmax(z, A, lam=lam, tol=1e-10, return_info=True)
+    assert paper.iterations.item() == 19 and not paper.converged.item()  # T - 1 updates, stop rule unmet
+    assert paper.gap.item() > 1.0 > 1e-8 > exact.gap.item()
+    f = lambda x: objective(x.numpy(), z.numpy(), A, lam)  # noqa: E731
+    assert f(x_paper) - f(x_exact) > 1.0
+    assert (x_paper == 0).any()
+    # Nearly uniform over many tokens, and sensitive to the parity of T (the period-2 cycle).
+    x_paper_odd = graphmax(z, A, lam=lam, solver="paper", T=21)
+    assert (x_paper - x_paper_odd).abs().sum() > 0.1
+
+
+# ---- gradient --------------------------------------------------------------------------
+
+def test_implicit_gradient_matches_finite_differences():
+    n, lam = 8, 1.5
+    A = random_graph(n, density=0.4, seed=11, empty_rows=(2,))
+    z = torch.randn(2, n, generator=torch.Generator().manual_seed(11), dtype=F64).requires_grad_()
+    fn = lambda t: graphmax(t, A, lam=lam, tol=0.0, max_iter=400)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (z,), eps=1e-6, atol=1e-9)
+
+
+def test_implicit_gradient_equals_dense_formula():
+    n, lam = 25, 2.0
+    A = random_graph(n, seed=12)
+    z = torch.randn(n, generator=torch.Generator().manual_seed(12), dtype=F64).requires_grad_()
+    g = torch.randn(n, generator=torch.Generator().manual_seed(13), dtype=F64)
+    x = graphmax(z, A, lam=lam, **tight())
+    (x @ g).backward()
+    xs = x.detach().numpy()
+    S = np.diag(xs) - np.outer(xs, xs)
+    expected = S @ np.linalg.solve(np.eye(n) + 2 * lam * dense_M(A) @ S, g.numpy())
+    assert np.abs(z.grad.numpy() - expected).max() < 1e-10
+
+
+def test_topk_gradient_is_zero_outside_the_support():
+    n = 40
+    A = random_graph(n, seed=14)
+    z = torch.randn(n, generator=torch.Generator().manual_seed(14), dtype=F64).requires_grad_()
+    x, info = graphmax(z, A, topk=5, return_info=True, **tight())
+    x[0:20].sum().backward()
+    outside = torch.ones(n, dtype=torch.bool)
+    outside[info.support] = False
+    assert (z.grad[outside] == 0).all() and (z.grad[~outside] != 0).any()
+
+
+# ---- graph inputs and backends ---------------------------------------------------------
+
+def test_torch_backend_equals_scipy_backend():
+    # The torch sparse path is what runs on CUDA; check it on the CPU.
+    n = 120
+    A = random_graph(n, seed=15)
+    z = torch.randn(3, n, generator=torch.Generator().manual_seed(15), dtype=F64) * 2
+    for kw in ({}, {"topk": 10}, {"solver": "paper"}):
+        x_sp, i_sp = graphmax(z, A, return_info=True, **kw)
+        x_t, i_t = graphmax(z, A, backend="torch", return_info=True, **kw)
+        assert torch.allclose(x_sp, x_t, atol=1e-13), kw
+        assert torch.equal(i_sp.iterations, i_t.iterations)
+
+
+def test_graph_given_as_torch_sparse_dense_or_prepared_operator():
+    n = 30
+    A = random_graph(n, seed=16)
+    z = torch.randn(n, generator=torch.Generator().manual_seed(16), dtype=F64)
+    ref = graphmax(z, A)
+    dense = torch.from_numpy(A.toarray())
+    for graph in (dense.to_sparse_csr(), dense.to_sparse(), dense, GraphOperator.prepare(A, "cpu")):
+        assert torch.allclose(graphmax(z, graph), ref, atol=1e-15)
+
+
+# ---- bad input -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"lam": -1.0}, "lam must be"),
+    ({"lam": float("nan")}, "lam must be"),
+    ({"solver": "fast"}, "unknown solver"),
+    ({"topk": 0}, "topk"),
+    ({"solver": "paper", "topk": 3}, "exact"),
+    ({"max_iter": -1}, "max_iter"),
+])
+def test_bad_arguments(kwargs, message):
+    A = random_graph(10)
+    with pytest.raises(MaxbenchError, match=message):
+        graphmax(torch.zeros(10), A, **kwargs)
+
+
+def test_non_finite_scores_and_size_mismatch():
+    A = random_graph(10)
+    z = torch.zeros(2, 10)
+    z[1, 3] = float("nan")
+    with pytest.raises(MaxbenchError, match=r"NaN or infinite values \(rows \[1\]\)"):
+        graphmax(z, A)
+    with pytest.raises(MaxbenchError, match="11 entries but the graph has 10"):
+        graphmax(torch.zeros(11), A)
+    with pytest.raises(MaxbenchError, match="not differentiable"):
+        graphmax(torch.zeros(10, requires_grad=True), A, solver="paper")
+
+
+def test_lazy_reexports():
+    import systems
+
+    assert systems.graphmax is graphmax
+    assert systems.sparsemax is sparsemax
