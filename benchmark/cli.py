@@ -16,6 +16,7 @@ from systems.errors import MaxbenchError
 COMMAND_MODULES = [
     "benchmark.commands",
     "human_eval.report_cli",
+    "human_eval.cli",
 ]
 
 

@@ -1,0 +1,219 @@
+"""The researcher's side, behind the study's admin token: progress, attention checks,
+agreement so far, long-format export, closing the study, revoking or reissuing links.
+
+Logging in with the admin token (printed by ``maxbench study create``) stores the study
+id in the signed session cookie; the token itself is kept only as a SHA-256 digest.
+"""
+from __future__ import annotations
+
+import hmac
+import secrets
+from statistics import median
+
+import numpy as np
+from flask import Blueprint, Response, redirect, render_template, request, session, url_for
+from sqlalchemy import select, update
+
+from .app import error_response, get_db
+from .db import hash_token, write_transaction
+from .export import long_format_rows, rows_to_csv, rows_to_json
+from .forms import ActionForm, AdminLoginForm
+from .models import Annotator, Assignment, Study, utcnow
+
+bp = Blueprint("admin", __name__)
+
+
+def _admin_study(slug: str) -> Study:
+    study = get_db().scalar(select(Study).where(Study.slug == slug))
+    if study is None or study.id not in session.get("admin", []):
+        # Same answer for "no such study" and "not yours": slugs are not secrets, but
+        # there is no reason to confirm them.
+        raise _NotAllowed()
+    return study
+
+
+class _NotAllowed(Exception):
+    pass
+
+
+@bp.errorhandler(_NotAllowed)
+def _not_allowed(_exc):
+    return redirect(url_for(".login", next=request.path), code=303)
+
+
+@bp.route("/login", methods=["GET", "POST"])
+def login():
+    form = AdminLoginForm()
+    failed = False
+    if form.validate_on_submit():
+        digest = hash_token(form.token.data.strip())
+        study = get_db().scalar(select(Study).where(Study.admin_token_hash == digest))
+        if study is not None and hmac.compare_digest(study.admin_token_hash, digest):
+            studies = set(session.get("admin", []))
+            studies.add(study.id)
+            session["admin"] = sorted(studies)
+            return redirect(url_for(".study", slug=study.slug), code=303)
+        failed = True
+    status = 403 if failed else (400 if request.method == "POST" else 200)
+    return render_template("admin/login.html", form=form, failed=failed), status
+
+
+@bp.post("/logout")
+def logout():
+    form = ActionForm()
+    if form.validate_on_submit():
+        session.pop("admin", None)
+    return redirect(url_for(".login"), code=303)
+
+
+@bp.get("/")
+def studies():
+    ids = session.get("admin", [])
+    if not ids:
+        return redirect(url_for(".login"), code=303)
+    rows = get_db().scalars(select(Study).where(Study.id.in_(ids)).order_by(Study.id)).all()
+    return render_template("admin/studies.html", studies=rows, form=ActionForm())
+
+
+def annotator_summaries(study: Study) -> list[dict]:
+    out = []
+    for annotator in study.annotators:
+        pages = annotator.assignments
+        items = [a for a in pages if a.attention is None]
+        checks = [a for a in pages if a.attention is not None]
+        seconds = [a.seconds for a in items if a.seconds is not None]
+        if annotator.revoked_at:
+            status = "revoked"
+        elif annotator.excluded_at:
+            status = "stopped: attention checks"
+        elif annotator.finished_at:
+            status = "finished"
+        elif annotator.check_passed_at:
+            status = "rating"
+        elif annotator.consented_at:
+            status = "at comprehension check"
+        else:
+            status = "not started"
+        out.append({
+            "label": annotator.label, "status": status,
+            "items_done": sum(1 for a in items if a.completed_at), "items_total": len(items),
+            "checks_passed": sum(1 for a in checks if a.attention_passed is True),
+            "checks_failed": sum(1 for a in checks if a.attention_passed is False),
+            "checks_total": len(checks), "check_attempts": annotator.check_attempts,
+            "median_seconds": round(median(seconds), 1) if seconds else None,
+            "last_seen": annotator.last_seen_at, "revoked": annotator.revoked_at is not None})
+    return out
+
+
+def agreement_so_far(rows: list[dict], criteria: list[str], scale_min: int, scale_max: int) -> list[dict]:
+    """Krippendorff's alpha per criterion, ordinal level over the rubric's value domain.
+
+    Units are rated texts (item, system); ratings flagged attention_failed or revoked are
+    left out. Alpha is undefined until some text has two ratings: said, not guessed.
+    """
+    import krippendorff
+
+    kept = [r for r in rows if not r["flags"]]
+    annotators = sorted({r["annotator"] for r in kept})
+    units = sorted({(r["item"], r["system"]) for r in kept})
+    a_index = {a: i for i, a in enumerate(annotators)}
+    u_index = {u: i for i, u in enumerate(units)}
+    out = []
+    for criterion in criteria:
+        data = np.full((len(annotators), len(units)), np.nan)
+        for r in kept:
+            if r["criterion"] == criterion:
+                data[a_index[r["annotator"]], u_index[(r["item"], r["system"])]] = r["value"]
+        pairable = int((np.sum(~np.isnan(data), axis=0) >= 2).sum()) if units else 0
+        alpha, note = None, ""
+        if pairable == 0:
+            note = "undefined: no text has two ratings yet"
+        else:
+            value = krippendorff.alpha(reliability_data=data, level_of_measurement="ordinal",
+                                       value_domain=list(range(scale_min, scale_max + 1)))
+            if np.isnan(value):
+                note = "undefined: every rating so far has the same value"
+            else:
+                alpha = round(float(value), 3)
+        out.append({"criterion": criterion, "alpha": alpha, "units": pairable, "note": note})
+    return out
+
+
+def _render_study(study: Study, new_link: tuple[str, str] | None = None):
+    summaries = annotator_summaries(study)
+    rows = long_format_rows(get_db(), study.id)
+    rubric = study.rubric
+    agreement = agreement_so_far(rows, [c["name"] for c in rubric["criteria"]],
+                                 rubric["scale_min"], rubric["scale_max"])
+    return render_template("admin/study.html", study=study, summaries=summaries, agreement=agreement,
+                           planned=sum(s["items_total"] for s in summaries),
+                           done=sum(s["items_done"] for s in summaries),
+                           form=ActionForm(), new_link=new_link)
+
+
+@bp.get("/study/<slug>")
+def study(slug: str):
+    return _render_study(_admin_study(slug))
+
+
+@bp.get("/study/<slug>/ratings.<fmt>")
+def export(slug: str, fmt: str):
+    study = _admin_study(slug)
+    if fmt not in ("csv", "json"):
+        return error_response(404)
+    rows = long_format_rows(get_db(), study.id, blind=request.args.get("blind") == "1")
+    body = rows_to_csv(rows) if fmt == "csv" else rows_to_json(rows)
+    mimetype = "text/csv" if fmt == "csv" else "application/json"
+    return Response(body, mimetype=mimetype,
+                    headers={"Content-Disposition": f'attachment; filename="{study.slug}-ratings.{fmt}"'})
+
+
+@bp.post("/study/<slug>/close")
+def close(slug: str):
+    study = _admin_study(slug)
+    if not ActionForm().validate_on_submit():
+        return error_response(400)
+    db = get_db()
+    write_transaction(db)
+    db.execute(update(Study).where(Study.id == study.id, Study.closed_at.is_(None)).values(closed_at=utcnow()))
+    db.commit()
+    return redirect(url_for(".study", slug=slug), code=303)
+
+
+def _own_annotator(study: Study, label: str) -> Annotator:
+    annotator = get_db().scalar(select(Annotator).where(Annotator.study_id == study.id, Annotator.label == label))
+    if annotator is None:
+        raise _NotAllowed()
+    return annotator
+
+
+@bp.post("/study/<slug>/annotator/<label>/revoke")
+def revoke(slug: str, label: str):
+    study = _admin_study(slug)
+    annotator = _own_annotator(study, label)
+    if not ActionForm().validate_on_submit():
+        return error_response(400)
+    db = get_db()
+    write_transaction(db)
+    db.execute(update(Annotator).where(Annotator.id == annotator.id, Annotator.revoked_at.is_(None))
+               .values(revoked_at=utcnow()))
+    db.commit()
+    return redirect(url_for(".study", slug=slug), code=303)
+
+
+@bp.post("/study/<slug>/annotator/<label>/reissue")
+def reissue(slug: str, label: str):
+    """A new link for the same annotator and assignments; the old link stops working."""
+    study = _admin_study(slug)
+    annotator = _own_annotator(study, label)
+    if not ActionForm().validate_on_submit():
+        return error_response(400)
+    token = secrets.token_urlsafe(18)
+    db = get_db()
+    write_transaction(db)
+    db.execute(update(Annotator).where(Annotator.id == annotator.id)
+               .values(token_hash=hash_token(token), revoked_at=None))
+    db.commit()
+    link = request.host_url.rstrip("/") + url_for("annotator.enter", token=token)
+    db.expire_all()
+    return _render_study(_admin_study(slug), new_link=(label, link))

@@ -1,0 +1,268 @@
+"""The annotator's path: secret link -> instructions and consent -> comprehension check ->
+one page per item, in the recorded order -> finish page.
+
+An annotator is identified only by their personal link (``/a/<token>``); opening it puts
+the annotator's id in the signed session cookie and redirects to token-free URLs. Every
+view loads the annotator from that cookie and every query is filtered by it, so another
+annotator's page ids answer 404. Nothing here renders a system name, system code, run id
+or run path: templates receive only the prompt, the text and the rubric.
+"""
+from __future__ import annotations
+
+import time
+
+from flask import Blueprint, abort, jsonify, redirect, render_template, request, session, url_for
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+
+from .app import error_response, get_db
+from .db import hash_token, write_transaction
+from .forms import FIELD_PREFIX, ConsentForm, check_form, expected_fields, rating_form
+from .models import Annotator, Assignment, Rating, Study, utcnow
+from .rubrics import Rubric
+
+bp = Blueprint("annotator", __name__)
+
+
+class Gone(Exception):
+    """The annotator may not continue: unknown, revoked, or the study is closed."""
+
+    def __init__(self, code: int, message: str):
+        self.code, self.message = code, message
+
+
+@bp.errorhandler(Gone)
+def _gone(exc: Gone):
+    return error_response(exc.code, exc.message)
+
+
+def current_annotator() -> tuple[Annotator, Study]:
+    annotator_id = session.get("annotator")
+    if annotator_id is None:
+        raise Gone(403, "Please open the personal link you were given to start or continue.")
+    annotator = get_db().get(Annotator, annotator_id)
+    # The cookie also carries part of the token's digest: a reissued link ends old sessions.
+    if annotator is None or session.get("token") != annotator.token_hash[:16]:
+        session.clear()
+        raise Gone(403, "Please open the personal link you were given to start or continue.")
+    if annotator.revoked_at is not None:
+        session.clear()
+        raise Gone(403, "This link has been withdrawn by the researcher. Your ratings so far are saved.")
+    study = annotator.study
+    if study.closed_at is not None:
+        raise Gone(403, "This study is closed and no longer takes ratings. Thank you for your help.")
+    return annotator, study
+
+
+def _pages(annotator: Annotator) -> list[tuple[int, str, bool]]:
+    """(position, public_id, completed) of the annotator's pages, in presentation order."""
+    rows = get_db().execute(
+        select(Assignment.position, Assignment.public_id, Assignment.completed_at.is_not(None))
+        .where(Assignment.annotator_id == annotator.id).order_by(Assignment.position)).all()
+    return [(p, pid, bool(done)) for p, pid, done in rows]
+
+
+def _due(pages) -> str | None:
+    return next((pid for _, pid, done in pages if not done), None)
+
+
+def _next_url(annotator: Annotator) -> str:
+    if annotator.consented_at is None:
+        return url_for(".welcome")
+    if annotator.check_passed_at is None:
+        return url_for(".check")
+    if annotator.excluded_at is not None or annotator.finished_at is not None:
+        return url_for(".finish")
+    due = _due(_pages(annotator))
+    return url_for(".item", public_id=due) if due else url_for(".finish")
+
+
+@bp.get("/")
+def index():
+    return render_template("annotator/index.html")
+
+
+@bp.get("/a/<token>")
+def enter(token: str):
+    annotator = get_db().scalar(select(Annotator).where(Annotator.token_hash == hash_token(token)))
+    if annotator is None:
+        return error_response(404, "This link is not valid. Check that you copied the whole link, "
+                                   "or ask the researcher for a new one.")
+    session.clear()
+    session["annotator"] = annotator.id
+    session["token"] = annotator.token_hash[:16]
+    current_annotator()
+    return redirect(_next_url(annotator), code=303)
+
+
+@bp.get("/next")
+def next_page():
+    annotator, _ = current_annotator()
+    return redirect(_next_url(annotator), code=303)
+
+
+@bp.route("/welcome", methods=["GET", "POST"])
+def welcome():
+    annotator, study = current_annotator()
+    form = ConsentForm()
+    if request.method == "POST":
+        if not form.validate_on_submit():
+            return render_template("annotator/welcome.html", study=study, rubric=Rubric.from_json(study.rubric),
+                                   form=form, n_pages=len(_pages(annotator))), 400
+        db = get_db()
+        write_transaction(db)
+        db.execute(update(Annotator).where(Annotator.id == annotator.id, Annotator.consented_at.is_(None))
+                   .values(consented_at=utcnow(), last_seen_at=utcnow()))
+        db.commit()
+        return redirect(url_for(".next_page"), code=303)
+    return render_template("annotator/welcome.html", study=study, rubric=Rubric.from_json(study.rubric),
+                           form=form, n_pages=len(_pages(annotator)))
+
+
+@bp.route("/check", methods=["GET", "POST"])
+def check():
+    annotator, study = current_annotator()
+    if annotator.consented_at is None:
+        return redirect(url_for(".welcome"), code=303)
+    rubric = Rubric.from_json(study.rubric)
+    question = rubric.comprehension_check()
+    form = check_form(question.options)
+    wrong = False
+    if request.method == "POST":
+        if annotator.check_passed_at is not None:
+            return redirect(url_for(".next_page"), code=303)
+        if not form.validate_on_submit():
+            return render_template("annotator/check.html", study=study, rubric=rubric, question=question,
+                                   form=form, wrong=False), 400
+        db = get_db()
+        write_transaction(db)
+        passed = form.answer.data == question.answer
+        values = {"check_attempts": Annotator.check_attempts + 1, "last_seen_at": utcnow()}
+        if passed:
+            values["check_passed_at"] = utcnow()
+        db.execute(update(Annotator).where(Annotator.id == annotator.id).values(**values))
+        db.commit()
+        if passed:
+            return redirect(url_for(".next_page"), code=303)
+        wrong = True
+    return render_template("annotator/check.html", study=study, rubric=rubric, question=question,
+                           form=form, wrong=wrong), (200 if not wrong else 422)
+
+
+def _own_assignment(annotator: Annotator, public_id: str) -> Assignment:
+    assignment = get_db().scalar(select(Assignment).where(Assignment.public_id == public_id,
+                                                          Assignment.annotator_id == annotator.id))
+    if assignment is None:
+        abort(404)  # someone else's page looks exactly like a page that does not exist
+    return assignment
+
+
+def _render_item(study, rubric, assignment, pages, form, status=200):
+    done = sum(1 for _, _, d in pages if d)
+    if assignment.item is not None:
+        prompt, text = assignment.item.prompt, assignment.item.text
+    else:
+        prompt, text = assignment.attention["prompt"], assignment.attention["text"]
+    session["shown"] = [assignment.public_id, time.time()]
+    return render_template("annotator/item.html", study=study, rubric=rubric, form=form,
+                           prompt=prompt, text=text, public_id=assignment.public_id,
+                           position=assignment.position, done=done, total=len(pages),
+                           prefix=FIELD_PREFIX), status
+
+
+@bp.get("/item/<public_id>")
+def item(public_id: str):
+    annotator, study = current_annotator()
+    assignment = _own_assignment(annotator, public_id)
+    if annotator.check_passed_at is None or annotator.excluded_at is not None or assignment.completed_at:
+        return redirect(_next_url(annotator), code=303)
+    pages = _pages(annotator)
+    if _due(pages) != public_id:
+        return redirect(_next_url(annotator), code=303)
+    rubric = Rubric.from_json(study.rubric)
+    return _render_item(study, rubric, assignment, pages, rating_form(rubric))
+
+
+@bp.post("/item/<public_id>")
+def rate(public_id: str):
+    annotator, study = current_annotator()
+    assignment = _own_assignment(annotator, public_id)
+    if annotator.check_passed_at is None:
+        return redirect(_next_url(annotator), code=303)
+    if assignment.completed_at is not None or annotator.excluded_at is not None:
+        # A repeated submit (double click, retry after a lost response): already stored.
+        return redirect(_next_url(annotator), code=303)
+    rubric = Rubric.from_json(study.rubric)
+    pages = _pages(annotator)
+    if _due(pages) != public_id:
+        return error_response(409)
+    form = rating_form(rubric)
+    unexpected = set(request.form) - expected_fields(rubric)
+    if unexpected or not form.validate_on_submit():
+        if unexpected:
+            form.form_errors.append("The form was changed before it was sent; please rate again.")
+        return _render_item(study, rubric, assignment, pages, form, status=400)
+
+    values = {c.name: form[FIELD_PREFIX + c.name].data for c in rubric.criteria}
+    shown = session.get("shown")
+    now = time.time()
+    seconds = now - shown[1] if shown and shown[0] == public_id and now >= shown[1] else None
+
+    db = get_db()
+    write_transaction(db)
+    # The conditional update is the guard against a concurrent duplicate: only one
+    # transaction can move completed_at from NULL.
+    claimed = db.execute(update(Assignment)
+                         .where(Assignment.id == assignment.id, Assignment.completed_at.is_(None))
+                         .values(completed_at=utcnow(), seconds=seconds)).rowcount
+    if claimed != 1:
+        db.rollback()
+        return redirect(_next_url(annotator), code=303)
+    db.add_all(Rating(assignment_id=assignment.id, criterion=name, value=value) for name, value in values.items())
+    annotator_values = {"last_seen_at": utcnow()}
+    if assignment.attention is not None:
+        passed = all(v == assignment.attention["expected"] for v in values.values())
+        db.execute(update(Assignment).where(Assignment.id == assignment.id).values(attention_passed=passed))
+        if not passed:
+            annotator_values["attention_failures"] = Annotator.attention_failures + 1
+            if annotator.attention_failures + 1 >= study.attention_fail_limit:
+                annotator_values["excluded_at"] = utcnow()
+    if all(done for _, pid, done in pages if pid != public_id):
+        annotator_values["finished_at"] = utcnow()
+    db.execute(update(Annotator).where(Annotator.id == annotator.id).values(**annotator_values))
+    try:
+        db.commit()  # acknowledged only after this returns
+    except IntegrityError:
+        db.rollback()
+        return redirect(_next_url(annotator), code=303)
+    session.pop("shown", None)
+    db.refresh(annotator)
+    return redirect(_next_url(annotator), code=303)
+
+
+@bp.get("/finish")
+def finish():
+    annotator, study = current_annotator()
+    pages = _pages(annotator)
+    if annotator.excluded_at is None and annotator.finished_at is None and _due(pages) is not None:
+        return redirect(_next_url(annotator), code=303)
+    code = study.completion_code if annotator.excluded_at is None else None
+    return render_template("annotator/finish.html", study=study, excluded=annotator.excluded_at is not None,
+                           completion_code=code, total=len(pages))
+
+
+@bp.get("/leave")
+def leave():
+    """Ratings are committed as they are made; leaving only forgets the browser session."""
+    had_session = session.get("annotator") is not None
+    session.clear()
+    return render_template("annotator/leave.html", had_session=had_session)
+
+
+@bp.get("/progress.json")
+def progress():
+    annotator, _ = current_annotator()
+    pages = _pages(annotator)
+    done = sum(1 for _, _, d in pages if d)
+    return jsonify(done=done, total=len(pages),
+                   finished=annotator.finished_at is not None or annotator.excluded_at is not None)

@@ -1,0 +1,241 @@
+"""``maxbench serve`` and ``maxbench study ...``: run the rating app and manage studies."""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import sys
+from pathlib import Path
+
+from systems.errors import MaxbenchError
+
+DEFAULT_BASE_URL = "http://127.0.0.1:8000"
+
+
+def register(subparsers) -> None:
+    serve = subparsers.add_parser(
+        "serve", help="run the human-evaluation rating app (gunicorn)",
+        description="Serve the rating app with gunicorn. For production behind a reverse proxy, "
+                    "see human_eval/README.md.")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    serve.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    serve.add_argument("--threads", type=int, default=4, help="threads per worker (default 4)")
+    serve.add_argument("--db", help="SQLAlchemy database URL (default $MAXBENCH_DB_URL or SQLite "
+                                    "under $MAXBENCH_HOME/human_eval)")
+    serve.add_argument("--access-log", action="store_true", help="log every request to stderr")
+    serve.set_defaults(func=cmd_serve)
+
+    study = subparsers.add_parser("study", help="create, list, export and close rating studies")
+    study_sub = study.add_subparsers(dest="study_command", metavar="ACTION", required=True)
+
+    create = study_sub.add_parser(
+        "create", help="create a blinded rating study from a run's generations",
+        description="Sample texts from RUN_DIR/generations.jsonl, hide the systems, assign them to "
+                    "annotators (balanced, Latin-square style) and print the personal links.")
+    create.add_argument("run_dir", metavar="RUN_DIR", help="results/runs/<run-id> directory (or the run id)")
+    create.add_argument("--systems", nargs="+", metavar="SYSTEM",
+                        help="systems to compare (default: every system in the run)")
+    create.add_argument("--items-per-system", type=int, required=True, metavar="N",
+                        help="texts to rate per system")
+    create.add_argument("--raters-per-item", type=int, required=True, metavar="K",
+                        help="ratings each text gets, from K different annotators")
+    create.add_argument("--annotators", type=int, metavar="M",
+                        help="number of annotators (default K: everyone rates every text)")
+    create.add_argument("--rubric", required=True, metavar="NAME|FILE.toml",
+                        help="preset (graphmax, posg-lm, posg-paraphrase, kerbs-dialogue, fluency) "
+                             "or a rubric TOML file")
+    create.add_argument("--independent", action="store_true",
+                        help="sample prompts independently per system (default: the same prompts for "
+                             "every system, a paired design)")
+    create.add_argument("--seed", type=int, default=0, help="seed of sampling and order (default 0)")
+    create.add_argument("--attention-rate", type=float, default=0.1,
+                        help="attention-check pages per rated text (default 0.1; 0 turns them off)")
+    create.add_argument("--attention-fail-limit", type=int, default=2,
+                        help="failed attention checks that stop an annotator (default 2)")
+    create.add_argument("--completion-code", help="code shown on the finish page (crowd platforms)")
+    create.add_argument("--title", help="title shown to annotators (default: the rubric's)")
+    create.add_argument("--consent-file", type=Path, help="text file with the consent information")
+    create.add_argument("--base-url", default=os.environ.get("MAXBENCH_BASE_URL", DEFAULT_BASE_URL),
+                        help="public address of the app, for the links (default $MAXBENCH_BASE_URL "
+                             f"or {DEFAULT_BASE_URL})")
+    create.add_argument("--links-out", type=Path, help="also write the links to this CSV file (mode 0600)")
+    create.add_argument("--db", help="database URL (default $MAXBENCH_DB_URL or the SQLite default)")
+    create.set_defaults(func=cmd_study_create)
+
+    lst = study_sub.add_parser("list", help="list the studies in the database")
+    lst.add_argument("--db", help="database URL")
+    lst.set_defaults(func=cmd_study_list)
+
+    export = study_sub.add_parser("export", help="write a study's ratings in long format (CSV or JSON)")
+    export.add_argument("study_id", metavar="STUDY", help="study id (as printed by study create)")
+    export.add_argument("--format", choices=["csv", "json"], default="csv")
+    export.add_argument("--out", type=Path, help="output file (default stdout)")
+    export.add_argument("--blind", action="store_true", help="system codes instead of names")
+    export.add_argument("--db", help="database URL")
+    export.set_defaults(func=cmd_study_export)
+
+    close = study_sub.add_parser("close", help="close a study: annotators can no longer rate")
+    close.add_argument("study_id", metavar="STUDY")
+    close.add_argument("--db", help="database URL")
+    close.set_defaults(func=cmd_study_close)
+
+    rubric = study_sub.add_parser("rubric", help="check and show a rubric preset or TOML file")
+    rubric.add_argument("rubric", metavar="NAME|FILE.toml", nargs="?",
+                        help="rubric to show (default: list the presets)")
+    rubric.set_defaults(func=cmd_study_rubric)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from gunicorn.app.base import BaseApplication
+
+    from .db import database_url, dispose_engines, engine_for
+
+    if args.db:
+        os.environ["MAXBENCH_DB_URL"] = args.db  # the workers build their app from the environment
+    url = database_url()
+    engine_for(url, create=True)  # fail here, with a message, rather than in every worker
+    dispose_engines()  # no pooled connection may cross the fork into the workers
+    if args.workers < 1 or args.threads < 1:
+        raise MaxbenchError("--workers and --threads must be at least 1")
+    if not _is_loopback(args.host) and os.environ.get("MAXBENCH_SECURE_COOKIES") != "1":
+        print("maxbench: warning: serving on a non-loopback address with plain-HTTP cookies; put the app "
+              "behind an HTTPS reverse proxy and set MAXBENCH_SECURE_COOKIES=1 (see human_eval/README.md)",
+              file=sys.stderr)
+
+    options = {"bind": f"{args.host}:{args.port}", "workers": args.workers, "threads": args.threads,
+               "worker_class": "gthread" if args.threads > 1 else "sync", "timeout": 30,
+               "graceful_timeout": 10, "accesslog": "-" if args.access_log else None,
+               "errorlog": "-", "loglevel": "info"}
+
+    class RatingServer(BaseApplication):
+        def load_config(self):
+            for key, value in options.items():
+                if value is not None:
+                    self.cfg.set(key, value)
+
+        def load(self):
+            from .app import create_app
+            return create_app()
+
+    shown = url if not url.startswith("postgresql") else url.split("@")[-1]
+    print(f"maxbench: rating app on http://{args.host}:{args.port}/ (admin: /admin/login), database {shown}",
+          file=sys.stderr, flush=True)
+    RatingServer().run()
+    return 0
+
+
+def _print_created(created, base_url: str, links_out: Path | None) -> None:
+    links = created.links(base_url)
+    print(f"study: {created.slug}")
+    print(f"texts: {created.n_items}; pages per annotator: {', '.join(str(n) for n in created.n_pages)}")
+    print(f"admin token (keep it secret; log in at {base_url.rstrip('/')}/admin/login):")
+    print(f"  {created.admin_token}")
+    print("annotator links (one per person; a link is the annotator's only credential):")
+    for (label, link), pages in zip(links, created.n_pages):
+        print(f"  {label}  {link}  ({pages} pages)")
+    if links_out is not None:
+        fd = os.open(links_out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write("annotator,link,pages\n")
+            for (label, link), pages in zip(links, created.n_pages):
+                f.write(f"{label},{link},{pages}\n")
+        print(f"links written to {links_out}")
+
+
+def cmd_study_create(args: argparse.Namespace) -> int:
+    from .db import session_for
+    from .rubrics import load_rubric
+    from .study import create_study
+
+    rubric = load_rubric(args.rubric)
+    consent = None
+    if args.consent_file:
+        try:
+            consent = args.consent_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise MaxbenchError(f"cannot read --consent-file {args.consent_file}: {exc.strerror}") from None
+        if not consent:
+            raise MaxbenchError(f"--consent-file {args.consent_file} is empty")
+    with session_for(args.db, create=True) as session:
+        created = create_study(session, args.run_dir, rubric, systems=args.systems,
+                               items_per_system=args.items_per_system, raters_per_item=args.raters_per_item,
+                               annotators=args.annotators, paired=not args.independent, seed=args.seed,
+                               attention_rate=args.attention_rate,
+                               attention_fail_limit=args.attention_fail_limit,
+                               completion_code=args.completion_code, title=args.title, consent_text=consent)
+    _print_created(created, args.base_url, args.links_out)
+    return 0
+
+
+def cmd_study_list(args: argparse.Namespace) -> int:
+    from sqlalchemy import select
+
+    from .db import session_for
+    from .models import Study
+
+    with session_for(args.db) as session:
+        studies = session.scalars(select(Study).order_by(Study.id)).all()
+        if not studies:
+            print("no studies yet: create one with maxbench study create")
+        for s in studies:
+            done = sum(1 for a in s.annotators for x in a.assignments if x.attention is None and x.completed_at)
+            total = sum(1 for a in s.annotators for x in a.assignments if x.attention is None)
+            state = "closed" if s.closed_at else "open"
+            print(f"{s.slug}\t{state}\t{done}/{total} rated\t{s.rubric['name']}\trun {s.run_id}")
+    return 0
+
+
+def cmd_study_export(args: argparse.Namespace) -> int:
+    from .db import session_for
+    from .export import long_format_rows, rows_to_csv, rows_to_json
+
+    with session_for(args.db) as session:
+        rows = long_format_rows(session, args.study_id, blind=args.blind)
+    body = rows_to_csv(rows) if args.format == "csv" else rows_to_json(rows)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(body, encoding="utf-8")
+        print(f"{len(rows)} ratings written to {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(body)
+    return 0
+
+
+def cmd_study_close(args: argparse.Namespace) -> int:
+    from .db import session_for, write_transaction
+    from .models import utcnow
+    from .study import find_study
+
+    with session_for(args.db) as session:
+        write_transaction(session)
+        study = find_study(session, args.study_id)
+        if study.closed_at is None:
+            study.closed_at = utcnow()
+        session.commit()
+        print(f"study {study.slug} closed at {study.closed_at} UTC")
+    return 0
+
+
+def cmd_study_rubric(args: argparse.Namespace) -> int:
+    from .rubrics import load_rubric, preset_names
+
+    if not args.rubric:
+        for name in preset_names():
+            r = load_rubric(name)
+            print(f"{name}\t{r.scale_min}..{r.scale_max}\t{', '.join(r.criterion_names)}\t({r.source})")
+        return 0
+    r = load_rubric(args.rubric)
+    print(f"rubric {r.name}: {r.title}")
+    print(f"scale {r.scale_min}..{r.scale_max}; criteria: {', '.join(r.criterion_names)}; "
+          f"{len(r.examples)} worked example(s); comprehension check: {r.comprehension_check().question}")
+    return 0

@@ -1,0 +1,165 @@
+"""Opening the ratings database: SQLite (WAL) by default, PostgreSQL through a URL.
+
+Public entry points:
+
+- ``database_url(url=None) -> str``: ``url``, else ``$MAXBENCH_DB_URL``, else
+  ``sqlite:///$MAXBENCH_HOME/human_eval/ratings.sqlite3``.
+- ``session_for(url=None, create=False) -> sqlalchemy.orm.Session``: a session on that
+  database. With ``create=False`` (readers such as ``maxbench report --study ID``) a missing
+  SQLite file or an empty database is a MaxbenchError, not a new empty file. Close it when
+  done (``with session_for() as session: ...``).
+- ``engine_for(url=None, create=False)``: the cached Engine behind those sessions.
+- ``write_transaction(session)``: call first in a unit of work that writes; on SQLite it
+  takes the write lock at BEGIN (``BEGIN IMMEDIATE``) so that concurrent writers wait on
+  the busy timeout instead of failing on a stale read snapshot.
+
+Durability: a rating is acknowledged only after ``commit()`` returns. SQLite runs in WAL
+mode with ``synchronous=FULL``: the WAL is fsynced at every commit, so an acknowledged
+rating survives a killed server and a power loss. (``NORMAL`` would survive kill -9 too,
+because the OS still holds the written pages, but can lose the last commits on power
+loss; set ``MAXBENCH_SQLITE_SYNCHRONOUS=NORMAL`` only if that trade is acceptable.)
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+
+from sqlalchemy import create_engine, event, inspect
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from systems.assets import maxbench_home
+from systems.errors import MaxbenchError
+
+from .models import Base
+
+DEFAULT_BUSY_TIMEOUT_MS = 5000
+_SYNCHRONOUS_MODES = {"FULL", "NORMAL", "EXTRA"}
+_engines: dict[tuple, Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def default_sqlite_path() -> Path:
+    return maxbench_home() / "human_eval" / "ratings.sqlite3"
+
+
+def database_url(url: str | None = None) -> str:
+    return url or os.environ.get("MAXBENCH_DB_URL") or f"sqlite:///{default_sqlite_path()}"
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def _sqlite_file(url: str) -> Path | None:
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+def _configure_sqlite(engine: Engine, busy_timeout_ms: int, synchronous: str) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):
+        # pysqlite would issue its own BEGIN lazily; take over so BEGIN IMMEDIATE is possible.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute(f"PRAGMA synchronous = {synchronous}")
+        cur.execute("PRAGMA foreign_keys = ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn):
+        immediate = conn.get_execution_options().get("sqlite_immediate", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def engine_for(url: str | None = None, create: bool = False,
+               busy_timeout_ms: int | None = None, synchronous: str | None = None) -> Engine:
+    url = database_url(url)
+    if busy_timeout_ms is None:
+        busy_timeout_ms = int(os.environ.get("MAXBENCH_DB_BUSY_TIMEOUT_MS", DEFAULT_BUSY_TIMEOUT_MS))
+    synchronous = (synchronous or os.environ.get("MAXBENCH_SQLITE_SYNCHRONOUS", "FULL")).upper()
+    if synchronous not in _SYNCHRONOUS_MODES:
+        raise MaxbenchError(f"MAXBENCH_SQLITE_SYNCHRONOUS={synchronous!r} is not one of "
+                            f"{', '.join(sorted(_SYNCHRONOUS_MODES))}")
+    key = (url, busy_timeout_ms, synchronous)
+    with _engines_lock:
+        engine = _engines.get(key)
+        if engine is not None:
+            if create:
+                _create_schema(engine)
+            return engine
+        try:
+            sqlite_file = _sqlite_file(url)
+        except ArgumentError:
+            raise MaxbenchError(f"database URL {url!r} is not a valid SQLAlchemy URL "
+                                "(e.g. sqlite:////path/ratings.sqlite3 or postgresql://user@host/db)") from None
+        if sqlite_file is not None:
+            if create:
+                sqlite_file.parent.mkdir(parents=True, exist_ok=True)
+            elif not sqlite_file.is_file():
+                raise MaxbenchError(f"no rating database at {sqlite_file}: create a study first "
+                                    "(maxbench study create) or point MAXBENCH_DB_URL at the right database")
+        try:
+            engine = create_engine(url, pool_pre_ping=sqlite_file is None)
+        except (ArgumentError, ImportError) as exc:
+            raise MaxbenchError(f"cannot open database {url!r}: {exc}") from None
+        if engine.dialect.name == "sqlite":
+            _configure_sqlite(engine, busy_timeout_ms, synchronous)
+        if create:
+            _create_schema(engine)
+        else:
+            _check_schema(engine, url)
+        _engines[key] = engine
+        return engine
+
+
+def _create_schema(engine: Engine) -> None:
+    try:
+        Base.metadata.create_all(engine)
+    except OperationalError as exc:
+        raise MaxbenchError(f"cannot create the rating tables ({exc.orig}): check that the database "
+                            "is reachable, writable and not locked by another program") from None
+
+
+def _check_schema(engine: Engine, url: str) -> None:
+    try:
+        tables = set(inspect(engine).get_table_names())
+    except SQLAlchemyError as exc:
+        raise MaxbenchError(f"cannot read database {url!r} ({getattr(exc, 'orig', exc)}): "
+                            "check that it is reachable and not locked") from None
+    missing = set(Base.metadata.tables) - tables
+    if missing:
+        raise MaxbenchError(f"database {url!r} has no rating tables ({', '.join(sorted(missing))} missing): "
+                            "create a study first (maxbench study create)")
+
+
+def session_for(url: str | None = None, create: bool = False) -> Session:
+    """A new Session on the ratings database (see the module docstring)."""
+    return sessionmaker(bind=engine_for(url, create=create), expire_on_commit=False)()
+
+
+def write_transaction(session: Session) -> None:
+    """Start a transaction that holds the write lock (SQLite) before it reads anything.
+
+    A read transaction already open is ended first (rolled back: the caller must have no
+    pending changes), because SQLite cannot upgrade a WAL read snapshot that another
+    writer has moved past; objects read earlier reload inside the new transaction.
+    """
+    if session.in_transaction():
+        session.rollback()
+    session.connection(execution_options={"sqlite_immediate": True})
+
+
+def dispose_engines() -> None:
+    """Close every pooled connection (tests, and before a process forks)."""
+    with _engines_lock:
+        for engine in _engines.values():
+            engine.dispose()
+        _engines.clear()

@@ -1,0 +1,80 @@
+"""All ratings of a study in long format: one row per (rated text, annotator, criterion).
+
+``long_format_rows(session, study_id, blind=False) -> list[dict]`` is the contract the
+analysis (``maxbench report --study ID``) reads; open the session with
+``human_eval.db.session_for(url)``. Each row has exactly these keys (COLUMNS):
+
+- ``study``: the study id (slug); ``item``: the prompt's opaque id within the study. The
+  texts of different systems for the same prompt share it, so an item rated under several
+  systems marks a paired design; (item, system) names one rated text.
+- ``system``: the system's name (its opaque code with ``blind=True``).
+- ``annotator``: the annotator's label (``a01``...); ``criterion``: the rubric criterion;
+  ``value``: the integer rating; ``scale_min``/``scale_max``: the rubric's scale.
+- ``position``: 1-based position of the page in that annotator's presentation order
+  (attention-check pages count, as the annotator saw them).
+- ``seconds``: time from the page being shown (its last showing) to the rating being
+  submitted, or None when unknown.
+- ``flags``: ';'-joined, empty when none: ``attention_failed`` (the annotator reached the
+  study's attention-check failure limit and was stopped), ``revoked`` (the researcher
+  revoked the annotator's link).
+
+Attention-check pages are not exported as ratings; their results are in the admin view.
+Rows are sorted by annotator, position and the rubric's criterion order, so the same
+database gives the same rows.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, joinedload
+
+from .models import Annotator, Assignment, Item, Rating
+from .study import find_study
+
+COLUMNS = ["study", "item", "system", "annotator", "criterion", "value", "position", "seconds",
+           "flags", "scale_min", "scale_max"]
+
+
+def long_format_rows(session: Session, study_id: str | int, blind: bool = False) -> list[dict]:
+    study = find_study(session, study_id)
+    rubric = study.rubric
+    order = {c["name"]: i for i, c in enumerate(rubric["criteria"])}
+    query = (select(Rating, Assignment, Annotator, Item)
+             .join(Assignment, Rating.assignment_id == Assignment.id)
+             .join(Annotator, Assignment.annotator_id == Annotator.id)
+             .join(Item, Assignment.item_id == Item.id)
+             .where(Annotator.study_id == study.id)
+             .options(joinedload(Item.system)))
+    rows = []
+    for rating, assignment, annotator, item in session.execute(query):
+        flags = []
+        if annotator.excluded_at is not None:
+            flags.append("attention_failed")
+        if annotator.revoked_at is not None:
+            flags.append("revoked")
+        rows.append({
+            "study": study.slug, "item": item.code,
+            "system": item.system.code if blind else item.system.name,
+            "annotator": annotator.label, "criterion": rating.criterion, "value": rating.value,
+            "position": assignment.position,
+            "seconds": None if assignment.seconds is None else round(assignment.seconds, 3),
+            "flags": ";".join(flags),
+            "scale_min": rubric["scale_min"], "scale_max": rubric["scale_max"]})
+    rows.sort(key=lambda r: (r["annotator"], r["position"], order.get(r["criterion"], len(order))))
+    return rows
+
+
+def rows_to_csv(rows: list[dict]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: "" if row[k] is None else row[k] for k in COLUMNS})
+    return out.getvalue()
+
+
+def rows_to_json(rows: list[dict]) -> str:
+    return json.dumps(rows, indent=1, ensure_ascii=False) + "\n"

@@ -1,0 +1,47 @@
+"""Flask-WTF forms: every POST in the app carries and checks a CSRF token."""
+from __future__ import annotations
+
+from flask_wtf import FlaskForm
+from wtforms import BooleanField, PasswordField, RadioField
+from wtforms.validators import DataRequired, InputRequired
+
+from .rubrics import Rubric
+
+# Field names get a prefix so that a criterion called e.g. "data" or "meta" cannot
+# shadow an attribute of the form class.
+FIELD_PREFIX = "c_"
+
+
+class ConsentForm(FlaskForm):
+    consent = BooleanField("I have read the information above and agree to take part.",
+                           validators=[DataRequired(message="Please tick the box to take part.")])
+
+
+class ActionForm(FlaskForm):
+    """A button-only form (close, revoke, reissue, log out): just the CSRF token."""
+
+
+class AdminLoginForm(FlaskForm):
+    token = PasswordField("Admin token", validators=[DataRequired()])
+
+
+def check_form(options: list[str]) -> FlaskForm:
+    class CheckForm(FlaskForm):
+        answer = RadioField("Answer", choices=[(i, text) for i, text in enumerate(options)],
+                            coerce=int, validators=[InputRequired(message="Please choose an answer.")])
+    return CheckForm()
+
+
+def rating_form(rubric: Rubric) -> FlaskForm:
+    """One radio group per criterion; a value outside the scale is not a valid choice."""
+    class RatingForm(FlaskForm):
+        pass
+    for criterion in rubric.criteria:
+        setattr(RatingForm, FIELD_PREFIX + criterion.name,
+                RadioField(criterion.label, choices=[(v, str(v)) for v in rubric.values], coerce=int,
+                           validators=[InputRequired(message="Please choose a value.")]))
+    return RatingForm()
+
+
+def expected_fields(rubric: Rubric) -> set[str]:
+    return {FIELD_PREFIX + c.name for c in rubric.criteria} | {"csrf_token"}

@@ -1,0 +1,124 @@
+"""SQL tables of the rating app (SQLAlchemy 2 declarative models).
+
+Study 1-n StudySystem, Item, Annotator; Annotator 1-n Assignment (one page each, in the
+order shown); Assignment 1-n Rating (one row per criterion). An Item is one rated text:
+``code`` names the prompt it continues, shared by the texts of every system for that
+prompt (so ``item`` in the export says which ratings are paired), and ``system_id`` says
+which system wrote it. Attention checks are Assignments without an Item.
+
+Secrets (annotator and admin tokens) are stored only as SHA-256 digests: a copy of the
+database does not let anyone rate or administer.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text,
+                        UniqueConstraint)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Study(Base):
+    __tablename__ = "study"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    slug: Mapped[str] = mapped_column(String(64), unique=True)
+    title: Mapped[str] = mapped_column(String(200))
+    rubric: Mapped[dict] = mapped_column(JSON)  # Rubric.to_json(), frozen at creation
+    consent_text: Mapped[str] = mapped_column(Text)
+    admin_token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    run_dir: Mapped[str] = mapped_column(Text)  # admin-only: never rendered for annotators
+    run_id: Mapped[str] = mapped_column(String(200))
+    design: Mapped[dict] = mapped_column(JSON)  # parameters and seed of the assignment
+    attention_rate: Mapped[float] = mapped_column(Float, default=0.0)
+    attention_fail_limit: Mapped[int] = mapped_column(Integer, default=2)
+    completion_code: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    closed_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+
+    systems: Mapped[list["StudySystem"]] = relationship(back_populates="study", order_by="StudySystem.id")
+    items: Mapped[list["Item"]] = relationship(back_populates="study", order_by="Item.id")
+    annotators: Mapped[list["Annotator"]] = relationship(back_populates="study", order_by="Annotator.id")
+
+
+class StudySystem(Base):
+    __tablename__ = "study_system"
+    __table_args__ = (UniqueConstraint("study_id", "name"), UniqueConstraint("study_id", "code"))
+    id: Mapped[int] = mapped_column(primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("study.id"))
+    name: Mapped[str] = mapped_column(Text)  # e.g. "smollm2-135m/graphmax(lam=1.0)/top_p=0.9"
+    code: Mapped[str] = mapped_column(String(32))  # opaque, for blinded exports
+    study: Mapped[Study] = relationship(back_populates="systems")
+
+
+class Item(Base):
+    __tablename__ = "item"
+    __table_args__ = (UniqueConstraint("study_id", "code", "system_id"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("study.id"), index=True)
+    code: Mapped[str] = mapped_column(String(32))  # the prompt's opaque id within the study
+    system_id: Mapped[int] = mapped_column(ForeignKey("study_system.id"))
+    prompt_id: Mapped[str] = mapped_column(String(200))  # the run's id: admin-only
+    sample: Mapped[int] = mapped_column(Integer, default=0)
+    prompt: Mapped[str] = mapped_column(Text)
+    text: Mapped[str] = mapped_column(Text)
+    study: Mapped[Study] = relationship(back_populates="items")
+    system: Mapped[StudySystem] = relationship()
+
+
+class Annotator(Base):
+    __tablename__ = "annotator"
+    __table_args__ = (UniqueConstraint("study_id", "label"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("study.id"), index=True)
+    label: Mapped[str] = mapped_column(String(64))  # "a01": what the researcher sees
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    consented_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    check_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    check_passed_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    attention_failures: Mapped[int] = mapped_column(Integer, default=0)
+    excluded_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    last_seen_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    study: Mapped[Study] = relationship(back_populates="annotators")
+    assignments: Mapped[list["Assignment"]] = relationship(back_populates="annotator",
+                                                           order_by="Assignment.position")
+
+
+class Assignment(Base):
+    """One page for one annotator; ``position`` is the 1-based order in which it is shown."""
+    __tablename__ = "assignment"
+    __table_args__ = (UniqueConstraint("annotator_id", "position"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    public_id: Mapped[str] = mapped_column(String(32), unique=True)  # random, used in URLs
+    annotator_id: Mapped[int] = mapped_column(ForeignKey("annotator.id"), index=True)
+    item_id: Mapped[int | None] = mapped_column(ForeignKey("item.id"), nullable=True)
+    position: Mapped[int] = mapped_column(Integer)
+    # Attention check: {"prompt", "text", "expected"}; None for a real item.
+    attention: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    attention_passed: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    annotator: Mapped[Annotator] = relationship(back_populates="assignments")
+    item: Mapped[Item | None] = relationship()
+    ratings: Mapped[list["Rating"]] = relationship(back_populates="assignment", order_by="Rating.id")
+
+
+class Rating(Base):
+    __tablename__ = "rating"
+    # One value per criterion and page: a repeated submit can never store a second rating.
+    __table_args__ = (UniqueConstraint("assignment_id", "criterion"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    assignment_id: Mapped[int] = mapped_column(ForeignKey("assignment.id"), index=True)
+    criterion: Mapped[str] = mapped_column(String(40))
+    value: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    assignment: Mapped[Assignment] = relationship(back_populates="ratings")

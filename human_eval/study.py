@@ -1,0 +1,231 @@
+"""Creating a study from a run: sample the texts, hide the systems, assign annotators.
+
+``create_study(session, run_dir, ...)`` reads ``<run_dir>/generations.jsonl`` (one JSON
+object per generated text: system, prompt_id, sample, prompt, text, ...), samples
+``items_per_system`` prompts per system (the same prompts for every system in the paired
+design, as in POSG; independent samples per system with ``paired=False``, as in graphmax),
+takes sample 0 (the lowest sample index) of each (system, prompt), assigns the texts to
+annotators with ``design.build_design`` and stores everything in one transaction. It
+returns the secrets, which exist nowhere else: the annotators' tokens and the admin token.
+"""
+from __future__ import annotations
+
+import json
+import random
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from systems.errors import MaxbenchError
+
+from .db import hash_token, write_transaction
+from .design import build_design, interleaved_sequence, paired_sequence
+from .models import Annotator, Assignment, Item, Study, StudySystem
+from .rubrics import Rubric
+
+DEFAULT_CONSENT = (
+    "This is a research study on the quality of automatically generated text. You will read "
+    "short texts and rate them; it takes about as long as the number of pages suggests, and "
+    "you can stop at any time and continue later with the same personal link. Your ratings "
+    "are stored with a random identifier, not your name, and are used only for research. "
+    "Taking part is voluntary, and you may withdraw by closing the page.")
+
+ATTENTION_PROMPT = "Please read the text below carefully."
+
+
+def attention_text(value: int, label: str | None) -> str:
+    shown = f"{value} ({label})" if label else str(value)
+    return ("This page checks that the instructions are being read. Please ignore the usual "
+            f"questions and select {shown} for every question on this page.")
+
+
+@dataclass(frozen=True)
+class CreatedStudy:
+    slug: str
+    admin_token: str
+    annotator_tokens: list[tuple[str, str]]  # (label, token)
+    n_items: int
+    n_pages: list[int]
+
+    def links(self, base_url: str) -> list[tuple[str, str]]:
+        base = base_url.rstrip("/")
+        return [(label, f"{base}/a/{token}") for label, token in self.annotator_tokens]
+
+
+def resolve_run_dir(run: str | Path) -> Path:
+    path = Path(run).expanduser()
+    if not path.is_dir() and (Path("results") / "runs" / str(run)).is_dir():
+        path = Path("results") / "runs" / str(run)
+    if not path.is_dir():
+        raise MaxbenchError(f"run directory {run} not found: give a results/runs/<run-id> directory")
+    if not (path / "generations.jsonl").is_file():
+        raise MaxbenchError(f"{path} has no generations.jsonl: generate the run first (maxbench run/generate)")
+    return path
+
+
+def read_generations(run_dir: Path) -> list[dict]:
+    records = []
+    required = {"system": str, "prompt_id": str, "prompt": str, "text": str}
+    with open(run_dir / "generations.jsonl", encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                # A run killed mid-write may leave a torn last line; the runner resumes past it.
+                if not line.endswith("\n"):
+                    continue
+                raise MaxbenchError(f"{run_dir}/generations.jsonl line {lineno} is not JSON: "
+                                    "repair or regenerate the run") from None
+            for key, typ in required.items():
+                if not isinstance(rec.get(key), typ):
+                    raise MaxbenchError(f"{run_dir}/generations.jsonl line {lineno}: field {key!r} "
+                                        f"missing or not a {typ.__name__}")
+            rec.setdefault("sample", 0)
+            records.append(rec)
+    if not records:
+        raise MaxbenchError(f"{run_dir}/generations.jsonl holds no generations")
+    return records
+
+
+def _run_id(run_dir: Path) -> str:
+    try:
+        return str(json.loads((run_dir / "manifest.json").read_text())["run_id"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return run_dir.name
+
+
+def create_study(session: Session, run_dir: str | Path, rubric: Rubric, *,
+                 systems: list[str] | None, items_per_system: int, raters_per_item: int,
+                 annotators: int | None = None, paired: bool = True, seed: int = 0,
+                 attention_rate: float = 0.1, attention_fail_limit: int = 2,
+                 completion_code: str | None = None, title: str | None = None,
+                 consent_text: str | None = None) -> CreatedStudy:
+    run_dir = resolve_run_dir(run_dir)
+    records = read_generations(run_dir)
+    available = sorted({r["system"] for r in records})
+    systems = list(dict.fromkeys(systems or available))
+    unknown = [s for s in systems if s not in available]
+    if unknown:
+        raise MaxbenchError(f"system(s) {', '.join(unknown)} not in {run_dir}; the run has: {', '.join(available)}")
+    if items_per_system < 1:
+        raise MaxbenchError("--items-per-system must be at least 1")
+    if attention_fail_limit < 1:
+        raise MaxbenchError("--attention-fail-limit must be at least 1")
+    annotators = raters_per_item if annotators is None else annotators
+
+    # One text per (system, prompt): the lowest sample index, so reruns pick the same text.
+    chosen: dict[tuple[str, str], dict] = {}
+    for rec in records:
+        key = (rec["system"], rec["prompt_id"])
+        if rec["system"] in systems and (key not in chosen or rec["sample"] < chosen[key]["sample"]):
+            chosen[key] = rec
+    prompts_of = {s: sorted(p for (sys_, p) in chosen if sys_ == s) for s in systems}
+
+    rng = random.Random(seed)
+    if paired:
+        common = sorted(set.intersection(*(set(p) for p in prompts_of.values())))
+        if len(common) < items_per_system:
+            raise MaxbenchError(
+                f"run {run_dir} has {len(common)} prompt(s) generated by every selected system, "
+                f"fewer than --items-per-system {items_per_system}: ask for {len(common)} or fewer, "
+                "or use --independent")
+        picked = rng.sample(common, items_per_system)
+        per_system_prompts = {s: picked for s in systems}
+    else:
+        per_system_prompts = {}
+        for s in systems:
+            if len(prompts_of[s]) < items_per_system:
+                raise MaxbenchError(f"system {s} has {len(prompts_of[s])} prompt(s) in {run_dir}, fewer "
+                                    f"than --items-per-system {items_per_system}: ask for fewer")
+            per_system_prompts[s] = rng.sample(prompts_of[s], items_per_system)
+
+    write_transaction(session)
+    slug = f"{rubric.name}-{datetime.now(timezone.utc):%Y%m%d}-{secrets.token_hex(3)}"
+    while session.scalar(select(Study.id).where(Study.slug == slug)) is not None:
+        slug = f"{rubric.name}-{datetime.now(timezone.utc):%Y%m%d}-{secrets.token_hex(3)}"
+    admin_token = "adm-" + secrets.token_urlsafe(24)
+    study = Study(slug=slug, title=title or rubric.title, rubric=rubric.to_json(),
+                  consent_text=consent_text or DEFAULT_CONSENT, admin_token_hash=hash_token(admin_token),
+                  run_dir=str(run_dir.resolve()), run_id=_run_id(run_dir),
+                  design={}, attention_rate=attention_rate, attention_fail_limit=attention_fail_limit,
+                  completion_code=completion_code)
+    session.add(study)
+    session.flush()
+
+    # Opaque codes: random hex for systems; items numbered in a shuffled prompt order, so
+    # neither says which system or which prompt of the run it is.
+    system_rows = {}
+    for s in systems:
+        system_rows[s] = StudySystem(study_id=study.id, name=s, code="sys-" + secrets.token_hex(3))
+        session.add(system_rows[s])
+    all_prompts = sorted({p for ps in per_system_prompts.values() for p in ps})
+    rng.shuffle(all_prompts)
+    prompt_code = {p: f"item-{i + 1:03d}" for i, p in enumerate(all_prompts)}
+    session.flush()
+
+    texts: list[Item] = []
+    index_of: dict[tuple[str, str], int] = {}
+    for s in systems:
+        for p in sorted(per_system_prompts[s]):
+            rec = chosen[(s, p)]
+            index_of[(s, p)] = len(texts)
+            texts.append(Item(study_id=study.id, code=prompt_code[p], system_id=system_rows[s].id,
+                              prompt_id=p, sample=int(rec["sample"]), prompt=rec["prompt"], text=rec["text"]))
+    session.add_all(texts)
+    session.flush()
+
+    if paired:
+        prompt_list = sorted(per_system_prompts[systems[0]])
+        grid = paired_sequence(len(prompt_list), len(systems), rng)
+        sequence = [index_of[(systems[si], prompt_list[pi])] for pi, si in grid]
+    else:
+        sequence = interleaved_sequence(
+            [[index_of[(s, p)] for p in sorted(per_system_prompts[s])] for s in systems], rng)
+    design = build_design(sequence, len(texts), raters_per_item, annotators, seed,
+                          attention_rate, rubric.values)
+    study.design = {"paired": paired, "systems": systems, "items_per_system": items_per_system,
+                    "raters_per_item": raters_per_item, "annotators": annotators, "seed": seed,
+                    "attention_rate": attention_rate, "attention_fail_limit": attention_fail_limit,
+                    "n_texts": len(texts)}
+
+    tokens: list[tuple[str, str]] = []
+    width = max(2, len(str(annotators)))
+    for a, pages in enumerate(design.pages):
+        token = secrets.token_urlsafe(18)
+        label = f"a{a + 1:0{width}d}"
+        annotator = Annotator(study_id=study.id, label=label, token_hash=hash_token(token))
+        session.add(annotator)
+        session.flush()
+        for position, page in enumerate(pages, 1):
+            attention = None
+            if page.text_index is None:
+                attention = {"prompt": ATTENTION_PROMPT, "expected": page.attention_value,
+                             "text": attention_text(page.attention_value,
+                                                    rubric.scale_labels.get(page.attention_value))}
+            session.add(Assignment(public_id=secrets.token_urlsafe(12), annotator_id=annotator.id,
+                                   item_id=None if page.text_index is None else texts[page.text_index].id,
+                                   position=position, attention=attention))
+        tokens.append((label, token))
+    session.commit()
+    return CreatedStudy(slug=slug, admin_token=admin_token, annotator_tokens=tokens,
+                        n_items=len(texts), n_pages=[len(p) for p in design.pages])
+
+
+def find_study(session: Session, study_id: str | int) -> Study:
+    """A study by slug, or by its numeric id; MaxbenchError when there is none."""
+    study = None
+    if isinstance(study_id, int) or str(study_id).isdigit():
+        study = session.get(Study, int(study_id))
+    if study is None:
+        study = session.scalar(select(Study).where(Study.slug == str(study_id)))
+    if study is None:
+        known = session.scalars(select(Study.slug).order_by(Study.id)).all()
+        raise MaxbenchError(f"no study {study_id!r} in the rating database; known: "
+                            f"{', '.join(known) or 'none'}")
+    return study
