@@ -329,3 +329,76 @@ def test_lazy_reexports():
 
     assert systems.graphmax is graphmax
     assert systems.sparsemax is sparsemax
+
+
+# ---- the output layer ------------------------------------------------------------------
+
+class _Corpus:
+    name, sha256 = "toy", "e" * 64
+    fit = ["the cat sat on the mat", "the dog sat on the log", "a cat and a dog"]
+
+
+@pytest.fixture
+def fitted(tmp_path, monkeypatch, tiny):
+    from systems.layers.base import FitContext
+    from systems.layers.graphmax_layer import GraphmaxLayer
+
+    monkeypatch.setenv("MAXBENCH_HOME", str(tmp_path))
+
+    def make(**params):
+        layer = GraphmaxLayer(**params)
+        layer.fit(FitContext(model=tiny, corpus=_Corpus()))
+        return layer
+
+    return make
+
+
+def test_layer_scores_are_graphmax_log_probabilities(fitted):
+    layer = fitted(lam=2.0)
+    logits = torch.randn(3, 257, generator=torch.Generator().manual_seed(20))
+    scores = layer.scores(logits, None)
+    assert scores.dtype == torch.float32 and torch.isfinite(scores).all()
+    expected = graphmax(logits.double(), layer.graph, lam=2.0)
+    assert torch.allclose(torch.softmax(scores.double(), -1), expected, atol=1e-6)
+    stats = layer.step_stats()
+    assert stats["iterations"].shape == (3,) and (stats["iterations"] > 0).all()
+    assert stats["gap"].shape == (3,) and (stats["gap"] <= 1e-6 * 50).all()
+    assert not layer.can_be_sparse and layer.resource_hashes()["graph_sha256"] == layer.graph.sha256
+
+
+def test_layer_paper_mode_and_topk_are_sparse(fitted):
+    logits = torch.randn(2, 257, generator=torch.Generator().manual_seed(21)) * 3
+    for layer in (fitted(solver="paper"), fitted(topk=8)):
+        scores = layer.scores(logits, None)
+        assert layer.can_be_sparse and torch.isinf(scores).any() and torch.isfinite(scores).any(-1).all()
+
+
+def test_layer_decodes_with_stats(fitted, tiny):
+    from systems.decoding import DecodingSetting, decode
+
+    layer = fitted()
+    out = decode(tiny, layer, ["the cat", "a dog"], DecodingSetting(max_new_tokens=5), seeds=[3, 4])
+    for row in out:
+        steps = row["n_tokens"] + (row["finish"] == "eos")
+        assert len(row["stats"]["iterations"]) == len(row["stats"]["gap"]) == steps
+
+
+def test_layer_bad_input(fitted, tiny):
+    from systems.graph import build_graph
+    from systems.layers.graphmax_layer import GraphmaxLayer
+    from systems.registry import parse_system
+
+    with pytest.raises(MaxbenchError, match="lam must be"):
+        parse_system("tiny-random/graphmax(lam=-0.5)/greedy").build_layer()
+    with pytest.raises(MaxbenchError, match="unknown solver"):
+        GraphmaxLayer(solver="fast")
+    layer = fitted()
+    with pytest.raises(MaxbenchError, match=r"graphmax: the model's logits contain NaN"):
+        layer.scores(torch.full((1, 257), float("nan")), None)
+    with pytest.raises(MaxbenchError, match="258 logits but the graph has 257"):
+        layer.scores(torch.zeros(1, 258), None)
+    other = build_graph([[1, 2]], vocab_size=257, tokenizer_hash="1" * 64)
+    with pytest.raises(MaxbenchError, match="built with tokenizer 111111111111"):
+        layer.use_graph(other, tiny)
+    with pytest.raises(MaxbenchError, match="no graph yet"):
+        GraphmaxLayer().scores(torch.zeros(1, 257), None)

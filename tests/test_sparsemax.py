@@ -109,3 +109,39 @@ def test_backward_matches_dense_jacobian():
 
 def test_integer_and_list_inputs():
     assert torch.allclose(sparsemax(torch.tensor([2, 0])), torch.tensor([1.0, 0.0]))
+
+
+# ---- the output layer ------------------------------------------------------------------
+
+def test_layer_scores_give_back_sparsemax_through_the_loops_softmax():
+    from systems.layers.sparsemax_layer import SparsemaxLayer
+
+    layer = SparsemaxLayer()
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(5)) * 3
+    scores = layer.scores(logits, None)
+    p = sparsemax(logits)
+    assert torch.equal(torch.isinf(scores), p == 0) and (p == 0).any()
+    assert torch.allclose(torch.softmax(scores, -1), p, atol=1e-6)
+    assert layer.can_be_sparse and layer.name == "sparsemax"
+
+
+@pytest.mark.parametrize("bad, word", [(float("nan"), "NaN"), (float("inf"), "infinite"), (float("-inf"), "infinite")])
+def test_layer_rejects_non_finite_logits(bad, word):
+    from systems.errors import MaxbenchError
+    from systems.layers.sparsemax_layer import SparsemaxLayer
+
+    logits = torch.zeros(3, 5)
+    logits[2, 1] = bad
+    with pytest.raises(MaxbenchError, match=rf"sparsemax: the model's logits contain {word} values \(batch rows \[2\]\)"):
+        SparsemaxLayer().scores(logits, None)
+
+
+def test_layer_decodes_with_the_tiny_model(tiny):
+    from systems.decoding import DecodingSetting, decode
+    from systems.layers.sparsemax_layer import SparsemaxLayer
+
+    setting = DecodingSetting(max_new_tokens=6)
+    out = decode(tiny, SparsemaxLayer(), ["hello", "a longer prompt"], setting, seeds=[1, 2])
+    again = decode(tiny, SparsemaxLayer(), ["a longer prompt"], setting, seeds=[2])
+    assert out[1]["token_ids"] == again[0]["token_ids"]  # a row does not depend on its batch
+    assert all(len(r["stats"]["support"]) == r["n_tokens"] + (r["finish"] == "eos") for r in out)
