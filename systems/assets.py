@@ -99,6 +99,10 @@ def _download(asset: Asset, dest_dir: Path) -> Path:
             cmd = ["apt-get", "download", asset.spec]
         try:
             proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
+            if proc.returncode != 0 and asset.registry == "debian":
+                # A fresh machine has no package lists yet: fetch them once and retry.
+                subprocess.run(["apt-get", "update", "-qq"], capture_output=True, text=True)
+                proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
         except FileNotFoundError as exc:
             raise MaxbenchError(f"cannot fetch asset '{asset.name}': {exc.filename} not found; "
                                 f"install it or copy {asset.filename} into {dest_dir}") from None

@@ -140,7 +140,10 @@ def load_model(name: str = "smollm2-135m", device: str | None = None, threads: i
     """Load a base model by built-in name, local directory or Hugging Face hub id."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # maxbench shows its own progress; keep logs to errors
+    hf_logging.set_verbosity_error()
     dev = choose_device(device, threads)
     if name == "tiny-random":
         model, tok, whash = _tiny_random()

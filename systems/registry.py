@@ -1,0 +1,102 @@
+"""Named systems: ``<base model>/<output layer>(<params>)/<decoding>``.
+
+A system string reads back into exactly one system, e.g.
+``smollm2-135m/graphmax(lam=1.0,solver=exact)/top_p=0.9``. The base model is a built-in
+name, a local directory or a hub id; the layer is one of LAYERS with keyword parameters;
+the decoding part is a DecodingSetting label. ``SystemSpec.name`` is the canonical form.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+from dataclasses import dataclass, field
+
+from .decoding import DecodingSetting
+from .errors import MaxbenchError
+from .layers.base import OutputLayer
+
+#: layer name -> module defining the OutputLayer subclass whose ``name`` is that name
+LAYERS = {
+    "softmax": "systems.layers.softmax",
+    "sparsemax": "systems.layers.sparsemax_layer",
+    "graphmax": "systems.layers.graphmax_layer",
+    "kerbs": "systems.layers.kerbs",
+    "posg": "systems.layers.posg",
+}
+
+
+def layer_class(name: str) -> type[OutputLayer]:
+    if name not in LAYERS:
+        raise MaxbenchError(f"unknown output layer '{name}'; known layers: {', '.join(LAYERS)}")
+    module = importlib.import_module(LAYERS[name])
+    for obj in vars(module).values():
+        if inspect.isclass(obj) and issubclass(obj, OutputLayer) and obj is not OutputLayer and obj.name == name:
+            return obj
+    raise MaxbenchError(f"output layer '{name}' is registered but {LAYERS[name]} defines no layer with that name")
+
+
+def _value(text: str):
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _fmt(v) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    model: str
+    layer: str
+    params: tuple = field(default_factory=tuple)  # ((key, value), ...) as given
+    decoding: DecodingSetting = field(default_factory=DecodingSetting)
+
+    @property
+    def name(self) -> str:
+        layer = self.layer + (f"({','.join(f'{k}={_fmt(v)}' for k, v in self.params)})" if self.params else "")
+        return f"{self.model}/{layer}/{self.decoding.label}"
+
+    def build_layer(self) -> OutputLayer:
+        cls = layer_class(self.layer)
+        try:
+            sig = inspect.signature(cls.__init__)
+            has_kwargs = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+            allowed = [p for p in sig.parameters if p not in ("self",)]
+            for key, _ in self.params:
+                if key not in allowed and not has_kwargs:
+                    raise MaxbenchError(f"output layer '{self.layer}' has no parameter '{key}'; "
+                                        f"its parameters: {', '.join(allowed) or 'none'}")
+            return cls(**dict(self.params))
+        except (TypeError, ValueError) as exc:
+            raise MaxbenchError(f"system '{self.name}': bad layer parameters: {exc}") from None
+
+
+_SYSTEM = re.compile(r"^(?P<model>.+?)/(?P<layer>[a-z_]+)(?:\((?P<params>[^()]*)\))?/(?P<decoding>[^/]+)$")
+
+
+def parse_system(text: str) -> SystemSpec:
+    m = _SYSTEM.match(text.strip())
+    if not m:
+        raise MaxbenchError(f"cannot read system '{text}'; write MODEL/LAYER(key=value,...)/DECODING, "
+                            f"e.g. smollm2-135m/graphmax(lam=1.0,solver=exact)/top_p=0.9")
+    params = []
+    for part in filter(None, (p.strip() for p in (m.group("params") or "").split(","))):
+        if "=" not in part:
+            raise MaxbenchError(f"system '{text}': layer parameter '{part}' needs the form key=value")
+        key, val = (s.strip() for s in part.split("=", 1))
+        params.append((key, _value(val)))
+    layer_class(m.group("layer"))  # fail early on an unknown layer
+    return SystemSpec(model=m.group("model"), layer=m.group("layer"), params=tuple(params),
+                      decoding=DecodingSetting.parse(m.group("decoding")))

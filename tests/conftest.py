@@ -1,0 +1,43 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(argv, capsys):
+    """Run the maxbench CLI in-process; returns (exit code, stdout, stderr)."""
+    from benchmark.cli import main
+
+    rc = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.fixture
+def cli(capsys):
+    return lambda *argv: run_cli(argv, capsys)
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The real embedded model, loaded once per test session."""
+    from systems.models import load_model
+
+    return load_model("smollm2-135m", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    from systems.models import load_model
+
+    return load_model("tiny-random", device="cpu")
+
+
+@pytest.fixture
+def artifacts_dir():
+    d = ROOT / os.environ.get("MAXBENCH_TEST_ARTIFACTS", "test-artifacts")
+    d.mkdir(parents=True, exist_ok=True)
+    return d

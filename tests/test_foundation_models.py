@@ -1,0 +1,109 @@
+"""Base models and the decoding loop: token-exact with transformers' generate."""
+import pytest
+import torch
+
+from systems.decoding import DecodingSetting, decode
+from systems.errors import MaxbenchError
+from systems.layers.softmax import SoftmaxLayer
+from systems.models import load_model
+
+PROMPTS = ["I have bought these cookies twice and", "The soup arrived cold, but the",
+           "My dog loves this food because", "After three weeks of using it,"]
+
+
+def _hf_generate(lm, prompt, seed, **kw):
+    enc = lm.tokenizer([prompt], return_tensors="pt", add_special_tokens=False)
+    torch.manual_seed(seed)
+    ids = lm.model.generate(**enc, max_new_tokens=24, pad_token_id=lm.tokenizer.pad_token_id, **kw)
+    ids = ids[0, enc["input_ids"].shape[1]:].tolist()
+    eos = lm.tokenizer.eos_token_id
+    return ids[:ids.index(eos)] if eos in ids else ids
+
+
+@pytest.mark.slow
+def test_greedy_batch_equals_generate(smollm2):
+    res = decode(smollm2, SoftmaxLayer(), PROMPTS, DecodingSetting(do_sample=False, max_new_tokens=24), [0] * 4)
+    for prompt, row in zip(PROMPTS, res):
+        assert row["token_ids"] == _hf_generate(smollm2, prompt, 0, do_sample=False, top_k=None, top_p=None,
+                                                temperature=None)
+
+
+@pytest.mark.slow
+def test_seeded_top_p_equals_generate(smollm2):
+    seeds = [11, 12, 13, 14]
+    res = decode(smollm2, SoftmaxLayer(), PROMPTS, DecodingSetting(top_p=0.9, max_new_tokens=24), seeds)
+    for prompt, seed, row in zip(PROMPTS, seeds, res):
+        assert row["token_ids"] == _hf_generate(smollm2, prompt, seed, do_sample=True, top_p=0.9, top_k=0,
+                                                temperature=1.0)
+    # and each row is independent of its batch: decoding it alone gives the same tokens
+    alone = decode(smollm2, SoftmaxLayer(), PROMPTS[2:3], DecodingSetting(top_p=0.9, max_new_tokens=24), seeds[2:3])
+    assert alone[0]["token_ids"] == res[2]["token_ids"]
+
+
+@pytest.mark.slow
+def test_temperature_and_top_k_equal_generate(smollm2):
+    res = decode(smollm2, SoftmaxLayer(), PROMPTS[:1], DecodingSetting(temperature=0.7, top_k=40, max_new_tokens=24),
+                 [5])
+    assert res[0]["token_ids"] == _hf_generate(smollm2, PROMPTS[0], 5, do_sample=True, temperature=0.7, top_k=40,
+                                               top_p=1.0)
+
+
+@pytest.mark.slow
+def test_embedded_model_is_the_real_smollm2(smollm2):
+    d = smollm2.describe()
+    assert d["parameters"] == 134_515_008 and d["vocab_size"] == 49_152 and d["dtype"] == "torch.float32"
+    assert smollm2.tokenizer.eos_token_id == 2
+    text = decode(smollm2, SoftmaxLayer(), ["The capital of France is"], DecodingSetting(do_sample=False,
+                                                                                        max_new_tokens=4), [0])
+    assert "Paris" in text[0]["text"]
+
+
+def test_tiny_random_is_deterministic():
+    a, b = load_model("tiny-random"), load_model("tiny-random")
+    assert a.hash == b.hash and a.tokenizer_hash == b.tokenizer_hash
+    ids = a.tokenizer(["héllo"], add_special_tokens=False)["input_ids"][0]
+    assert a.tokenizer.decode(ids) == "héllo"
+
+
+def test_stats_and_finish(tiny):
+    res = decode(tiny, SoftmaxLayer(), ["abc", "a much longer prompt"], DecodingSetting(max_new_tokens=5), [1, 2])
+    for row in res:
+        assert row["finish"] in ("eos", "length")
+        st = row["stats"]
+        assert all(0 < s <= tiny.vocab_size for s in st["support"])
+        assert all(0 < t <= 1 for t in st["top1"]) and all(e >= 0 for e in st["entropy"])
+
+
+def test_empty_prompt_and_nan_logits_are_refused(tiny):
+    with pytest.raises(MaxbenchError, match="prompt 1 is empty"):
+        decode(tiny, SoftmaxLayer(), ["ok", "  "], DecodingSetting(), [0, 0])
+
+    class Broken(SoftmaxLayer):
+        pass
+
+    model = tiny.model
+    orig = model.forward
+
+    def nan_forward(*a, **k):
+        out = orig(*a, **k)
+        out.logits[:] = float("nan")
+        return out
+
+    model.forward = nan_forward
+    try:
+        with pytest.raises(MaxbenchError, match="NaN or infinite logits"):
+            decode(tiny, Broken(), ["ok"], DecodingSetting(), [0])
+    finally:
+        model.forward = orig
+
+
+def test_device_choice():
+    from systems.models import choose_device
+
+    assert choose_device("cpu") == "cpu"
+    if not torch.cuda.is_available():
+        assert choose_device(None) == "cpu"
+        with pytest.raises(MaxbenchError, match="no CUDA GPU"):
+            choose_device("cuda")
+    with pytest.raises(MaxbenchError, match="unknown device"):
+        choose_device("tpu")

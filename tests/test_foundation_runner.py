@@ -1,0 +1,96 @@
+"""Run directories: resumable, canonical, byte-identical after interruption; shards merge."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from benchmark.runner import GENERATIONS, RunPlan, derive_seed, generate_run, merge_shards, read_rows
+from benchmark.suites import load_suite
+from systems.registry import parse_system
+
+
+@pytest.fixture
+def suite_path(tmp_path):
+    rows = [{"id": f"p{i:02d}", "prompt": f"Review number {i}: the soup was", "reference": f"reference {i}"}
+            for i in range(10)]
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "s.toml").write_text('name = "ten"\nfile = "p.jsonl"\n')
+    return tmp_path / "s.toml"
+
+
+def _plan(run_dir, suite_path, systems=("tiny-random/softmax/top_p=0.9,max_new_tokens=12",
+                                        "tiny-random/softmax/greedy,max_new_tokens=12"), **kw):
+    return RunPlan(run_dir=run_dir, suite=load_suite(str(suite_path)), systems=[parse_system(s) for s in systems],
+                   samples=2, seed=7, batch_size=3, **kw)
+
+
+def test_rows_are_keyed_complete_and_canonical(tmp_path, suite_path):
+    out = generate_run(_plan(tmp_path / "r", suite_path), device="cpu", progress=False)
+    rows = read_rows(out)
+    assert len(rows) == 2 * 10 * 2
+    keys = [(r["system"], r["prompt_id"], r["sample"]) for r in rows]
+    assert len(set(keys)) == len(keys)
+    assert keys == sorted(keys, key=lambda k: (k[0] != rows[0]["system"], k[1], k[2]))
+    r0 = rows[0]
+    assert r0["seed"] == derive_seed(7, r0["prompt_id"], r0["sample"])
+    assert set(r0["stats"]) >= {"entropy", "support", "top1"}
+    assert len(r0["stats"]["entropy"]) >= r0["n_tokens"]
+    manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
+    assert manifest["suite"]["sha256"] == load_suite(str(suite_path)).sha256
+    assert manifest["models"]["tiny-random"]["hash"] and manifest["versions"]["torch"]
+
+
+def test_rerun_after_partial_write_is_byte_identical(tmp_path, suite_path):
+    full = generate_run(_plan(tmp_path / "a", suite_path), device="cpu", progress=False).read_bytes()
+    plan_b = _plan(tmp_path / "b", suite_path)
+    out = generate_run(plan_b, device="cpu", progress=False)
+    lines = out.read_bytes().splitlines(keepends=True)
+    # A crash mid-write: some whole rows of a batch and half of the next line survive.
+    out.write_bytes(b"".join(lines[:7]) + lines[7][:25])
+    generate_run(plan_b, device="cpu", progress=False)
+    assert out.read_bytes() == full
+    generate_run(plan_b, device="cpu", progress=False)  # nothing left to do: unchanged
+    assert out.read_bytes() == full
+
+
+def test_shards_merge_to_the_single_run(tmp_path, suite_path):
+    single = generate_run(_plan(tmp_path / "one", suite_path), device="cpu", progress=False).read_bytes()
+    plan = _plan(tmp_path / "sharded", suite_path)
+    for i in range(3):
+        generate_run(plan, device="cpu", shard=(i, 3), progress=False)
+    assert not (tmp_path / "sharded" / GENERATIONS).exists()
+    assert merge_shards(plan).read_bytes() == single
+
+
+def test_run_dir_of_another_run_is_refused(cli, tmp_path, suite_path):
+    args = ["generate", "--model", "tiny-random", "--suite", suite_path, "--runs-dir", tmp_path, "--run-id", "r",
+            "--decoding", "greedy,max_new_tokens=4", "--no-progress"]
+    assert cli(*args)[0] == 0
+    before = (tmp_path / "r" / GENERATIONS).read_bytes()
+    rc, _, err = cli(*args[:-2], "top_p=0.5,max_new_tokens=4", "--no-progress")
+    assert rc == 2 and "was made by a different run" in err and err.count("\n") == 1
+    assert (tmp_path / "r" / GENERATIONS).read_bytes() == before
+
+
+def test_kill_9_mid_generation_then_resume(tmp_path, suite_path):
+    """A real `maxbench generate` process is killed while writing; the rerun completes the file
+    exactly as an uninterrupted run writes it."""
+    base = [sys.executable, "-m", "benchmark", "generate", "--model", "tiny-random", "--suite", str(suite_path),
+            "--decoding", "top_p=0.9,max_new_tokens=48", "--samples", "3", "--batch-size", "2", "--no-progress",
+            "--runs-dir", str(tmp_path), "--threads", "1"]
+    subprocess.run(base + ["--run-id", "clean"], check=True, capture_output=True)
+    proc = subprocess.Popen(base + ["--run-id", "killed"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    out = tmp_path / "killed" / GENERATIONS
+    deadline = time.time() + 120
+    while time.time() < deadline and (not out.exists() or out.read_bytes().count(b"\n") < 4):
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    partial = out.read_bytes().count(b"\n")
+    assert 0 < partial < 30, "the kill must land mid-run"
+    subprocess.run(base + ["--run-id", "killed"], check=True, capture_output=True)
+    assert out.read_bytes() == (tmp_path / "clean" / GENERATIONS).read_bytes()
