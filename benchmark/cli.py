@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "benchmark.commands",
     "human_eval.report_cli",
     "human_eval.cli",
+    "systems.graph_cli",
 ]
 
 

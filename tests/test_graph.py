@@ -159,3 +159,45 @@ def test_tokenizer_mismatch_is_refused(home, tiny):
     g = build_graph([[0, 1]], vocab_size=tiny.vocab_size + 1, tokenizer_hash=tiny.tokenizer_hash)
     with pytest.raises(MaxbenchError, match="output tokens"):
         g.check_model(tiny)
+
+
+# ---- maxbench graph build ----------------------------------------------------------------
+
+@pytest.fixture
+def toy_corpus(monkeypatch):
+    import benchmark.corpora
+
+    monkeypatch.setattr(benchmark.corpora, "load_corpus", lambda name: FakeCorpus(name, CORPUS.fit, CORPUS.sha256))
+
+
+def test_cli_build_then_cached_then_corrupt(home, toy_corpus, cli):
+    rc, out, err = cli("graph", "build", "--model", "tiny-random", "--corpus", "toy")
+    assert rc == 0, err
+    lines = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
+    assert lines["vocabulary size"] == "257" and int(lines["nnz"]) > 0
+    assert lines["build time"].endswith(" s") and "cache" not in lines["build time"]
+    path = lines["cache path"]
+    assert path.startswith(str(home / "graphs"))
+    rc, out, err = cli("graph", "build", "--model", "tiny-random", "--corpus", "toy")
+    assert rc == 0 and "loaded from cache" in out and err == ""
+    with open(path, "r+b") as f:
+        f.truncate(100)
+    rc, out, err = cli("graph", "build", "--model", "tiny-random", "--corpus", "toy")
+    assert rc == 0 and "rebuilding" in err and err.count("\n") == 1 and "loaded from cache" not in out
+
+
+def test_cli_bad_eps_is_a_one_line_error(home, toy_corpus, cli):
+    rc, out, err = cli("graph", "build", "--model", "tiny-random", "--corpus", "toy", "--eps", "-1")
+    assert rc == 2 and err.startswith("maxbench: error: graph eps must be a positive number") and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_food_reviews_graph_of_the_real_model(smollm2):
+    from benchmark.corpora import load_corpus
+
+    graph = get_graph(smollm2, load_corpus("food-reviews"))
+    assert graph.vocab_size == 49152 and graph.nnz > 100_000
+    sums = np.asarray(graph.A.sum(1)).ravel()
+    used = sums > 0
+    assert np.allclose(sums[used], 1, atol=1e-6) and 1000 < used.sum() < 49152
+    graph.check_model(smollm2)
