@@ -673,7 +673,7 @@ def _select_study(rows: list[Rating], source: str, study: str | None) -> tuple[l
         return chosen, study
     if len(studies) > 1:
         raise MaxbenchError(f"{source} holds {len(studies)} studies ({', '.join(studies)}); "
-                            "pick one with --study ID")
+                            "pick one with --select-study ID")
     return rows, studies[0]
 
 

@@ -56,18 +56,17 @@ def run_report(args: argparse.Namespace) -> int:
     if flags == ("none",):
         flags = ()
     options = ReportOptions(
-        reference=args.reference, study=args.select_study or args.db_study,
+        reference=args.reference, study=args.select_study,
         scale=parse_scale(args.scale) if args.scale else None, min_seconds=args.min_seconds,
         exclude_flags=flags, alternative=args.alternative, alpha=args.alpha, design=args.design,
         n_boot=args.n_boot, seed=args.seed)
     if args.ratings:
         ratings = load_ratings(args.ratings)
-        default_name = ratings.rows[0].study if len({r.study for r in ratings.rows}) == 1 and ratings.rows \
-            else Path(args.ratings).stem
-        default_name = options.study or default_name
+        studies = sorted({r.study for r in ratings.rows})
+        default_name = options.study or (studies[0] if len(studies) == 1 else Path(args.ratings).stem)
     else:
         ratings = ratings_from_database(args.db_study, args.db)
-        default_name = args.db_study
+        default_name = ratings.rows[0].study  # the slug, also when the study was named by its number
     analysis = analyse(ratings, options)
     folder = write_report(analysis, args.out, args.name or _folder_name(default_name))
     print(f"wrote {folder}/report.md, report.html, report.json and figures/")
