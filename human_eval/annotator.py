@@ -217,27 +217,33 @@ def rate(public_id: str):
                          .values(completed_at=utcnow(), seconds=seconds)).rowcount
     if claimed != 1:
         db.rollback()
-        return redirect(_next_url(annotator), code=303)
+        return redirect(url_for(".next_page"), code=303)
     db.add_all(Rating(assignment_id=assignment.id, criterion=name, value=value) for name, value in values.items())
     annotator_values = {"last_seen_at": utcnow()}
+    excluded = False
     if assignment.attention is not None:
         passed = all(v == assignment.attention["expected"] for v in values.values())
         db.execute(update(Assignment).where(Assignment.id == assignment.id).values(attention_passed=passed))
         if not passed:
-            annotator_values["attention_failures"] = Annotator.attention_failures + 1
-            if annotator.attention_failures + 1 >= study.attention_fail_limit:
+            db.execute(update(Annotator).where(Annotator.id == annotator.id)
+                       .values(attention_failures=Annotator.attention_failures + 1))
+            failures = db.scalar(select(Annotator.attention_failures).where(Annotator.id == annotator.id))
+            if failures >= study.attention_fail_limit:
                 annotator_values["excluded_at"] = utcnow()
-    if all(done for _, pid, done in pages if pid != public_id):
+                excluded = True
+    remaining = [pid for _, pid, done in pages if not done and pid != public_id]
+    if not remaining:
         annotator_values["finished_at"] = utcnow()
     db.execute(update(Annotator).where(Annotator.id == annotator.id).values(**annotator_values))
     try:
         db.commit()  # acknowledged only after this returns
     except IntegrityError:
         db.rollback()
-        return redirect(_next_url(annotator), code=303)
+        return redirect(url_for(".next_page"), code=303)
     session.pop("shown", None)
-    db.refresh(annotator)
-    return redirect(_next_url(annotator), code=303)
+    if excluded or not remaining:
+        return redirect(url_for(".finish"), code=303)
+    return redirect(url_for(".item", public_id=remaining[0]), code=303)
 
 
 @bp.get("/finish")

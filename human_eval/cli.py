@@ -115,7 +115,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     options = {"bind": f"{args.host}:{args.port}", "workers": args.workers, "threads": args.threads,
                "worker_class": "gthread" if args.threads > 1 else "sync", "timeout": 30,
                "graceful_timeout": 10, "accesslog": "-" if args.access_log else None,
-               "errorlog": "-", "loglevel": "info"}
+               "errorlog": "-", "loglevel": "info",
+               # gunicorn's runtime control socket is one fixed path per user: two servers
+               # on one machine would fight over it, and nothing here uses it.
+               "control_socket_disable": True}
 
     class RatingServer(BaseApplication):
         def load_config(self):

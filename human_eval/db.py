@@ -148,12 +148,15 @@ def session_for(url: str | None = None, create: bool = False) -> Session:
 def write_transaction(session: Session) -> None:
     """Start a transaction that holds the write lock (SQLite) before it reads anything.
 
-    A read transaction already open is ended first (rolled back: the caller must have no
-    pending changes), because SQLite cannot upgrade a WAL read snapshot that another
-    writer has moved past; objects read earlier reload inside the new transaction.
+    A read transaction already open is ended first, because SQLite cannot upgrade a WAL
+    read snapshot that another writer has moved past. Objects read before stay loaded
+    (expire_on_commit=False) and may be stale: decisions that race with other writers
+    must be taken by SQL inside the new transaction (conditional UPDATEs, re-selects).
     """
+    if session.new or session.dirty or session.deleted:
+        raise RuntimeError("write_transaction() must come before any change to the session")
     if session.in_transaction():
-        session.rollback()
+        session.commit()  # nothing pending: only ends the read snapshot
     session.connection(execution_options={"sqlite_immediate": True})
 
 

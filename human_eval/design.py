@@ -102,7 +102,7 @@ def build_design(sequence: list[int], n_texts: int, raters_per_item: int, n_anno
         # Instructed-response checks: one at a random place in each of k equal stretches of
         # the sequence (never first, never two in a row), so they cannot be anticipated.
         k = n_attention_checks(len(block), attention_rate)
-        cuts = [round(j * len(block) / k) for j in range(k + 1)]
+        cuts = [round(j * len(block) / k) for j in range(k + 1)] if k else []
         before = [rng.randint(cuts[j] + 1, cuts[j + 1]) for j in range(k)]  # disjoint ranges
         for index in sorted(before, reverse=True):
             annotator_pages.insert(index, Page(None, rng.choice(scale)))

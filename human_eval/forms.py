@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from flask_wtf import FlaskForm
 from wtforms import BooleanField, PasswordField, RadioField
+from wtforms.fields.choices import SelectChoice
 from wtforms.validators import DataRequired, InputRequired
 
 from .rubrics import Rubric
@@ -27,7 +28,7 @@ class AdminLoginForm(FlaskForm):
 
 def check_form(options: list[str]) -> FlaskForm:
     class CheckForm(FlaskForm):
-        answer = RadioField("Answer", choices=[(i, text) for i, text in enumerate(options)],
+        answer = RadioField("Answer", choices=[SelectChoice(i, text) for i, text in enumerate(options)],
                             coerce=int, validators=[InputRequired(message="Please choose an answer.")])
     return CheckForm()
 
@@ -38,7 +39,7 @@ def rating_form(rubric: Rubric) -> FlaskForm:
         pass
     for criterion in rubric.criteria:
         setattr(RatingForm, FIELD_PREFIX + criterion.name,
-                RadioField(criterion.label, choices=[(v, str(v)) for v in rubric.values], coerce=int,
+                RadioField(criterion.label, choices=[SelectChoice(v, str(v)) for v in rubric.values], coerce=int,
                            validators=[InputRequired(message="Please choose a value.")]))
     return RatingForm()
 
