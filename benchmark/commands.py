@@ -18,6 +18,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
 
 def register(sub) -> None:
     register_assets(sub)
+    register_run(sub)
     p = sub.add_parser("suites", help="list prompt suites with sizes and hashes",
                        description="List built-in prompt suites (and any suite manifests given) with sizes and hashes.")
     p.add_argument("manifests", nargs="*", help="user suite .toml manifests to check and list too")
@@ -105,4 +106,85 @@ def cmd_assets(args) -> int:
         for name in CORPORA:
             c = load_corpus(name)
             print(f"{name:<14} ok  {c.meta['texts']} texts, sha256 {c.sha256[:16]}")
+    return 0
+
+
+def register_run(sub) -> None:
+    p = sub.add_parser("run", help="run a registry of systems on a suite: fit, generate, score, leaderboard",
+                       description="Fit what needs fitting (graph, heads; cached), generate every system of the "
+                                   "registry on the suite (resuming), score every run, and write the leaderboard "
+                                   "(md, csv, html, plots). The README's main command runs the default registry.")
+    p.add_argument("--registry", default="default", help="built-in registry name or a registry .toml")
+    p.add_argument("--suite", default=None, help="override the registry's suite")
+    p.add_argument("--run-id", default=None, help="run directory name (default: <registry>-<suite>)")
+    p.add_argument("--runs-dir", default=str(DEFAULT_RUNS))
+    p.add_argument("--out", default=None, help="leaderboard folder (default: results/ for the default registry, "
+                                               "results/<registry>/ otherwise)")
+    p.add_argument("--shard", default=None,
+                   help="i/n: generate only shard i of n and stop; 'auto' reads RANK/WORLD_SIZE (torchrun, "
+                        "accelerate launch). Afterwards run once more without --shard to merge, score and render.")
+    p.add_argument("--metrics", default=None, help="comma-separated metrics (default: the registry's)")
+    p.add_argument("--n-resamples", type=int, default=1000, help="bootstrap / permutation resamples")
+    p.add_argument("--no-progress", action="store_true")
+    add_model_options(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("leaderboard", help="re-render the leaderboard from scored runs, without generating",
+                       description="Render leaderboard.md/.csv/.html and plots from the scores.json of runs.")
+    p.add_argument("run_dirs", nargs="+", help="run directories (each scored: scores.json)")
+    p.add_argument("--out", default="results", help="output folder (default results/)")
+    p.set_defaults(func=cmd_leaderboard)
+
+
+def _shard_arg(text):
+    import os
+
+    from benchmark.runner import parse_shard
+
+    if text == "auto":
+        if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+            raise MaxbenchError("--shard auto needs RANK and WORLD_SIZE (set by torchrun or accelerate launch)")
+        text = f"{os.environ['RANK']}/{os.environ['WORLD_SIZE']}"
+    return parse_shard(text)
+
+
+def cmd_run(args) -> int:
+    import os
+
+    from benchmark.leaderboard import load_registry, render
+    from benchmark.metrics.base import parse_metric_list
+    from benchmark.metrics.scoring import ScoringOptions, score_run
+    from benchmark.runner import RunPlan, generate_run
+    from benchmark.suites import load_suite
+
+    reg = load_registry(args.registry)
+    suite = load_suite(args.suite or reg.suite)
+    metrics = parse_metric_list(args.metrics or ",".join(reg.metrics) or None)
+    shard = _shard_arg(args.shard)
+    device = args.device
+    if shard is not None and device is None and os.environ.get("LOCAL_RANK") is not None:
+        import torch
+
+        if torch.cuda.is_available():
+            device = f"cuda:{os.environ['LOCAL_RANK']}"
+    run_dir = Path(args.runs_dir) / (args.run_id or f"{reg.name}-{suite.name}")
+    plan = RunPlan(run_dir=run_dir, suite=suite, systems=reg.systems, samples=reg.samples, seed=reg.seed,
+                   batch_size=reg.batch_size, corpus=reg.corpus, registry=reg.name)
+    out = generate_run(plan, device=device, threads=args.threads, shard=shard, progress=not args.no_progress)
+    if shard is not None:
+        print(f"wrote {out}; when every shard is done, run the same command without --shard to merge and score")
+        return 0
+    score_run(run_dir, ScoringOptions(metrics=metrics, n_resamples=args.n_resamples, device=device,
+                                      threads=args.threads, progress=not args.no_progress), baseline=reg.baseline)
+    out_dir = Path(args.out) if args.out else (Path("results") if reg.name == "default" else Path("results") / reg.name)
+    for path in render([run_dir], out_dir, title=f"maxbench leaderboard: {reg.name} on {suite.name}"):
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_leaderboard(args) -> int:
+    from benchmark.leaderboard import render
+
+    for path in render([Path(r) for r in args.run_dirs], Path(args.out)):
+        print(f"wrote {path}")
     return 0
