@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "human_eval.cli",
     "systems.graph_cli",
     "benchmark.metrics.cli",
+    "systems.heads_cli",
 ]
 
 

