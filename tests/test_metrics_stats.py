@@ -1,0 +1,80 @@
+"""Bootstrap intervals over prompts and paired tests between systems."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from benchmark.metrics.base import TextBatch, get_metric
+from benchmark.metrics.stats import bootstrap_ci, mean_stats, paired_test
+
+
+def test_mean_stats_value_and_per_prompt():
+    # prompt a: texts 1.0 and 3.0, prompt b: 5.0 and an undefined text (NaN, left out)
+    stats = mean_stats(["a", "b"], np.array([0, 0, 1, 1]), np.array([1.0, 3.0, 5.0, np.nan]))
+    assert stats.value() == pytest.approx(3.0)
+    assert stats.per_prompt() == {"a": 2.0, "b": 5.0}
+
+
+def test_bootstrap_of_a_mean_equals_scipy_on_the_values():
+    values = np.random.default_rng(1).normal(size=40)
+    stats = mean_stats([str(i) for i in range(40)], np.arange(40), values)
+    ci = bootstrap_ci(stats, n_resamples=1000, seed=7)
+    want = scipy.stats.bootstrap((values,), np.mean, n_resamples=1000, method="percentile",
+                                 rng=np.random.default_rng(7)).confidence_interval
+    assert ci.low == pytest.approx(want.low, abs=1e-12) and ci.high == pytest.approx(want.high, abs=1e-12)
+    assert ci.low < values.mean() < ci.high
+    assert bootstrap_ci(stats, n_resamples=1000, seed=7) == ci  # seeded: reproducible
+    assert bootstrap_ci(stats, n_resamples=1000, seed=8) != ci
+
+
+def test_bootstrap_of_a_corpus_score_reweights_prompts():
+    # distinct-1 corpus over three prompts: a resample is the corpus of the drawn prompts
+    b = TextBatch(["a b", "a a", "c d"], ["p", "q", "r"])
+    score = get_metric("distinct").compute(b).scores["distinct-1-corpus"]
+    assert score.value == pytest.approx(4 / 6)
+    # p twice and r once: tokens a b a b c d -> {a,b,c,d} / 6
+    assert score.stats.evaluate(np.array([[2.0, 0.0, 1.0]]))[0] == pytest.approx(4 / 6)
+    # q alone: {a} / 2
+    assert score.stats.evaluate(np.array([[0.0, 1.0, 0.0]]))[0] == pytest.approx(1 / 2)
+    ci = bootstrap_ci(score.stats, n_resamples=200, seed=0)
+    assert 0 < ci.low <= ci.high <= 1
+
+
+def test_paired_permutation_test_is_exact_for_few_prompts():
+    # six prompts: the mean difference under every swap pattern is enumerable (2^6 = 64 < 1000,
+    # so scipy runs the exact test); two-sided p = share of patterns at least as extreme
+    a = np.array([3.0, 2.0, 4.0, 5.0, 1.0, 6.0])
+    b = np.array([1.0, 2.5, 1.0, 2.0, 1.5, 2.0])
+    ids = [str(i) for i in range(6)]
+    sa, sb = (mean_stats(ids, np.arange(6), x) for x in (a, b))
+    res = paired_test(sa, sb, n_resamples=1000, seed=0)
+    d = a - b
+    null = [np.mean(np.array(signs) * d) for signs in itertools.product([1, -1], repeat=6)]
+    want = np.mean(np.abs(null) >= abs(d.mean()) - 1e-12)
+    assert res.difference == pytest.approx(d.mean())
+    assert res.p_value == pytest.approx(want, abs=1e-12)
+    assert res.ci_low < res.difference < res.ci_high
+
+
+def test_paired_test_on_corpus_counts_with_different_vocabularies():
+    # distinct-1 corpus: A = {'a b', 'c d'} -> 4/4, B = {'a a', 'a a'} -> 1/4; swapping prompt 1
+    # gives A' = {'a a','c d'} 3/4 vs B' = {'a b','a a'} 2/4, swapping prompt 2 the mirror image,
+    # swapping both -0.75: the null is {0.75, 0.25, -0.25, -0.75}, two-sided p = 2 * 1/4
+    dist = get_metric("distinct")
+    a = dist.compute(TextBatch(["a b", "c d"], ["p1", "p2"])).scores["distinct-1-corpus"]
+    b = dist.compute(TextBatch(["a a", "a a"], ["p1", "p2"])).scores["distinct-1-corpus"]
+    res = paired_test(a.stats, b.stats, n_resamples=1000, seed=0)
+    assert res.difference == pytest.approx(0.75)
+    assert res.p_value == pytest.approx(0.5)
+
+
+def test_paired_test_uses_only_shared_prompts():
+    sa = mean_stats(["x", "y", "z"], np.arange(3), np.array([1.0, 2.0, 3.0]))
+    sb = mean_stats(["z", "y"], np.arange(2), np.array([0.0, 0.0]))
+    res = paired_test(sa, sb, n_resamples=100)
+    assert res.n_prompts == 2 and res.difference == pytest.approx(2.5)
+    with pytest.raises(ValueError):
+        paired_test(sa, mean_stats(["w"], np.arange(1), np.array([1.0])))
