@@ -66,7 +66,8 @@ class Rating:
 class Ratings:
     rows: tuple[Rating, ...]
     source: str  # file name or "study <id>": never an absolute path (reports stay portable)
-    sha256: str  # of the file's bytes, or of the canonical JSON of the exported rows
+    sha256: str
+    sha256_of: str = "the file's bytes"  # or "the exported rows as canonical JSON"
 
 
 def load_ratings(path: str | Path) -> Ratings:
@@ -150,7 +151,8 @@ def ratings_from_records(records: Sequence[tuple[str, dict] | dict], source: str
     if sha256 is None:
         canonical = json.dumps([r if not isinstance(r, tuple) else r[1] for r in records],
                                sort_keys=True, ensure_ascii=False, default=str)
-        sha256 = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+        return Ratings(tuple(rows), source, hashlib.sha256(canonical.encode("utf-8")).hexdigest(),
+                       "the rows as canonical JSON")
     return Ratings(tuple(rows), source, sha256)
 
 
@@ -347,6 +349,7 @@ class AnnotatorSummary:
 class Analysis:
     source: str
     sha256: str
+    sha256_of: str
     study: str
     options: ReportOptions
     reference: str | None
@@ -658,7 +661,7 @@ def analyse(ratings: Ratings, options: ReportOptions) -> Analysis:
 
     annotators, units_label = _annotator_summaries(rows, kept, scales, options.exclude_flags)
     return Analysis(
-        source=ratings.source, sha256=ratings.sha256, study=study, options=options,
+        source=ratings.source, sha256=ratings.sha256, sha256_of=ratings.sha256_of, study=study, options=options,
         reference=reference, systems=systems, aspects=aspects, scales=scales, exclusions=exclusions,
         descriptives=tuple(descriptives), comparisons=tuple(comparisons), agreement=tuple(agreements),
         annotators=annotators, annotator_units=units_label, warnings=tuple(warnings))

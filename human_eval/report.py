@@ -127,10 +127,10 @@ def _test_name(test: str) -> str:
 
 
 def _alternative_text(analysis: Analysis) -> str:
-    ref = analysis.reference
+    # No system name here: this text goes into templates unescaped.
     return {"two-sided": "two-sided",
-            "greater": f"one-sided, H1: {ref} rated higher",
-            "less": f"one-sided, H1: {ref} rated lower"}[analysis.options.alternative]
+            "greater": "one-sided, H1: reference rated higher",
+            "less": "one-sided, H1: reference rated lower"}[analysis.options.alternative]
 
 
 # --------------------------------------------------------------------------- sections
@@ -280,7 +280,7 @@ def _test_section(a: Analysis) -> Section:
         "used it. Holm's step-down correction runs over each aspect's comparisons, separately per test. "
         "r is the rank-biserial correlation, positive when the reference is rated higher, with a "
         f"{CONFIDENCE:.0%} percentile bootstrap interval ({a.options.n_boot} resamples of items, seed "
-        f"{a.options.seed}). U is the reference's U statistic; W is scipy's signed-rank statistic. "
+        f"{a.options.seed}). U is the reference's U statistic; W is scipy's signed-rank statistic on d = reference - other (two-sided: the smaller of T+ and T-; one-sided: T+). "
         "n is reference/other ratings (Mann-Whitney) or paired items (Wilcoxon).", (a.reference,)))
     for aspect in a.aspects:
         comps = [c for c in a.comparisons if c.aspect == aspect]
@@ -325,14 +325,14 @@ def _annotator_section(a: Analysis) -> Section:
     s.paragraphs.append(Para(
         f"Over kept ratings, in {a.annotator_units}. offset: mean of (own rating - mean of the other "
         "annotators on the same text and aspect), negative for a harsh rater. drift: mean over the later "
-        "half of the annotator's presentation positions minus the earlier half. check failures: texts "
-        "carrying a failed-check flag ({})." , (flags,)))
+        "half of the annotator's presentation positions minus the earlier half. flagged texts: texts "
+        "carrying an excluded flag ({})." , (flags,)))
     rows = tuple((Cell(x.annotator), num(str(x.n)), num(str(x.n_items)), num(fmt(x.mean)), num(fmt(x.sd)),
                   num(fmt(x.offset)), num(fmt(x.drift)), num(fmt(x.median_seconds, 1)),
                   num(str(x.check_failures)), num(str(x.excluded)), Cell(", ".join(x.flags)))
                  for x in a.annotators)
     s.tables.append(Table(("Annotator", "n", "texts", "mean", "sd", "offset", "drift", "median s",
-                           "check failures", "excluded rows", "flags"), rows, align="lrrrrrrrrrl"))
+                           "flagged texts", "excluded rows", "flags"), rows, align="lrrrrrrrrrl"))
     return s
 
 
@@ -350,7 +350,7 @@ def _provenance_section(a: Analysis) -> Section:
     o = a.options
     s = Section("Provenance")
     s.paragraphs.append(Para("Regenerate with the same input and options; the output is byte-identical."))
-    s.bullets = [Para("input: {} (sha256 {}), study {}", (a.source, a.sha256, a.study))]
+    s.bullets = [Para("input: {}, study {}; sha256 of {}: {}", (a.source, a.study, a.sha256_of, a.sha256))]
     s.bullets += [Para("{}: {}", (k, v)) for k, v in _options_dict(a).items()]
     s.bullets += [Para("{} {}", (k, v)) for k, v in versions().items()]
     return s
@@ -382,13 +382,13 @@ def likert_figures(a: Analysis) -> dict[str, tuple[str, bytes, bytes]]:
         if len(scale.domain) > MAX_LIKERT_POINTS:
             continue
         with matplotlib.rc_context(rc):
-            fig, ax = plt.subplots(figsize=(7.5, 0.55 * len(a.systems) + 1.3), layout="constrained")
+            labels = [_wrap(system) + f"\n(n={a.descriptive(aspect, system).n})" for system in a.systems]
+            row_height = 0.3 + 0.16 * max(label.count("\n") + 1 for label in labels)
+            fig, ax = plt.subplots(figsize=(7.5, row_height * len(a.systems) + 1.3), layout="constrained")
             colours = colormaps["RdYlGn"]([0.08 + 0.84 * k / max(1, len(scale.domain) - 1)
                                            for k in range(len(scale.domain))])
-            labels = []
             for row, system in enumerate(a.systems):
                 d = a.descriptive(aspect, system)
-                labels.append(f"{_short(system)} (n={d.n})")
                 left = 0.0
                 for k, (value, count) in enumerate(d.distribution):
                     share = 100.0 * count / d.n if d.n else 0.0
@@ -411,6 +411,23 @@ def likert_figures(a: Analysis) -> dict[str, tuple[str, bytes, bytes]]:
             plt.close(fig)
         out[aspect] = (f"likert-{index + 1:02d}-{_slug(aspect)}", png.getvalue(), svg.getvalue())
     return out
+
+
+def _wrap(name: str, width: int = 30) -> str:
+    """A system name on lines of at most ``width`` characters, broken after '/' or ',' where possible."""
+    lines, line = [], ""
+    for piece in re.findall(r"[^/,]+[/,]?|[/,]", name):
+        while len(piece) > width:  # a piece with no break opportunity is cut hard
+            if line:
+                lines.append(line)
+                line = ""
+            lines.append(piece[:width])
+            piece = piece[width:]
+        if len(line) + len(piece) > width and line:
+            lines.append(line)
+            line = ""
+        line += piece
+    return "\n".join(lines + [line] if line else lines)
 
 
 def _short(text: str, limit: int = 40) -> str:

@@ -87,7 +87,7 @@ def ratings_from_database(study: str, url: str | None):
         records = long_format_rows(session, study)
     if not records:
         raise MaxbenchError(f"study {study!r} has no ratings yet; nothing to report")
-    return ratings_from_records(records, source=f"study {study}")
+    return ratings_from_records(records, source="the rating database")
 
 
 def _folder_name(text: str) -> str:

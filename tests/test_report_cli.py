@@ -104,7 +104,7 @@ def test_user_data_is_escaped(tmp_path, capsys):
     evil_aspect = "a|b *c* [x](javascript:y)"
     rows = grid(systems=("ok", evil_system), criteria=(evil_aspect,), annotators=("<b>x</b>", "y"))
     rc, _, err = run(capsys, "report", "--ratings", write_csv(tmp_path / "evil.csv", rows), "--out", tmp_path,
-                     "--reference", "ok", *FAST)
+                     "--reference", evil_system, "--alternative", "greater", *FAST)
     assert rc == 0, err
     html = (tmp_path / "s" / "report.html").read_text()
     assert "<script" not in html and "<b>x</b>" not in html
@@ -281,3 +281,16 @@ def test_report_from_a_study_in_the_database(tmp_path, capsys):
         assert rc == 2 and "no study 'nope'" in err
     finally:
         dispose_engines()
+
+
+def test_options_reach_the_tests_and_are_stated(tmp_path, capsys):
+    rc, _, err = run(capsys, "report", "--ratings", PAIRED, "--reference", "graphmax", "--out", tmp_path,
+                     "--alternative", "greater", "--alpha", "0.1", "--design", "unpaired", *FAST)
+    assert rc == 0, err
+    report = json.loads((tmp_path / "demo" / "report.json").read_text())
+    comparison = report["comparisons"][0]
+    assert comparison["primary"] == "mannwhitneyu" and comparison["wilcoxon"] is None
+    assert comparison["mannwhitney"]["alternative"] == "greater"
+    assert "unpaired (forced by --design)" in comparison["design"]["statement"]
+    md = (tmp_path / "demo" / "report.md").read_text()
+    assert "Holm-adjusted p < 0.1 (one-sided, H1: reference rated higher)" in md
