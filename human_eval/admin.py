@@ -10,7 +10,6 @@ import hmac
 import secrets
 from statistics import median
 
-import numpy as np
 from flask import Blueprint, Response, redirect, render_template, request, session, url_for
 from sqlalchemy import select, update
 
@@ -112,6 +111,7 @@ def agreement_so_far(rows: list[dict], criteria: list[str], scale_min: int, scal
     left out. Alpha is undefined until some text has two ratings: said, not guessed.
     """
     import krippendorff
+    import numpy as np
 
     kept = [r for r in rows if not r["flags"]]
     annotators = sorted({r["annotator"] for r in kept})
@@ -174,9 +174,9 @@ def close(slug: str):
     if not ActionForm().validate_on_submit():
         return error_response(400)
     db = get_db()
-    write_transaction(db)
-    db.execute(update(Study).where(Study.id == study.id, Study.closed_at.is_(None)).values(closed_at=utcnow()))
-    db.commit()
+    with write_transaction(db):
+        db.execute(update(Study).where(Study.id == study.id, Study.closed_at.is_(None)).values(closed_at=utcnow()))
+        db.commit()
     return redirect(url_for(".study", slug=slug), code=303)
 
 
@@ -194,10 +194,10 @@ def revoke(slug: str, label: str):
     if not ActionForm().validate_on_submit():
         return error_response(400)
     db = get_db()
-    write_transaction(db)
-    db.execute(update(Annotator).where(Annotator.id == annotator.id, Annotator.revoked_at.is_(None))
-               .values(revoked_at=utcnow()))
-    db.commit()
+    with write_transaction(db):
+        db.execute(update(Annotator).where(Annotator.id == annotator.id, Annotator.revoked_at.is_(None))
+                   .values(revoked_at=utcnow()))
+        db.commit()
     return redirect(url_for(".study", slug=slug), code=303)
 
 
@@ -210,10 +210,10 @@ def reissue(slug: str, label: str):
         return error_response(400)
     token = secrets.token_urlsafe(18)
     db = get_db()
-    write_transaction(db)
-    db.execute(update(Annotator).where(Annotator.id == annotator.id)
-               .values(token_hash=hash_token(token), revoked_at=None))
-    db.commit()
+    with write_transaction(db):
+        db.execute(update(Annotator).where(Annotator.id == annotator.id)
+                   .values(token_hash=hash_token(token), revoked_at=None))
+        db.commit()
     link = request.host_url.rstrip("/") + url_for("annotator.enter", token=token)
     db.expire_all()
     return _render_study(_admin_study(slug), new_link=(label, link))

@@ -110,10 +110,10 @@ def welcome():
             return render_template("annotator/welcome.html", study=study, rubric=Rubric.from_json(study.rubric),
                                    form=form, n_pages=len(_pages(annotator))), 400
         db = get_db()
-        write_transaction(db)
-        db.execute(update(Annotator).where(Annotator.id == annotator.id, Annotator.consented_at.is_(None))
-                   .values(consented_at=utcnow(), last_seen_at=utcnow()))
-        db.commit()
+        with write_transaction(db):
+            db.execute(update(Annotator).where(Annotator.id == annotator.id, Annotator.consented_at.is_(None))
+                       .values(consented_at=utcnow(), last_seen_at=utcnow()))
+            db.commit()
         return redirect(url_for(".next_page"), code=303)
     return render_template("annotator/welcome.html", study=study, rubric=Rubric.from_json(study.rubric),
                            form=form, n_pages=len(_pages(annotator)))
@@ -134,14 +134,14 @@ def check():
         if not form.validate_on_submit():
             return render_template("annotator/check.html", study=study, rubric=rubric, question=question,
                                    form=form, wrong=False), 400
-        db = get_db()
-        write_transaction(db)
         passed = form.answer.data == question.answer
         values = {"check_attempts": Annotator.check_attempts + 1, "last_seen_at": utcnow()}
         if passed:
             values["check_passed_at"] = utcnow()
-        db.execute(update(Annotator).where(Annotator.id == annotator.id).values(**values))
-        db.commit()
+        db = get_db()
+        with write_transaction(db):
+            db.execute(update(Annotator).where(Annotator.id == annotator.id).values(**values))
+            db.commit()
         if passed:
             return redirect(url_for(".next_page"), code=303)
         wrong = True
@@ -208,16 +208,29 @@ def rate(public_id: str):
     now = time.time()
     seconds = now - shown[1] if shown and shown[0] == public_id and now >= shown[1] else None
 
+    remaining = [pid for _, pid, done in pages if not done and pid != public_id]
     db = get_db()
-    write_transaction(db)
-    # The conditional update is the guard against a concurrent duplicate: only one
-    # transaction can move completed_at from NULL.
+    with write_transaction(db):
+        stored, excluded = _store_rating(db, study, annotator, assignment, values, seconds, finished=not remaining)
+    if not stored:  # a duplicate submit: the first one is what counts
+        return redirect(url_for(".next_page"), code=303)
+    session.pop("shown", None)
+    if excluded or not remaining:
+        return redirect(url_for(".finish"), code=303)
+    return redirect(url_for(".item", public_id=remaining[0]), code=303)
+
+
+def _store_rating(db, study, annotator, assignment, values, seconds, finished) -> tuple[bool, bool]:
+    """Store one page's ratings and commit; (stored, annotator now excluded).
+
+    Runs inside write_transaction. The conditional update of completed_at is the guard
+    against a concurrent duplicate: only one transaction can move it from NULL.
+    """
     claimed = db.execute(update(Assignment)
                          .where(Assignment.id == assignment.id, Assignment.completed_at.is_(None))
                          .values(completed_at=utcnow(), seconds=seconds)).rowcount
     if claimed != 1:
-        db.rollback()
-        return redirect(url_for(".next_page"), code=303)
+        return False, False
     db.add_all(Rating(assignment_id=assignment.id, criterion=name, value=value) for name, value in values.items())
     annotator_values = {"last_seen_at": utcnow()}
     excluded = False
@@ -231,19 +244,15 @@ def rate(public_id: str):
             if failures >= study.attention_fail_limit:
                 annotator_values["excluded_at"] = utcnow()
                 excluded = True
-    remaining = [pid for _, pid, done in pages if not done and pid != public_id]
-    if not remaining:
+    if finished:
         annotator_values["finished_at"] = utcnow()
     db.execute(update(Annotator).where(Annotator.id == annotator.id).values(**annotator_values))
     try:
-        db.commit()  # acknowledged only after this returns
-    except IntegrityError:
+        db.commit()  # the rating is acknowledged only after this returns
+    except IntegrityError:  # the unique (page, criterion) key: a duplicate got in first
         db.rollback()
-        return redirect(url_for(".next_page"), code=303)
-    session.pop("shown", None)
-    if excluded or not remaining:
-        return redirect(url_for(".finish"), code=303)
-    return redirect(url_for(".item", public_id=remaining[0]), code=303)
+        return False, False
+    return True, excluded
 
 
 @bp.get("/finish")

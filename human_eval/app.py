@@ -30,7 +30,7 @@ from werkzeug.exceptions import HTTPException
 
 from systems.assets import maxbench_home
 
-from .db import database_url, engine_for
+from .db import DatabaseBusy, DatabaseGone, database_url, engine_for
 
 csrf = CSRFProtect()
 log = logging.getLogger("maxbench.human_eval")
@@ -160,6 +160,12 @@ def _register_error_handlers(app: Flask) -> None:
     @app.errorhandler(OperationalError)
     def _db_unavailable(exc):
         log.error("database unavailable: %s", exc.orig)
+        return error_response(503)
+
+    @app.errorhandler(DatabaseBusy)
+    @app.errorhandler(DatabaseGone)
+    def _db_busy(exc):
+        log.error("%s", exc)
         return error_response(503)
 
     @app.errorhandler(SQLAlchemyError)

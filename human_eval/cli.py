@@ -156,7 +156,7 @@ def _print_created(created, base_url: str, links_out: Path | None) -> None:
 
 
 def cmd_study_create(args: argparse.Namespace) -> int:
-    from .db import session_for
+    from .db import database_errors, session_for
     from .rubrics import load_rubric
     from .study import create_study
 
@@ -169,7 +169,7 @@ def cmd_study_create(args: argparse.Namespace) -> int:
             raise MaxbenchError(f"cannot read --consent-file {args.consent_file}: {exc.strerror}") from None
         if not consent:
             raise MaxbenchError(f"--consent-file {args.consent_file} is empty")
-    with session_for(args.db, create=True) as session:
+    with database_errors(args.db), session_for(args.db, create=True) as session:
         created = create_study(session, args.run_dir, rubric, systems=args.systems,
                                items_per_system=args.items_per_system, raters_per_item=args.raters_per_item,
                                annotators=args.annotators, paired=not args.independent, seed=args.seed,
@@ -183,10 +183,10 @@ def cmd_study_create(args: argparse.Namespace) -> int:
 def cmd_study_list(args: argparse.Namespace) -> int:
     from sqlalchemy import select
 
-    from .db import session_for
+    from .db import database_errors, session_for
     from .models import Study
 
-    with session_for(args.db) as session:
+    with database_errors(args.db), session_for(args.db) as session:
         studies = session.scalars(select(Study).order_by(Study.id)).all()
         if not studies:
             print("no studies yet: create one with maxbench study create")
@@ -199,10 +199,10 @@ def cmd_study_list(args: argparse.Namespace) -> int:
 
 
 def cmd_study_export(args: argparse.Namespace) -> int:
-    from .db import session_for
+    from .db import database_errors, session_for
     from .export import long_format_rows, rows_to_csv, rows_to_json
 
-    with session_for(args.db) as session:
+    with database_errors(args.db), session_for(args.db) as session:
         rows = long_format_rows(session, args.study_id, blind=args.blind)
     body = rows_to_csv(rows) if args.format == "csv" else rows_to_json(rows)
     if args.out:
@@ -215,12 +215,11 @@ def cmd_study_export(args: argparse.Namespace) -> int:
 
 
 def cmd_study_close(args: argparse.Namespace) -> int:
-    from .db import session_for, write_transaction
+    from .db import database_errors, session_for, write_transaction
     from .models import utcnow
     from .study import find_study
 
-    with session_for(args.db) as session:
-        write_transaction(session)
+    with database_errors(args.db), session_for(args.db) as session, write_transaction(session):
         study = find_study(session, args.study_id)
         if study.closed_at is None:
             study.closed_at = utcnow()

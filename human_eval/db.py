@@ -9,9 +9,12 @@ Public entry points:
   SQLite file or an empty database is a MaxbenchError, not a new empty file. Close it when
   done (``with session_for() as session: ...``).
 - ``engine_for(url=None, create=False)``: the cached Engine behind those sessions.
-- ``write_transaction(session)``: call first in a unit of work that writes; on SQLite it
-  takes the write lock at BEGIN (``BEGIN IMMEDIATE``) so that concurrent writers wait on
-  the busy timeout instead of failing on a stale read snapshot.
+- ``database_errors(url)``: context manager for commands; a locked or unreachable
+  database becomes a one-line MaxbenchError instead of a traceback.
+- ``with write_transaction(session): ...; session.commit()``: a unit of work that writes.
+  On SQLite it queues writers (WriteGate) and takes the write lock at BEGIN
+  (``BEGIN IMMEDIATE``), so concurrent writers wait their turn instead of failing on a
+  stale read snapshot or sleeping in SQLite's busy handler.
 
 Durability: a rating is acknowledged only after ``commit()`` returns. SQLite runs in WAL
 mode with ``synchronous=FULL``: the WAL is fsynced at every commit, so an acknowledged
@@ -21,9 +24,12 @@ loss; set ``MAXBENCH_SQLITE_SYNCHRONOUS=NORMAL`` only if that trade is acceptabl
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import threading
+import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from sqlalchemy import create_engine, event, inspect
@@ -39,6 +45,7 @@ from .models import Base
 DEFAULT_BUSY_TIMEOUT_MS = 5000
 _SYNCHRONOUS_MODES = {"FULL", "NORMAL", "EXTRA"}
 _engines: dict[tuple, Engine] = {}
+_gates: dict[Engine, "WriteGate"] = {}  # SQLite files only
 _engines_lock = threading.Lock()
 
 
@@ -116,6 +123,8 @@ def engine_for(url: str | None = None, create: bool = False,
             _create_schema(engine)
         else:
             _check_schema(engine, url)
+        if sqlite_file is not None:
+            _gates[engine] = WriteGate(engine, sqlite_file, busy_timeout_ms / 1000)
         _engines[key] = engine
         return engine
 
@@ -145,19 +154,135 @@ def session_for(url: str | None = None, create: bool = False) -> Session:
     return sessionmaker(bind=engine_for(url, create=create), expire_on_commit=False)()
 
 
-def write_transaction(session: Session) -> None:
-    """Start a transaction that holds the write lock (SQLite) before it reads anything.
+class DatabaseBusy(MaxbenchError):
+    """Another writer held the database for longer than the busy timeout."""
+
+
+class DatabaseGone(MaxbenchError):
+    """The SQLite file was deleted or moved while the app had it open."""
+
+
+class WriteGate:
+    """Queues one SQLite database's writers before they ask SQLite for its write lock.
+
+    A writer that finds SQLite's lock taken polls it with growing sleeps (up to 100 ms
+    each), which under concurrent submits made the slowest submits slow while the lock
+    was mostly free. Writers in one process queue on a threading lock; writers in other
+    worker processes on an flock of ``<database>-writelock``, polled every 1-2 ms.
+    Either wait ends in DatabaseBusy after the busy timeout, like SQLite's own.
+
+    Holding the gate, a writer also checks that the database file is still the one it
+    opened: open connections would go on writing into a deleted file, and ratings
+    acknowledged there would vanish at the next start. A missing file is DatabaseGone
+    (nothing is acknowledged); a file put back (restored) is reopened.
+    """
+
+    def __init__(self, engine: Engine, db_path: Path, timeout_s: float):
+        self.engine = engine
+        self.db_path = db_path
+        self.lock_path = Path(f"{db_path}-writelock")
+        self.timeout_s = timeout_s
+        self._identity = self._file_identity()
+        self._thread_lock = threading.Lock()
+        self._fd: int | None = None
+        self._fd_pid: int | None = None
+
+    def _fd_for_this_process(self) -> int:
+        # An flock belongs to an open file description: a forked worker needs its own.
+        if self._fd is None or self._fd_pid != os.getpid():
+            self._fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            self._fd_pid = os.getpid()
+        return self._fd
+
+    def _file_identity(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.db_path)
+        except FileNotFoundError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def _check_file(self) -> None:
+        identity = self._file_identity()
+        if identity is None:
+            raise DatabaseGone(f"the rating database {self.db_path} is gone: restore it (or the right "
+                               "MAXBENCH_DB_URL) and restart; nothing more was stored")
+        if identity != self._identity:
+            self.engine.dispose()  # connections into the old file are closed, new ones open this one
+            self._identity = identity
+
+    def _busy(self) -> DatabaseBusy:
+        return DatabaseBusy(f"the rating database is busy (another writer held it for over "
+                            f"{self.timeout_s:g} s): try again")
+
+    @contextmanager
+    def held(self):
+        deadline = time.monotonic() + self.timeout_s
+        if not self._thread_lock.acquire(timeout=self.timeout_s):
+            raise self._busy()
+        try:
+            fd = self._fd_for_this_process()
+            pause = 0.0005
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise self._busy() from None
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.002)
+            try:
+                self._check_file()
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            self._thread_lock.release()
+
+
+def _gate_for(engine: Engine):
+    gate = _gates.get(engine)
+    return gate.held() if gate is not None else nullcontext()
+
+
+@contextmanager
+def write_transaction(session: Session):
+    """A transaction that holds the write lock (SQLite) from BEGIN; commit inside the block.
+
+    ::
+
+        with write_transaction(session):
+            session.execute(update(...))
+            session.commit()   # the write is acknowledged only after this returns
 
     A read transaction already open is ended first, because SQLite cannot upgrade a WAL
     read snapshot that another writer has moved past. Objects read before stay loaded
     (expire_on_commit=False) and may be stale: decisions that race with other writers
-    must be taken by SQL inside the new transaction (conditional UPDATEs, re-selects).
+    are taken by SQL inside the block (conditional UPDATEs, re-selects). Whatever is not
+    committed when the block ends is rolled back.
     """
     if session.new or session.dirty or session.deleted:
         raise RuntimeError("write_transaction() must come before any change to the session")
     if session.in_transaction():
         session.commit()  # nothing pending: only ends the read snapshot
-    session.connection(execution_options={"sqlite_immediate": True})
+    with _gate_for(session.get_bind()):
+        session.connection(execution_options={"sqlite_immediate": True})
+        try:
+            yield session
+        finally:
+            if session.in_transaction():
+                session.rollback()
+
+
+@contextmanager
+def database_errors(url: str | None = None):
+    """For commands: a locked or unreachable database becomes a one-line MaxbenchError."""
+    try:
+        yield
+    except OperationalError as exc:
+        shown = database_url(url).split("@")[-1]
+        raise MaxbenchError(f"database {shown} is locked or unreachable ({exc.orig}): retry when the "
+                            "program holding it is done, or check the URL; nothing was changed") from None
 
 
 def dispose_engines() -> None:
@@ -166,3 +291,4 @@ def dispose_engines() -> None:
         for engine in _engines.values():
             engine.dispose()
         _engines.clear()
+        _gates.clear()

@@ -145,41 +145,13 @@ def create_study(session: Session, run_dir: str | Path, rubric: Rubric, *,
                                     f"than --items-per-system {items_per_system}: ask for fewer")
             per_system_prompts[s] = rng.sample(prompts_of[s], items_per_system)
 
-    write_transaction(session)
-    slug = f"{rubric.name}-{datetime.now(timezone.utc):%Y%m%d}-{secrets.token_hex(3)}"
-    while session.scalar(select(Study.id).where(Study.slug == slug)) is not None:
-        slug = f"{rubric.name}-{datetime.now(timezone.utc):%Y%m%d}-{secrets.token_hex(3)}"
-    admin_token = "adm-" + secrets.token_urlsafe(24)
-    study = Study(slug=slug, title=title or rubric.title, rubric=rubric.to_json(),
-                  consent_text=consent_text or DEFAULT_CONSENT, admin_token_hash=hash_token(admin_token),
-                  run_dir=str(run_dir.resolve()), run_id=_run_id(run_dir),
-                  design={}, attention_rate=attention_rate, attention_fail_limit=attention_fail_limit,
-                  completion_code=completion_code)
-    session.add(study)
-    session.flush()
-
-    # Opaque codes: random hex for systems; items numbered in a shuffled prompt order, so
-    # neither says which system or which prompt of the run it is.
-    system_rows = {}
-    for s in systems:
-        system_rows[s] = StudySystem(study_id=study.id, name=s, code="sys-" + secrets.token_hex(3))
-        session.add(system_rows[s])
+    # Everything random is decided before the database is touched, from the one seed.
     all_prompts = sorted({p for ps in per_system_prompts.values() for p in ps})
     rng.shuffle(all_prompts)
+    # Opaque item codes: numbered in a shuffled prompt order, so they say nothing of the run.
     prompt_code = {p: f"item-{i + 1:03d}" for i, p in enumerate(all_prompts)}
-    session.flush()
-
-    texts: list[Item] = []
-    index_of: dict[tuple[str, str], int] = {}
-    for s in systems:
-        for p in sorted(per_system_prompts[s]):
-            rec = chosen[(s, p)]
-            index_of[(s, p)] = len(texts)
-            texts.append(Item(study_id=study.id, code=prompt_code[p], system_id=system_rows[s].id,
-                              prompt_id=p, sample=int(rec["sample"]), prompt=rec["prompt"], text=rec["text"]))
-    session.add_all(texts)
-    session.flush()
-
+    texts: list[tuple[str, str]] = [(s, p) for s in systems for p in sorted(per_system_prompts[s])]
+    index_of = {key: i for i, key in enumerate(texts)}
     if paired:
         prompt_list = sorted(per_system_prompts[systems[0]])
         grid = paired_sequence(len(prompt_list), len(systems), rng)
@@ -189,30 +161,54 @@ def create_study(session: Session, run_dir: str | Path, rubric: Rubric, *,
             [[index_of[(s, p)] for p in sorted(per_system_prompts[s])] for s in systems], rng)
     design = build_design(sequence, len(texts), raters_per_item, annotators, seed,
                           attention_rate, rubric.values)
-    study.design = {"paired": paired, "systems": systems, "items_per_system": items_per_system,
-                    "raters_per_item": raters_per_item, "annotators": annotators, "seed": seed,
-                    "attention_rate": attention_rate, "attention_fail_limit": attention_fail_limit,
-                    "n_texts": len(texts)}
+    design_record = {"paired": paired, "systems": systems, "items_per_system": items_per_system,
+                     "raters_per_item": raters_per_item, "annotators": annotators, "seed": seed,
+                     "attention_rate": attention_rate, "attention_fail_limit": attention_fail_limit,
+                     "n_texts": len(texts)}
 
-    tokens: list[tuple[str, str]] = []
-    width = max(2, len(str(annotators)))
-    for a, pages in enumerate(design.pages):
-        token = secrets.token_urlsafe(18)
-        label = f"a{a + 1:0{width}d}"
-        annotator = Annotator(study_id=study.id, label=label, token_hash=hash_token(token))
-        session.add(annotator)
+    with write_transaction(session):
+        slug = f"{rubric.name}-{datetime.now(timezone.utc):%Y%m%d}-{secrets.token_hex(3)}"
+        while session.scalar(select(Study.id).where(Study.slug == slug)) is not None:
+            slug = f"{rubric.name}-{datetime.now(timezone.utc):%Y%m%d}-{secrets.token_hex(3)}"
+        admin_token = "adm-" + secrets.token_urlsafe(24)
+        study = Study(slug=slug, title=title or rubric.title, rubric=rubric.to_json(),
+                      consent_text=consent_text or DEFAULT_CONSENT, admin_token_hash=hash_token(admin_token),
+                      run_dir=str(run_dir.resolve()), run_id=_run_id(run_dir), design=design_record,
+                      attention_rate=attention_rate, attention_fail_limit=attention_fail_limit,
+                      completion_code=completion_code)
+        session.add(study)
         session.flush()
-        for position, page in enumerate(pages, 1):
-            attention = None
-            if page.text_index is None:
-                attention = {"prompt": ATTENTION_PROMPT, "expected": page.attention_value,
-                             "text": attention_text(page.attention_value,
-                                                    rubric.scale_labels.get(page.attention_value))}
-            session.add(Assignment(public_id=secrets.token_urlsafe(12), annotator_id=annotator.id,
-                                   item_id=None if page.text_index is None else texts[page.text_index].id,
-                                   position=position, attention=attention))
-        tokens.append((label, token))
-    session.commit()
+        system_rows = {s: StudySystem(study_id=study.id, name=s, code="sys-" + secrets.token_hex(3))
+                       for s in systems}
+        session.add_all(system_rows.values())
+        session.flush()
+        items = []
+        for s, p in texts:
+            rec = chosen[(s, p)]
+            items.append(Item(study_id=study.id, code=prompt_code[p], system_id=system_rows[s].id,
+                              prompt_id=p, sample=int(rec["sample"]), prompt=rec["prompt"], text=rec["text"]))
+        session.add_all(items)
+        session.flush()
+
+        tokens: list[tuple[str, str]] = []
+        width = max(2, len(str(annotators)))
+        for a, pages in enumerate(design.pages):
+            token = secrets.token_urlsafe(18)
+            label = f"a{a + 1:0{width}d}"
+            annotator = Annotator(study_id=study.id, label=label, token_hash=hash_token(token))
+            session.add(annotator)
+            session.flush()
+            for position, page in enumerate(pages, 1):
+                attention = None
+                if page.text_index is None:
+                    attention = {"prompt": ATTENTION_PROMPT, "expected": page.attention_value,
+                                 "text": attention_text(page.attention_value,
+                                                        rubric.scale_labels.get(page.attention_value))}
+                session.add(Assignment(public_id=secrets.token_urlsafe(12), annotator_id=annotator.id,
+                                       item_id=None if page.text_index is None else items[page.text_index].id,
+                                       position=position, attention=attention))
+            tokens.append((label, token))
+        session.commit()
     return CreatedStudy(slug=slug, admin_token=admin_token, annotator_tokens=tokens,
                         n_items=len(texts), n_pages=[len(p) for p in design.pages])
 

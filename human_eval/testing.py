@@ -115,7 +115,8 @@ class Ack:
     position: int
     values: dict[str, int]
     attention: bool
-    latency_s: float
+    latency_s: float  # the POST that stored it
+    page_latency_s: float = 0.0  # the GET that showed the page
 
 
 @dataclass
@@ -191,7 +192,9 @@ class ScriptedAnnotator:
 
     def rate_page(self, path: str, choose, think_s: float = 0.0) -> str | None:
         """Rate the page at ``path``; returns the next page path (None when finished)."""
+        t0 = time.perf_counter()
         status, location, text = self.request("GET", path)
+        page_latency = time.perf_counter() - t0
         if status == 303:
             return location if location.startswith("/item/") else None
         if status != 200:
@@ -213,7 +216,7 @@ class ScriptedAnnotator:
             raise ProtocolError(f"POST {path} answered {status}")
         public_id = path.rsplit("/", 1)[1]
         self.acks.append(Ack(public_id, position, {f[2:]: v for f, v in values.items()},
-                             bool(attention), latency))
+                             bool(attention), latency, page_latency))
         return location if location.startswith("/item/") else None
 
 

@@ -319,3 +319,40 @@ def test_cookie_settings(study, monkeypatch):
     r = secure_app.test_client().get(path_of(created.links("http://x")[0][1]),
                                      base_url="https://rate.example.org")
     assert "Secure" in r.headers["Set-Cookie"]
+
+
+def test_database_moved_away_answers_503_then_recovers(tmp_path):
+    url, created, _ = make_study(tmp_path, raters_per_item=1, annotators=1, attention_rate=0)
+    app = create_app({"DB_URL": url, "SECRET_KEY": "t"})
+    client = app.test_client()
+    path = enter(client, created)
+    path = client.post(path, data=form_for(client.get(path).text)).location
+    page = client.get(path)
+    db_file = tmp_path / "ratings.sqlite3"
+    db_file.rename(tmp_path / "elsewhere.sqlite3")
+    try:
+        r = client.post(path, data=form_for(page.text))
+        assert r.status_code == 503 and "busy or unavailable" in r.text and "Traceback" not in r.text
+    finally:
+        (tmp_path / "elsewhere.sqlite3").rename(db_file)
+    r = client.post(path, data=form_for(page.text))
+    assert r.status_code == 303
+    dispose_engines()
+    assert n_ratings(url) == 2 * len(CRITERIA)  # nothing went into a vanished file
+
+
+def test_commands_on_a_locked_database_exit_2(cli, tmp_path, monkeypatch):
+    url, created, _ = make_study(tmp_path, raters_per_item=1, annotators=1)
+    dispose_engines()
+    monkeypatch.setenv("MAXBENCH_DB_BUSY_TIMEOUT_MS", "100")
+    holder = sqlite3.connect(str(tmp_path / "ratings.sqlite3"), isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        rc, out, err = cli("study", "close", created.slug, "--db", url)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert rc == 2 and "locked" in err and "Traceback" not in err
+    rc, out, err = cli("study", "close", created.slug, "--db", url)
+    assert rc == 0
+    dispose_engines()

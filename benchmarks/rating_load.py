@@ -1,0 +1,138 @@
+"""Load benchmark of the rating app: concurrent annotators against the real server with SQLite.
+
+Starts ``maxbench serve`` (gunicorn) on 127.0.0.1 over a fresh SQLite database, creates a
+study whose design gives every annotator the same number of pages, and runs one thread per
+annotator: open the link, consent, pass the check, then for each page GET it, "read" for
+a random think time, and POST the ratings. Requests are bounded: each annotator makes
+exactly (pages + 6) requests. It prints the submit (POST) latency percentiles, the page
+(GET) latency, and the number of acknowledged ratings missing from the database afterwards
+("lost"), which must be 0. Target: submit p99 <= 100 ms.
+
+The clients run on the same machine as the server and take CPU from it; the numbers are an
+upper bound on what the server alone would show. Nothing leaves 127.0.0.1.
+
+    .venv/bin/python benchmarks/rating_load.py                 # 50 annotators x 20 pages
+    .venv/bin/python benchmarks/rating_load.py --think-ms 0    # closed loop: a stress test
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sqlalchemy import select  # noqa: E402
+
+from human_eval.db import dispose_engines, session_for  # noqa: E402
+from human_eval.models import Assignment  # noqa: E402
+from human_eval.rubrics import load_rubric  # noqa: E402
+from human_eval.testing import ScriptedAnnotator, make_study, start_server  # noqa: E402
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = min(len(ordered) - 1, max(0, int(round(q / 100 * len(ordered) + 0.5)) - 1))  # nearest rank
+    return ordered[k]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--annotators", type=int, default=50)
+    parser.add_argument("--pages", type=int, default=20, help="rated texts per annotator (default 20)")
+    parser.add_argument("--think-ms", type=float, default=1000,
+                        help="mean reading time per page, uniform in [0.5, 1.5] x mean (default 1000; "
+                             "real annotators take 10-60 s, so this is ~20x denser than a real study)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL",
+                        help="SQLite synchronous mode of the server (default FULL)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    rubric = load_rubric("graphmax")
+    raters = 2
+    # texts x raters = annotators x pages, with 2 systems in a paired design
+    n_prompts = max(1, args.annotators * args.pages // (2 * raters))
+    with tempfile.TemporaryDirectory(prefix="rating-load-") as tmp:
+        tmp_path = Path(tmp)
+        url, created, _ = make_study(tmp_path, rubric="graphmax", n_prompts=n_prompts,
+                                     items_per_system=n_prompts, raters_per_item=raters,
+                                     annotators=args.annotators, attention_rate=0.0, seed=args.seed)
+        env = {"MAXBENCH_HOME": str(tmp_path / "home"), "MAXBENCH_SECRET_KEY": "load",
+               "MAXBENCH_SQLITE_SYNCHRONOUS": args.synchronous}
+        server = start_server(url, workers=args.workers, threads=args.threads, env=env,
+                              log_path=tmp_path / "server.log")
+        answer = rubric.comprehension_check().answer
+        annotators = [ScriptedAnnotator(server.base_url, link, answer, timeout=60)
+                      for _, link in created.links(server.base_url)]
+        errors: list[str] = []
+        rng = random.Random(args.seed)
+        think = [[rng.uniform(0.5, 1.5) * args.think_ms / 1000 for _ in range(args.pages + 1)]
+                 for _ in annotators]
+        start_delay = [rng.uniform(0, max(args.think_ms, 200) / 1000) for _ in annotators]
+
+        def work(i: int, annotator: ScriptedAnnotator) -> None:
+            time.sleep(start_delay[i])  # annotators arrive over a short while, not in lockstep
+            try:
+                path = annotator.start()
+                step = 0
+                while path:
+                    path = annotator.rate_page(path, lambda p, f: 1 + hash((p, f)) % 5, think_s=think[i][step])
+                    step += 1
+            except Exception as exc:  # counted and reported, never hidden
+                errors.append(f"{type(exc).__name__}: {exc}")
+            finally:
+                annotator.close()
+
+        load_before = os.getloadavg()
+        t0 = time.perf_counter()
+        threads = [threading.Thread(target=work, args=(i, a)) for i, a in enumerate(annotators)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t0
+        server.stop()
+
+        acks = [ack for a in annotators for ack in a.acks]
+        dispose_engines()
+        lost = 0
+        with session_for(url) as s:
+            stored = {a.public_id: {r.criterion: r.value for r in a.ratings}
+                      for a in s.scalars(select(Assignment).where(Assignment.completed_at.is_not(None)))}
+        for ack in acks:
+            if stored.get(ack.public_id) != ack.values:
+                lost += 1
+        dispose_engines()
+
+    submit_ms = [a.latency_s * 1000 for a in acks]
+    page_ms = [a.page_latency_s * 1000 for a in acks]
+    print(f"rating_load: {args.annotators} concurrent annotators x {args.pages} pages on 127.0.0.1, "
+          f"gunicorn {args.workers} workers x {args.threads} threads, SQLite WAL synchronous={args.synchronous}, "
+          f"think time {args.think_ms:.0f} ms mean")
+    print(f"machine: {os.cpu_count()} CPUs, load average before {load_before[0]:.2f}; clients share the CPUs")
+    print(f"submits acknowledged: {len(acks)} of {args.annotators * args.pages} in {wall:.1f} s "
+          f"({len(acks) / wall:.1f} submits/s); client errors: {len(errors)}")
+    print(f"submit latency ms: p50 {percentile(submit_ms, 50):.1f}  p90 {percentile(submit_ms, 90):.1f}  "
+          f"p99 {percentile(submit_ms, 99):.1f}  max {max(submit_ms, default=float('nan')):.1f}")
+    print(f"page latency ms:   p50 {percentile(page_ms, 50):.1f}  p90 {percentile(page_ms, 90):.1f}  "
+          f"p99 {percentile(page_ms, 99):.1f}  mean {statistics.fmean(page_ms) if page_ms else float('nan'):.1f}")
+    print(f"lost ratings (acknowledged but not stored): {lost}")
+    print(f"target p99 <= 100 ms: {'met' if percentile(submit_ms, 99) <= 100 else 'NOT met'}; "
+          f"0 lost: {'met' if lost == 0 else 'NOT met'}")
+    for e in errors[:5]:
+        print("  error:", e)
+    return 0 if lost == 0 and not errors else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

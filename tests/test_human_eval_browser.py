@@ -1,0 +1,98 @@
+"""Headless Chromium (Debian's, driven by Playwright) against the real server: an annotator
+opens the link, consents, passes the check, rates every page, leaves, resumes and finishes.
+A screenshot of the rating page is saved as test-artifacts/rating_page.png.
+
+Chromium comes from scripts/browser_setup.sh (apt-get install chromium)."""
+import os
+import re
+
+import pytest
+from sqlalchemy import func, select
+
+from human_eval.db import dispose_engines, session_for
+from human_eval.models import Assignment
+from human_eval.rubrics import load_rubric
+from human_eval.testing import make_study, start_server
+
+CHROMIUM = "/usr/bin/chromium"
+LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+               "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not os.path.exists(CHROMIUM),
+                       reason=f"{CHROMIUM} is absent: run scripts/browser_setup.sh (apt-get install chromium)"),
+]
+
+
+def rate_current_page(page, rubric):
+    """Click one value per criterion (the instructed one on an attention check) and submit."""
+    text = page.locator("#text").inner_text()
+    instructed = re.search(r"select (\d)", text)
+    for i, criterion in enumerate(rubric.criteria):
+        value = int(instructed.group(1)) if instructed else 1 + (i + len(text)) % 5
+        page.locator(f"input[name='c_{criterion.name}'][value='{value}']").check()
+    page.get_by_role("button", name="Save and continue").click()
+    page.wait_for_load_state("domcontentloaded")
+
+
+def test_annotator_rates_leaves_resumes_in_chromium(tmp_path, artifacts_dir):
+    from playwright.sync_api import sync_playwright
+
+    rubric = load_rubric("graphmax")
+    url, created, _ = make_study(
+        tmp_path, n_prompts=4, items_per_system=3, raters_per_item=1, annotators=1, attention_rate=0.2,
+        completion_code="THANKS-7",
+        prompt_for=lambda i: "We stopped here for lunch on a rainy Sunday and",
+        text_for=lambda s, i: " the place was packed, but we got a table by the window. The staff were "
+                              "friendly and laid back. <b>Great</b> fries & sauce; will be back!")
+    server = start_server(url, workers=1, threads=4, log_path=tmp_path / "server.log",
+                          env={"MAXBENCH_HOME": str(tmp_path / "home")})
+    link = created.links(server.base_url)[0][1]
+    total = created.n_pages[0]
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+            page = browser.new_page(viewport={"width": 1000, "height": 900})
+            page.goto(link)
+            assert page.url.endswith("/welcome")
+            assert page.get_by_text("Worked examples").is_visible()
+            page.get_by_label("I have read the information above").check()
+            page.get_by_role("button", name="Start").click()
+            assert page.url.endswith("/check")
+            check = rubric.comprehension_check()
+            page.get_by_label(check.options[check.answer]).check()
+            page.get_by_role("button", name="Continue").click()
+            assert "/item/" in page.url
+
+            # The rating page as an annotator sees it, saved for the record.
+            assert page.locator("legend").all_inner_texts() == [c.label for c in rubric.criteria]
+            assert "<b>Great</b>" in page.locator("#text").inner_text()  # shown as text, not markup
+            page.screenshot(path=str(artifacts_dir / "rating_page.png"), full_page=True)
+
+            half = total // 2
+            for done in range(half):
+                assert page.locator(".progress-text").inner_text() == f"Page {done + 1} of {total}"
+                rate_current_page(page, rubric)
+            page.get_by_role("link", name="Leave and continue later").click()
+            assert page.get_by_text("Your ratings are saved").is_visible()
+            browser.close()
+
+            # Later, in a fresh browser: the same link resumes at the first unrated page.
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+            page = browser.new_page()
+            page.goto(link)
+            assert page.locator(".progress-text").inner_text() == f"Page {half + 1} of {total}"
+            for _ in range(half, total):
+                rate_current_page(page, rubric)
+            assert page.url.endswith("/finish")
+            assert page.locator(".completion-code").inner_text() == "THANKS-7"
+            browser.close()
+    finally:
+        server.stop()
+    assert (artifacts_dir / "rating_page.png").stat().st_size > 10_000
+    dispose_engines()
+    with session_for(url) as s:
+        done = s.scalar(select(func.count(Assignment.id)).where(Assignment.completed_at.is_not(None)))
+        positions = s.scalars(select(Assignment.position).order_by(Assignment.completed_at)).all()
+    assert done == total and positions == list(range(1, total + 1))
