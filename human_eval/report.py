@@ -472,11 +472,12 @@ def _markdown_table(t: Table) -> list[str]:
 
 def render_html(sections: Sequence[Section], title: str) -> str:
     import jinja2
+    import markupsafe
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATE.parent)), autoescape=True,
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     template = env.get_template(TEMPLATE.name)
     return template.render(title=title, sections=sections,
-                           markup=lambda p: jinja2.utils.markupsafe.Markup(p.html()),
+                           markup=lambda p: markupsafe.Markup(p.html()),  # Para.html() escaped the data
                            image=lambda f: "data:image/png;base64," + base64.b64encode(f.png).decode("ascii"))
 
 

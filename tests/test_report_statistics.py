@@ -327,3 +327,15 @@ def test_annotator_drift_offset_and_check_failures(paired):
     own = df[df.annotator == "a01"].set_index(["criterion", "item", "system"])["value"]
     a01 = next(a for a in result.annotators if a.annotator == "a01")
     assert a01.offset == pytest.approx((own - others.loc[own.index]).mean())
+
+
+def test_alpha_without_variation_is_undefined_and_said():
+    records = [dict(study="s", item=f"p{i}", system="S", annotator=a, criterion="q", value=3)
+               for i in range(4) for a in ("x", "y")]
+    from human_eval.analysis import Scale
+    result = agreement("q", ratings_from_records(records, "flat").rows, Scale(1, 5, tuple(FIVE), "test"),
+                       n_boot=200, seed=0)
+    assert result.ordinal is None and "no variation" in result.undefined_reason
+    with pytest.warns(RuntimeWarning):  # the package itself divides 0 by 0 here
+        assert math.isnan(krippendorff.alpha(reliability_data=[[3, 3, 3, 3], [3, 3, 3, 3]],
+                                             level_of_measurement="ordinal", value_domain=FIVE))
