@@ -100,7 +100,9 @@ def engine_for(url: str | None = None, create: bool = False,
         engine = _engines.get(key)
         if engine is not None:
             if create:
-                _create_schema(engine)
+                gate = _gates.get(engine)
+                with gate.held(check_file=False) if gate else nullcontext():
+                    _create_schema(engine)
             return engine
         try:
             sqlite_file = _sqlite_file(url)
@@ -119,19 +121,27 @@ def engine_for(url: str | None = None, create: bool = False,
             raise MaxbenchError(f"cannot open database {url!r}: {exc}") from None
         if engine.dialect.name == "sqlite":
             _configure_sqlite(engine, busy_timeout_ms, synchronous)
+        gate = WriteGate(engine, sqlite_file, busy_timeout_ms / 1000) if sqlite_file is not None else None
         if create:
-            _create_schema(engine)
+            # Several worker processes may start on a new database at once: one creates the
+            # tables, holding the gate and SQLite's write lock; the others then find them.
+            with gate.held(check_file=False) if gate else nullcontext():
+                _create_schema(engine)
+            if gate:
+                gate.reset_identity()
         else:
             _check_schema(engine, url)
-        if sqlite_file is not None:
-            _gates[engine] = WriteGate(engine, sqlite_file, busy_timeout_ms / 1000)
+        if gate is not None:
+            _gates[engine] = gate
         _engines[key] = engine
         return engine
 
 
 def _create_schema(engine: Engine) -> None:
     try:
-        Base.metadata.create_all(engine)
+        with engine.connect().execution_options(sqlite_immediate=True) as conn:
+            Base.metadata.create_all(conn)
+            conn.commit()
     except OperationalError as exc:
         raise MaxbenchError(f"cannot create the rating tables ({exc.orig}): check that the database "
                             "is reachable, writable and not locked by another program") from None
@@ -194,6 +204,9 @@ class WriteGate:
             self._fd_pid = os.getpid()
         return self._fd
 
+    def reset_identity(self) -> None:
+        self._identity = self._file_identity()
+
     def _file_identity(self) -> tuple[int, int] | None:
         try:
             st = os.stat(self.db_path)
@@ -215,7 +228,7 @@ class WriteGate:
                             f"{self.timeout_s:g} s): try again")
 
     @contextmanager
-    def held(self):
+    def held(self, check_file: bool = True):
         deadline = time.monotonic() + self.timeout_s
         if not self._thread_lock.acquire(timeout=self.timeout_s):
             raise self._busy()
@@ -232,7 +245,8 @@ class WriteGate:
                     time.sleep(pause)
                     pause = min(pause * 2, 0.002)
             try:
-                self._check_file()
+                if check_file:
+                    self._check_file()
                 yield
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)

@@ -1,0 +1,86 @@
+"""Opening the ratings database: concurrent first starts, missing files, the write gate."""
+import multiprocessing
+import threading
+
+import pytest
+from sqlalchemy import func, select, update
+
+from human_eval.db import DatabaseBusy, WriteGate, dispose_engines, engine_for, session_for, write_transaction
+from human_eval.models import Study
+from systems.errors import MaxbenchError
+
+
+def _open_new_database(url, barrier, results):
+    barrier.wait()
+    try:
+        with session_for(url, create=True) as s:
+            results.put(s.scalar(select(func.count(Study.id))))
+    except Exception as exc:  # reported to the parent, which fails the test
+        results.put(repr(exc))
+
+
+def test_workers_starting_together_on_a_new_database(tmp_path):
+    """gunicorn workers each run create_app(): the first creates the tables, none fails."""
+    url = f"sqlite:///{tmp_path / 'new' / 'ratings.sqlite3'}"
+    ctx = multiprocessing.get_context("fork")
+    barrier, results = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_open_new_database, args=(url, barrier, results)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+    assert sorted(results.get(timeout=5) for _ in procs) == [0, 0, 0, 0]
+    dispose_engines()
+
+
+def test_readers_never_create_a_database(tmp_path):
+    with pytest.raises(MaxbenchError, match="no rating database"):
+        session_for(f"sqlite:///{tmp_path / 'none.sqlite3'}")
+    assert not (tmp_path / "none.sqlite3").exists()
+    empty = tmp_path / "empty.sqlite3"
+    empty.write_bytes(b"")
+    with pytest.raises(MaxbenchError, match="no rating tables"):
+        session_for(f"sqlite:///{empty}")
+    with pytest.raises(MaxbenchError, match="not a valid SQLAlchemy URL"):
+        session_for("not a url")
+
+
+def test_sqlite_runs_wal_with_full_sync(tmp_path):
+    url = f"sqlite:///{tmp_path / 'r.sqlite3'}"
+    engine = engine_for(url, create=True)
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # FULL
+        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+    dispose_engines()
+
+
+def test_write_gate_serialises_writers_and_times_out(tmp_path):
+    url = f"sqlite:///{tmp_path / 'r.sqlite3'}"
+    engine_for(url, create=True)
+    with session_for(url) as s:
+        s.add(Study(slug="s", title="t", rubric={}, consent_text="c", admin_token_hash="h", run_dir="/r",
+                    run_id="r", design={}))
+        s.commit()
+    # Read-modify-write from many threads: with BEGIN IMMEDIATE under the gate, none is lost.
+    def bump():
+        with session_for(url) as s:
+            for _ in range(10):
+                with write_transaction(s):
+                    title = s.scalar(select(Study.title))
+                    s.execute(update(Study).values(title=title + "x"))
+                    s.commit()
+    threads = [threading.Thread(target=bump) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    with session_for(url) as s:
+        assert s.scalar(select(Study.title)) == "t" + "x" * 60
+    gate = WriteGate(engine_for(url), tmp_path / "r.sqlite3", timeout_s=0.1)
+    with gate.held():
+        other = WriteGate(engine_for(url), tmp_path / "r.sqlite3", timeout_s=0.1)  # another "process"
+        with pytest.raises(DatabaseBusy, match="busy"):
+            with other.held():
+                pass
+    dispose_engines()
