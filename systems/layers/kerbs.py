@@ -429,7 +429,7 @@ def to_train_data(part, weight: torch.Tensor, active: torch.Tensor, chunk: int =
     tail[active] = False
     w_tail = weight[tail.to(dev)]
     hidden = torch.from_numpy(np.array(part.hidden))  # a private, writable copy in memory
-    target = torch.from_numpy(np.asarray(part.target)).long()
+    target = torch.from_numpy(np.array(part.target)).long()
     n = len(target)
     tail_lse = torch.empty(n)
     tgt_logit = torch.empty(n)
@@ -447,10 +447,10 @@ def test_logprobs(part, weight: torch.Tensor, head: KerBSHead | None, chunk: int
     """log P(target) of every position of a cached part under the head (softmax when None)."""
     dev = weight.device
     hidden = np.asarray(part.hidden)
-    target = torch.from_numpy(np.asarray(part.target)).long()
+    target = torch.from_numpy(np.array(part.target)).long()
     out = np.empty(len(target), dtype=np.float64)
     for s in range(0, len(target), chunk):
-        h = torch.from_numpy(hidden[s:s + chunk]).to(dev).float()
+        h = torch.from_numpy(np.array(hidden[s:s + chunk])).to(dev).float()
         logits = h @ weight.T
         scores = logits if head is None else head.word_scores(h, logits)
         lp = torch.log_softmax(scores, dim=-1).gather(1, target[s:s + chunk, None].to(dev))[:, 0]

@@ -227,8 +227,8 @@ def precompute_pair_terms(head: POSGHead, hidden: np.ndarray, targets: np.ndarra
     """log p(target | h, rho) for every position and class: fixed, since the base model is frozen."""
     out = torch.empty((len(targets), len(head.tags)))
     for s in range(0, len(targets), chunk):
-        h = torch.from_numpy(np.asarray(hidden[s:s + chunk])).to(weight.device).float()
-        t = torch.from_numpy(np.asarray(targets[s:s + chunk])).long().to(weight.device)
+        h = torch.from_numpy(np.array(hidden[s:s + chunk])).to(weight.device).float()
+        t = torch.from_numpy(np.array(targets[s:s + chunk])).long().to(weight.device)
         out[s:s + len(t)] = head.pair_terms(h @ weight.T, t).cpu()
     return out
 
