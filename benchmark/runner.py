@@ -128,11 +128,13 @@ class RunPlan:
     batch_size: int = 8
     corpus: str | None = None  # fitting corpus for layers that need one
     registry: str | None = None
+    #: also record each layer's teacher-forced log-probabilities of the references (ref-ppl)
+    reference_ppl: bool = True
 
     def identity(self) -> dict:
         return {"suite": self.suite.describe() | {"path": None}, "systems": [s.name for s in self.systems],
                 "samples": self.samples, "seed": self.seed, "batch_size": self.batch_size, "corpus": self.corpus,
-                "registry": self.registry}
+                "registry": self.registry, "reference_ppl": self.reference_ppl}
 
     def jobs(self, system) -> list[tuple]:
         return [(item, s) for item in self.suite.items for s in range(self.samples)]
@@ -211,7 +213,7 @@ def generate_run(plan: RunPlan, device: str | None = None, threads: int | None =
     from tqdm import tqdm
 
     from benchmark.corpora import load_corpus
-    from systems.decoding import decode
+    from systems.decoding import decode, reference_logprobs
     from systems.layers.base import FitContext
     from systems.models import load_model
 
@@ -246,6 +248,14 @@ def generate_run(plan: RunPlan, device: str | None = None, threads: int | None =
         for batch in todo:
             seeds = [derive_seed(plan.seed, it.id, s) for it, s in batch]
             results = decode(lm, layer, [it.prompt for it, _ in batch], system.decoding, seeds)
+            if plan.reference_ppl:
+                # once per prompt (sample 0): the layer's distribution does not depend on the sample
+                firsts = [i for i, (it, s) in enumerate(batch) if s == 0 and it.reference.strip()]
+                lps = reference_logprobs(lm, layer, [batch[i][0].prompt for i in firsts],
+                                         [batch[i][0].reference for i in firsts])
+                for i, lp in zip(firsts, lps):
+                    results[i] = results[i] | {"reference_logprobs": [None if v is None else round(v, 6) for v in lp],
+                                               "vocab_size": lm.vocab_size}
             rows = []
             for (item, s), seed, res in zip(batch, seeds, results):
                 if (system.name, item.id, s) in done:

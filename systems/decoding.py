@@ -172,3 +172,37 @@ def _round(x: float) -> float | None:
     if math.isnan(x):
         return None
     return round(x, _STAT_DIGITS) if math.isfinite(x) else x
+
+
+@torch.inference_mode()
+def reference_logprobs(lm, layer: OutputLayer, prompts: list[str], references: list[str],
+                       chunk: int = 64) -> list[list[float | None]]:
+    """Teacher-forced natural-log probability that the layer gives each token of each reference
+    (tokenised as ``" " + reference`` after the prompt), None where it is exactly zero.
+
+    This is the layer's own distribution, before any decoding truncation (top-k/top-p would give
+    most reference tokens probability zero), as KerBS reports perplexity. Positions go through
+    ``layer.scores`` in chunks of ``chunk`` rows, so per-row solvers (graphmax) batch them.
+    """
+    tok, model = lm.tokenizer, lm.model
+    out: list[list[float | None]] = []
+    for prompt, ref in zip(prompts, references):
+        if not ref.strip():
+            out.append([])
+            continue
+        p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+        r_ids = tok(" " + ref.strip(), add_special_tokens=False)["input_ids"]
+        ids = torch.tensor([p_ids + r_ids], device=lm.device)
+        res = model(input_ids=ids, output_hidden_states=layer.needs_hidden)
+        start = len(p_ids) - 1
+        logits = res.logits[0, start:-1].float()
+        check_finite(logits)
+        hidden = res.hidden_states[-1][0, start:-1].float() if layer.needs_hidden else None
+        targets = torch.tensor(r_ids, device=lm.device)
+        row: list[float | None] = []
+        for i in range(0, len(r_ids), chunk):
+            scores = layer.scores(logits[i:i + chunk], None if hidden is None else hidden[i:i + chunk])
+            lp = torch.log_softmax(scores.float(), dim=-1).gather(1, targets[i:i + chunk, None])[:, 0]
+            row += [float(v) if math.isfinite(v) else None for v in lp.cpu().tolist()]
+        out.append(row)
+    return out

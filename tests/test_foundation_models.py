@@ -107,3 +107,30 @@ def test_device_choice():
             choose_device("cuda")
     with pytest.raises(MaxbenchError, match="unknown device"):
         choose_device("tpu")
+
+
+def test_reference_logprobs_are_the_layers_teacher_forced_logprobs(tiny):
+    from systems.decoding import reference_logprobs
+
+    prompt, ref = "the soup", "was cold"
+    got = reference_logprobs(tiny, SoftmaxLayer(), [prompt, "x"], [ref, "  "], chunk=3)
+    p_ids = tiny.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    r_ids = tiny.tokenizer(" " + ref, add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        logits = tiny.model(input_ids=torch.tensor([p_ids + r_ids])).logits[0].float()
+    want = torch.log_softmax(logits, -1)[len(p_ids) - 1:-1].gather(1, torch.tensor(r_ids)[:, None])[:, 0]
+    assert got[1] == [] and len(got[0]) == len(r_ids)
+    assert torch.allclose(torch.tensor(got[0]), want, atol=1e-5)
+
+
+def test_reference_logprobs_mark_zero_probability_as_none(tiny):
+    from systems.decoding import reference_logprobs
+
+    class OnlyFirstToken(SoftmaxLayer):
+        def scores(self, logits, hidden):
+            out = torch.full_like(logits, float("-inf"))
+            out[:, 0] = 0.0
+            return out
+
+    got = reference_logprobs(tiny, OnlyFirstToken(), ["abc"], ["de"])
+    assert got == [[None, None, None]]  # " ", "d", "e": none is token 0
