@@ -14,6 +14,7 @@ import time
 from flask import Blueprint, abort, jsonify, redirect, render_template, request, session, url_for
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import joinedload
 
 from .app import error_response, get_db
 from .db import hash_token, write_transaction
@@ -40,7 +41,7 @@ def current_annotator() -> tuple[Annotator, Study]:
     annotator_id = session.get("annotator")
     if annotator_id is None:
         raise Gone(403, "Please open the personal link you were given to start or continue.")
-    annotator = get_db().get(Annotator, annotator_id)
+    annotator = get_db().get(Annotator, annotator_id, options=[joinedload(Annotator.study)])
     # The cookie also carries part of the token's digest: a reissued link ends old sessions.
     if annotator is None or session.get("token") != annotator.token_hash[:16]:
         session.clear()
@@ -122,8 +123,8 @@ def welcome():
 @bp.route("/check", methods=["GET", "POST"])
 def check():
     annotator, study = current_annotator()
-    if annotator.consented_at is None:
-        return redirect(url_for(".welcome"), code=303)
+    if annotator.consented_at is None or (request.method == "GET" and annotator.check_passed_at is not None):
+        return redirect(_next_url(annotator), code=303)
     rubric = Rubric.from_json(study.rubric)
     question = rubric.comprehension_check()
     form = check_form(question.options)

@@ -130,7 +130,9 @@ def _security_headers(response):
         "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["X-Frame-Options"] = "DENY"
-    response.headers["Referrer-Policy"] = "no-referrer"  # the personal link never leaks
+    # Never a Referer to other sites (nothing of a study leaks); same-origin Referers stay,
+    # because Flask-WTF's CSRF check over HTTPS requires them.
+    response.headers["Referrer-Policy"] = "same-origin"
     if not request.path.startswith("/static/"):
         response.headers["Cache-Control"] = "no-store"
     return response

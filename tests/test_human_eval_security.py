@@ -313,12 +313,19 @@ def test_cookie_settings(study, monkeypatch):
     r = app.test_client().get(path_of(created.links("http://x")[0][1]))
     cookie = r.headers["Set-Cookie"]
     assert "HttpOnly" in cookie and "SameSite=Lax" in cookie and "Secure" not in cookie
-    assert r.headers["Referrer-Policy"] == "no-referrer" and r.headers["Cache-Control"] == "no-store"
+    assert r.headers["Referrer-Policy"] == "same-origin" and r.headers["Cache-Control"] == "no-store"
     monkeypatch.setenv("MAXBENCH_SECURE_COOKIES", "1")
     secure_app = create_app({"DB_URL": url, "SECRET_KEY": "test"})
-    r = secure_app.test_client().get(path_of(created.links("http://x")[0][1]),
-                                     base_url="https://rate.example.org")
+    client = secure_app.test_client()
+    base = "https://rate.example.org"
+    r = client.get(path_of(created.links("http://x")[0][1]), base_url=base)
     assert "Secure" in r.headers["Set-Cookie"]
+    # Over HTTPS a form must come from this site: the browser's same-origin Referer passes.
+    page = client.get("/welcome", base_url=base)
+    data = {"csrf_token": csrf_token(page.text), "consent": "y"}
+    assert client.post("/welcome", data=data, base_url=base).status_code == 400
+    r = client.post("/welcome", data=data, base_url=base, headers={"Referer": f"{base}/welcome"})
+    assert r.status_code == 303
 
 
 def test_database_moved_away_answers_503_then_recovers(tmp_path):
