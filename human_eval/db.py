@@ -68,6 +68,16 @@ def _sqlite_file(url: str) -> Path | None:
     return Path(parsed.database)
 
 
+def _with_installed_driver(url: str) -> str:
+    """``postgresql://`` means psycopg 3 to SQLAlchemy 2.1; use psycopg2 when only it is installed."""
+    parsed = make_url(url)
+    if parsed.drivername == "postgresql":
+        import importlib.util
+        if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is not None:
+            return parsed.set(drivername="postgresql+psycopg2").render_as_string(hide_password=False)
+    return url
+
+
 def _configure_sqlite(engine: Engine, busy_timeout_ms: int, synchronous: str) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record):
@@ -116,7 +126,7 @@ def engine_for(url: str | None = None, create: bool = False,
                 raise MaxbenchError(f"no rating database at {sqlite_file}: create a study first "
                                     "(maxbench study create) or point MAXBENCH_DB_URL at the right database")
         try:
-            engine = create_engine(url, pool_pre_ping=sqlite_file is None)
+            engine = create_engine(_with_installed_driver(url), pool_pre_ping=sqlite_file is None)
         except (ArgumentError, ImportError) as exc:
             raise MaxbenchError(f"cannot open database {url!r}: {exc}") from None
         if engine.dialect.name == "sqlite":
