@@ -39,8 +39,20 @@ def test_bootstrap_of_a_corpus_score_reweights_prompts():
     assert score.stats.evaluate(np.array([[2.0, 0.0, 1.0]]))[0] == pytest.approx(4 / 6)
     # q alone: {a} / 2
     assert score.stats.evaluate(np.array([[0.0, 1.0, 0.0]]))[0] == pytest.approx(1 / 2)
+    # type counts are not bootstrapped (a duplicated prompt adds no type, so every resample would
+    # score below the data); the jackknife interval is centred on the value
     ci = bootstrap_ci(score.stats, n_resamples=200, seed=0)
-    assert 0 < ci.low <= ci.high <= 1
+    assert "jackknife" in ci.method
+    assert ci.low < score.value < ci.high and ci.high - score.value == pytest.approx(score.value - ci.low)
+
+
+def test_jackknife_interval_by_hand():
+    # uniq of 'a b' | 'c' | 'c d e' is 5; leaving out one prompt gives 3, 5, 3 (mean 11/3)
+    # se = sqrt(2/3 * ((2/3)^2 + (4/3)^2 + (2/3)^2)) = sqrt(2/3 * 24/9) = 4/3
+    score = get_metric("uniq").compute(TextBatch(["a b", "c", "c d e"], ["p", "q", "r"])).scores["uniq"]
+    ci = bootstrap_ci(score.stats, level=0.95)
+    half = scipy.stats.norm.ppf(0.975) * 4 / 3
+    assert ci.low == pytest.approx(5 - half, abs=1e-12) and ci.high == pytest.approx(5 + half, abs=1e-12)
 
 
 def test_paired_permutation_test_is_exact_for_few_prompts():

@@ -124,7 +124,8 @@ class Distinct(Metric):
             scores.append(mean_score(batch, f"distinct-{n}-per-text", per_text))
             keys, (matrix,) = count_blocks([(batch.prompt_index, counts)], n_prompts)
             stats = PromptStats(tuple(batch.prompt_order), (matrix,),
-                                lambda agg: (agg[0] > 0).sum(axis=1) / agg[0].sum(axis=1), (keys,))
+                                lambda agg: (agg[0] > 0).sum(axis=1) / agg[0].sum(axis=1), (keys,),
+                                bootstrap_ok=False)
             scores.append(Score(f"distinct-{n}-corpus", finite_or_none(stats.value()), stats))
         return self.result(scores)
 
@@ -141,6 +142,6 @@ class Uniq(Metric):
         keys, (matrix,) = count_blocks([(batch.prompt_index, hashed_counts(batch.tokens, 1))],
                                        len(batch.prompt_order))
         stats = PromptStats(tuple(batch.prompt_order), (matrix,),
-                            lambda agg: (agg[0] > 0).sum(axis=1).astype(np.float64), (keys,))
+                            lambda agg: (agg[0] > 0).sum(axis=1).astype(np.float64), (keys,), bootstrap_ok=False)
         return self.result([Score("uniq", stats.value(), stats)])
 

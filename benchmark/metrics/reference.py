@@ -150,6 +150,7 @@ class BERTScore(Metric):
 
     def __init__(self, batch_size: int = 32):
         self.batch_size = batch_size
+        self._scorer = None  # loaded once, reused for every system of a run
 
     @property
     def signature(self) -> str:
@@ -178,8 +179,10 @@ class BERTScore(Metric):
         r = np.zeros(len(batch.texts))
         f = np.zeros(len(batch.texts))
         if scorable:
-            scorer = BERTScorer(model_type=str(model_dir), num_layers=6, lang="en", batch_size=self.batch_size)
-            got = scorer.score([batch.texts[i] for i in scorable], [refs[i] for i in scorable])
+            if self._scorer is None:
+                self._scorer = BERTScorer(model_type=str(model_dir), num_layers=6, lang="en",
+                                          batch_size=self.batch_size)
+            got = self._scorer.score([batch.texts[i] for i in scorable], [refs[i] for i in scorable])
             p[scorable], r[scorable], f[scorable] = (x.double().numpy() for x in got)
         return self.result([mean_score(batch, "bertscore-f1", f), mean_score(batch, "bertscore-p", p),
                             mean_score(batch, "bertscore-r", r)])
@@ -216,7 +219,7 @@ class UnigramKL(Metric):
             pf = (f + alpha) / (f.sum(axis=1, keepdims=True) + alpha * v)
             return np.where(present, pf * np.log(pf / pg), 0.0).sum(axis=1)
 
-        stats = PromptStats(tuple(batch.prompt_order), (gen, ref), finalize, (keys, keys))
+        stats = PromptStats(tuple(batch.prompt_order), (gen, ref), finalize, (keys, keys), bootstrap_ok=False)
         return self.result([Score("kld", finite_or_none(stats.value()), stats)])
 
 
@@ -265,6 +268,6 @@ class MSJaccard(Metric):
                 return ms_jaccard_from_counts(agg[0:2 * n:2], agg[1:2 * n:2], sizes_agg[:, 0], sizes_agg[:, 1])
 
             stats = PromptStats(tuple(batch.prompt_order), tuple(blocks[:2 * n]) + (sizes,), finalize,
-                                tuple(keys[:2 * n]) + (None,))
+                                tuple(keys[:2 * n]) + (None,), bootstrap_ok=False)
             scores.append(Score(f"ms-jaccard-{n}", finite_or_none(stats.value()), stats))
         return self.result(scores)

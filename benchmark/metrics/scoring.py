@@ -7,11 +7,11 @@
      "versions": {...},
      "metrics": {<metric>: {"variant", "signature", "higher_is_better", "scores": [<score>...]}},
      "systems": {<system>: {"n_texts", "n_prompts", "n_empty", "notes": {<metric>: str},
-                            "scores": {<score>: {"metric", "value", "ci_low", "ci_high",
+                            "scores": {<score>: {"metric", "value", "ci_low", "ci_high", "ci_method",
                                                  "higher_is_better", "signature",
                                                  "per_prompt": {<prompt_id>: value}}}}},
      "comparisons": {"baseline", "method", "systems": {<system>: {<score>: {"difference",
-                     "ci_low", "ci_high", "p_value", "n_prompts"}}}}}
+                     "ci_low", "ci_high", "ci_method", "p_value", "n_prompts"}}}}}
 
 Undefined numbers (a perplexity of no tokens, an infinite perplexity) are null. Texts are
 grouped by system; references by prompt id; a prompt's samples share its reference.
@@ -29,7 +29,8 @@ from pathlib import Path
 from systems.errors import MaxbenchError
 
 from .base import MetricResult, TextBatch, get_metric, package_version
-from .stats import CI_METHOD, DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED, TEST_METHOD, bootstrap_ci, paired_test
+from .stats import (CI_METHOD, DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED, JACKKNIFE_METHOD, TEST_METHOD,
+                    bootstrap_ci, paired_test)
 
 FORMAT = "maxbench-scores/1"
 
@@ -172,11 +173,11 @@ def _score_entries(results: list[MetricResult], options: ScoringOptions) -> dict
     out = {}
     for res in results:
         for name, score in res.scores.items():
-            entry = {"metric": res.metric, "value": score.value, "ci_low": None, "ci_high": None,
+            entry = {"metric": res.metric, "value": score.value, "ci_low": None, "ci_high": None, "ci_method": None,
                      "higher_is_better": res.higher_is_better, "signature": res.signature}
             if options.n_resamples > 0 and score.value is not None:
                 ci = bootstrap_ci(score.stats, options.n_resamples, options.seed, options.level)
-                entry["ci_low"], entry["ci_high"] = ci.low, ci.high
+                entry["ci_low"], entry["ci_high"], entry["ci_method"] = ci.low, ci.high, ci.method
             entry["per_prompt"] = score.stats.per_prompt()
             out[name] = entry
     return out
@@ -188,7 +189,9 @@ def _metric_table(results: list[MetricResult]) -> dict:
 
 
 def _bootstrap_info(options: ScoringOptions) -> dict:
-    return {"n_resamples": options.n_resamples, "seed": options.seed, "level": options.level, "method": CI_METHOD}
+    return {"n_resamples": options.n_resamples, "seed": options.seed, "level": options.level, "method": CI_METHOD,
+            "method_for_type_counts": JACKKNIFE_METHOD + " (distinct-n-corpus, uniq, kld, ms-jaccard: duplicated "
+                                                         "prompts in a bootstrap resample add no n-gram types)"}
 
 
 def score_versions() -> dict:
@@ -259,7 +262,7 @@ def compare(all_results: dict[str, list[MetricResult]], baseline: str, options: 
                 except ValueError:  # no shared prompt
                     continue
                 rows[name] = {"difference": c.difference, "ci_low": c.ci_low, "ci_high": c.ci_high,
-                              "p_value": c.p_value, "n_prompts": c.n_prompts}
+                              "ci_method": c.ci_method, "p_value": c.p_value, "n_prompts": c.n_prompts}
         out["systems"][system] = rows
     return out
 

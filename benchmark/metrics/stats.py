@@ -24,12 +24,12 @@ DEFAULT_RESAMPLES = 1000
 DEFAULT_SEED = 0
 DEFAULT_LEVEL = 0.95
 CI_METHOD = "percentile bootstrap over prompts (scipy.stats.bootstrap)"
+JACKKNIFE_METHOD = "normal interval, leave-one-prompt-out jackknife standard error"
 TEST_METHOD = ("paired permutation test over prompts, swapping the two systems' outputs per prompt "
-               "(scipy.stats.permutation_test, permutation_type='samples', two-sided); "
-               "interval: paired percentile bootstrap of the difference")
+               "(scipy.stats.permutation_test, permutation_type='samples', two-sided)")
 
 # Dense aggregates of sparse count blocks take resamples x columns floats; keep a batch near this.
-_BATCH_CELLS = 20_000_000
+_BATCH_CELLS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -42,12 +42,19 @@ class PromptStats:
     ``finalize`` compares column by column (generated vs reference counts) share their keys.
     ``finalize`` maps the aggregated blocks, one (R, k) or (R, V) dense array each, to R
     score values.
+
+    ``bootstrap_ok`` is False for scores that count distinct n-grams or compare n-gram
+    distributions (Distinct corpus-level, Uniq, KLD, MS-Jaccard): a resample with a prompt
+    drawn twice holds duplicate texts, which add no new n-gram types, so every resample
+    scores lower than the data and a percentile interval misses the value itself.
+    Their intervals come from the leave-one-prompt-out jackknife instead.
     """
 
     prompt_ids: tuple[str, ...]
     blocks: tuple
     finalize: Callable[[list[np.ndarray]], np.ndarray]
     keys: tuple = ()
+    bootstrap_ok: bool = True
 
     def __post_init__(self):
         if not self.keys:
@@ -89,7 +96,7 @@ class PromptStats:
         where = {pid: i for i, pid in enumerate(self.prompt_ids)}
         rows = np.array([where[p] for p in prompt_ids], dtype=np.int64)
         blocks = tuple(b[rows] for b in self.blocks)
-        return PromptStats(tuple(prompt_ids), blocks, self.finalize, self.keys)
+        return PromptStats(tuple(prompt_ids), blocks, self.finalize, self.keys, self.bootstrap_ok)
 
     def aligned(self, other: PromptStats) -> tuple[PromptStats, PromptStats]:
         """Both statistics with each sparse block re-indexed onto the union of their columns."""
@@ -101,8 +108,8 @@ class PromptStats:
             mine.append(a)
             theirs.append(b)
             keys.append(ka)
-        return (PromptStats(self.prompt_ids, tuple(mine), self.finalize, tuple(keys)),
-                PromptStats(other.prompt_ids, tuple(theirs), other.finalize, tuple(keys)))
+        return (PromptStats(self.prompt_ids, tuple(mine), self.finalize, tuple(keys), self.bootstrap_ok),
+                PromptStats(other.prompt_ids, tuple(theirs), other.finalize, tuple(keys), other.bootstrap_ok))
 
 
 def _reindex(block: sp.csr_matrix, keys: np.ndarray, union: np.ndarray) -> sp.csr_matrix:
@@ -152,6 +159,41 @@ def _batch(stats: PromptStats, n_resamples: int) -> int:
     return max(1, min(n_resamples, _BATCH_CELLS // max(stats.width(), 1)))
 
 
+def _interval(evaluate, n: int, value: float, bootstrap_ok: bool, n_resamples: int, seed: int, level: float,
+              batch: int) -> tuple[float | None, float | None, str]:
+    """(low, high, method) for a statistic given as a function of prompt weights (R, n) -> (R,)."""
+    if n < 2 or not math.isfinite(value):
+        return None, None, "none"
+    if not bootstrap_ok:
+        leave_one_out = np.ones((n, n)) - np.eye(n)
+        vals = np.concatenate([evaluate(leave_one_out[i:i + batch]) for i in range(0, n, batch)])
+        vals = vals[np.isfinite(vals)]
+        if vals.size < 2:
+            return None, None, JACKKNIFE_METHOD
+        se = math.sqrt((vals.size - 1) / vals.size * float(np.sum((vals - vals.mean()) ** 2)))
+        z = float(scipy.stats.norm.ppf(0.5 + level / 2))
+        return value - z * se, value + z * se, JACKKNIFE_METHOD
+
+    def statistic(idx, axis=-1):
+        return evaluate(_weights(idx, n))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # degenerate (constant) scores: the interval is a point
+        res = scipy.stats.bootstrap((np.arange(n),), statistic, n_resamples=n_resamples, vectorized=True,
+                                    method="percentile", confidence_level=level, batch=batch,
+                                    rng=np.random.default_rng(seed))
+    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        # some resamples drew only prompts where the score is undefined (e.g. only empty texts)
+        dist = res.bootstrap_distribution
+        dist = dist[np.isfinite(dist)]
+        alpha = (1 - level) / 2
+        if not dist.size:
+            return None, None, CI_METHOD
+        low, high = float(np.quantile(dist, alpha)), float(np.quantile(dist, 1 - alpha))
+    return low, high, CI_METHOD
+
+
 @dataclass(frozen=True)
 class Interval:
     low: float | None
@@ -159,35 +201,17 @@ class Interval:
     level: float
     n_resamples: int
     seed: int
-    method: str = CI_METHOD
+    method: str
 
 
 def bootstrap_ci(stats: PromptStats, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED,
                  level: float = DEFAULT_LEVEL) -> Interval:
-    """Percentile bootstrap interval of the score, resampling prompts with replacement.
-
-    None where the score is undefined or there are fewer than two prompts.
-    """
-    n = stats.n_prompts
-    if n < 2 or not math.isfinite(stats.value()):
-        return Interval(None, None, level, n_resamples, seed)
-
-    def statistic(idx, axis=-1):
-        return stats.evaluate(_weights(idx, n))
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # degenerate (constant) scores: the interval is a point
-        res = scipy.stats.bootstrap((np.arange(n),), statistic, n_resamples=n_resamples, vectorized=True,
-                                    method="percentile", confidence_level=level,
-                                    batch=_batch(stats, n_resamples), rng=np.random.default_rng(seed))
-    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    if not (math.isfinite(low) and math.isfinite(high)):
-        # a resample drew only prompts where the score is undefined (e.g. all texts empty)
-        dist = res.bootstrap_distribution
-        dist = dist[np.isfinite(dist)]
-        alpha = (1 - level) / 2
-        low, high = (float(np.quantile(dist, alpha)), float(np.quantile(dist, 1 - alpha))) if dist.size else (None, None)
-    return Interval(low, high, level, n_resamples, seed)
+    """Interval of the score over prompts: percentile bootstrap (prompts resampled with
+    replacement), or the jackknife where the score is not ``bootstrap_ok``. None where the
+    score is undefined or there are fewer than two prompts."""
+    low, high, method = _interval(stats.evaluate, stats.n_prompts, stats.value(), stats.bootstrap_ok,
+                                  n_resamples, seed, level, _batch(stats, n_resamples))
+    return Interval(low, high, level, n_resamples, seed, method)
 
 
 @dataclass(frozen=True)
@@ -203,12 +227,13 @@ class PairedComparison:
     seed: int
     level: float
     method: str = TEST_METHOD
+    ci_method: str = CI_METHOD
 
 
 def _stack(a: PromptStats, b: PromptStats) -> PromptStats:
     blocks = tuple(sp.vstack([x, y], format="csr") if sp.issparse(x) else np.vstack([x, y])
                    for x, y in zip(a.blocks, b.blocks))
-    return PromptStats(a.prompt_ids + b.prompt_ids, blocks, a.finalize, a.keys)
+    return PromptStats(a.prompt_ids + b.prompt_ids, blocks, a.finalize, a.keys, a.bootstrap_ok)
 
 
 def paired_test(a: PromptStats, b: PromptStats, n_resamples: int = DEFAULT_RESAMPLES,
@@ -217,8 +242,8 @@ def paired_test(a: PromptStats, b: PromptStats, n_resamples: int = DEFAULT_RESAM
 
     The p-value comes from a paired permutation test (approximate randomisation: under the
     null hypothesis the two systems' outputs for a prompt are exchangeable); it is exact when
-    2^P <= n_resamples. The interval is a paired bootstrap of the difference (the same
-    resampled prompts for both systems).
+    2^P <= n_resamples. The interval of the difference resamples the same prompts for both
+    systems (paired bootstrap; the jackknife for scores that are not ``bootstrap_ok``).
     """
     common = [p for p in a.prompt_ids if p in set(b.prompt_ids)]
     if not common:
@@ -241,20 +266,8 @@ def paired_test(a: PromptStats, b: PromptStats, n_resamples: int = DEFAULT_RESAM
                                             permutation_type="samples", vectorized=True,
                                             n_resamples=n_resamples, batch=batch,
                                             rng=np.random.default_rng(seed))
-
-    def difference(idx, axis=-1):
-        w = _weights(idx, n)
-        return a.evaluate(w) - b.evaluate(w)
-
-    if n >= 2:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            boot = scipy.stats.bootstrap((np.arange(n),), difference, n_resamples=n_resamples, vectorized=True,
-                                         method="percentile", confidence_level=level, batch=batch,
-                                         rng=np.random.default_rng(seed))
-        low, high = float(boot.confidence_interval.low), float(boot.confidence_interval.high)
-        low, high = (low, high) if math.isfinite(low) and math.isfinite(high) else (None, None)
-    else:
-        low = high = None
+    low, high, ci_method = _interval(lambda w: a.evaluate(w) - b.evaluate(w), n, diff,
+                                     a.bootstrap_ok and b.bootstrap_ok, n_resamples, seed, level, batch)
     p = float(perm.pvalue)
-    return PairedComparison(diff, low, high, p if math.isfinite(p) else None, n, n_resamples, seed, level)
+    return PairedComparison(diff, low, high, p if math.isfinite(p) else None, n, n_resamples, seed, level,
+                            TEST_METHOD, ci_method)
