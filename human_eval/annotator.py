@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from flask import Blueprint, abort, jsonify, redirect, render_template, request, session, url_for
-from sqlalchemy import func, select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import joinedload
 
@@ -78,6 +78,18 @@ def _next_url(annotator: Annotator) -> str:
     return url_for(".item", public_id=due) if due else url_for(".finish")
 
 
+# A study's rubric is frozen when the study is created, so each process parses it once.
+# Keyed by slug, which is random per study, so two databases in one process never mix.
+_rubrics: dict[str, Rubric] = {}
+
+
+def study_rubric(study: Study) -> Rubric:
+    rubric = _rubrics.get(study.slug)
+    if rubric is None:
+        rubric = _rubrics[study.slug] = Rubric.from_json(study.rubric)
+    return rubric
+
+
 @bp.get("/")
 def index():
     return render_template("annotator/index.html")
@@ -108,7 +120,7 @@ def welcome():
     form = ConsentForm()
     if request.method == "POST":
         if not form.validate_on_submit():
-            return render_template("annotator/welcome.html", study=study, rubric=Rubric.from_json(study.rubric),
+            return render_template("annotator/welcome.html", study=study, rubric=study_rubric(study),
                                    form=form, n_pages=len(_pages(annotator))), 400
         db = get_db()
         with write_transaction(db):
@@ -116,7 +128,7 @@ def welcome():
                        .values(consented_at=utcnow(), last_seen_at=utcnow()))
             db.commit()
         return redirect(url_for(".next_page"), code=303)
-    return render_template("annotator/welcome.html", study=study, rubric=Rubric.from_json(study.rubric),
+    return render_template("annotator/welcome.html", study=study, rubric=study_rubric(study),
                            form=form, n_pages=len(_pages(annotator)))
 
 
@@ -125,7 +137,7 @@ def check():
     annotator, study = current_annotator()
     if annotator.consented_at is None or (request.method == "GET" and annotator.check_passed_at is not None):
         return redirect(_next_url(annotator), code=303)
-    rubric = Rubric.from_json(study.rubric)
+    rubric = study_rubric(study)
     question = rubric.comprehension_check()
     form = check_form(question.options)
     wrong = False
@@ -180,7 +192,7 @@ def item(public_id: str):
     pages = _pages(annotator)
     if _due(pages) != public_id:
         return redirect(_next_url(annotator), code=303)
-    rubric = Rubric.from_json(study.rubric)
+    rubric = study_rubric(study)
     return _render_item(study, rubric, assignment, pages, rating_form(rubric))
 
 
@@ -193,7 +205,7 @@ def rate(public_id: str):
     if assignment.completed_at is not None or annotator.excluded_at is not None:
         # A repeated submit (double click, retry after a lost response): already stored.
         return redirect(_next_url(annotator), code=303)
-    rubric = Rubric.from_json(study.rubric)
+    rubric = study_rubric(study)
     pages = _pages(annotator)
     if _due(pages) != public_id:
         return error_response(409)
@@ -232,7 +244,8 @@ def _store_rating(db, study, annotator, assignment, values, seconds, finished) -
                          .values(completed_at=utcnow(), seconds=seconds)).rowcount
     if claimed != 1:
         return False, False
-    db.add_all(Rating(assignment_id=assignment.id, criterion=name, value=value) for name, value in values.items())
+    db.execute(insert(Rating), [{"assignment_id": assignment.id, "criterion": name, "value": value,
+                                 "created_at": utcnow()} for name, value in values.items()])
     annotator_values = {"last_seen_at": utcnow()}
     excluded = False
     if assignment.attention is not None:
