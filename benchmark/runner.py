@@ -286,7 +286,7 @@ def _canonicalise(plan: RunPlan, path: Path, shard) -> None:
     if shard is None and len(by_key) < len(order):
         return  # incomplete: keep appending on the next run
     body = "".join(json.dumps(by_key[k], ensure_ascii=False) + "\n" for k in sorted(by_key, key=order.get))
-    if path.read_text() != body:
+    if not path.exists() or path.read_text() != body:
         atomic_write(path, body)
 
 
