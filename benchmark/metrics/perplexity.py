@@ -61,10 +61,11 @@ def token_nll(model, contexts: Sequence[Sequence[int]], continuations: Sequence[
             for row, i in enumerate(chunk):
                 ids[row, :len(seqs[i])] = torch.tensor(seqs[i])
                 mask[row, :len(seqs[i])] = 1
-            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
-            logp = torch.log_softmax(logits[:, :-1], dim=-1)
+            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits[:, :-1].float()
             target = ids[:, 1:].to(device)
-            picked = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1).cpu().double().numpy()
+            # log-softmax at the target only: no second (batch, length, vocabulary) tensor
+            picked = logits.gather(-1, target.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+            picked = picked.cpu().double().numpy()
             for row, i in enumerate(chunk):
                 # logits at position t predict token t + 1
                 nll[i] = -picked[row, starts[i] - 1:len(seqs[i]) - 1].sum()
