@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import joinedload
 
 from .app import error_response, get_db
-from .db import hash_token, write_transaction
+from .db import group_commit, hash_token, write_transaction
 from .forms import FIELD_PREFIX, ConsentForm, check_form, expected_fields, rating_form
 from .models import Annotator, Assignment, Rating, Study, utcnow
 from .rubrics import Rubric
@@ -223,8 +223,13 @@ def rate(public_id: str):
 
     remaining = [pid for _, pid, done in pages if not done and pid != public_id]
     db = get_db()
-    with write_transaction(db):
-        stored, excluded = _store_rating(db, study, annotator, assignment, values, seconds, finished=not remaining)
+    db.rollback()  # end this request's read snapshot; the write happens in a group commit
+    work = _rating_work(assignment.id, annotator.id, assignment.attention, study.attention_fail_limit,
+                        values, seconds, finished=not remaining)
+    try:
+        stored, excluded = group_commit(db.get_bind()).run(work)
+    except IntegrityError:  # the unique (page, criterion) key: a duplicate got in first
+        stored, excluded = False, False
     if not stored:  # a duplicate submit: the first one is what counts
         return redirect(url_for(".next_page"), code=303)
     session.pop("shown", None)
@@ -233,40 +238,39 @@ def rate(public_id: str):
     return redirect(url_for(".item", public_id=remaining[0]), code=303)
 
 
-def _store_rating(db, study, annotator, assignment, values, seconds, finished) -> tuple[bool, bool]:
-    """Store one page's ratings and commit; (stored, annotator now excluded).
+def _rating_work(assignment_id: int, annotator_id: int, attention: dict | None, fail_limit: int,
+                 values: dict[str, int], seconds: float | None, finished: bool):
+    """The unit of work that stores one page's ratings: returns (stored, annotator now excluded).
 
-    Runs inside write_transaction. The conditional update of completed_at is the guard
-    against a concurrent duplicate: only one transaction can move it from NULL.
+    It runs inside a group commit, possibly on another request's thread, so it uses only
+    the session it is given and plain values. The conditional update of completed_at is
+    the guard against a concurrent duplicate: only one unit can move it from NULL.
     """
-    claimed = db.execute(update(Assignment)
-                         .where(Assignment.id == assignment.id, Assignment.completed_at.is_(None))
-                         .values(completed_at=utcnow(), seconds=seconds)).rowcount
-    if claimed != 1:
-        return False, False
-    db.execute(insert(Rating), [{"assignment_id": assignment.id, "criterion": name, "value": value,
-                                 "created_at": utcnow()} for name, value in values.items()])
-    annotator_values = {"last_seen_at": utcnow()}
-    excluded = False
-    if assignment.attention is not None:
-        passed = all(v == assignment.attention["expected"] for v in values.values())
-        db.execute(update(Assignment).where(Assignment.id == assignment.id).values(attention_passed=passed))
-        if not passed:
-            db.execute(update(Annotator).where(Annotator.id == annotator.id)
-                       .values(attention_failures=Annotator.attention_failures + 1))
-            failures = db.scalar(select(Annotator.attention_failures).where(Annotator.id == annotator.id))
-            if failures >= study.attention_fail_limit:
-                annotator_values["excluded_at"] = utcnow()
-                excluded = True
-    if finished:
-        annotator_values["finished_at"] = utcnow()
-    db.execute(update(Annotator).where(Annotator.id == annotator.id).values(**annotator_values))
-    try:
-        db.commit()  # the rating is acknowledged only after this returns
-    except IntegrityError:  # the unique (page, criterion) key: a duplicate got in first
-        db.rollback()
-        return False, False
-    return True, excluded
+    def work(db) -> tuple[bool, bool]:
+        claimed = db.execute(update(Assignment)
+                             .where(Assignment.id == assignment_id, Assignment.completed_at.is_(None))
+                             .values(completed_at=utcnow(), seconds=seconds)).rowcount
+        if claimed != 1:
+            return False, False
+        db.execute(insert(Rating), [{"assignment_id": assignment_id, "criterion": name, "value": value,
+                                     "created_at": utcnow()} for name, value in values.items()])
+        annotator_values = {"last_seen_at": utcnow()}
+        excluded = False
+        if attention is not None:
+            passed = all(v == attention["expected"] for v in values.values())
+            db.execute(update(Assignment).where(Assignment.id == assignment_id).values(attention_passed=passed))
+            if not passed:
+                db.execute(update(Annotator).where(Annotator.id == annotator_id)
+                           .values(attention_failures=Annotator.attention_failures + 1))
+                failures = db.scalar(select(Annotator.attention_failures).where(Annotator.id == annotator_id))
+                if failures >= fail_limit:
+                    annotator_values["excluded_at"] = utcnow()
+                    excluded = True
+        if finished:
+            annotator_values["finished_at"] = utcnow()
+        db.execute(update(Annotator).where(Annotator.id == annotator_id).values(**annotator_values))
+        return True, excluded
+    return work
 
 
 @bp.get("/finish")

@@ -84,3 +84,54 @@ def test_write_gate_serialises_writers_and_times_out(tmp_path):
             with other.held():
                 pass
     dispose_engines()
+
+
+def test_group_commit_batches_writers_and_isolates_failures(tmp_path):
+    from sqlalchemy import event
+    from sqlalchemy.exc import IntegrityError
+
+    from human_eval.db import group_commit
+
+    url = f"sqlite:///{tmp_path / 'g.sqlite3'}"
+    engine = engine_for(url, create=True)
+    commits = []
+    event.listen(engine, "commit", lambda conn: commits.append(1))
+    committer = group_commit(engine)
+    leader_may_go = threading.Event()
+
+    def add_study(slug, block=False):
+        def work(session):
+            if block:
+                leader_may_go.wait(10)  # hold the first group open until the others queue up
+            session.add(Study(slug=slug, title="t", rubric={}, consent_text="c", admin_token_hash=slug,
+                              run_dir="/r", run_id="r", design={}))
+            session.flush()
+            return slug
+        return work
+
+    results, errors = {}, {}
+
+    def writer(i):
+        slug = "dup" if i in (5, 6) else f"s{i}"  # 5 and 6 collide: one of them must fail alone
+        try:
+            results[i] = committer.run(add_study(slug, block=(i == 0)))
+        except IntegrityError as exc:
+            errors[i] = exc
+
+    first = threading.Thread(target=writer, args=(0,))
+    first.start()
+    while not committer._leading:
+        pass
+    others = [threading.Thread(target=writer, args=(i,)) for i in range(1, 12)]
+    for t in others:
+        t.start()
+    while len(committer._queue) < 11:
+        threading.Event().wait(0.005)
+    leader_may_go.set()
+    for t in [first, *others]:
+        t.join(10)
+    assert len(results) == 11 and len(errors) == 1 and set(errors) <= {5, 6}
+    assert len(commits) == 2  # 12 writers, two commits: the first alone, then the 11 queued
+    with session_for(url) as s:
+        assert sorted(s.scalars(select(Study.slug))) == sorted(results.values())
+    dispose_engines()

@@ -101,8 +101,11 @@ def test_kill_9_loses_no_acknowledged_rating(served_study):
     assert len(exported) == created.n_items * 2 * n_criteria  # every text, 2 raters, 2 criteria
     with session_for(url) as s:
         assert exported == long_format_rows(s, created.slug)
+    # A submit in flight at the kill may have been stored without its answer arriving: such
+    # a page is done but was never acknowledged (at most one per annotator); none is stored twice.
     item_acks = [ack for a in annotators for ack in a.acks if not ack.attention]
-    assert len(item_acks) == created.n_items * 2
+    assert created.n_items * 2 - N_ANNOTATORS <= len(item_acks) <= created.n_items * 2
+    assert len({ack.public_id for ack in item_acks}) == len(item_acks)
 
 
 def test_concurrent_duplicate_submits_store_one_rating(served_study):
