@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import joinedload
 
 from .app import error_response, get_db
-from .db import group_commit, hash_token, write_transaction
+from .db import hash_token, write_transaction
 from .forms import FIELD_PREFIX, ConsentForm, check_form, expected_fields, rating_form
 from .models import Annotator, Assignment, Rating, Study, utcnow
 from .rubrics import Rubric
@@ -223,13 +223,15 @@ def rate(public_id: str):
 
     remaining = [pid for _, pid, done in pages if not done and pid != public_id]
     db = get_db()
-    db.rollback()  # end this request's read snapshot; the write happens in a group commit
     work = _rating_work(assignment.id, annotator.id, assignment.attention, study.attention_fail_limit,
                         values, seconds, finished=not remaining)
-    try:
-        stored, excluded = group_commit(db.get_bind()).run(work)
-    except IntegrityError:  # the unique (page, criterion) key: a duplicate got in first
-        stored, excluded = False, False
+    with write_transaction(db):
+        try:
+            stored, excluded = work(db)
+            db.commit()  # the rating is acknowledged only after this returns
+        except IntegrityError:  # the unique (page, criterion) key: a duplicate got in first
+            db.rollback()
+            stored, excluded = False, False
     if not stored:  # a duplicate submit: the first one is what counts
         return redirect(url_for(".next_page"), code=303)
     session.pop("shown", None)
@@ -242,9 +244,9 @@ def _rating_work(assignment_id: int, annotator_id: int, attention: dict | None, 
                  values: dict[str, int], seconds: float | None, finished: bool):
     """The unit of work that stores one page's ratings: returns (stored, annotator now excluded).
 
-    It runs inside a group commit, possibly on another request's thread, so it uses only
-    the session it is given and plain values. The conditional update of completed_at is
-    the guard against a concurrent duplicate: only one unit can move it from NULL.
+    It runs inside write_transaction and leaves the commit to the caller. The conditional
+    update of completed_at is the guard against a concurrent duplicate: only one
+    transaction can move it from NULL.
     """
     def work(db) -> tuple[bool, bool]:
         claimed = db.execute(update(Assignment)

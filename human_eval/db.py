@@ -9,8 +9,6 @@ Public entry points:
   SQLite file or an empty database is a MaxbenchError, not a new empty file. Close it when
   done (``with session_for() as session: ...``).
 - ``engine_for(url=None, create=False)``: the cached Engine behind those sessions.
-- ``group_commit(engine).run(work)``: the hot write path (ratings): concurrent writers
-  share one transaction and one fsync; see GroupCommit.
 - ``database_errors(url)``: context manager for commands; a locked or unreachable
   database becomes a one-line MaxbenchError instead of a traceback.
 - ``with write_transaction(session): ...; session.commit()``: a unit of work that writes.
@@ -300,83 +298,6 @@ def write_transaction(session: Session):
                 session.rollback()
 
 
-class _Ticket:
-    __slots__ = ("work", "result", "error", "done")
-
-    def __init__(self, work):
-        self.work, self.result, self.error, self.done = work, None, None, False
-
-
-class GroupCommit:
-    """Concurrent writers of one process share one transaction and one commit (group commit).
-
-    With ``synchronous=FULL`` every commit waits for an fsync (4-12 ms here), and writers
-    queue for SQLite's single write lock; handing the lock from writer to writer, each with
-    its own fsync, made the slowest submits wait for many fsyncs. Here the first writer
-    to arrive becomes the leader: it runs every queued unit of work in one transaction,
-    each inside its own savepoint (a failing unit is undone alone and gets its exception),
-    commits once, and wakes the others. Writers that arrive meanwhile form the next group.
-    ``run`` returns only after the commit that contains its work has returned, so an
-    acknowledgement still means durably stored.
-    """
-
-    def __init__(self, engine: Engine):
-        self._sessionmaker = sessionmaker(bind=engine, expire_on_commit=False)
-        self._cond = threading.Condition()
-        self._queue: list[_Ticket] = []
-        self._leading = False
-
-    def run(self, work):
-        """``work(session)`` inside a savepoint of a shared transaction; its result once committed."""
-        ticket = _Ticket(work)
-        with self._cond:
-            self._queue.append(ticket)
-            while not ticket.done:
-                if self._leading:
-                    self._cond.wait()
-                    continue
-                self._leading = True
-                batch, self._queue = self._queue, []
-                self._cond.release()
-                try:
-                    self._commit(batch)
-                finally:
-                    self._cond.acquire()
-                    self._leading = False
-                    self._cond.notify_all()
-        if ticket.error is not None:
-            raise ticket.error
-        return ticket.result
-
-    def _commit(self, batch: list[_Ticket]) -> None:
-        try:
-            with self._sessionmaker() as session, write_transaction(session):
-                for ticket in batch:
-                    try:
-                        with session.begin_nested():
-                            ticket.result = ticket.work(session)
-                    except Exception as exc:
-                        ticket.error = exc
-                session.commit()
-        except Exception as exc:  # the commit failed: nothing of this group is stored
-            for ticket in batch:
-                ticket.result, ticket.error = None, ticket.error or exc
-        finally:
-            for ticket in batch:
-                ticket.done = True
-
-
-_group_commits: dict[Engine, GroupCommit] = {}
-
-
-def group_commit(engine: Engine) -> GroupCommit:
-    with _engines_lock:
-        committer = _group_commits.get(engine)
-        if committer is None:
-            committer = _group_commits[engine] = GroupCommit(engine)
-        return committer
-
-
 @contextmanager
 def database_errors(url: str | None = None):
     """For commands: a locked or unreachable database becomes a one-line MaxbenchError."""
@@ -395,4 +316,3 @@ def dispose_engines() -> None:
             engine.dispose()
         _engines.clear()
         _gates.clear()
-        _group_commits.clear()
