@@ -31,12 +31,14 @@ class Study(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     slug: Mapped[str] = mapped_column(String(64), unique=True)
     title: Mapped[str] = mapped_column(String(200))
-    rubric: Mapped[dict] = mapped_column(JSON)  # Rubric.to_json(), frozen at creation
-    consent_text: Mapped[str] = mapped_column(Text)
+    # Large columns load on first access: the rating path reads the rubric from a
+    # per-process cache (annotator.study_rubric) and never needs the others.
+    rubric: Mapped[dict] = mapped_column(JSON, deferred=True)  # Rubric.to_json(), frozen at creation
+    consent_text: Mapped[str] = mapped_column(Text, deferred=True)
     admin_token_hash: Mapped[str] = mapped_column(String(64), unique=True)
-    run_dir: Mapped[str] = mapped_column(Text)  # admin-only: never rendered for annotators
+    run_dir: Mapped[str] = mapped_column(Text, deferred=True)  # admin-only: never rendered for annotators
     run_id: Mapped[str] = mapped_column(String(200))
-    design: Mapped[dict] = mapped_column(JSON)  # parameters and seed of the assignment
+    design: Mapped[dict] = mapped_column(JSON, deferred=True)  # parameters and seed of the assignment
     attention_rate: Mapped[float] = mapped_column(Float, default=0.0)
     attention_fail_limit: Mapped[int] = mapped_column(Integer, default=2)
     completion_code: Mapped[str | None] = mapped_column(String(100), nullable=True)
