@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -142,8 +142,6 @@ class ScriptedAnnotator:
             self._conn = None
 
     def request(self, method: str, path: str, form: dict | None = None) -> tuple[int, str, str]:
-        from urllib.parse import urlencode
-
         headers = {}
         body = None
         if self.cookie:
