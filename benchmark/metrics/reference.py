@@ -126,8 +126,9 @@ class Meteor(Metric):
         self.check(batch)
         from systems.assets import wordnet_ready
 
+        data = "the WordNet cache"
         try:
-            wordnet_ready()
+            data = wordnet_ready()
             from nltk.translate.meteor_score import meteor_score
 
             ref_tokens = dict(zip(batch.prompt_order, batch.reference_tokens))
@@ -136,8 +137,9 @@ class Meteor(Metric):
             raise MaxbenchError(f"metric 'meteor' needs WordNet: {exc}") from None
         except (LookupError, OSError) as exc:
             lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and set(ln.strip()) != {"*"}]
-            raise MaxbenchError(f"metric 'meteor': NLTK cannot read WordNet ({lines[0] if lines else exc!r}); "
-                                f"delete $MAXBENCH_HOME/assets/wordnet and run again to refetch it") from None
+            raise MaxbenchError(f"metric 'meteor': NLTK cannot read the WordNet in {data} "
+                                f"({lines[0] if lines else exc!r}); the WordNet asset is incomplete or damaged: "
+                                f"delete it to refetch, or leave meteor out of --metrics") from None
         return self.result([mean_score(batch, "meteor", values)])
 
 
