@@ -7,7 +7,8 @@ Uniq, KLD and MS-Jaccard keep n-gram count vectors. A bootstrap resample of prom
 reweighting of the rows and a paired permutation is a choice, per prompt, of which system's
 row goes where, so neither needs the metric recomputed and corpus-level scores get intervals
 computed the same way as averages. The resampling itself is scipy's (``scipy.stats.bootstrap``,
-``scipy.stats.permutation_test``), with a vectorised statistic.
+``scipy.stats.permutation_test``), with a vectorised statistic. Scores that count distinct
+n-grams get a leave-one-prompt-out jackknife interval instead (see ``PromptStats.bootstrap_ok``).
 """
 from __future__ import annotations
 
@@ -89,7 +90,8 @@ class PromptStats:
         """Each prompt's own value: the score computed on that prompt's texts alone."""
         n = self.n_prompts
         step = max(1, min(n, _BATCH_CELLS // max(self.width(), 1)))
-        vals = np.concatenate([self.evaluate(np.eye(n)[i:i + step]) for i in range(0, n, step)]) if n else []
+        alone = np.eye(n)
+        vals = np.concatenate([self.evaluate(alone[i:i + step]) for i in range(0, n, step)]) if n else []
         return {pid: (float(v) if np.isfinite(v) else None) for pid, v in zip(self.prompt_ids, vals)}
 
     def select(self, prompt_ids: Sequence[str]) -> PromptStats:
