@@ -1,0 +1,100 @@
+"""softmax vs graphmax (exact) vs graphmax (paper's Algorithm 1), side by side in one run.
+
+Same model, same prompts (the first --batch-size prompts of the corpus's suite), same
+batch, same seeds and decoding setting; the only difference is the output layer. For each
+corpus graph it prints tokens/s of each layer and the ratio to softmax, the solver's mean
+iterations per token and its certified duality gap, the mean entropy of the distributions,
+and the first generations of each layer next to each other. Repeats alternate the layers'
+order so that noise from other processes on the machine hits them alike; the median is kept.
+
+    python benchmarks/graphmax_decode.py --threads 1 --batch-size 16
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--corpora", default="food-reviews,movie-reviews",
+                    help="corpora whose graphs are used; each one's suite gives the prompts")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (set deliberately)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--decoding", default="top_p=0.9")
+    ap.add_argument("--lam", type=float, default=1.0)
+    ap.add_argument("--repeats", type=int, default=2, help="timed runs of softmax and exact (paper: one)")
+    ap.add_argument("--show", type=int, default=3, help="generations printed per corpus")
+    args = ap.parse_args()
+
+    from benchmark.corpora import load_corpus
+    from benchmark.suites import load_suite
+    from systems.decoding import DecodingSetting, decode
+    from systems.graph import get_graph
+    from systems.layers.graphmax_layer import GraphmaxLayer
+    from systems.layers.softmax import SoftmaxLayer
+    from systems.models import load_model
+
+    torch.set_num_threads(args.threads)
+    lm = load_model(args.model, device=args.device, threads=args.threads)
+    setting = DecodingSetting.parse(args.decoding)
+    setting = DecodingSetting(**{**setting.__dict__, "max_new_tokens": args.new_tokens})
+    print(f"model {args.model} on {lm.device}, {torch.get_num_threads()} torch thread(s), batch {args.batch_size}, "
+          f"{args.new_tokens} new tokens, decoding {setting.label}, lam {args.lam}")
+
+    for corpus_name in args.corpora.split(","):
+        corpus = load_corpus(corpus_name)
+        graph = get_graph(lm, corpus)
+        prompts = [it.prompt for it in load_suite(corpus_name).items][:args.batch_size]
+        seeds = list(range(len(prompts)))
+        layers = {"softmax": SoftmaxLayer(),
+                  "graphmax exact": GraphmaxLayer(lam=args.lam, solver="exact"),
+                  "graphmax paper": GraphmaxLayer(lam=args.lam, solver="paper")}
+        for layer in layers.values():
+            if isinstance(layer, GraphmaxLayer):
+                layer.use_graph(graph, lm)
+        print(f"\n== {corpus_name}: graph nnz {graph.nnz}, {len(prompts)} prompts")
+        decode(lm, layers["softmax"], prompts[:2], DecodingSetting(max_new_tokens=2), seeds[:2])  # warm-up
+        times: dict[str, list[float]] = {name: [] for name in layers}
+        results: dict[str, list[dict]] = {}
+        order = list(layers)
+        for rep in range(args.repeats):
+            for name in order[rep % len(order):] + order[:rep % len(order)]:
+                if name == "graphmax paper" and times[name]:
+                    continue  # ~20 sorts of the vocabulary per token: one run is enough
+                t0 = time.perf_counter()
+                results[name] = decode(lm, layers[name], prompts, setting, seeds)
+                times[name].append(time.perf_counter() - t0)
+
+        def tokens(rows):  # every sampled token, the EOS included
+            return sum(r["n_tokens"] + (r["finish"] == "eos") for r in rows)
+
+        def mean_stat(rows, key):
+            vals = [v for r in rows for v in r["stats"].get(key, []) if v is not None]
+            return sum(vals) / len(vals) if vals else float("nan")
+
+        def max_stat(rows, key):
+            return max((v for r in rows for v in r["stats"].get(key, []) if v is not None), default=float("nan"))
+
+        base = tokens(results["softmax"]) / statistics.median(times["softmax"])
+        print(f"{'layer':<16} {'tok/s':>7} {'vs softmax':>10} {'iterations':>10} {'mean gap':>9} {'max gap':>9} "
+              f"{'entropy':>8} {'support':>8}")
+        for name, rows in results.items():
+            rate = tokens(rows) / statistics.median(times[name])
+            print(f"{name:<16} {rate:>7.1f} {rate / base:>9.2f}x {mean_stat(rows, 'iterations'):>10.1f} "
+                  f"{mean_stat(rows, 'gap'):>9.1e} {max_stat(rows, 'gap'):>9.1e} {mean_stat(rows, 'entropy'):>8.2f} "
+                  f"{mean_stat(rows, 'support'):>8.0f}")
+        for i in range(min(args.show, len(prompts))):
+            print(f"\n-- prompt: {prompts[i]}")
+            for name, rows in results.items():
+                print(f"   [{name}] {rows[i]['text']!r}")
+
+
+if __name__ == "__main__":
+    main()
