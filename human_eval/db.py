@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import logging
 import os
 import threading
 import time
@@ -43,6 +44,7 @@ from systems.errors import MaxbenchError
 from .models import Base
 
 DEFAULT_BUSY_TIMEOUT_MS = 5000
+log = logging.getLogger("maxbench.human_eval")
 _SYNCHRONOUS_MODES = {"FULL", "NORMAL", "EXTRA"}
 _engines: dict[tuple, Engine] = {}
 _gates: dict[Engine, "WriteGate"] = {}  # SQLite files only
@@ -88,6 +90,9 @@ def _configure_sqlite(engine: Engine, busy_timeout_ms: int, synchronous: str) ->
         cur.execute("PRAGMA journal_mode = WAL")
         cur.execute(f"PRAGMA synchronous = {synchronous}")
         cur.execute("PRAGMA foreign_keys = ON")
+        # No checkpoint inside a commit: it would run while the WriteGate is held and make
+        # every queued writer wait for it. The gate's background checkpointer does it.
+        cur.execute("PRAGMA wal_autocheckpoint = 0")
         cur.close()
 
     @event.listens_for(engine, "begin")
@@ -195,7 +200,15 @@ class WriteGate:
     opened: open connections would go on writing into a deleted file, and ratings
     acknowledged there would vanish at the next start. A missing file is DatabaseGone
     (nothing is acknowledged); a file put back (restored) is reopened.
+
+    WAL checkpoints (copying committed pages from the WAL into the database file) run in
+    a background thread of each writing process, every CHECKPOINT_INTERVAL_S while there
+    were writes, in PASSIVE mode: they never block writers or readers, and no writer
+    waits for one. (SQLite's automatic checkpoint runs inside a commit: measured with
+    50 annotators, it tripled the slowest submits.)
     """
+
+    CHECKPOINT_INTERVAL_S = 1.0
 
     def __init__(self, engine: Engine, db_path: Path, timeout_s: float):
         self.engine = engine
@@ -206,6 +219,32 @@ class WriteGate:
         self._thread_lock = threading.Lock()
         self._fd: int | None = None
         self._fd_pid: int | None = None
+        self._writes = 0  # since the last checkpoint
+        self._checkpointer_pid: int | None = None
+
+    def _start_checkpointer(self) -> None:
+        # Threads do not survive fork: each worker process starts its own on first write.
+        if self._checkpointer_pid != os.getpid():
+            self._checkpointer_pid = os.getpid()
+            threading.Thread(target=self._checkpoint_loop, name="sqlite-checkpoint", daemon=True).start()
+
+    def _checkpoint_loop(self) -> None:
+        while True:
+            time.sleep(self.CHECKPOINT_INTERVAL_S)
+            if self._writes:
+                self._writes = 0
+                self.checkpoint()
+
+    def checkpoint(self) -> None:
+        """A PASSIVE checkpoint on a connection of its own; a busy or missing file just waits."""
+        try:
+            raw = self.engine.raw_connection()
+            try:
+                raw.driver_connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            finally:
+                raw.close()
+        except Exception as exc:  # the next round tries again; writers are never affected
+            log.warning("WAL checkpoint of %s failed: %s", self.db_path, exc)
 
     def _fd_for_this_process(self) -> int:
         # An flock belongs to an open file description: a forked worker needs its own.
@@ -257,6 +296,8 @@ class WriteGate:
             try:
                 if check_file:
                     self._check_file()
+                    self._start_checkpointer()
+                    self._writes += 1
                 yield
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)

@@ -85,3 +85,38 @@ def test_write_gate_serialises_writers_and_times_out(tmp_path):
                 pass
     dispose_engines()
 
+
+
+def test_wal_is_checkpointed_in_the_background(tmp_path):
+    """Commits never checkpoint (wal_autocheckpoint=0); the gate's thread copies them into
+    the database file soon after, so a copy of the main file alone holds the write."""
+    import shutil
+    import sqlite3
+    import time
+
+    from human_eval.db import WriteGate
+
+    url = f"sqlite:///{tmp_path / 'c.sqlite3'}"
+    engine_for(url, create=True)
+    with engine_for(url).connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 0
+    with session_for(url) as s, write_transaction(s):
+        s.add(Study(slug="ckpt", title="t", rubric={}, consent_text="c", admin_token_hash="h", run_dir="/r",
+                    run_id="r", design={}))
+        s.commit()
+
+    def slugs_in_main_file():
+        shutil.copy(tmp_path / "c.sqlite3", tmp_path / "copy.sqlite3")  # without the -wal file
+        con = sqlite3.connect(tmp_path / "copy.sqlite3")
+        try:
+            return [r[0] for r in con.execute("SELECT slug FROM study")]
+        except sqlite3.OperationalError:  # not even the tables are in the main file yet
+            return []
+        finally:
+            con.close()
+
+    deadline = time.monotonic() + 5 * WriteGate.CHECKPOINT_INTERVAL_S
+    while "ckpt" not in slugs_in_main_file() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert slugs_in_main_file() == ["ckpt"]
+    dispose_engines()
