@@ -402,3 +402,19 @@ def test_layer_bad_input(fitted, tiny):
         layer.use_graph(other, tiny)
     with pytest.raises(MaxbenchError, match="no graph yet"):
         GraphmaxLayer().scores(torch.zeros(1, 257), None)
+
+
+def test_float32_solve_is_certified_like_float64():
+    n, lam = 400, 10.0
+    A = random_graph(n, density=0.02, seed=30)
+    z = torch.randn(4, n, generator=torch.Generator().manual_seed(30)) * 4
+    x32, info32 = graphmax(z, A, lam=lam, return_info=True)
+    assert x32.dtype == torch.float32 and info32.converged.all()
+    x64 = info32.log_probs.double().exp()
+    x64 /= x64.sum(-1, keepdim=True)
+    B = np.eye(n) - A.toarray()
+    for zi, xi, gap in zip(z.double().numpy(), x64.numpy(), info32.gap.tolist()):
+        u = 2 * lam * B @ xi
+        certified = objective(xi, zi, A, lam) + logsumexp(zi - B.T @ u) + u @ u / (4 * lam)
+        assert abs(certified - gap) < 1e-6 * max(1.0, gap) + 1e-9
+        assert certified <= 1e-6 * max(1.0, abs(objective(xi, zi, A, lam)))

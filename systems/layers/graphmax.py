@@ -12,21 +12,32 @@ CUDA).
 
 Two solvers, chosen by name:
 
-``solver="exact"`` (default) - damped fixed point in logit space
-    ``y <- y + theta * (z - 2 lam M softmax(y) - y)``, ``y0 = z``, ``theta0 = 0.7`` per row.
-    Plain ``theta = 1`` diverges once ``2 lam`` times the curvature of ``M`` on the support
-    exceeds 1 (many contexts at lam = 1, all at lam >= 3 on real graphs), so each row has a
-    safeguard: when a step makes the row's duality gap grow, the step is taken back and that
-    row's theta is halved. Every iterate carries a certificate, the duality gap
+``solver="exact"`` (default) - fixed point in logit space, from ``y0 = z``. The plain damped
+    iteration ``y <- y + theta (z - 2 lam M softmax(y) - y)`` diverges once ``2 lam`` times the
+    curvature of M on the support exceeds about 1 (many contexts at lam = 1, all at lam >= 3
+    on real graphs), and with a fixed theta it crawls where it barely converges. Each row
+    therefore takes the safeguarded step
+
+        y <- y + theta * (r - <x, r>) / (1 + 2 lam diag(M) x),   r = z - 2 lam M x - y,
+
+    which is entropic mirror descent on f scaled per token by the diagonal of the fixed
+    point's Jacobian ``I + 2 lam M diag(x)`` (frequent tokens have large ``M_ii`` and would
+    overshoot). theta starts at 0.7 per row; a step that increases f(x) (beyond f's rounding
+    error) is taken back and that row's theta halved, an accepted step lets it grow by 1.5 up
+    to 0.85. The merit is f itself because the step is a descent direction for f; it is not
+    one for the duality gap, and a gap-based safeguard stalls (seen on SmolLM2 contexts).
+    ``safeguard=False`` runs the plain iteration with ``theta = theta0``, for comparison.
+    Every iterate carries a certificate, the duality gap
 
         gap(x) = f(x) + g(u),  u = 2 lam B x,  g(u) = logsumexp(z - B^T u) + ||u||^2 / (4 lam)
 
     (``-g`` is the Lagrange dual of f, so ``f(x) - f(x*) <= gap``), which equals
     ``KL(x || softmax(z - 2 lam M x))``; it is computed in the form
-    ``log sum_i x_i exp(d_i) - sum_i x_i d_i`` with d the logit residual, which keeps its
-    accuracy down to ~1e-30 instead of cancelling at 1e-16. A row stops when its relative gap
-    ``gap / max(1, |f(x)|)`` is <= ``tol`` (default 1e-6) or after ``max_iter`` steps. The
-    returned x is the last accepted iterate, whose gap is the one reported.
+    ``log sum_i x_i exp(d_i) - sum_i x_i d_i`` with d the centred logit residual, which keeps
+    its accuracy far below 1e-16 instead of cancelling there. A row stops when its relative
+    gap ``gap / max(1, |f(x)|)`` is <= ``tol`` (default 1e-6) or after ``max_iter`` steps;
+    "iterations" counts the steps taken, rejected ones included (each costs one product with
+    M). The returned x is the last accepted iterate, whose gap is the one reported.
 
     ``topk=k`` restricts the support to the union over the batch of each row's k largest
     scores S: x is zero outside S, and the restricted problem keeps every row of the graph,
@@ -48,8 +59,9 @@ Two solvers, chosen by name:
     gap shows how far it is). It is here to reproduce the paper, not as graphmax.
 
 Probabilities come back on z's device and dtype; float64 scores are solved in float64, all
-others in float32. Only the exact
-solver is differentiable; its backward is implicit (not unrolled):
+others in float32 (half the memory traffic; the safeguard allows for f's rounding error, and
+the float32 gaps agree with float64 certificates of the same x). Only the exact solver is
+differentiable; its backward is implicit (not unrolled):
 ``dL/dz = S (I + 2 lam M S)^{-1} g`` with ``S = diag(x) - x x^T``, solved by conjugate
 gradients on the equivalent symmetric system
 ``R^T (I + 2 lam R M R^T)^{-1} R g``, ``R = (I - s s^T) diag(s)``, ``s = sqrt(x)``.
