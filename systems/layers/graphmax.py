@@ -88,7 +88,7 @@ _THETA_MAX = 0.85
 
 
 # --------------------------------------------------------------------------------------
-# The graph as an operator on N x batch blocks
+# The graph as the operator M = (I - A)^T (I - A) on batches of rows
 # --------------------------------------------------------------------------------------
 
 def _to_scipy_csr(A):
@@ -122,7 +122,7 @@ def _csr_tensor(crow, col, val, shape, device=None) -> torch.Tensor:
 
 
 class GraphOperator:
-    """``B = I - A`` and ``B^T`` applied to blocks of row vectors (batch x N), on one device.
+    """``M = (I - A)^T (I - A)`` applied to a batch of rows (batch x N), on one device.
 
     ``backend`` is "scipy" (CPU: scipy's CSR times a dense N x batch block, measured much
     faster than torch's CPU sparse kernels) or "torch" (torch sparse CSR; the only choice on
@@ -146,6 +146,7 @@ class GraphOperator:
             raise MaxbenchError(f"graphmax: unknown backend '{backend}'; use 'scipy' or 'torch'")
         self._scipy = {"A": A, "AT": AT}
         self._by_dtype: dict = {}
+        self._diag_m: torch.Tensor | None = None
 
     @classmethod
     def prepare(cls, graph, device, backend: str | None = None) -> "GraphOperator":
@@ -191,11 +192,11 @@ class GraphOperator:
 
     def diag_m(self, dtype: torch.dtype) -> torch.Tensor:
         """diag((I - A)^T (I - A))_i = 1 - 2 A_ii + sum_k A_ki^2, on the device."""
-        if "diag_m" not in self._by_dtype:
+        if self._diag_m is None:
             A, AT = self._scipy["A"], self._scipy["AT"]
             col_sq = np.asarray(AT.multiply(AT).sum(axis=1)).ravel()
-            self._by_dtype["diag_m"] = torch.from_numpy(1.0 - 2.0 * A.diagonal() + col_sq).to(self.device)
-        return self._by_dtype["diag_m"].to(dtype)
+            self._diag_m = torch.from_numpy(1.0 - 2.0 * A.diagonal() + col_sq).to(self.device)
+        return self._diag_m.to(dtype)
 
     def restrict(self, support: torch.Tensor, dtype: torch.dtype) -> "_RestrictedOperator":
         return _RestrictedOperator(self, support, dtype)
@@ -217,8 +218,8 @@ class _RestrictedOperator:
             S = support.cpu().numpy()
             ATS = AT[S, :]  # |S| x N: row s lists the predecessors of s
             P = np.union1d(S, ATS.indices)
-            self.ATS = _sp_csr(ATS[:, P])  # |S| x |P|
-            self.AS = _sp_csr(self.ATS.T)  # |P| x |S|
+            self.ATS = ATS[:, P].tocsr()  # |S| x |P|
+            self.AS = self.ATS.T.tocsr()  # |P| x |S|
             self.pos = torch.from_numpy(np.searchsorted(P, S))
         else:
             S = support.to(full.device)
@@ -247,12 +248,6 @@ class _RestrictedOperator:
         BXT[self.pos] += XT
         MXT = BXT[self.pos] - self.ATS @ BXT
         return MXT.T.contiguous(), torch.linalg.vecdot(BXT, BXT, dim=0)
-
-
-def _sp_csr(M):
-    import scipy.sparse as sp
-
-    return sp.csr_matrix(M)
 
 
 def _torch_csr_rows(csr: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
