@@ -18,7 +18,7 @@ import torch
 from .errors import MaxbenchError
 from .layers.base import OutputLayer
 
-_STAT_DIGITS = 5
+_STAT_DIGITS = 6  # significant digits: keeps certified gaps near 1e-7 readable
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,7 @@ def decode(lm, layer: OutputLayer, prompts: list[str], setting: DecodingSetting,
 def _round(x: float) -> float | None:
     if math.isnan(x):
         return None
-    return round(x, _STAT_DIGITS) if math.isfinite(x) else x
+    return float(f"{x:.{_STAT_DIGITS}g}") if math.isfinite(x) else x
 
 
 @torch.inference_mode()
