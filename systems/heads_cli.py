@@ -28,9 +28,12 @@ def register(sub) -> None:
     p.add_argument("--active-vocab", type=int, default=None,
                    help="kerbs: words whose senses are trained (default 8192; the rest stay at the base "
                         "embedding)")
-    p.add_argument("--lr", type=float, default=None, help="Adam learning rate (kerbs 5e-4, posg 1e-3)")
+    p.add_argument("--lr", type=float, default=None, help="Adam learning rate (kerbs 5e-5 for the embeddings, posg 1e-3)")
     p.add_argument("--no-catch-all", action="store_true",
                    help="posg: no catch-all class (tokens outside every tag vocabulary get probability 0)")
+    p.add_argument("--no-lm-prior", action="store_true",
+                   help="posg: the paper's plain linear POS head, without the base model's class log-masses "
+                        "as inputs")
     p.add_argument("--seed", type=int, default=0, help="seed for initialisation and batch order (default 0)")
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: the GPU when present)")
     p.add_argument("--threads", type=int, default=None,
@@ -86,7 +89,7 @@ def cmd_fit(args) -> int:
     else:
         from systems.layers.posg import config_from_options, fit_posg
 
-        cfg = config_from_options(dict(opts, catch_all=not args.no_catch_all))
+        cfg = config_from_options(dict(opts, catch_all=not args.no_catch_all, lm_prior=not args.no_lm_prior))
         _, meta = fit_posg(lm, corpus, args.budget_tokens, cfg, tagger=tagger, progress=progress,
                            retrain=args.retrain)
     elapsed = time.perf_counter() - t0

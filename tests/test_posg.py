@@ -116,6 +116,21 @@ def test_single_tag_class_equals_softmax():
     torch.testing.assert_close(scores, torch.log_softmax(logits, -1), atol=1e-5, rtol=1e-6)
 
 
+def test_lm_prior_head_starts_at_the_base_models_tag_distribution():
+    # Disjoint classes covering the vocabulary: the untrained head is exactly softmax.
+    g = torch.Generator().manual_seed(7)
+    vocab, hidden = 30, 6
+    classes = torch.randint(0, 4, (vocab,), generator=g)
+    head = POSGHead(vocab, ["A", "B", "C", "D"], torch.stack([torch.arange(vocab), classes], 1), hidden, lm_prior=True)
+    logits, h = torch.randn(5, vocab, generator=g) * 4, torch.randn(5, hidden, generator=g)
+    tag_logp = head.tag_logprobs(h, logits)
+    expect = torch.stack([torch.logsumexp(logits[:, classes == c], -1) for c in range(4)], 1)
+    torch.testing.assert_close(tag_logp, torch.log_softmax(expect, -1))
+    torch.testing.assert_close(head.word_logprobs(logits, tag_logp), torch.log_softmax(logits, -1), atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="logits"):
+        head.tag_logprobs(h)
+
+
 @pytest.mark.parametrize("catch_all", [False, True])
 def test_mixture_over_tags_matches_eq_2_3(catch_all):
     head = random_head(catch_all=catch_all)
@@ -232,7 +247,7 @@ def test_without_catch_all_unseen_tokens_get_zero(tiny, home):
     uppercase = tiny.tokenizer.convert_tokens_to_ids("Q")  # never in the corpus
     h = torch.randn(2, 32)
     logits = h @ tiny.model.get_output_embeddings().weight.detach().T
-    scores = head.word_logprobs(logits, head.tag_logprobs(h))
+    scores = head.word_logprobs(logits, head.tag_logprobs(h, logits))
     assert bool(torch.isinf(scores[:, uppercase]).all()) and POSGLayer.can_be_sparse
     assert meta["test_zero_probability_events"] == meta["test_outside_every_tag_vocabulary"]
 
