@@ -101,8 +101,14 @@ def _report(layer: str, lm, corpus, meta: dict, elapsed: float) -> None:
     secs = meta["seconds"]
     print(f"{layer} head for model {lm.name} on corpus {corpus.name} "
           f"(budget {meta['budget_tokens']} training positions)")
+    head_ppl = meta["test_ppl_" + layer]
+    head_text = f"{head_ppl:.3f}" if head_ppl is not None else "inf"
+    if layer == "posg":
+        head_text += (f" (epsilon-perplexity {meta['test_eps_ppl_posg']:.3f} with eps={meta['epsilon']:g}; "
+                      f"{meta['test_ppl_posg_nonzero_events']:.3f} over the nonzero events)"
+                      if head_ppl is None else "")
     print(f"held-out perplexity (test split, {meta['test_positions']} positions): "
-          f"softmax {meta['test_ppl_softmax']:.3f}, {layer} {meta['test_ppl_' + layer]:.3f}")
+          f"softmax {meta['test_ppl_softmax']:.3f}, {layer} {head_text}")
     if layer == "posg":
         print(f"POS-head accuracy: {meta['pos_accuracy']:.4f} (majority tag {meta['pos_majority_baseline']:.4f}), "
               f"{len(meta['tags'])} classes")

@@ -312,3 +312,15 @@ def test_cli_fit_prints_perplexities_and_path(cli, home, monkeypatch):
     rc, out2, _ = cli(*argv)
     assert rc == 0 and "loaded from cache" in out2
     assert out.splitlines()[1] == out2.splitlines()[1]  # the same perplexities
+
+
+@pytest.mark.slow
+def test_initial_head_gives_softmax_distribution_on_smollm2(smollm2):
+    weight = smollm2.model.get_output_embeddings().weight.detach()
+    ids = smollm2.tokenizer(["this coffee is", "i bought these for my"], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = smollm2.model(**ids, output_hidden_states=True)
+    logits, hidden = out.logits[:, -1].float(), out.hidden_states[-1][:, -1].float()
+    head = KerBSHead.initial(weight, torch.arange(8192), torch.zeros(0, dtype=torch.long))
+    scores = head.word_scores(hidden, logits)
+    torch.testing.assert_close(torch.softmax(scores, -1), torch.softmax(logits, -1), atol=1e-7, rtol=1e-5)

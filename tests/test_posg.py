@@ -241,15 +241,17 @@ def test_fit_with_tags_trains_caches_and_loads_bit_identically(tiny, home):
 
 def test_without_catch_all_unseen_tokens_get_zero(tiny, home):
     corpus = tagged_corpus()
-    head, meta = fit_posg(tiny, corpus, 1500, POSGConfig(epochs=1, catch_all=False), tagger=rule_tagger,
-                          progress=False)
+    head, meta = fit_posg(tiny, corpus, 1500, POSGConfig(epochs=1, catch_all=False, lm_prior=False),
+                          tagger=rule_tagger, progress=False)
     assert CATCH_ALL not in meta["tags"]
     uppercase = tiny.tokenizer.convert_tokens_to_ids("Q")  # never in the corpus
     h = torch.randn(2, 32)
     logits = h @ tiny.model.get_output_embeddings().weight.detach().T
-    scores = head.word_logprobs(logits, head.tag_logprobs(h, logits))
+    scores = head.word_logprobs(logits, head.tag_logprobs(h))
     assert bool(torch.isinf(scores[:, uppercase]).all()) and POSGLayer.can_be_sparse
     assert meta["test_zero_probability_events"] == meta["test_outside_every_tag_vocabulary"]
+    if meta["test_zero_probability_events"]:
+        assert meta["test_ppl_posg"] is None and math.isfinite(meta["test_eps_ppl_posg"])
 
 
 def test_missing_tagger_is_a_clear_error(monkeypatch, cli, home):

@@ -324,7 +324,8 @@ def train_pos_head(head: POSGHead, train: Positions, labels: torch.Tensor, valid
               dynamic_ncols=True) as bar:
         for epoch in range(1, cfg.epochs + 1):
             for idx in torch.randperm(n, generator=gen).split(cfg.batch_size):
-                z = head.tag_logits(train.hidden[idx].to(dev), train.prior[idx].to(dev))
+                prior = train.prior[idx].to(dev) if train.prior is not None else None
+                z = head.tag_logits(train.hidden[idx].to(dev), prior)
                 loss = nn.functional.cross_entropy(z, labels[idx].to(dev))
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -447,16 +448,22 @@ def fit_posg(lm, corpus, budget_tokens: int | None = None, cfg: POSGConfig | Non
                                                     torch.from_numpy(true_cls[true_ok])]).numpy()
     from .kerbs import test_logprobs as base_test_logprobs
 
+    from benchmark.metrics.perplexity import DEFAULT_EPSILON, reference_perplexity
+
     lp_soft = base_test_logprobs(test, weight, None)
     finite = np.isfinite(lp)
+    ref = reference_perplexity([lp.tolist()], lm.vocab_size, DEFAULT_EPSILON)
     t_eval = time.time() - t2
     meta = dict(ident, tags=tags, cache_key=cache.key, cache_sha256=cache.sha256, vocab_size=lm.vocab_size,
                 pairs=len(pair_counts), class_sizes={t: int(len(m)) for t, m in zip(tags, head.class_members)},
                 catch_all_label_share=float((train_label == len(tags) - 1).mean()) if cfg.catch_all else 0.0,
                 test_positions=len(test), test_ppl_softmax=float(np.exp(-lp_soft.mean())),
                 test_ppl_softmax_fp32=float(np.exp(-np.asarray(test.base_logprob, dtype=np.float64).mean())),
-                test_ppl_posg=float(np.exp(-lp[finite].mean())) if finite.any() else math.inf,
-                test_zero_probability_events=int((~finite).sum()),
+                # perplexity is infinite (None) when a test token got probability 0 (no catch-all)
+                test_ppl_posg=None if math.isinf(ref.ppl) else ref.ppl,
+                test_eps_ppl_posg=ref.eps_ppl, epsilon=ref.epsilon,
+                test_ppl_posg_nonzero_events=float(np.exp(-lp[finite].mean())) if finite.any() else None,
+                test_zero_probability_events=ref.n_zero,
                 test_outside_every_tag_vocabulary=in_no_tag_vocab,
                 test_outside_own_tag_vocabulary=int((~in_own_tag).sum()),
                 pos_accuracy=float((pred == true_cls).mean()),
