@@ -127,3 +127,13 @@ def _report(layer: str, lm, corpus, meta: dict, elapsed: float) -> None:
     print(f"loaded from cache in {elapsed:.1f} s" if meta.get("loaded_from_cache") else f"trained in {elapsed:.1f} s")
     print(f"sha256: {meta['sha256']}")
     print(f"cache path: {meta['path']}")
+    from systems.assets import maxbench_home
+
+    hidden = maxbench_home() / "hidden" / meta["cache_key"]
+    built = ""
+    if (hidden / "meta.json").exists():
+        import json
+
+        info = json.loads((hidden / "meta.json").read_text())
+        built = f" (built once in {info['build_seconds']} s with {info['torch_threads']} torch threads)"
+    print(f"hidden-state cache: {hidden}{built}")

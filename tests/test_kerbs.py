@@ -190,7 +190,7 @@ def test_reallocation_moves_a_sense_to_a_poorly_predicted_word():
         after = float(head.train_terms(h, target, data.target_base_logit, data.tail_lse)[0].mean())
     assert after > before
     # The new sense covers word 0's -x cluster, which its anchor (+x) could not.
-    assert float(head.extra_w[0, 0]) < 0 and float(head.anchor_w[0, 0]) > 0
+    assert float(head.extra_w[0, 0].detach()) < 0 and float(head.anchor_w[0, 0].detach()) > 0
 
 
 def test_reallocation_follows_algorithm_1_bookkeeping():
