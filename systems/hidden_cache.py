@@ -45,6 +45,11 @@ from .assets import maxbench_home, sha256_file
 from .errors import MaxbenchError
 
 CACHE_VERSION = "1"
+#: Sized for the 10-minute budget on 2 CPU cores (smollm2-135m, food-reviews): 60k training
+#: positions + 6k validation + 12k test are ~78k tokens through the body, ~3.5 min at the
+#: ~370 tok/s of one torch thread (~1.8 min at ~730 tok/s with two idle cores), then KerBS
+#: trains in ~4.5 min and POSG in ~2.5 min. (On a machine shared with other jobs the forward
+#: pass alone took 13 min.)
 DEFAULT_BUDGET_TOKENS = 60_000
 MAX_DOC_TOKENS = 256
 #: fewer predicted positions than this in the training part is not worth training a head on

@@ -157,6 +157,11 @@ class KerBSHead(nn.Module):
         if len(self.extra_owner) and bool((self.extra_owner_active < 0).any()):
             raise MaxbenchError("KerBS head is inconsistent: an extra sense belongs to an untrained word")
 
+    def _apply(self, fn, *args, **kwargs):
+        out = super()._apply(fn, *args, **kwargs)
+        self._refresh_index()  # the lookups follow the buffers to their device
+        return out
+
     @classmethod
     def initial(cls, base_weight: torch.Tensor, active: torch.Tensor, extra_owner: torch.Tensor,
                 noise: float = 0.01, scale: float = 1.0, seed: int = 0) -> "KerBSHead":
