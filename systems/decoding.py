@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from .errors import MaxbenchError
-from .layers.base import OutputLayer
+from .layers.base import OutputLayer, require_finite_logits
 
 _STAT_DIGITS = 6  # significant digits: keeps certified gaps near 1e-7 readable
 
@@ -98,13 +98,6 @@ def distribution_stats(scores: torch.Tensor) -> dict[str, torch.Tensor]:
     return {"entropy": ent, "support": (p > 0).sum(-1).float(), "top1": p.max(-1).values}
 
 
-def check_finite(logits: torch.Tensor) -> None:
-    if not torch.isfinite(logits).all():
-        bad = (~torch.isfinite(logits)).any(-1).nonzero().flatten().tolist()
-        raise MaxbenchError(f"the base model produced NaN or infinite logits (batch rows {bad[:8]}); "
-                            f"check the model weights and dtype (fp16 overflows: use fp32 on CPU)")
-
-
 @torch.inference_mode()
 def decode(lm, layer: OutputLayer, prompts: list[str], setting: DecodingSetting, seeds: list[int],
            record_stats: bool = True) -> list[dict]:
@@ -134,7 +127,7 @@ def decode(lm, layer: OutputLayer, prompts: list[str], setting: DecodingSetting,
                     use_cache=True, logits_to_keep=1, output_hidden_states=layer.needs_hidden)
         cache = out.past_key_values
         logits = out.logits[:, -1, :].float()
-        check_finite(logits)
+        require_finite_logits(logits, "the base model")
         hidden = out.hidden_states[-1][:, -1, :].float() if layer.needs_hidden else None
         scores = layer.scores(logits, hidden)
         if setting.do_sample:
@@ -196,7 +189,7 @@ def reference_logprobs(lm, layer: OutputLayer, prompts: list[str], references: l
         res = model(input_ids=ids, output_hidden_states=layer.needs_hidden)
         start = len(p_ids) - 1
         logits = res.logits[0, start:-1].float()
-        check_finite(logits)
+        require_finite_logits(logits, "the base model")
         hidden = res.hidden_states[-1][0, start:-1].float() if layer.needs_hidden else None
         targets = torch.tensor(r_ids, device=lm.device)
         row: list[float | None] = []

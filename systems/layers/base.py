@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from systems.errors import MaxbenchError
+
 
 @dataclass
 class FitContext:
@@ -74,3 +76,14 @@ def sample_rows(probs: torch.Tensor, generators: list[torch.Generator]) -> torch
     """One draw per row, each from its own generator, so a row's tokens do not depend on
     which other rows share its batch (this is what makes resumed and sharded runs equal)."""
     return torch.cat([torch.multinomial(probs[i:i + 1], 1, generator=g)[0] for i, g in enumerate(generators)])
+
+
+def require_finite_logits(logits: torch.Tensor, layer: str) -> None:
+    """A non-finite logit has no meaning for an output layer; say which rows carry one."""
+    finite = torch.isfinite(logits)
+    if not bool(finite.all()):
+        rows = (~finite).any(-1).nonzero().flatten().tolist()
+        kinds = " and ".join(k for k, bad in (("NaN", torch.isnan(logits).any()),
+                                             ("infinite", torch.isinf(logits).any())) if bool(bad))
+        raise MaxbenchError(f"{layer}: the model's logits contain {kinds} values (batch rows {rows[:8]}); "
+                            f"check the model weights and dtype (fp16 overflows: use fp32 on CPU)")

@@ -13,9 +13,8 @@ import torch
 
 from systems.errors import MaxbenchError
 
-from .base import FitContext, OutputLayer
+from .base import FitContext, OutputLayer, require_finite_logits
 from .graphmax import SOLVERS, GraphOperator, graphmax
-from .sparsemax_layer import require_finite_logits
 
 
 class GraphmaxLayer(OutputLayer):
