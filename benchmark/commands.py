@@ -100,9 +100,9 @@ def cmd_assets(args) -> int:
     if args.action == "fetch":
         # Converting the embedded model and extracting the corpora are part of set-up too.
         from benchmark.corpora import CORPORA, load_corpus
-        from systems.models import _smollm2_cache
+        from systems.models import smollm2_cache
 
-        print(f"{'smollm2-135m':<14} ok  {_smollm2_cache()}")
+        print(f"{'smollm2-135m':<14} ok  {smollm2_cache()}")
         for name in CORPORA:
             c = load_corpus(name)
             print(f"{name:<14} ok  {c.meta['texts']} texts, sha256 {c.sha256[:16]}")

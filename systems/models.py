@@ -75,7 +75,7 @@ def _prepare_tokenizer(tok):
     return tok
 
 
-def _smollm2_cache() -> Path:
+def smollm2_cache() -> Path:
     """Convert the GGUF once; return the directory holding fp32 safetensors + tokenizer."""
     out = maxbench_home() / "models" / "smollm2-135m"
     if (out / "maxbench.json").exists():
@@ -148,7 +148,7 @@ def load_model(name: str = "smollm2-135m", device: str | None = None, threads: i
     if name == "tiny-random":
         model, tok, whash = _tiny_random()
     elif name == "smollm2-135m":
-        path = _smollm2_cache()
+        path = smollm2_cache()
         tok = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         whash = json.loads((path / "maxbench.json").read_text())["weights_sha256"]
