@@ -241,7 +241,7 @@ def generate_run(plan: RunPlan, device: str | None = None, threads: int | None =
         if layer.needs_fit:
             if not plan.corpus:
                 raise MaxbenchError(f"system '{system.name}' needs a fitting corpus; pass --corpus")
-            layer.fit(FitContext(model=lm, corpus=load_corpus(plan.corpus)))
+            layer.fit(FitContext(model=lm, corpus=load_corpus(plan.corpus), options={"progress": progress}))
             update_manifest(plan, "resources", {system.name: layer.resource_hashes()})
         bar = tqdm(total=sum(len(b) for b in todo), desc=system.name, unit="text", disable=not progress,
                    dynamic_ncols=True)
