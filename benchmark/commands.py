@@ -177,7 +177,7 @@ def cmd_run(args) -> int:
     score_run(run_dir, ScoringOptions(metrics=metrics, n_resamples=args.n_resamples, device=device,
                                       threads=args.threads, progress=not args.no_progress), baseline=reg.baseline)
     out_dir = Path(args.out) if args.out else (Path("results") if reg.name == "default" else Path("results") / reg.name)
-    for path in render([run_dir], out_dir, title=f"maxbench leaderboard: {reg.name} on {suite.name}"):
+    for path in render([run_dir], out_dir):
         print(f"wrote {path}")
     return 0
 

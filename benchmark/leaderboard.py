@@ -174,9 +174,19 @@ def _table(scores: dict, comps: dict) -> tuple[list[str], list[list[dict]]]:
     return cols, rows
 
 
-def render(run_dirs: list[Path], out_dir: Path, title: str = "maxbench leaderboard") -> list[Path]:
+def _title(run_dirs: list[Path]) -> str:
+    """Named after the first run's registry and suite, so a re-render gives the same page."""
+    try:
+        ident = json.loads((Path(run_dirs[0]) / "manifest.json").read_text())["identity"]
+        return f"maxbench leaderboard: {ident['registry'] or 'generate'} on {ident['suite']['name']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "maxbench leaderboard"
+
+
+def render(run_dirs: list[Path], out_dir: Path) -> list[Path]:
     from benchmark.runner import atomic_write
 
+    title = _title(run_dirs)
     scores, comps, steps = _load_runs([Path(r) for r in run_dirs])
     if not scores:
         raise MaxbenchError("the runs hold no scored systems")
@@ -234,7 +244,9 @@ def render(run_dirs: list[Path], out_dir: Path, title: str = "maxbench leaderboa
 
 
 def _num(v) -> str:
-    return "" if v is None else repr(float(v))
+    # 12 significant digits: corpus-level n-gram scores sum floats in hash order, so their last
+    # bits can differ between processes; 12 digits are far below any interval's width.
+    return "" if v is None else f"{float(v):.12g}"
 
 
 def _plots(scores: dict, steps: dict, plot_dir: Path) -> list[Path]:

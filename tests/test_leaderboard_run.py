@@ -77,9 +77,12 @@ def test_shards_then_merge_equal_one_process(tmp_path):
 def test_leaderboard_rerenders_without_generating(tmp_path, cli):
     reg = _registry(tmp_path, SYSTEMS[:2])
     subprocess.run(_cmd(reg, tmp_path, "r", "lb"), check=True, capture_output=True)
-    before = (tmp_path / "lb" / "leaderboard.csv").read_bytes()
+    before = {n: (tmp_path / "lb" / n).read_bytes() for n in ("leaderboard.csv", "leaderboard.html")}
     rc, out, _ = cli("leaderboard", tmp_path / "runs" / "r", "--out", tmp_path / "lb2")
-    assert rc == 0 and (tmp_path / "lb2" / "leaderboard.csv").read_bytes() == before
+    assert rc == 0
+    for name, data in before.items():
+        assert (tmp_path / "lb2" / name).read_bytes() == data, name
+    assert (tmp_path / "lb2" / "leaderboard.md").read_text().startswith("# maxbench leaderboard: t on twelve\n")
     rows = (tmp_path / "lb2" / "leaderboard.csv").read_text().splitlines()
     assert rows[0].startswith("system,bleu-2,bleu-2_ci_low,bleu-2_ci_high,bleu-2_p_vs_baseline")
     html = (tmp_path / "lb2" / "leaderboard.html").read_text()
