@@ -154,7 +154,7 @@ def cmd_run(args) -> int:
     from benchmark.leaderboard import load_registry, render
     from benchmark.metrics.base import parse_metric_list
     from benchmark.metrics.scoring import ScoringOptions, score_run
-    from benchmark.runner import RunPlan, generate_run
+    from benchmark.runner import PhaseTimer, RunPlan, generate_run
     from benchmark.suites import load_suite
 
     reg = load_registry(args.registry)
@@ -170,15 +170,22 @@ def cmd_run(args) -> int:
     run_dir = Path(args.runs_dir) / (args.run_id or f"{reg.name}-{suite.name}")
     plan = RunPlan(run_dir=run_dir, suite=suite, systems=reg.systems, samples=reg.samples, seed=reg.seed,
                    batch_size=reg.batch_size, corpus=reg.corpus, registry=reg.name)
-    out = generate_run(plan, device=device, threads=args.threads, shard=shard, progress=not args.no_progress)
+    timer = PhaseTimer(run_dir, shard)
+    out = generate_run(plan, device=device, threads=args.threads, shard=shard, progress=not args.no_progress,
+                       timer=timer)
     if shard is not None:
         print(f"wrote {out}; when every shard is done, run the same command without --shard to merge and score")
+        print(timer.summary())
         return 0
-    score_run(run_dir, ScoringOptions(metrics=metrics, n_resamples=args.n_resamples, device=device,
-                                      threads=args.threads, progress=not args.no_progress), baseline=reg.baseline)
+    with timer.phase("score"):
+        score_run(run_dir, ScoringOptions(metrics=metrics, n_resamples=args.n_resamples, device=device,
+                                          threads=args.threads, progress=not args.no_progress), baseline=reg.baseline)
     out_dir = Path(args.out) if args.out else (Path("results") if reg.name == "default" else Path("results") / reg.name)
-    for path in render([run_dir], out_dir):
+    with timer.phase("render"):
+        written = render([run_dir], out_dir)
+    for path in written:
         print(f"wrote {path}")
+    print(timer.summary())
     return 0
 
 

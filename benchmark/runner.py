@@ -14,6 +14,7 @@ and ``merge_shards`` joins the shards into the same ``generations.jsonl``.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -30,6 +31,37 @@ from systems.errors import MaxbenchError
 
 MANIFEST = "manifest.json"
 GENERATIONS = "generations.jsonl"
+TIMINGS = "timings.jsonl"
+
+
+class PhaseTimer:
+    """Wall time of each phase of one invocation (load, fit, generate, score, render), appended
+    to ``timings.jsonl`` in the run directory as it finishes. Kept out of the manifest and the
+    generations, which must not depend on how long anything took."""
+
+    def __init__(self, run_dir: Path, shard: tuple[int, int] | None = None):
+        self.path = Path(run_dir) / TIMINGS
+        self.invocation = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.shard = None if shard is None else f"{shard[0]}/{shard[1]}"
+        self.phases: list[tuple[str, float]] = []
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        t0 = time.perf_counter()
+        yield
+        self.add(name, time.perf_counter() - t0)
+
+    def add(self, name: str, seconds: float) -> None:
+        self.phases.append((name, seconds))
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _append(self.path, [{"invocation": self.invocation, "shard": self.shard, "phase": name,
+                             "seconds": round(seconds, 2)}])
+
+    def summary(self) -> str:
+        total = sum(s for _, s in self.phases)
+        width = max((len(n) for n, _ in self.phases), default=5)
+        lines = [f"  {n:<{width}}  {s:8.1f} s" for n, s in self.phases]
+        return "\n".join(["wall time by phase:", *lines, f"  {'total':<{width}}  {total:8.1f} s"])
 
 
 def derive_seed(base: int, prompt_id: str, sample: int) -> int:
@@ -208,7 +240,8 @@ def shard_file(run_dir: Path, shard: tuple[int, int] | None) -> Path:
 
 
 def generate_run(plan: RunPlan, device: str | None = None, threads: int | None = None,
-                 shard: tuple[int, int] | None = None, progress: bool = True) -> Path:
+                 shard: tuple[int, int] | None = None, progress: bool = True,
+                 timer: PhaseTimer | None = None) -> Path:
     """Generate every missing row of the plan (or of one shard of it); returns the file."""
     from tqdm import tqdm
 
@@ -218,6 +251,7 @@ def generate_run(plan: RunPlan, device: str | None = None, threads: int | None =
     from systems.models import load_model
 
     layers = [s.build_layer() for s in plan.systems]  # bad parameters fail before any work
+    timer = timer or PhaseTimer(plan.run_dir, shard)
     out = shard_file(plan.run_dir, shard)
     done = {row_key(r) for r in read_rows(out, repair=True)}
     if shard is None:
@@ -232,7 +266,8 @@ def generate_run(plan: RunPlan, device: str | None = None, threads: int | None =
         if not todo:
             continue
         if system.model not in models:
-            models[system.model] = load_model(system.model, device=device, threads=threads)
+            with timer.phase(f"load {system.model}"):
+                models[system.model] = load_model(system.model, device=device, threads=threads)
         lm = models[system.model]
         if not manifest_written:
             check_or_write_manifest(plan, {"versions": versions(), "machine": machine(lm.device)})
@@ -241,13 +276,18 @@ def generate_run(plan: RunPlan, device: str | None = None, threads: int | None =
         if layer.needs_fit:
             if not plan.corpus:
                 raise MaxbenchError(f"system '{system.name}' needs a fitting corpus; pass --corpus")
-            layer.fit(FitContext(model=lm, corpus=load_corpus(plan.corpus), options={"progress": progress}))
+            with timer.phase(f"fit {system.name}"):
+                layer.fit(FitContext(model=lm, corpus=load_corpus(plan.corpus), options={"progress": progress}))
             update_manifest(plan, "resources", {system.name: layer.resource_hashes()})
         bar = tqdm(total=sum(len(b) for b in todo), desc=system.name, unit="text", disable=not progress,
                    dynamic_ncols=True)
+        spent = {"generate": 0.0, "ref-ppl": 0.0}
         for batch in todo:
+            t0 = time.perf_counter()
             seeds = [derive_seed(plan.seed, it.id, s) for it, s in batch]
             results = decode(lm, layer, [it.prompt for it, _ in batch], system.decoding, seeds)
+            t1 = time.perf_counter()
+            spent["generate"] += t1 - t0
             if plan.reference_ppl:
                 # once per prompt (sample 0): the layer's distribution does not depend on the sample
                 firsts = [i for i, (it, s) in enumerate(batch) if s == 0 and it.reference.strip()]
@@ -256,6 +296,7 @@ def generate_run(plan: RunPlan, device: str | None = None, threads: int | None =
                 for i, lp in zip(firsts, lps):
                     results[i] = results[i] | {"reference_logprobs": [None if v is None else round(v, 6) for v in lp],
                                                "vocab_size": lm.vocab_size}
+                spent["ref-ppl"] += time.perf_counter() - t1
             rows = []
             for (item, s), seed, res in zip(batch, seeds, results):
                 if (system.name, item.id, s) in done:
@@ -266,6 +307,9 @@ def generate_run(plan: RunPlan, device: str | None = None, threads: int | None =
             done |= {row_key(r) for r in rows}
             bar.update(len(batch))
         bar.close()
+        for what, seconds in spent.items():
+            if seconds:
+                timer.add(f"{what} {system.name}", seconds)
     if not manifest_written:
         check_or_write_manifest(plan, {"versions": versions(), "machine": machine(device or "cpu")})
     _canonicalise(plan, out, shard)

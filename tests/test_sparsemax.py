@@ -145,3 +145,36 @@ def test_layer_decodes_with_the_tiny_model(tiny):
     again = decode(tiny, SparsemaxLayer(), ["a longer prompt"], setting, seeds=[2])
     assert out[1]["token_ids"] == again[0]["token_ids"]  # a row does not depend on its batch
     assert all(len(r["stats"]["support"]) == r["n_tokens"] + (r["finish"] == "eos") for r in out)
+
+
+def _cases():
+    gen = torch.Generator().manual_seed(7)
+    yield "lm-like logits", torch.randn(6, 4096, generator=gen) * 2.5
+    yield "near-uniform (graphmax paper steps)", torch.randn(6, 4096, generator=gen) * 1e-3
+    yield "ties", torch.tensor([[1.0, 1.0, 1.0, 0.0], [2.0, 2.0, -1.0, -1.0], [0.0, 0.0, 0.0, 0.0]])
+    yield "-inf entries", torch.tensor([[0.5, float("-inf"), 0.2, float("-inf")], [float("-inf")] * 3 + [4.0]])
+    yield "float64 heavy tail", torch.distributions.Gumbel(0.0, 1.0).sample((5, 3000)).double() * 3
+
+
+@pytest.mark.parametrize("name,z", list(_cases()), ids=lambda v: v if isinstance(v, str) else "")
+def test_michelot_threshold_equals_sorting(name, z):
+    from systems.layers.sparsemax import _threshold, _threshold_by_sorting
+
+    shifted = z - z.amax(-1, keepdim=True)
+    fast, slow = _threshold(shifted), _threshold_by_sorting(shifted)
+    assert torch.allclose(fast, slow, rtol=1e-6, atol=1e-9), name
+    assert torch.equal(shifted > fast, shifted > slow), name  # the same support
+
+
+def test_rows_still_moving_after_the_pass_limit_are_finished_by_sorting(monkeypatch):
+    import systems.layers.sparsemax as sm
+
+    gen = torch.Generator().manual_seed(8)
+    z = torch.randn(7, 2000, generator=gen, dtype=torch.float64) * 1e-3  # needs several passes
+    full = sparsemax(z)
+    sorted_rows = []
+    by_sorting = sm._threshold_by_sorting
+    monkeypatch.setattr(sm, "_threshold_by_sorting", lambda rows: sorted_rows.append(len(rows)) or by_sorting(rows))
+    monkeypatch.setattr(sm, "_MAX_PASSES", 1)
+    assert torch.allclose(sparsemax(z), full, atol=1e-12)
+    assert sorted_rows and 0 < sorted_rows[0] <= 7

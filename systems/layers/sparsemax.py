@@ -1,7 +1,8 @@
 """sparsemax (Martins & Astudillo, 2016): the Euclidean projection of scores onto the simplex.
 
 ``sparsemax(z) = argmin_{p in simplex} ||p - z||^2 = max(z - tau(z), 0)`` with the threshold
-``tau`` found by sorting. It can give tokens exactly zero probability.
+``tau`` found by Michelot's iteration (a few masked sums, no sort; see ``_threshold``). It can
+give tokens exactly zero probability.
 
 Numerics:
 - each row is shifted by its maximum first (the projection is shift-invariant); without the
@@ -26,24 +27,57 @@ __all__ = ["sparsemax", "SparsemaxFunction"]
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
+#: Michelot's iteration ends in a handful of passes on real scores (1-8 measured on LM logits
+#: and on the graphmax paper solver's near-uniform inputs); rows still moving after this many
+#: passes (rounding can make a set flip back and forth) are finished by sorting.
+_MAX_PASSES = 50
+
+
+def _threshold_by_sorting(z: torch.Tensor) -> torch.Tensor:
+    """tau of each row of z (last dim, max-shifted): sort, then the largest k with
+    1 + k z_(k) > sum_{j<=k} z_(j), which holds exactly for a prefix of the sorted order."""
+    z_sorted, _ = torch.sort(z, dim=-1, descending=True)
+    cumsum = z_sorted.cumsum(-1)
+    ks = torch.arange(1, z.shape[-1] + 1, device=z.device, dtype=z.dtype)
+    support_size = ((1 + ks * z_sorted) > cumsum).sum(dim=-1, keepdim=True)
+    return (cumsum.gather(-1, support_size - 1) - 1) / support_size.to(z.dtype)
+
+
+def _threshold(z: torch.Tensor) -> torch.Tensor:
+    """tau of each row of z (last dim, max-shifted so that each row's maximum is 0).
+
+    Michelot's algorithm (1986; Condat 2016, "Fast projection onto the simplex"): from any
+    tau <= tau*, the update tau <- (sum_{z_i > tau} z_i - 1) / |{z_i > tau}| stays <= tau* and
+    never decreases, and once the set {z_i > tau} stops changing tau is tau* exactly. Start at
+    max - 1 = -1, a lower bound (the support always holds the maximum). Each pass is one
+    masked sum over the row, so a typical call costs a few passes instead of an O(n log n)
+    sort: 4-25x faster than sorting at n = 49,152 (benchmarks/sparsemax_threshold.py), with the
+    same support and values equal to rounding."""
+    tau = torch.full(z.shape[:-1] + (1,), -1.0, dtype=z.dtype, device=z.device)
+    count = torch.zeros(tau.shape, dtype=torch.long, device=z.device)
+    for _ in range(_MAX_PASSES):
+        k = (z > tau).sum(dim=-1, keepdim=True)
+        # sum_{z_i > tau} z_i = sum_i max(z_i - tau, 0) + k tau: cheaper than a masked sum
+        tau = tau + (torch.relu(z - tau).sum(dim=-1, keepdim=True) - 1) / k.clamp_min(1).to(z.dtype)
+        if torch.equal(k, count):
+            return tau
+        count = k
+    # rare: rows whose set would still change are finished exactly by sorting
+    moving = ((z > tau).sum(dim=-1, keepdim=True) != count).squeeze(-1)
+    tau[moving] = _threshold_by_sorting(z[moving])
+    return tau
+
+
 def _sparsemax_forward(z: torch.Tensor, dim: int) -> torch.Tensor:
     compute_dtype = torch.float32 if z.dtype in _LOW_PRECISION else z.dtype
-    z = z.to(compute_dtype)
-    row_max = z.amax(dim=dim, keepdim=True)
+    z = z.to(compute_dtype).movedim(dim, -1)
+    row_max = z.amax(dim=-1, keepdim=True)
     all_neg_inf = row_max == float("-inf")
     # A row of all -inf would become NaN after the shift; give it zeros so that it is uniform.
     z = torch.where(all_neg_inf, torch.zeros_like(z), z - torch.where(all_neg_inf, torch.zeros_like(row_max), row_max))
-    z_sorted, _ = torch.sort(z, dim=dim, descending=True)
-    cumsum = z_sorted.cumsum(dim)
-    shape = [1] * z.dim()
-    shape[dim] = z.shape[dim]
-    ks = torch.arange(1, z.shape[dim] + 1, device=z.device, dtype=compute_dtype).view(shape)
-    # The support is the largest k with 1 + k z_(k) > sum_{j<=k} z_(j); the condition holds
-    # exactly for a prefix of the sorted order, so counting it gives k.
-    in_support = (1 + ks * z_sorted) > cumsum
-    support_size = in_support.sum(dim=dim, keepdim=True)
-    tau = (cumsum.gather(dim, support_size - 1) - 1) / support_size.to(compute_dtype)
-    return torch.clamp(z - tau, min=0)
+    if z.shape[-1] == 0:
+        return z.movedim(-1, dim)
+    return torch.clamp(z - _threshold(z), min=0).movedim(-1, dim)
 
 
 class SparsemaxFunction(torch.autograd.Function):
