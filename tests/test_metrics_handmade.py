@@ -110,3 +110,26 @@ def test_metric_objects_carry_name_variant_signature_direction():
         m = get_metric(name)
         assert m.name == name and m.variant and isinstance(m.higher_is_better, bool)
         assert m.signature.startswith(name + "|")
+
+
+def test_corpus_level_scores_do_not_depend_on_pythonhashseed():
+    """n-gram keys fix the order of corpus-level sums; with str hashes it varied by process."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import random\n"
+            "from benchmark.metrics.base import get_metric\n"
+            "from benchmark.metrics.base import TextBatch\n"
+            "rng = random.Random(0)\n"
+            "words = [f'w{i}' for i in range(300)]\n"
+            "texts = [' '.join(rng.choice(words) for _ in range(40)) for _ in range(60)]\n"
+            "ids = [f'p{i % 20}' for i in range(60)]\n"
+            "refs = {f'p{i}': ' '.join(rng.choice(words) for _ in range(30)) for i in range(20)}\n"
+            "batch = TextBatch(texts, ids, refs)\n"
+            "for name in ('kld', 'ms-jaccard', 'distinct'):\n"
+            "    for key, score in sorted(get_metric(name).compute(batch).scores.items()):\n"
+            "        print(key, repr(score.value))\n")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env=dict(os.environ, PYTHONHASHSEED=seed)).stdout for seed in ("1", "2", "3")}
+    assert len(outs) == 1 and "ms-jaccard-3" in outs.pop()

@@ -1,11 +1,16 @@
 """n-gram counting shared by Distinct, Uniq, KLD and MS-Jaccard.
 
-An n-gram is a tuple of word tokens; for count vectors it is identified by Python's hash of
-that tuple (64 bits), which is stable within one process, the only place these keys live.
-Two different n-grams sharing a hash would merge; among 10^6 n-grams the chance is ~3e-8.
+An n-gram is a tuple of word tokens; for count vectors it is identified by a 64-bit key: each
+token becomes the first 8 bytes of its BLAKE2b digest and the n-gram Python's hash of that tuple
+of ints. Neither depends on PYTHONHASHSEED (str hashes do), so the keys, their sorted order and
+hence the order in which corpus-level sums add up are the same in every process: scores are
+identical to the last bit from run to run. Two different n-grams sharing a key would merge;
+among 10^6 n-grams the chance is ~3e-8.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 from collections import Counter
 from collections.abc import Sequence
 
@@ -19,8 +24,18 @@ def ngrams(tokens: Sequence[str], n: int) -> list[tuple[str, ...]]:
     return list(zip(*(tokens[i:] for i in range(n))))
 
 
+@functools.lru_cache(maxsize=1 << 20)
+def token_key(token: str) -> int:
+    return int.from_bytes(hashlib.blake2b(token.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little",
+                          signed=True)
+
+
 def hashed_counts(token_lists: Sequence[Sequence[str]], n: int) -> list[Counter]:
-    return [Counter(map(hash, zip(*(toks[i:] for i in range(n))))) for toks in token_lists]
+    counts = []
+    for toks in token_lists:
+        ids = [token_key(t) for t in toks]
+        counts.append(Counter(map(hash, zip(*(ids[i:] for i in range(n))))))
+    return counts
 
 
 def count_blocks(groups: Sequence[tuple[np.ndarray, list[Counter]]],
