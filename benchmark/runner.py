@@ -8,7 +8,8 @@ the rows come out identical). When every key is present the file is rewritten on
 canonical order, through a temporary file and an atomic rename: an interrupted and an
 uninterrupted run end byte-identical, and nothing written is ever lost.
 
-Sharding (``--shard i/n``) hands out whole batches round-robin, so every row is decoded in
+Sharding (``--shard i/n``) hands out whole batches round-robin, numbered across all systems
+in registry order (so n can exceed the batches of one system), and every row is decoded in
 the same batch as in a single process; shard i writes ``generations.shard-i-of-n.jsonl``
 and ``merge_shards`` joins the shards into the same ``generations.jsonl``.
 """
@@ -259,9 +260,11 @@ def generate_run(plan: RunPlan, device: str | None = None, threads: int | None =
             done |= {row_key(r) for r in read_rows(other)}
     models: dict = {}
     manifest_written = False
+    unit = 0  # (system, batch) units are handed to shards round-robin across all systems
     for system, layer in zip(plan.systems, layers):
         batches = plan.batches(system)
-        mine = [b for bi, b in enumerate(batches) if shard is None or bi % shard[1] == shard[0]]
+        mine = [b for bi, b in enumerate(batches, start=unit) if shard is None or bi % shard[1] == shard[0]]
+        unit += len(batches)
         todo = [b for b in mine if any((system.name, it.id, s) not in done for it, s in b)]
         if not todo:
             continue

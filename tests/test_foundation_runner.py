@@ -25,7 +25,7 @@ def suite_path(tmp_path):
 def _plan(run_dir, suite_path, systems=("tiny-random/softmax/top_p=0.9,max_new_tokens=12",
                                         "tiny-random/softmax/greedy,max_new_tokens=12"), **kw):
     return RunPlan(run_dir=run_dir, suite=load_suite(str(suite_path)), systems=[parse_system(s) for s in systems],
-                   samples=2, seed=7, batch_size=3, **kw)
+                   **{"samples": 2, "seed": 7, "batch_size": 3} | kw)
 
 
 def test_rows_are_keyed_complete_and_canonical(tmp_path, suite_path):
@@ -63,6 +63,17 @@ def test_shards_merge_to_the_single_run(tmp_path, suite_path):
     for i in range(3):
         generate_run(plan, device="cpu", shard=(i, 3), progress=False)
     assert not (tmp_path / "sharded" / GENERATIONS).exists()
+    assert merge_shards(plan).read_bytes() == single
+
+
+def test_shards_are_numbered_across_systems(tmp_path, suite_path):
+    """Each system has 2 batches here; 4 shards must all get work (batches 0-3 across the two systems)."""
+    plan = _plan(tmp_path / "one", suite_path, batch_size=10)
+    single = generate_run(plan, device="cpu", progress=False).read_bytes()
+    plan = _plan(tmp_path / "sharded", suite_path, batch_size=10)
+    for i in range(4):
+        rows = read_rows(generate_run(plan, device="cpu", shard=(i, 4), progress=False))
+        assert len(rows) == 10 and len({r["system"] for r in rows}) == 1
     assert merge_shards(plan).read_bytes() == single
 
 
