@@ -240,6 +240,28 @@ def shard_file(run_dir: Path, shard: tuple[int, int] | None) -> Path:
     return run_dir / (GENERATIONS if shard is None else f"generations.shard-{shard[0]}-of-{shard[1]}.jsonl")
 
 
+class ReferenceStateCache:
+    """The base model's forward pass over each prompt + reference, kept for the other systems
+    of the same model (the output layer and the LM head are all that differ between them).
+    Holds at most ``max_bytes``; past that, states are computed again for each system, which
+    gives the same values."""
+
+    def __init__(self, max_bytes: int = 1 << 30):
+        self.max_bytes, self.used, self.states = max_bytes, 0, {}
+
+    def get(self, lm, model_name: str, item):
+        from systems.decoding import reference_states
+
+        key = (model_name, item.id)
+        if key in self.states:
+            return self.states[key]
+        st = reference_states(lm, item.prompt, item.reference)
+        if st is not None and self.used + st.nbytes <= self.max_bytes:
+            self.states[key] = st
+            self.used += st.nbytes
+        return st
+
+
 def generate_run(plan: RunPlan, device: str | None = None, threads: int | None = None,
                  shard: tuple[int, int] | None = None, progress: bool = True,
                  timer: PhaseTimer | None = None) -> Path:
@@ -259,6 +281,7 @@ def generate_run(plan: RunPlan, device: str | None = None, threads: int | None =
         for other in plan.run_dir.glob("generations.shard-*.jsonl"):
             done |= {row_key(r) for r in read_rows(other)}
     models: dict = {}
+    ref_states = ReferenceStateCache()
     manifest_written = False
     unit = 0  # (system, batch) units are handed to shards round-robin across all systems
     for system, layer in zip(plan.systems, layers):
@@ -294,8 +317,8 @@ def generate_run(plan: RunPlan, device: str | None = None, threads: int | None =
             if plan.reference_ppl:
                 # once per prompt (sample 0): the layer's distribution does not depend on the sample
                 firsts = [i for i, (it, s) in enumerate(batch) if s == 0 and it.reference.strip()]
-                lps = reference_logprobs(lm, layer, [batch[i][0].prompt for i in firsts],
-                                         [batch[i][0].reference for i in firsts])
+                states = [ref_states.get(lm, system.model, batch[i][0]) for i in firsts]
+                lps = reference_logprobs(lm, layer, [], [], states=states)
                 for i, lp in zip(firsts, lps):
                     results[i] = results[i] | {"reference_logprobs": [None if v is None else round(v, 6) for v in lp],
                                                "vocab_size": lm.vocab_size}

@@ -167,35 +167,60 @@ def _round(x: float) -> float | None:
     return float(f"{x:.{_STAT_DIGITS}g}") if math.isfinite(x) else x
 
 
+@dataclass
+class ReferenceStates:
+    """The base model's side of a reference's teacher-forced log-probabilities: the LM head's
+    input (the final hidden state, after the final norm, in the model's dtype and on its device)
+    at each position that predicts a reference token, and those tokens. Every output layer over
+    the same base model starts from these, so one forward pass serves all of them."""
+
+    hidden: torch.Tensor  # (T, H)
+    targets: torch.Tensor  # (T,)
+
+    @property
+    def nbytes(self) -> int:
+        return self.hidden.numel() * self.hidden.element_size() + self.targets.numel() * 8
+
+
+@torch.inference_mode()
+def reference_states(lm, prompt: str, reference: str) -> ReferenceStates | None:
+    """One forward pass over ``prompt`` + ``" " + reference`` (None for an empty reference)."""
+    if not reference.strip():
+        return None
+    tok = lm.tokenizer
+    p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    r_ids = tok(" " + reference.strip(), add_special_tokens=False)["input_ids"]
+    ids = torch.tensor([p_ids + r_ids], device=lm.device)
+    res = lm.model(input_ids=ids, output_hidden_states=True, logits_to_keep=1)
+    return ReferenceStates(hidden=res.hidden_states[-1][0, len(p_ids) - 1:-1],
+                           targets=torch.tensor(r_ids, device=lm.device))
+
+
 @torch.inference_mode()
 def reference_logprobs(lm, layer: OutputLayer, prompts: list[str], references: list[str],
-                       chunk: int = 64) -> list[list[float | None]]:
+                       chunk: int = 64, states: list[ReferenceStates | None] | None = None
+                       ) -> list[list[float | None]]:
     """Teacher-forced natural-log probability that the layer gives each token of each reference
     (tokenised as ``" " + reference`` after the prompt), None where it is exactly zero.
 
     This is the layer's own distribution, before any decoding truncation (top-k/top-p would give
     most reference tokens probability zero), as KerBS reports perplexity. Positions go through
-    ``layer.scores`` in chunks of ``chunk`` rows, so per-row solvers (graphmax) batch them.
+    the LM head and ``layer.scores`` in chunks of ``chunk`` rows, so per-row solvers (graphmax)
+    batch them. ``states`` (from :func:`reference_states`, one per prompt) saves the forward
+    pass when several layers of one base model score the same references.
     """
-    tok, model = lm.tokenizer, lm.model
+    if states is None:
+        states = [reference_states(lm, p, r) for p, r in zip(prompts, references)]
+    head = lm.model.get_output_embeddings()
     out: list[list[float | None]] = []
-    for prompt, ref in zip(prompts, references):
-        if not ref.strip():
-            out.append([])
-            continue
-        p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
-        r_ids = tok(" " + ref.strip(), add_special_tokens=False)["input_ids"]
-        ids = torch.tensor([p_ids + r_ids], device=lm.device)
-        res = model(input_ids=ids, output_hidden_states=layer.needs_hidden)
-        start = len(p_ids) - 1
-        logits = res.logits[0, start:-1].float()
-        require_finite_logits(logits, "the base model")
-        hidden = res.hidden_states[-1][0, start:-1].float() if layer.needs_hidden else None
-        targets = torch.tensor(r_ids, device=lm.device)
+    for st in states:
         row: list[float | None] = []
-        for i in range(0, len(r_ids), chunk):
-            scores = layer.scores(logits[i:i + chunk], None if hidden is None else hidden[i:i + chunk])
-            lp = torch.log_softmax(scores.float(), dim=-1).gather(1, targets[i:i + chunk, None])[:, 0]
+        for i in range(0, 0 if st is None else len(st.targets), chunk):
+            h = st.hidden[i:i + chunk]
+            logits = head(h).float()
+            require_finite_logits(logits, "the base model")
+            scores = layer.scores(logits, h.float() if layer.needs_hidden else None)
+            lp = torch.log_softmax(scores.float(), dim=-1).gather(1, st.targets[i:i + chunk, None])[:, 0]
             row += [float(v) if math.isfinite(v) else None for v in lp.cpu().tolist()]
         out.append(row)
     return out

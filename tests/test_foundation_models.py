@@ -134,3 +134,22 @@ def test_reference_logprobs_mark_zero_probability_as_none(tiny):
 
     got = reference_logprobs(tiny, OnlyFirstToken(), ["abc"], ["de"])
     assert got == [[None, None, None]]  # " ", "d", "e": none is token 0
+
+
+def test_reference_states_are_computed_once_per_model_and_give_the_same_logprobs(tiny):
+    from types import SimpleNamespace
+
+    from benchmark.runner import ReferenceStateCache
+    from systems.decoding import reference_logprobs
+    from systems.layers.sparsemax_layer import SparsemaxLayer
+
+    item = SimpleNamespace(id="p0", prompt="the soup", reference="was cold and salty")
+    cache = ReferenceStateCache()
+    first = cache.get(tiny, "tiny-random", item)
+    assert cache.get(tiny, "tiny-random", item) is first and cache.used == first.nbytes
+    for layer in (SoftmaxLayer(), SparsemaxLayer()):
+        fresh = reference_logprobs(tiny, layer, [item.prompt], [item.reference], chunk=4)
+        assert reference_logprobs(tiny, layer, [], [], chunk=4, states=[first]) == fresh
+    full = ReferenceStateCache(max_bytes=0)  # over budget: computed again, same values
+    again = full.get(tiny, "tiny-random", item)
+    assert again is not full.get(tiny, "tiny-random", item) and torch.equal(again.hidden, first.hidden)
