@@ -222,6 +222,44 @@ def test_paper_first_step_is_sparsemax_of_alpha_z():
     assert torch.allclose(x1, sparsemax(1e-4 * z), atol=1e-15)
 
 
+def paper_algorithm_reference(z, A, lam, alpha, T, stop=1e-4, log_floor=1e-10):
+    """Algorithm 1 row by row in numpy float64, projecting by sorting (Held et al.'s rule)."""
+    M = dense_M(A)
+    out, steps = [], []
+    for row in np.atleast_2d(z):
+        row = row - row.max()
+        x, t, n_steps = np.zeros_like(row), 1, 0
+        while t < T:
+            a = x - alpha * (-row + np.log(np.maximum(x, log_floor)) + 1 + 2 * lam * M @ x)
+            u = np.sort(a)[::-1]
+            css = np.cumsum(u)
+            k = np.nonzero(u * np.arange(1, len(u) + 1) > css - 1)[0][-1] + 1
+            x_next = np.maximum(a - (css[k - 1] - 1) / k, 0)
+            n_steps += 1
+            done = np.linalg.norm(x_next - x) < stop
+            x, t = x_next, t + 1
+            if done:
+                break
+        out.append(x)
+        steps.append(n_steps)
+    return np.array(out), np.array(steps)
+
+
+@pytest.mark.parametrize("alpha,T,stop", [(1e-4, 20, 1e-4), (1e-4, 21, 1e-4), (1e-2, 40, 1e-2)])
+def test_paper_solver_equals_a_plain_reimplementation(alpha, T, stop):
+    """Every step, including rows that meet the stop rule before the others (the last case)."""
+    n = 300
+    A = random_graph(n, density=0.03, seed=11)
+    gen = torch.Generator().manual_seed(11)
+    z = torch.cat([torch.randn(3, n, generator=gen, dtype=F64) * 3, torch.randn(2, n, generator=gen, dtype=F64) * 0.01])
+    x, info = graphmax(z, A, lam=1.0, solver="paper", alpha=alpha, T=T, paper_stop=stop, return_info=True)
+    want, steps = paper_algorithm_reference(z.numpy(), A, 1.0, alpha, T, stop)
+    np.testing.assert_allclose(x.numpy(), want, atol=1e-9)
+    assert info.iterations.tolist() == steps.tolist()
+    if stop == 1e-2:
+        assert len(set(steps.tolist())) > 1  # some rows stopped early: the partial-batch path ran
+
+
 def test_paper_algorithm_does_not_reach_the_optimum():
     n, lam = 2000, 1.0
     A = random_graph(n, density=0.01, seed=10)

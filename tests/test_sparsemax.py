@@ -178,3 +178,19 @@ def test_rows_still_moving_after_the_pass_limit_are_finished_by_sorting(monkeypa
     monkeypatch.setattr(sm, "_MAX_PASSES", 1)
     assert torch.allclose(sparsemax(z), full, atol=1e-12)
     assert sorted_rows and 0 < sorted_rows[0] <= 7
+
+
+def test_a_start_on_either_side_of_the_threshold_gives_the_same_projection():
+    from systems.layers.sparsemax import _threshold_by_sorting, project_to_simplex
+
+    gen = torch.Generator().manual_seed(9)
+    a = torch.randn(6, 3000, generator=gen, dtype=torch.float64) * 1e-2 + 5.0
+    z = a - a.amax(-1, keepdim=True)
+    tau = _threshold_by_sorting(z) + a.amax(-1, keepdim=True)
+    want, got_tau = project_to_simplex(a)
+    assert torch.allclose(got_tau, tau, rtol=0, atol=1e-12)
+    top = a.amax(-1, keepdim=True)
+    for start in (tau - 1e-3, tau - 10.0, tau, (tau + top) / 2, top - 1e-12, top, top + 3.0,
+                  torch.full_like(tau, float("nan"))):
+        p, t = project_to_simplex(a, start)
+        assert torch.allclose(p, want, rtol=0, atol=1e-12) and torch.allclose(t, tau, rtol=0, atol=1e-12)

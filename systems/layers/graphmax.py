@@ -77,7 +77,7 @@ import torch
 
 from systems.errors import MaxbenchError
 
-from .sparsemax import sparsemax
+from .sparsemax import project_to_simplex
 
 __all__ = ["graphmax", "GraphmaxInfo", "GraphOperator", "SOLVERS"]
 
@@ -392,16 +392,29 @@ def _solve_paper(Z, op, lam, alpha, T, stop, log_floor):
     X = torch.zeros_like(Z)
     iterations = torch.zeros(batch, dtype=torch.long, device=Z.device)
     done = torch.zeros(batch, dtype=torch.bool, device=Z.device)
+    # The iterates settle into a period-2 cycle (module docstring), so the projection's threshold
+    # two steps back is a close guess that saves most of its passes (it does not change the result).
+    taus: list[torch.Tensor | None] = [None, None]
     t = 1
     while t < T:  # Algorithm 1, line 2, with x^1 = 0 (line 1)
         active = (~done).nonzero().flatten()
         if active.numel() == 0:
             break
-        Xa = X[active]
-        grad = -Z[active] + torch.log(Xa.clamp_min(log_floor)) + 1 + (2.0 * lam) * op.m_product(Xa)[0]
-        X_next = sparsemax(Xa - alpha * grad, dim=-1)  # lines 3-7: gradient step, sort-based projection
+        everyone = active.numel() == batch
+        Xa = X if everyone else X[active]
+        grad = (torch.log(Xa.clamp_min(log_floor)) - (Z if everyone else Z[active])).add_(1)
+        grad.add_(op.m_product(Xa)[0], alpha=2.0 * lam)
+        start = taus[0] if taus[0] is None or everyone else taus[0][active]
+        # lines 3-7: gradient step and projection onto the simplex (exact; Michelot's iteration)
+        X_next, tau = project_to_simplex(Xa - alpha * grad, start)
         step = torch.linalg.vector_norm(X_next - Xa, dim=-1)
-        X[active] = X_next
+        if everyone:
+            X, taus = X_next, [taus[1], tau]
+        else:
+            X[active] = X_next
+            full = torch.full((batch, 1), float("nan"), dtype=Z.dtype, device=Z.device)
+            full[active] = tau
+            taus = [taus[1], full]
         iterations[active] += 1
         done[active] = step < stop  # line 8
         t += 1
