@@ -21,7 +21,7 @@ def register(sub) -> None:
     p.add_argument("--budget-tokens", type=int, default=None,
                    help="training positions taken from the fitting split (default 60000; validation gets a "
                         "tenth of it and the held-out test part a fifth); larger budgets train longer")
-    p.add_argument("--epochs", type=int, default=None, help="maximum epochs (kerbs default 4, posg 10); "
+    p.add_argument("--epochs", type=int, default=None, help="maximum epochs (kerbs default 2, posg 10); "
                                                              "early stopping may end sooner")
     p.add_argument("--senses", type=int, default=None, help="kerbs: extra senses beyond one per token "
                                                              "(default 1024)")

@@ -7,7 +7,8 @@ and every head trains on the stored states. The cache holds three parts:
 - ``train``: whole fitting-split documents, in a fixed pseudo-random order (sorted by the
   sha256 of their text), until ``budget_tokens`` predicted positions are reached;
 - ``valid``: the next fitting-split documents, about a tenth of the budget, for early stopping;
-- ``test``: test-split documents (never seen by any head) for the perplexities reported.
+- ``test``: test-split documents (never seen by any head), about a tenth of the budget, for
+  the perplexities reported.
 
 Each document is tokenised without special tokens, cut at ``MAX_DOC_TOKENS`` and, when it
 was not cut, followed by EOS, so heads also learn where a text ends. Position t holds the
@@ -44,12 +45,12 @@ import numpy as np
 from .assets import maxbench_home, sha256_file
 from .errors import MaxbenchError
 
-CACHE_VERSION = "1"
-#: Sized for the 10-minute budget on 2 CPU cores (smollm2-135m, food-reviews): 60k training
-#: positions + 6k validation + 12k test are ~78k tokens through the body, ~3.5 min at the
-#: ~370 tok/s of one torch thread (~1.8 min at ~730 tok/s with two idle cores), then KerBS
-#: trains in ~4.5 min and POSG in ~2.5 min. (On a machine shared with other jobs the forward
-#: pass alone took 13 min.)
+CACHE_VERSION = "2"  # 2: the test part is budget // 10 positions (was // 5)
+#: Sized for the main command's 15-minute cold budget on 2 CPU cores (smollm2-135m,
+#: food-reviews): 60k training positions + 6k validation + 6k test are ~72k tokens through the
+#: body, ~2 min at the ~600 tok/s of two torch threads; then KerBS trains in ~1 min (2 epochs)
+#: and POSG's preparation and training take ~1 min. (On a machine shared with other jobs the
+#: forward pass alone took 13 min.)
 DEFAULT_BUDGET_TOKENS = 60_000
 MAX_DOC_TOKENS = 256
 #: fewer predicted positions than this in the training part is not worth training a head on
@@ -282,7 +283,7 @@ def load_or_build(lm, corpus, budget_tokens: int = DEFAULT_BUDGET_TOKENS, progre
         raise MaxbenchError(f"corpus '{corpus.name}' has an empty fitting or test split; heads need both")
     train, used = _select(tok, corpus.fit, budget_tokens)
     valid, _ = _select(tok, corpus.fit, max(budget_tokens // 10, 1), skip=used)
-    test, _ = _select(tok, corpus.test, max(budget_tokens // 5, 1))
+    test, _ = _select(tok, corpus.test, max(budget_tokens // 10, 1))
     n_train = sum(len(c[1]) - 1 + int(c[3]) for c in train)
     if n_train < min_train_positions or not valid or not test:
         raise MaxbenchError(

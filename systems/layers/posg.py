@@ -345,7 +345,10 @@ def train_pos_head(head: POSGHead, train: Positions, labels: torch.Tensor, valid
 
 
 def head_identity(lm, corpus, budget_tokens: int, cfg: POSGConfig, tagger_version: str) -> dict:
-    return {"layer": "posg", "version": POSG_VERSION, "model_hash": lm.hash, "tokenizer_hash": lm.tokenizer_hash,
+    from .. import hidden_cache as hc
+
+    return {"layer": "posg", "version": POSG_VERSION, "hidden_cache": hc.CACHE_VERSION, "model_hash": lm.hash,
+            "tokenizer_hash": lm.tokenizer_hash,
             "corpus": corpus.name, "corpus_sha256": corpus.sha256, "budget_tokens": int(budget_tokens),
             "tagger": tagger_version, "config": asdict(cfg)}
 
