@@ -45,7 +45,8 @@ def inputs(batch_size: int) -> dict[str, list[torch.Tensor]]:
         logits = lm.model(**enc).logits[:, -1].float()
     seen: list[torch.Tensor] = []
     original = gm.project_to_simplex
-    gm.project_to_simplex = lambda a, start=None: seen.append(a.clone()) or original(a, start)
+    gm.project_to_simplex = lambda a, start=None, dim=-1: seen.append(a.movedim(dim, -1).contiguous()) or original(
+        a, start, dim)
     try:
         gm.graphmax(logits, get_graph(lm, load_corpus("food-reviews")), lam=1.0, solver="paper")
     finally:

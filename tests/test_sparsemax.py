@@ -178,6 +178,8 @@ def test_rows_still_moving_after_the_pass_limit_are_finished_by_sorting(monkeypa
     monkeypatch.setattr(sm, "_MAX_PASSES", 1)
     assert torch.allclose(sparsemax(z), full, atol=1e-12)
     assert sorted_rows and 0 < sorted_rows[0] <= 7
+    columns, _ = sm.project_to_simplex(z.T.contiguous(), dim=0)  # the graphmax paper solver's layout
+    assert torch.allclose(columns.T, full, atol=1e-12) and len(sorted_rows) == 2
 
 
 def test_a_start_on_either_side_of_the_threshold_gives_the_same_projection():

@@ -173,22 +173,26 @@ class GraphOperator:
         return self._by_dtype[dtype]
 
     def m_product(self, X: torch.Tensor):
-        """For each row x of X: ``M x = (I - A)^T (I - A) x`` and ``||(I - A) x||^2``.
+        """For each row x of X: ``M x = (I - A)^T (I - A) x`` and ``||(I - A) x||^2``."""
+        MXT, bx_sq = self.m_product_columns(X.T)
+        return MXT.T.contiguous(), bx_sq
 
-        The products run on the transposed N x batch block, where scipy's CSR kernel wants
-        it, and (I - A) x stays in that layout between the two products."""
-        A, AT = self.matrices(X.dtype)
+    def m_product_columns(self, XT: torch.Tensor):
+        """``m_product`` for the transposed N x batch block (one problem per column), the layout
+        scipy's CSR kernel wants; (I - A) x stays in it between the two products. Solvers that
+        keep their iterates in this layout skip two transposes per product."""
+        A, AT = self.matrices(XT.dtype)
         if self.backend == "scipy":
-            XT = np.ascontiguousarray(X.numpy().T)
+            XT = np.ascontiguousarray(XT.numpy())
             BXT = A @ XT
             np.subtract(XT, BXT, out=BXT)
             MXT = AT @ BXT
             np.subtract(BXT, MXT, out=MXT)
-            return torch.from_numpy(MXT).T.contiguous(), torch.from_numpy(np.einsum("ij,ij->j", BXT, BXT))
-        XT = X.T.contiguous()
+            return torch.from_numpy(MXT), torch.from_numpy(np.einsum("ij,ij->j", BXT, BXT))
+        XT = XT.contiguous()
         BXT = XT - A @ XT
         MXT = BXT - AT @ BXT
-        return MXT.T.contiguous(), torch.linalg.vecdot(BXT, BXT, dim=0)
+        return MXT, torch.linalg.vecdot(BXT, BXT, dim=0)
 
     def diag_m(self, dtype: torch.dtype) -> torch.Tensor:
         """diag((I - A)^T (I - A))_i = 1 - 2 A_ii + sum_k A_ki^2, on the device."""
@@ -389,7 +393,10 @@ def _solve_exact(Z, op, lam, tol, max_iter, theta0, safeguard):
 
 def _solve_paper(Z, op, lam, alpha, T, stop, log_floor):
     batch = Z.shape[0]
-    X = torch.zeros_like(Z)
+    # One problem per column: the graph products want the N x batch layout, so the iterates
+    # stay in it and only the result is transposed back.
+    ZT = Z.T.contiguous()
+    XT = torch.zeros_like(ZT)
     iterations = torch.zeros(batch, dtype=torch.long, device=Z.device)
     done = torch.zeros(batch, dtype=torch.bool, device=Z.device)
     # The iterates settle into a period-2 cycle (module docstring), so the projection's threshold
@@ -401,24 +408,24 @@ def _solve_paper(Z, op, lam, alpha, T, stop, log_floor):
         if active.numel() == 0:
             break
         everyone = active.numel() == batch
-        Xa = X if everyone else X[active]
-        grad = (torch.log(Xa.clamp_min(log_floor)) - (Z if everyone else Z[active])).add_(1)
-        grad.add_(op.m_product(Xa)[0], alpha=2.0 * lam)
-        start = taus[0] if taus[0] is None or everyone else taus[0][active]
+        Xa = XT if everyone else XT[:, active]
+        grad = (torch.log(Xa.clamp_min(log_floor)) - (ZT if everyone else ZT[:, active])).add_(1)
+        grad.add_(op.m_product_columns(Xa)[0], alpha=2.0 * lam)
+        start = taus[0] if taus[0] is None or everyone else taus[0][:, active]
         # lines 3-7: gradient step and projection onto the simplex (exact; Michelot's iteration)
-        X_next, tau = project_to_simplex(Xa - alpha * grad, start)
-        step = torch.linalg.vector_norm(X_next - Xa, dim=-1)
+        X_next, tau = project_to_simplex(Xa - alpha * grad, start, dim=0)
+        step = torch.linalg.vector_norm(X_next - Xa, dim=0)
         if everyone:
-            X, taus = X_next, [taus[1], tau]
+            XT, taus = X_next, [taus[1], tau]
         else:
-            X[active] = X_next
-            full = torch.full((batch, 1), float("nan"), dtype=Z.dtype, device=Z.device)
-            full[active] = tau
+            XT[:, active] = X_next
+            full = torch.full((1, batch), float("nan"), dtype=Z.dtype, device=Z.device)
+            full[:, active] = tau
             taus = [taus[1], full]
         iterations[active] += 1
         done[active] = step < stop  # line 8
         t += 1
-    return X, iterations, done
+    return XT.T.contiguous(), iterations, done
 
 
 def _certify(X, Z, op, lam):

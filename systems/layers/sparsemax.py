@@ -43,8 +43,9 @@ def _threshold_by_sorting(z: torch.Tensor) -> torch.Tensor:
     return (cumsum.gather(-1, support_size - 1) - 1) / support_size.to(z.dtype)
 
 
-def _threshold(z: torch.Tensor, start: torch.Tensor | None = None) -> torch.Tensor:
-    """tau of each row of z (last dim, max-shifted so that each row's maximum is 0).
+def _threshold(z: torch.Tensor, start: torch.Tensor | None = None, dim: int = -1) -> torch.Tensor:
+    """tau of each row of z along ``dim`` (max-shifted so that each row's maximum is 0); the
+    result keeps ``dim`` with size 1.
 
     Michelot's algorithm (1986; Condat 2016, "Fast projection onto the simplex"): from any
     tau <= tau*, the update tau <- (sum_{z_i > tau} z_i - 1) / |{z_i > tau}| stays <= tau* and
@@ -59,20 +60,22 @@ def _threshold(z: torch.Tensor, start: torch.Tensor | None = None) -> torch.Tens
     lies (the set {z_i > start} is then a superset or a nonempty subset of the support, and
     either way (sum_S z_i - 1) / |S| <= tau*), so the iteration stays exact; a start close to
     tau* ends it in two or three passes."""
-    tau = torch.full(z.shape[:-1] + (1,), -1.0, dtype=z.dtype, device=z.device)
+    shape = list(z.shape)
+    shape[dim] = 1
+    tau = torch.full(shape, -1.0, dtype=z.dtype, device=z.device)
     if start is not None:
         tau = torch.where(start < 0, start, tau)
     count = torch.zeros(tau.shape, dtype=torch.long, device=z.device)
     for _ in range(_MAX_PASSES):
-        k = (z > tau).sum(dim=-1, keepdim=True)
+        k = (z > tau).sum(dim=dim, keepdim=True)
         # sum_{z_i > tau} z_i = sum_i max(z_i - tau, 0) + k tau: cheaper than a masked sum
-        tau = tau + (torch.relu(z - tau).sum(dim=-1, keepdim=True) - 1) / k.clamp_min(1).to(z.dtype)
+        tau = tau + (torch.relu(z - tau).sum(dim=dim, keepdim=True) - 1) / k.clamp_min(1).to(z.dtype)
         if torch.equal(k, count):
             return tau
         count = k
     # rare: rows whose set would still change are finished exactly by sorting
-    moving = ((z > tau).sum(dim=-1, keepdim=True) != count).squeeze(-1)
-    tau[moving] = _threshold_by_sorting(z[moving])
+    moving = ((z > tau).sum(dim=dim, keepdim=True) != count).movedim(dim, -1).squeeze(-1)
+    tau.movedim(dim, -1)[moving] = _threshold_by_sorting(z.movedim(dim, -1)[moving])
     return tau
 
 
@@ -88,14 +91,15 @@ def _sparsemax_forward(z: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.clamp(z - _threshold(z), min=0).movedim(-1, dim)
 
 
-def project_to_simplex(a: torch.Tensor, start: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """sparsemax of the rows of a finite float matrix, and each row's threshold tau (B, 1) in
-    a's own coordinates (p = max(a - tau, 0)). ``start`` is a guess of tau, such as the
-    threshold of a nearby earlier input; it only saves passes (see ``_threshold``), the result
-    does not depend on it beyond rounding."""
-    row_max = a.amax(dim=-1, keepdim=True)
+def project_to_simplex(a: torch.Tensor, start: torch.Tensor | None = None,
+                       dim: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+    """sparsemax along ``dim`` of a finite float tensor, and each slice's threshold tau (``dim``
+    kept with size 1) in a's own coordinates (p = max(a - tau, 0)). ``start`` is a guess of tau,
+    such as the threshold of a nearby earlier input; it only saves passes (see ``_threshold``),
+    the result does not depend on it beyond rounding."""
+    row_max = a.amax(dim=dim, keepdim=True)
     z = a - row_max
-    tau = _threshold(z, None if start is None else start - row_max)
+    tau = _threshold(z, None if start is None else start - row_max, dim)
     return torch.clamp(z - tau, min=0), tau + row_max
 
 
