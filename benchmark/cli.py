@@ -5,13 +5,14 @@ Each module in COMMAND_MODULES has ``register(subparsers)``, adding its subcomma
 functions so that ``--help`` stays fast. A MaxbenchError becomes one line on stderr and
 exit status 2; an interrupt exits 130 after the command has flushed what it wrote.
 """
+
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
 
-from systems.errors import MaxbenchError
+from core.errors import MaxbenchError
 
 COMMAND_MODULES = [
     "benchmark.commands",
@@ -26,7 +27,8 @@ COMMAND_MODULES = [
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="maxbench",
-        description="Compare output layers of language models with automatic metrics and human ratings.")
+        description="Compare output layers of language models with automatic metrics and human ratings.",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)

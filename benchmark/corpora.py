@@ -8,6 +8,7 @@ on the order of the source and never changes while the text does not. The extrac
 is cached as JSONL with a manifest (source, licence, counts, sha256) under
 ``$MAXBENCH_HOME/corpora``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -19,10 +20,9 @@ import re
 import tempfile
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from core.errors import MaxbenchError
 from systems.assets import ASSETS, fetch, maxbench_home
-from systems.errors import MaxbenchError
 
 CORPUS_VERSION = "1"
 _TAG = re.compile(r"<[^>]{0,200}>")
@@ -67,11 +67,14 @@ def _food_reviews() -> list[str]:
         texts = []
         for name in ("training_data", "testing_data"):
             off, length = (int(v) for v in index["variables"][name])
-            chunk = blob[off:off + length]
+            chunk = blob[off : off + length]
             if chunk[4:5] != b"Z":
                 raise MaxbenchError(f"{rdb}: object {name} uses an unexpected compression tag {chunk[4:5]!r}")
-            raw = lzma.decompress(chunk[5:], format=lzma.FORMAT_RAW,
-                                  filters=[{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME}])
+            raw = lzma.decompress(
+                chunk[5:],
+                format=lzma.FORMAT_RAW,
+                filters=[{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME}],
+            )
             frame = rdata.conversion.convert(rdata.parser.parse_data(raw))
             texts.extend(str(t) for t in frame["review"])
     return texts
@@ -117,12 +120,20 @@ def _extract(name: str) -> tuple[list[str], dict]:
         seen.add(c)
         texts.append(c)
     asset = ASSETS[asset_name]
-    meta = {"name": name, "version": CORPUS_VERSION, "description": description,
-            "source": f"{asset.registry}:{asset.spec}", "source_sha256": asset.sha256,
-            "licence": asset.licence, "raw_texts": len(raw), "empty": empty,
-            "duplicates_removed": len(raw) - empty - len(texts), "texts": len(texts),
-            "words": sum(len(t.split()) for t in texts),
-            "split_rule": "test if int(sha256(text)[:8], 16) % 10 == 0"}
+    meta = {
+        "name": name,
+        "version": CORPUS_VERSION,
+        "description": description,
+        "source": f"{asset.registry}:{asset.spec}",
+        "source_sha256": asset.sha256,
+        "licence": asset.licence,
+        "raw_texts": len(raw),
+        "empty": empty,
+        "duplicates_removed": len(raw) - empty - len(texts),
+        "texts": len(texts),
+        "words": sum(len(t.split()) for t in texts),
+        "split_rule": "test if int(sha256(text)[:8], 16) % 10 == 0",
+    }
     return texts, meta
 
 
@@ -143,8 +154,9 @@ def load_corpus(name: str) -> Corpus:
             meta = None
     if meta is None:
         texts, meta = _extract(name)
-        body = "".join(json.dumps({"text": t, "split": "test" if is_test(t) else "fit"}, ensure_ascii=False) + "\n"
-                       for t in texts).encode()
+        body = "".join(
+            json.dumps({"text": t, "split": "test" if is_test(t) else "fit"}, ensure_ascii=False) + "\n" for t in texts
+        ).encode()
         meta["sha256"] = hashlib.sha256(body).hexdigest()
         root.mkdir(parents=True, exist_ok=True)
         for path, content in ((data, body), (meta_path, json.dumps(meta, indent=1).encode())):

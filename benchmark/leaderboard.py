@@ -7,6 +7,7 @@ more run directories and writes ``leaderboard.md``, ``.csv``, ``.html`` and PNG 
 never generates, so ``maxbench leaderboard RUN_DIR...`` re-renders without a model. Output is a
 pure function of its inputs (no timestamps), so the same runs give byte-identical files.
 """
+
 from __future__ import annotations
 
 import base64
@@ -20,14 +21,37 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from systems.errors import MaxbenchError
+from core.errors import MaxbenchError
 
 REGISTRY_DIR = Path(__file__).parent / "registries"
 #: score columns in display order; scores not listed follow in their own order
-PREFERRED = ["bleu-2", "bleu-3", "bleu-4", "bleu-5", "sacrebleu", "rouge-l-f", "meteor", "bertscore-f1",
-             "ms-jaccard-2", "ms-jaccard-3", "ms-jaccard-4", "kld", "ppl", "ref-eps-ppl", "self-bleu-2",
-             "self-bleu-3", "self-bleu-4", "self-bleu-5", "rep", "seq-rep-4", "distinct-1-corpus", "distinct-2-corpus",
-             "distinct-3-corpus", "distinct-4-corpus", "uniq"]
+PREFERRED = [
+    "bleu-2",
+    "bleu-3",
+    "bleu-4",
+    "bleu-5",
+    "sacrebleu",
+    "rouge-l-f",
+    "meteor",
+    "bertscore-f1",
+    "ms-jaccard-2",
+    "ms-jaccard-3",
+    "ms-jaccard-4",
+    "kld",
+    "ppl",
+    "ref-eps-ppl",
+    "self-bleu-2",
+    "self-bleu-3",
+    "self-bleu-4",
+    "self-bleu-5",
+    "rep",
+    "seq-rep-4",
+    "distinct-1-corpus",
+    "distinct-2-corpus",
+    "distinct-3-corpus",
+    "distinct-4-corpus",
+    "uniq",
+]
 PLOT_FILES = ("tradeoff.png", "lambda.png", "steps.png")
 
 
@@ -53,8 +77,10 @@ def load_registry(name_or_path: str) -> Registry:
         path = Path(name_or_path).expanduser()
         if not path.is_file():
             known = ", ".join(p.stem for p in sorted(REGISTRY_DIR.glob("*.toml")))
-            raise MaxbenchError(f"unknown registry '{name_or_path}'; built-in registries: {known} "
-                                f"(or give the path of a registry .toml file)")
+            raise MaxbenchError(
+                f"unknown registry '{name_or_path}'; built-in registries: {known} "
+                f"(or give the path of a registry .toml file)"
+            )
     try:
         spec = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
@@ -76,10 +102,18 @@ def load_registry(name_or_path: str) -> Registry:
         baseline = parse_system(baseline).name
         if baseline not in names:
             raise MaxbenchError(f"registry {path}: baseline '{baseline}' is not one of its systems")
-    return Registry(name=spec.get("name", path.stem), suite=spec.get("suite", "food-reviews"), systems=systems,
-                    corpus=spec.get("corpus"), samples=int(spec.get("samples", 1)), seed=int(spec.get("seed", 1234)),
-                    batch_size=int(spec.get("batch_size", 16)), baseline=baseline, metrics=list(spec.get("metrics", [])),
-                    path=path)
+    return Registry(
+        name=spec.get("name", path.stem),
+        suite=spec.get("suite", "food-reviews"),
+        systems=systems,
+        corpus=spec.get("corpus"),
+        samples=int(spec.get("samples", 1)),
+        seed=int(spec.get("seed", 1234)),
+        batch_size=int(spec.get("batch_size", 16)),
+        baseline=baseline,
+        metrics=list(spec.get("metrics", [])),
+        path=path,
+    )
 
 
 # ---------------------------------------------------------------- reading runs
@@ -168,8 +202,9 @@ def _table(scores: dict, comps: dict) -> tuple[list[str], list[list[dict]]]:
                 continue
             p = comps["systems"].get(system, {}).get(c, {}).get("p_value")
             ci = "" if e["ci_low"] is None else f" [{_fmt(e['ci_low'], c)}, {_fmt(e['ci_high'], c)}]"
-            cells.append({"value": _fmt(e["value"], c), "ci": ci, "stars": _stars(p), "best": system in best[c],
-                          "p": p})
+            cells.append(
+                {"value": _fmt(e["value"], c), "ci": ci, "stars": _stars(p), "best": system in best[c], "p": p}
+            )
         rows.append(cells)
     return cols, rows
 
@@ -196,15 +231,22 @@ def render(run_dirs: list[Path], out_dir: Path) -> list[Path]:
     plots = _plots(scores, steps, out_dir / "plots")
     systems = list(scores)
     baseline = comps.get("baseline")
-    note = ("Scores x100 except sacreBLEU, PPL, KLD and Uniq; [95% bootstrap interval over prompts]; "
-            "bold = best in column (by the metric's direction); * p < 0.05, ** p < 0.01: paired permutation "
-            f"test over prompts against the baseline `{baseline}`.")
+    note = (
+        "Scores x100 except sacreBLEU, PPL, KLD and Uniq; [95% bootstrap interval over prompts]; "
+        "bold = best in column (by the metric's direction); * p < 0.05, ** p < 0.01: paired permutation "
+        f"test over prompts against the baseline `{baseline}`."
+    )
     # markdown
     md = [f"# {title}", "", note, "", "| system | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
     for system, cells in zip(systems, rows):
-        md.append(f"| `{system}` | " + " | ".join(
-            (f"**{c['value']}**" if c["best"] else c["value"]) + c["stars"] + c["ci"] if "value" in c else ""
-            for c in cells) + " |")
+        md.append(
+            f"| `{system}` | "
+            + " | ".join(
+                (f"**{c['value']}**" if c["best"] else c["value"]) + c["stars"] + c["ci"] if "value" in c else ""
+                for c in cells
+            )
+            + " |"
+        )
     md += ["", "Sources: " + ", ".join(f"`{Path(r).as_posix()}`" for r in run_dirs), ""]
     md += [f"![{p.stem}](plots/{p.name})" for p in plots] + [""]
     written = [out_dir / "leaderboard.md"]
@@ -227,17 +269,28 @@ def render(run_dirs: list[Path], out_dir: Path) -> list[Path]:
     head = "".join(f"<th>{esc(c)}</th>" for c in cols)
     body = []
     for system, cells in zip(systems, rows):
-        tds = "".join(f"<td class=\"{'best' if c['best'] else ''}\">{esc(c['value'])}{esc(c['stars'])}"
-                      f"<small>{esc(c['ci'])}</small></td>" if "value" in c else "<td></td>" for c in cells)
-        body.append(f"<tr><th scope=\"row\"><code>{esc(system)}</code></th>{tds}</tr>")
-    imgs = "".join(f"<figure><img alt=\"{esc(p.stem)}\" src=\"data:image/png;base64,"
-                   f"{base64.b64encode(p.read_bytes()).decode()}\"></figure>" for p in plots)
-    page = (f"<!doctype html><html lang=\"en\"><meta charset=\"utf-8\"><title>{esc(title)}</title><style>"
-            "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
-            "padding:4px 6px;text-align:right;white-space:nowrap}td small{color:#666;display:block}"
-            ".best{font-weight:bold;background:#eef6ee}img{max-width:48em}</style>"
-            f"<h1>{esc(title)}</h1><p>{esc(note)}</p><table><thead><tr><th>system</th>{head}</tr></thead><tbody>"
-            + "".join(body) + f"</tbody></table>{imgs}</html>\n")
+        tds = "".join(
+            f'<td class="{"best" if c["best"] else ""}">{esc(c["value"])}{esc(c["stars"])}'
+            f"<small>{esc(c['ci'])}</small></td>"
+            if "value" in c
+            else "<td></td>"
+            for c in cells
+        )
+        body.append(f'<tr><th scope="row"><code>{esc(system)}</code></th>{tds}</tr>')
+    imgs = "".join(
+        f'<figure><img alt="{esc(p.stem)}" src="data:image/png;base64,'
+        f'{base64.b64encode(p.read_bytes()).decode()}"></figure>'
+        for p in plots
+    )
+    page = (
+        f'<!doctype html><html lang="en"><meta charset="utf-8"><title>{esc(title)}</title><style>'
+        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
+        "padding:4px 6px;text-align:right;white-space:nowrap}td small{color:#666;display:block}"
+        ".best{font-weight:bold;background:#eef6ee}img{max-width:48em}</style>"
+        f"<h1>{esc(title)}</h1><p>{esc(note)}</p><table><thead><tr><th>system</th>{head}</tr></thead><tbody>"
+        + "".join(body)
+        + f"</tbody></table>{imgs}</html>\n"
+    )
     written.append(out_dir / "leaderboard.html")
     atomic_write(written[-1], page)
     return written + plots
@@ -273,8 +326,11 @@ def _plots(scores: dict, steps: dict, plot_dir: Path) -> list[Path]:
         spec = parse_system(system)
         return spec.layer + (f"({','.join(f'{k}={v}' for k, v in spec.params)})" if spec.params else "")
 
-    pts = [(s, e["bleu-4"]["value"], e["self-bleu-4"]["value"]) for s, e in scores.items()
-           if e.get("bleu-4", {}).get("value") is not None and e.get("self-bleu-4", {}).get("value") is not None]
+    pts = [
+        (s, e["bleu-4"]["value"], e["self-bleu-4"]["value"])
+        for s, e in scores.items()
+        if e.get("bleu-4", {}).get("value") is not None and e.get("self-bleu-4", {}).get("value") is not None
+    ]
     if pts:
         fig, ax = plt.subplots(figsize=(6, 4.5))
         for s, b, sb in pts:

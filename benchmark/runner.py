@@ -13,6 +13,7 @@ in registry order (so n can exceed the batches of one system), and every row is 
 the same batch as in a single process; shard i writes ``generations.shard-i-of-n.jsonl``
 and ``merge_shards`` joins the shards into the same ``generations.jsonl``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,14 +22,13 @@ import hashlib
 import json
 import os
 import platform
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from systems.errors import MaxbenchError
+from core.errors import MaxbenchError
+from core.provenance import versions
 
 MANIFEST = "manifest.json"
 GENERATIONS = "generations.jsonl"
@@ -55,8 +55,10 @@ class PhaseTimer:
     def add(self, name: str, seconds: float) -> None:
         self.phases.append((name, seconds))
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        _append(self.path, [{"invocation": self.invocation, "shard": self.shard, "phase": name,
-                             "seconds": round(seconds, 2)}])
+        _append(
+            self.path,
+            [{"invocation": self.invocation, "shard": self.shard, "phase": name, "seconds": round(seconds, 2)}],
+        )
 
     def summary(self) -> str:
         total = sum(s for _, s in self.phases)
@@ -89,36 +91,40 @@ def atomic_write(path: Path, data: bytes | str) -> None:
 
 def _disk_error(path: Path, exc: OSError) -> MaxbenchError:
     if exc.errno == errno.ENOSPC:
-        return MaxbenchError(f"disk full while writing {path}; everything written before is kept: "
-                             f"free some space and run the same command again to resume")
+        return MaxbenchError(
+            f"disk full while writing {path}; everything written before is kept: "
+            f"free some space and run the same command again to resume"
+        )
     return MaxbenchError(f"cannot write {path}: {exc.strerror or exc}")
 
 
-def versions() -> dict:
-    import importlib.metadata as md
+RUN_PACKAGES = (
+    "maxbench",
+    "torch",
+    "transformers",
+    "numpy",
+    "scipy",
+    "sacrebleu",
+    "nltk",
+    "rouge-score",
+    "bert-score",
+    "spacy",
+)
 
-    out = {"python": sys.version.split()[0]}
-    for pkg in ("maxbench", "torch", "transformers", "numpy", "scipy", "sacrebleu", "nltk", "rouge-score",
-                "bert-score", "spacy"):
-        try:
-            out[pkg] = md.version(pkg)
-        except md.PackageNotFoundError:
-            pass
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-                                text=True, timeout=5)
-        if commit.returncode == 0:
-            out["maxbench_commit"] = commit.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return out
+
+def run_versions() -> dict:
+    return versions(RUN_PACKAGES, commit=True)
 
 
 def machine(device: str) -> dict:
     import torch
 
-    info = {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "device": device}
+    info = {
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": device,
+    }
     if device.startswith("cuda"):
         info["gpu"] = torch.cuda.get_device_name(0)
     return info
@@ -140,8 +146,9 @@ def read_rows(path: Path, repair: bool = False) -> list[dict]:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError:
-                raise MaxbenchError(f"{path}:{n} is not valid JSON; the run file is damaged "
-                                    f"(move it away to regenerate)") from None
+                raise MaxbenchError(
+                    f"{path}:{n} is not valid JSON; the run file is damaged (move it away to regenerate)"
+                ) from None
     return rows
 
 
@@ -165,16 +172,23 @@ class RunPlan:
     reference_ppl: bool = True
 
     def identity(self) -> dict:
-        return {"suite": self.suite.describe() | {"path": None}, "systems": [s.name for s in self.systems],
-                "samples": self.samples, "seed": self.seed, "batch_size": self.batch_size, "corpus": self.corpus,
-                "registry": self.registry, "reference_ppl": self.reference_ppl}
+        return {
+            "suite": self.suite.describe() | {"path": None},
+            "systems": [s.name for s in self.systems],
+            "samples": self.samples,
+            "seed": self.seed,
+            "batch_size": self.batch_size,
+            "corpus": self.corpus,
+            "registry": self.registry,
+            "reference_ppl": self.reference_ppl,
+        }
 
     def jobs(self, system) -> list[tuple]:
         return [(item, s) for item in self.suite.items for s in range(self.samples)]
 
     def batches(self, system) -> list[list[tuple]]:
         jobs = self.jobs(system)
-        return [jobs[i:i + self.batch_size] for i in range(0, len(jobs), self.batch_size)]
+        return [jobs[i : i + self.batch_size] for i in range(0, len(jobs), self.batch_size)]
 
     def canonical_order(self) -> dict:
         order = {}
@@ -194,14 +208,24 @@ def check_or_write_manifest(plan: RunPlan, extra: dict) -> dict:
             raise MaxbenchError(f"{path} is unreadable; this run directory is damaged") from None
         if old.get("identity") != ident:
             diff = [k for k in ident if old.get("identity", {}).get(k) != ident[k]]
-            raise MaxbenchError(f"run directory {plan.run_dir} was made by a different run (differs in: "
-                                f"{', '.join(diff)}); pick another --run-id or delete that directory")
+            raise MaxbenchError(
+                f"run directory {plan.run_dir} was made by a different run (differs in: "
+                f"{', '.join(diff)}); pick another --run-id or delete that directory"
+            )
         return old
-    manifest = {"run_id": plan.run_dir.name, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "identity": ident, "suite": plan.suite.describe(), "samples": plan.samples, "seed": plan.seed,
-                "seed_rule": "sha256(f'{seed}:{prompt_id}:{sample}')[:4] as big-endian int",
-                "systems": {s.name: {"model": s.model, "layer": s.layer, "layer_params": dict(s.params),
-                                     "decoding": s.decoding.label} for s in plan.systems}} | extra
+    manifest = {
+        "run_id": plan.run_dir.name,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "identity": ident,
+        "suite": plan.suite.describe(),
+        "samples": plan.samples,
+        "seed": plan.seed,
+        "seed_rule": "sha256(f'{seed}:{prompt_id}:{sample}')[:4] as big-endian int",
+        "systems": {
+            s.name: {"model": s.model, "layer": s.layer, "layer_params": dict(s.params), "decoding": s.decoding.label}
+            for s in plan.systems
+        },
+    } | extra
     atomic_write(path, json.dumps(manifest, indent=1, sort_keys=False) + "\n")
     return manifest
 
@@ -262,9 +286,14 @@ class ReferenceStateCache:
         return st
 
 
-def generate_run(plan: RunPlan, device: str | None = None, threads: int | None = None,
-                 shard: tuple[int, int] | None = None, progress: bool = True,
-                 timer: PhaseTimer | None = None) -> Path:
+def generate_run(
+    plan: RunPlan,
+    device: str | None = None,
+    threads: int | None = None,
+    shard: tuple[int, int] | None = None,
+    progress: bool = True,
+    timer: PhaseTimer | None = None,
+) -> Path:
     """Generate every missing row of the plan (or of one shard of it); returns the file."""
     from tqdm import tqdm
 
@@ -296,7 +325,7 @@ def generate_run(plan: RunPlan, device: str | None = None, threads: int | None =
                 models[system.model] = load_model(system.model, device=device, threads=threads)
         lm = models[system.model]
         if not manifest_written:
-            check_or_write_manifest(plan, {"versions": versions(), "machine": machine(lm.device)})
+            check_or_write_manifest(plan, {"versions": run_versions(), "machine": machine(lm.device)})
             manifest_written = True
         update_manifest(plan, "models", {system.model: lm.describe()})
         if layer.needs_fit:
@@ -305,8 +334,9 @@ def generate_run(plan: RunPlan, device: str | None = None, threads: int | None =
             with timer.phase(f"fit {system.name}"):
                 layer.fit(FitContext(model=lm, corpus=load_corpus(plan.corpus), options={"progress": progress}))
             update_manifest(plan, "resources", {system.name: layer.resource_hashes()})
-        bar = tqdm(total=sum(len(b) for b in todo), desc=system.name, unit="text", disable=not progress,
-                   dynamic_ncols=True)
+        bar = tqdm(
+            total=sum(len(b) for b in todo), desc=system.name, unit="text", disable=not progress, dynamic_ncols=True
+        )
         spent = {"generate": 0.0, "ref-ppl": 0.0}
         for batch in todo:
             t0 = time.perf_counter()
@@ -320,15 +350,26 @@ def generate_run(plan: RunPlan, device: str | None = None, threads: int | None =
                 states = [ref_states.get(lm, system.model, batch[i][0]) for i in firsts]
                 lps = reference_logprobs(lm, layer, [], [], states=states)
                 for i, lp in zip(firsts, lps):
-                    results[i] = results[i] | {"reference_logprobs": [None if v is None else round(v, 6) for v in lp],
-                                               "vocab_size": lm.vocab_size}
+                    results[i] = results[i] | {
+                        "reference_logprobs": [None if v is None else round(v, 6) for v in lp],
+                        "vocab_size": lm.vocab_size,
+                    }
                 spent["ref-ppl"] += time.perf_counter() - t1
             rows = []
             for (item, s), seed, res in zip(batch, seeds, results):
                 if (system.name, item.id, s) in done:
                     continue
-                rows.append({"system": system.name, "prompt_id": item.id, "sample": s, "seed": seed,
-                             "prompt": item.prompt, "reference": item.reference, **res})
+                rows.append(
+                    {
+                        "system": system.name,
+                        "prompt_id": item.id,
+                        "sample": s,
+                        "seed": seed,
+                        "prompt": item.prompt,
+                        "reference": item.reference,
+                        **res,
+                    }
+                )
             _append(out, rows)
             done |= {row_key(r) for r in rows}
             bar.update(len(batch))
@@ -337,7 +378,7 @@ def generate_run(plan: RunPlan, device: str | None = None, threads: int | None =
             if seconds:
                 timer.add(f"{what} {system.name}", seconds)
     if not manifest_written:
-        check_or_write_manifest(plan, {"versions": versions(), "machine": machine(device or "cpu")})
+        check_or_write_manifest(plan, {"versions": run_versions(), "machine": machine(device or "cpu")})
     _canonicalise(plan, out, shard)
     return out
 
@@ -350,8 +391,10 @@ def _canonicalise(plan: RunPlan, path: Path, shard) -> None:
             rows += read_rows(other)
     unknown = [r for r in rows if row_key(r) not in order]
     if unknown:
-        raise MaxbenchError(f"{path} holds rows of system '{unknown[0]['system']}', which this run does not "
-                            f"define; this run directory belongs to another registry")
+        raise MaxbenchError(
+            f"{path} holds rows of system '{unknown[0]['system']}', which this run does not "
+            f"define; this run directory belongs to another registry"
+        )
     by_key = {row_key(r): r for r in rows}
     if shard is None and len(by_key) < len(order):
         return  # incomplete: keep appending on the next run
@@ -368,8 +411,10 @@ def merge_shards(plan: RunPlan) -> Path:
         by_key.update({row_key(r): r for r in read_rows(path)})
     missing = [k for k in order if k not in by_key]
     if missing:
-        raise MaxbenchError(f"cannot merge {plan.run_dir}: {len(missing)} rows missing (e.g. {missing[0]}); "
-                            f"run the missing shards first")
+        raise MaxbenchError(
+            f"cannot merge {plan.run_dir}: {len(missing)} rows missing (e.g. {missing[0]}); "
+            f"run the missing shards first"
+        )
     out = plan.run_dir / GENERATIONS
     atomic_write(out, "".join(json.dumps(by_key[k], ensure_ascii=False) + "\n" for k in sorted(order, key=order.get)))
     return out

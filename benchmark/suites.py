@@ -16,6 +16,7 @@ error. A user suite is the same kind of TOML file anywhere on disk::
 
 A TXT file holds one prompt per line and no references.
 """
+
 from __future__ import annotations
 
 import csv
@@ -27,7 +28,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from systems.errors import MaxbenchError
+from core.errors import MaxbenchError
 
 SUITE_DIR = Path(__file__).parent / "suites"
 
@@ -49,8 +50,13 @@ class Suite:
     description: str = ""
 
     def describe(self) -> dict:
-        return {"name": self.name, "version": self.version, "sha256": self.sha256, "n_items": len(self.items),
-                "path": str(self.path)}
+        return {
+            "name": self.name,
+            "version": self.version,
+            "sha256": self.sha256,
+            "n_items": len(self.items),
+            "path": str(self.path),
+        }
 
 
 def builtin_suites() -> dict[str, Path]:
@@ -62,7 +68,11 @@ def _read_items(path: Path, fmt: str, spec: dict, name: str) -> list[SuiteItem]:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
         raise MaxbenchError(f"suite file {path} is not UTF-8 text (byte {exc.start})") from None
-    pf, rf, idf = spec.get("prompt_field", "prompt"), spec.get("reference_field", "reference"), spec.get("id_field", "id")
+    pf, rf, idf = (
+        spec.get("prompt_field", "prompt"),
+        spec.get("reference_field", "reference"),
+        spec.get("id_field", "id"),
+    )
     rows: list[tuple[int, dict]] = []
     if fmt == "jsonl":
         for n, line in enumerate(text.splitlines(), 1):
@@ -110,8 +120,10 @@ def load_suite(name_or_path: str) -> Suite:
     else:
         manifest = Path(name_or_path).expanduser()
         if manifest.suffix != ".toml" or not manifest.is_file():
-            raise MaxbenchError(f"unknown suite '{name_or_path}'; built-in suites: {', '.join(builtins)} "
-                                f"(or give the path of a suite's .toml manifest; see 'maxbench suites')")
+            raise MaxbenchError(
+                f"unknown suite '{name_or_path}'; built-in suites: {', '.join(builtins)} "
+                f"(or give the path of a suite's .toml manifest; see 'maxbench suites')"
+            )
     try:
         spec = tomllib.loads(manifest.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
@@ -124,12 +136,20 @@ def load_suite(name_or_path: str) -> Suite:
         raise MaxbenchError(f"suite manifest {manifest} names {spec['file']}, which does not exist")
     digest = hashlib.sha256(data.read_bytes()).hexdigest()
     if spec.get("sha256") and spec["sha256"] != digest:
-        raise MaxbenchError(f"suite '{spec['name']}': {data.name} has sha256 {digest[:12]}..., but its manifest "
-                            f"says {spec['sha256'][:12]}...; the file changed: restore it or bump the suite version")
+        raise MaxbenchError(
+            f"suite '{spec['name']}': {data.name} has sha256 {digest[:12]}..., but its manifest "
+            f"says {spec['sha256'][:12]}...; the file changed: restore it or bump the suite version"
+        )
     fmt = spec.get("format") or data.suffix.lstrip(".").lower()
     items = _read_items(data, fmt, spec, spec["name"])
-    return Suite(name=spec["name"], version=str(spec.get("version", "1")), items=items, sha256=digest,
-                 path=manifest, description=spec.get("description", ""))
+    return Suite(
+        name=spec["name"],
+        version=str(spec.get("version", "1")),
+        items=items,
+        sha256=digest,
+        path=manifest,
+        description=spec.get("description", ""),
+    )
 
 
 # ---------------------------------------------------------------- building the built-in suites
@@ -160,8 +180,13 @@ def _prefix_items(texts: list[str], prefix: str, n: int, prefix_words: int = 50,
         words = text.split()
         if len(words) < prefix_words + ref_words:
             continue
-        out.append({"id": f"{prefix}-{len(out):04d}", "prompt": " ".join(words[:prefix_words]),
-                    "reference": " ".join(words[prefix_words:prefix_words + ref_words])})
+        out.append(
+            {
+                "id": f"{prefix}-{len(out):04d}",
+                "prompt": " ".join(words[:prefix_words]),
+                "reference": " ".join(words[prefix_words : prefix_words + ref_words]),
+            }
+        )
         if len(out) == n:
             break
     return out
@@ -171,7 +196,12 @@ BUILD = {
     # name: (corpus, builder, n, description)
     "food-reviews": ("food-reviews", _review_items, 96, "Opening words of held-out Amazon fine food reviews"),
     "movie-reviews": ("movie-reviews", _review_items, 96, "Opening words of held-out IMDB reviews"),
-    "news-prefix": ("news", _prefix_items, 64, "POSG-style: 50-word prefix of held-out BBC articles, 100-word reference"),
+    "news-prefix": (
+        "news",
+        _prefix_items,
+        64,
+        "POSG-style: 50-word prefix of held-out BBC articles, 100-word reference",
+    ),
     "smoke": ("food-reviews", _review_items, 4, "Four food-review prompts, for tests"),
 }
 
@@ -192,7 +222,8 @@ def build_builtin_suites() -> None:
         (SUITE_DIR / f"{name}.toml").write_text(
             f'name = "{name}"\nversion = "1"\ndescription = "{description}"\nfile = "{name}.jsonl"\n'
             f'corpus = "{corpus_name}"\ncorpus_sha256 = "{corpus.sha256}"\nsplit = "test"\n'
-            f'sha256 = "{hashlib.sha256(body).hexdigest()}"\n')
+            f'sha256 = "{hashlib.sha256(body).hexdigest()}"\n'
+        )
         print(f"{name}: {len(items)} items")
 
 

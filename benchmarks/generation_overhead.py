@@ -6,6 +6,7 @@ alternating the two so that machine noise hits both alike.
 
     python benchmarks/generation_overhead.py --threads 1 --batch-sizes 1,8
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,30 +28,38 @@ def main() -> None:
 
     from benchmark.suites import load_suite
     from systems.decoding import DecodingSetting, decode
-    from systems.layers.softmax import SoftmaxLayer
     from systems.models import load_model
 
     torch.set_num_threads(args.threads)
     lm = load_model(args.model, device="cpu", threads=args.threads)
     prompts = [it.prompt for it in load_suite(args.suite).items]
-    print(f"model {args.model}, {torch.get_num_threads()} torch thread(s), {args.new_tokens} new tokens, "
-          f"median of {args.repeats}")
+    print(
+        f"model {args.model}, {torch.get_num_threads()} torch thread(s), {args.new_tokens} new tokens, "
+        f"median of {args.repeats}"
+    )
     print(f"{'decoding':<8} {'batch':>5} {'generate tok/s':>15} {'maxbench tok/s':>15} {'ratio':>7}")
     for bs in (int(b) for b in args.batch_sizes.split(",")):
         batch = prompts[:bs]
-        for label, setting in (("greedy", DecodingSetting(do_sample=False, max_new_tokens=args.new_tokens)),
-                               ("top_p", DecodingSetting(top_p=0.9, max_new_tokens=args.new_tokens))):
+        for label, setting in (
+            ("greedy", DecodingSetting(do_sample=False, max_new_tokens=args.new_tokens)),
+            ("top_p", DecodingSetting(top_p=0.9, max_new_tokens=args.new_tokens)),
+        ):
             hf_t, mb_t, hf_tokens, mb_tokens = [], [], 0, 0
             enc = lm.tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False)
             for _ in range(args.repeats):
                 torch.manual_seed(0)
                 t0 = time.perf_counter()
                 with torch.inference_mode():
-                    out = lm.model.generate(**enc, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
-                                            do_sample=setting.do_sample,
-                                            top_p=0.9 if setting.do_sample else None, top_k=0 if setting.do_sample else None,
-                                            temperature=1.0 if setting.do_sample else None,
-                                            pad_token_id=lm.tokenizer.pad_token_id)
+                    out = lm.model.generate(
+                        **enc,
+                        max_new_tokens=args.new_tokens,
+                        min_new_tokens=args.new_tokens,
+                        do_sample=setting.do_sample,
+                        top_p=0.9 if setting.do_sample else None,
+                        top_k=0 if setting.do_sample else None,
+                        temperature=1.0 if setting.do_sample else None,
+                        pad_token_id=lm.tokenizer.pad_token_id,
+                    )
                 hf_t.append(time.perf_counter() - t0)
                 hf_tokens = (out.shape[1] - enc["input_ids"].shape[1]) * bs
                 t0 = time.perf_counter()

@@ -11,6 +11,7 @@ order so that noise from other processes hits them alike; the median is kept.
 
     python benchmarks/graphmax_decode.py --threads 1 --batch-size 16
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,11 @@ def record_solver_stats(layer) -> dict[str, list[torch.Tensor]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--corpora", default="food-reviews,movie-reviews",
-                    help="corpora whose graphs are used; each one's suite gives the prompts")
+    ap.add_argument(
+        "--corpora",
+        default="food-reviews,movie-reviews",
+        help="corpora whose graphs are used; each one's suite gives the prompts",
+    )
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (set deliberately)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--batch-size", type=int, default=16)
@@ -64,17 +68,21 @@ def main() -> None:
     lm = load_model(args.model, device=args.device, threads=args.threads)
     setting = DecodingSetting.parse(args.decoding)
     setting = DecodingSetting(**{**setting.__dict__, "max_new_tokens": args.new_tokens})
-    print(f"model {args.model} on {lm.device}, {torch.get_num_threads()} torch thread(s), batch {args.batch_size}, "
-          f"{args.new_tokens} new tokens, decoding {setting.label}, lam {args.lam}")
+    print(
+        f"model {args.model} on {lm.device}, {torch.get_num_threads()} torch thread(s), batch {args.batch_size}, "
+        f"{args.new_tokens} new tokens, decoding {setting.label}, lam {args.lam}"
+    )
 
     for corpus_name in args.corpora.split(","):
         corpus = load_corpus(corpus_name)
         graph = get_graph(lm, corpus)
-        prompts = [it.prompt for it in load_suite(corpus_name).items][:args.batch_size]
+        prompts = [it.prompt for it in load_suite(corpus_name).items][: args.batch_size]
         seeds = list(range(len(prompts)))
-        layers = {"softmax": SoftmaxLayer(),
-                  "graphmax exact": GraphmaxLayer(lam=args.lam, solver="exact"),
-                  "graphmax paper": GraphmaxLayer(lam=args.lam, solver="paper")}
+        layers = {
+            "softmax": SoftmaxLayer(),
+            "graphmax exact": GraphmaxLayer(lam=args.lam, solver="exact"),
+            "graphmax paper": GraphmaxLayer(lam=args.lam, solver="paper"),
+        }
         for layer in layers.values():
             if isinstance(layer, GraphmaxLayer):
                 layer.use_graph(graph, lm)
@@ -86,7 +94,7 @@ def main() -> None:
         solver_stats = {name: record_solver_stats(layer) for name, layer in layers.items()}
         order = list(layers)
         for rep in range(args.repeats):
-            for name in order[rep % len(order):] + order[:rep % len(order)]:
+            for name in order[rep % len(order) :] + order[: rep % len(order)]:
                 if name == "graphmax paper" and times[name]:
                     continue  # ~20 sorts of the vocabulary per token: one run is enough
                 for values in solver_stats[name].values():
@@ -103,22 +111,26 @@ def main() -> None:
             vals = [v for r in rows for v in r["stats"].get(key, []) if v is not None]
             return sum(vals) / len(vals) if vals else float("nan")
 
-        def solver(name, key, how):
-            vals = solver_stats[name].get(key)
+        def solver(name, key, how, stats=solver_stats):
+            vals = stats[name].get(key)
             return how(torch.cat(vals)).item() if vals else float("nan")
 
         base = tokens(results["softmax"]) / statistics.median(times["softmax"])
         base_cpu = tokens(results["softmax"]) / statistics.median(cpu_times["softmax"])
-        print(f"{'layer':<16} {'tok/s':>7} {'vs softmax':>10} {'(CPU time)':>10} {'iterations':>10} {'max it.':>7} "
-              f"{'mean gap':>9} {'max gap':>9} {'entropy':>8} {'support':>8}")
+        print(
+            f"{'layer':<16} {'tok/s':>7} {'vs softmax':>10} {'(CPU time)':>10} {'iterations':>10} {'max it.':>7} "
+            f"{'mean gap':>9} {'max gap':>9} {'entropy':>8} {'support':>8}"
+        )
         for name, rows in results.items():
             rate = tokens(rows) / statistics.median(times[name])
             rate_cpu = tokens(rows) / statistics.median(cpu_times[name])
-            print(f"{name:<16} {rate:>7.1f} {rate / base:>9.2f}x {rate_cpu / base_cpu:>9.2f}x "
-                  f"{solver(name, 'iterations', lambda t: t.float().mean()):>10.1f} "
-                  f"{solver(name, 'iterations', lambda t: t.max()):>7.0f} {solver(name, 'gap', torch.mean):>9.1e} "
-                  f"{solver(name, 'gap', torch.max):>9.1e} {mean_stat(rows, 'entropy'):>8.2f} "
-                  f"{mean_stat(rows, 'support'):>8.0f}")
+            print(
+                f"{name:<16} {rate:>7.1f} {rate / base:>9.2f}x {rate_cpu / base_cpu:>9.2f}x "
+                f"{solver(name, 'iterations', lambda t: t.float().mean()):>10.1f} "
+                f"{solver(name, 'iterations', lambda t: t.max()):>7.0f} {solver(name, 'gap', torch.mean):>9.1e} "
+                f"{solver(name, 'gap', torch.max):>9.1e} {mean_stat(rows, 'entropy'):>8.2f} "
+                f"{mean_stat(rows, 'support'):>8.0f}"
+            )
         for i in range(min(args.show, len(prompts))):
             print(f"\n-- prompt: {prompts[i]}")
             for name, rows in results.items():

@@ -14,6 +14,7 @@ upper bound on what the server alone would show. Nothing leaves 127.0.0.1.
     .venv/bin/python benchmarks/rating_load.py                 # 50 annotators x 20 pages
     .venv/bin/python benchmarks/rating_load.py --think-ms 0    # closed loop: a stress test
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,20 +52,31 @@ def run_once(args, synchronous: str) -> dict:
     n_prompts = max(1, args.annotators * args.pages // (2 * raters))
     with tempfile.TemporaryDirectory(prefix="rating-load-") as tmp:
         tmp_path = Path(tmp)
-        url, created, _ = make_study(tmp_path, rubric="graphmax", n_prompts=n_prompts,
-                                     items_per_system=n_prompts, raters_per_item=raters,
-                                     annotators=args.annotators, attention_rate=0.0, seed=args.seed)
-        env = {"MAXBENCH_HOME": str(tmp_path / "home"), "MAXBENCH_SECRET_KEY": "load",
-               "MAXBENCH_SQLITE_SYNCHRONOUS": synchronous}
-        server = start_server(url, workers=args.workers, threads=args.threads, env=env,
-                              log_path=tmp_path / "server.log")
+        url, created, _ = make_study(
+            tmp_path,
+            rubric="graphmax",
+            n_prompts=n_prompts,
+            items_per_system=n_prompts,
+            raters_per_item=raters,
+            annotators=args.annotators,
+            attention_rate=0.0,
+            seed=args.seed,
+        )
+        env = {
+            "MAXBENCH_HOME": str(tmp_path / "home"),
+            "MAXBENCH_SECRET_KEY": "load",
+            "MAXBENCH_SQLITE_SYNCHRONOUS": synchronous,
+        }
+        server = start_server(
+            url, workers=args.workers, threads=args.threads, env=env, log_path=tmp_path / "server.log"
+        )
         answer = rubric.comprehension_check().answer
-        annotators = [ScriptedAnnotator(server.base_url, link, answer, timeout=60)
-                      for _, link in created.links(server.base_url)]
+        annotators = [
+            ScriptedAnnotator(server.base_url, link, answer, timeout=60) for _, link in created.links(server.base_url)
+        ]
         errors: list[str] = []
         rng = random.Random(args.seed)
-        think = [[rng.uniform(0.5, 1.5) * args.think_ms / 1000 for _ in range(args.pages + 1)]
-                 for _ in annotators]
+        think = [[rng.uniform(0.5, 1.5) * args.think_ms / 1000 for _ in range(args.pages + 1)] for _ in annotators]
         start_delay = [rng.uniform(0, max(args.think_ms, 200) / 1000) for _ in annotators]
 
         def work(i: int, annotator: ScriptedAnnotator) -> None:
@@ -93,33 +105,49 @@ def run_once(args, synchronous: str) -> dict:
         acks = [ack for a in annotators for ack in a.acks]
         dispose_engines()
         with session_for(url) as s:
-            stored = {a.public_id: {r.criterion: r.value for r in a.ratings}
-                      for a in s.scalars(select(Assignment).where(Assignment.completed_at.is_not(None)))}
+            stored = {
+                a.public_id: {r.criterion: r.value for r in a.ratings}
+                for a in s.scalars(select(Assignment).where(Assignment.completed_at.is_not(None)))
+            }
         dispose_engines()
     lost = sum(1 for ack in acks if stored.get(ack.public_id) != ack.values)
-    return {"synchronous": synchronous, "acks": acks, "errors": errors, "wall": wall, "lost": lost,
-            "load_before": load_before}
+    return {
+        "synchronous": synchronous,
+        "acks": acks,
+        "errors": errors,
+        "wall": wall,
+        "lost": lost,
+        "load_before": load_before,
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--annotators", type=int, default=50)
     parser.add_argument("--pages", type=int, default=20, help="rated texts per annotator (default 20)")
-    parser.add_argument("--think-ms", type=float, default=1000,
-                        help="mean reading time per page, uniform in [0.5, 1.5] x mean (default 1000; "
-                             "real annotators take 10-60 s, so this is ~20x denser than a real study)")
+    parser.add_argument(
+        "--think-ms",
+        type=float,
+        default=1000,
+        help="mean reading time per page, uniform in [0.5, 1.5] x mean (default 1000; "
+        "real annotators take 10-60 s, so this is ~20x denser than a real study)",
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=8)
-    parser.add_argument("--synchronous", default="FULL,NORMAL",
-                        help="SQLite synchronous modes to run, one after the other (default FULL,NORMAL; "
-                             "FULL is the app's default)")
+    parser.add_argument(
+        "--synchronous",
+        default="FULL,NORMAL",
+        help="SQLite synchronous modes to run, one after the other (default FULL,NORMAL; FULL is the app's default)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     modes = [m.strip().upper() for m in args.synchronous.split(",") if m.strip()]
 
-    print(f"rating_load: {args.annotators} concurrent annotators x {args.pages} pages on 127.0.0.1, "
-          f"gunicorn {args.workers} workers x {args.threads} threads, SQLite WAL, "
-          f"think time {args.think_ms:.0f} ms mean; {os.cpu_count()} CPUs shared with the clients")
+    print(
+        f"rating_load: {args.annotators} concurrent annotators x {args.pages} pages on 127.0.0.1, "
+        f"gunicorn {args.workers} workers x {args.threads} threads, SQLite WAL, "
+        f"think time {args.think_ms:.0f} ms mean; {os.cpu_count()} CPUs shared with the clients"
+    )
     ok = True
     for mode in modes:
         r = run_once(args, mode)
@@ -127,15 +155,23 @@ def main() -> int:
         page_ms = [a.page_latency_s * 1000 for a in r["acks"]]
         p99 = percentile(submit_ms, 99)
         print(f"\nsynchronous={mode} (load average before {r['load_before']:.2f})")
-        print(f"  submits acknowledged: {len(r['acks'])} of {args.annotators * args.pages} in {r['wall']:.1f} s "
-              f"({len(r['acks']) / r['wall']:.1f}/s); client errors: {len(r['errors'])}")
-        print(f"  submit latency ms: p50 {percentile(submit_ms, 50):.1f}  p90 {percentile(submit_ms, 90):.1f}  "
-              f"p99 {p99:.1f}  max {max(submit_ms, default=float('nan')):.1f}")
-        print(f"  page latency ms:   p50 {percentile(page_ms, 50):.1f}  p90 {percentile(page_ms, 90):.1f}  "
-              f"p99 {percentile(page_ms, 99):.1f}  mean {statistics.fmean(page_ms) if page_ms else float('nan'):.1f}")
+        print(
+            f"  submits acknowledged: {len(r['acks'])} of {args.annotators * args.pages} in {r['wall']:.1f} s "
+            f"({len(r['acks']) / r['wall']:.1f}/s); client errors: {len(r['errors'])}"
+        )
+        print(
+            f"  submit latency ms: p50 {percentile(submit_ms, 50):.1f}  p90 {percentile(submit_ms, 90):.1f}  "
+            f"p99 {p99:.1f}  max {max(submit_ms, default=float('nan')):.1f}"
+        )
+        print(
+            f"  page latency ms:   p50 {percentile(page_ms, 50):.1f}  p90 {percentile(page_ms, 90):.1f}  "
+            f"p99 {percentile(page_ms, 99):.1f}  mean {statistics.fmean(page_ms) if page_ms else float('nan'):.1f}"
+        )
         print(f"  lost ratings (acknowledged but not stored): {r['lost']}")
-        print(f"  target p99 <= 100 ms: {'met' if p99 <= 100 else 'NOT met'}; "
-              f"0 lost: {'met' if r['lost'] == 0 else 'NOT met'}")
+        print(
+            f"  target p99 <= 100 ms: {'met' if p99 <= 100 else 'NOT met'}; "
+            f"0 lost: {'met' if r['lost'] == 0 else 'NOT met'}"
+        )
         for e in r["errors"][:5]:
             print("  error:", e)
         ok = ok and r["lost"] == 0 and not r["errors"]

@@ -10,6 +10,7 @@ tokenising is timed apart. The nltk loop is Texygen's leave-one-out Self-BLEU: f
 in this one process, one after the other, single-threaded (numpy here does no multithreaded work).
 Target: fast path <= 2 s on 2 cores, largest difference <= 1e-9.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--texts", type=int, default=1536)
     ap.add_argument("--tokens", type=int, default=100)
-    ap.add_argument("--nltk-texts", type=int, default=None,
-                    help="run the nltk loop for only the first K hypotheses (each still against all others)")
+    ap.add_argument(
+        "--nltk-texts",
+        type=int,
+        default=None,
+        help="run the nltk loop for only the first K hypotheses (each still against all others)",
+    )
     args = ap.parse_args()
 
     import numpy as np
@@ -51,8 +56,10 @@ def main() -> int:
     print(f"machine: {os.cpu_count()} CPUs visible, load average {os.getloadavg()[0]:.2f}")
     t0 = time.perf_counter()
     texts = real_texts(args.texts, args.tokens)
-    print(f"texts: {len(texts)} x {args.tokens} tokens from the BBC news corpus "
-          f"(load + tokenise {time.perf_counter() - t0:.2f} s)")
+    print(
+        f"texts: {len(texts)} x {args.tokens} tokens from the BBC news corpus "
+        f"(load + tokenise {time.perf_counter() - t0:.2f} s)"
+    )
 
     t0 = time.perf_counter()
     fast = self_bleu(texts, orders=(4,))[4]
@@ -62,13 +69,20 @@ def main() -> int:
     k = len(texts) if args.nltk_texts is None else min(args.nltk_texts, len(texts))
     smooth = SmoothingFunction().method1
     t0 = time.perf_counter()
-    slow = np.array([sentence_bleu(texts[:i] + texts[i + 1:], texts[i], weights=(0.25,) * 4,
-                                   smoothing_function=smooth) for i in range(k)])
+    slow = np.array(
+        [
+            sentence_bleu(texts[:i] + texts[i + 1 :], texts[i], weights=(0.25,) * 4, smoothing_function=smooth)
+            for i in range(k)
+        ]
+    )
     slow_s = time.perf_counter() - t0
     scope = "all texts" if k == len(texts) else f"first {k} texts; time for all extrapolated x{len(texts) / k:.1f}"
     slow_all = slow_s * len(texts) / k
-    print(f"nltk loop ({scope}): {slow_s:.1f} s" + ("" if k == len(texts) else f" -> {slow_all:.1f} s")
-          + (f", Self-BLEU-4 = {slow.mean():.12f}" if k == len(texts) else ""))
+    print(
+        f"nltk loop ({scope}): {slow_s:.1f} s"
+        + ("" if k == len(texts) else f" -> {slow_all:.1f} s")
+        + (f", Self-BLEU-4 = {slow.mean():.12f}" if k == len(texts) else "")
+    )
     diff = float(np.max(np.abs(slow - fast[:k])))
     print(f"speed-up: {slow_all / fast_s:.0f}x; largest |nltk - fast| over {k} texts: {diff:.3e}")
     ok = diff <= 1e-9

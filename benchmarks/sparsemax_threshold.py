@@ -11,6 +11,7 @@ difference of the probabilities, and how many entries are in one support but not
 
     .venv/bin/python benchmarks/sparsemax_threshold.py --threads 1
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,8 +46,9 @@ def inputs(batch_size: int) -> dict[str, list[torch.Tensor]]:
         logits = lm.model(**enc).logits[:, -1].float()
     seen: list[torch.Tensor] = []
     original = gm.project_to_simplex
-    gm.project_to_simplex = lambda a, start=None, dim=-1: seen.append(a.movedim(dim, -1).contiguous()) or original(
-        a, start, dim)
+    gm.project_to_simplex = lambda a, start=None, dim=-1: (
+        seen.append(a.movedim(dim, -1).contiguous()) or original(a, start, dim)
+    )
     try:
         gm.graphmax(logits, get_graph(lm, load_corpus("food-reviews")), lam=1.0, solver="paper")
     finally:
@@ -77,9 +79,11 @@ def main() -> int:
         flips = sum(int(((sparsemax(z) > 0) != (sparsemax_by_sorting(z) > 0)).sum()) for z in zs)
         support = statistics.mean(float((sparsemax(z) > 0).sum(-1).float().mean()) for z in zs)
         t_sort, t_fast = statistics.median(times["sort"]), statistics.median(times["michelot"])
-        print(f"{name:<22} {len(zs):>3} calls of {tuple(zs[0].shape)}, mean support {support:8.1f}: "
-              f"sort {t_sort * 1e3:8.1f} ms, michelot {t_fast * 1e3:8.1f} ms, ratio {t_sort / t_fast:5.1f}x, "
-              f"max |diff| {diff:.1e}, support entries that differ {flips}")
+        print(
+            f"{name:<22} {len(zs):>3} calls of {tuple(zs[0].shape)}, mean support {support:8.1f}: "
+            f"sort {t_sort * 1e3:8.1f} ms, michelot {t_fast * 1e3:8.1f} ms, ratio {t_sort / t_fast:5.1f}x, "
+            f"max |diff| {diff:.1e}, support entries that differ {flips}"
+        )
     return 0
 
 

@@ -4,6 +4,7 @@ agreement so far, long-format export, closing the study, revoking or reissuing l
 Logging in with the admin token (printed by ``maxbench study create``) stores the study
 id in the signed session cookie; the token itself is kept only as a SHA-256 digest.
 """
+
 from __future__ import annotations
 
 import hmac
@@ -17,7 +18,7 @@ from .app import error_response, get_db
 from .db import hash_token, write_transaction
 from .export import long_format_rows, rows_to_csv, rows_to_json
 from .forms import ActionForm, AdminLoginForm
-from .models import Annotator, Assignment, Study, utcnow
+from .models import Annotator, Study, utcnow
 
 bp = Blueprint("admin", __name__)
 
@@ -93,14 +94,21 @@ def annotator_summaries(study: Study) -> list[dict]:
             status = "at comprehension check"
         else:
             status = "not started"
-        out.append({
-            "label": annotator.label, "status": status,
-            "items_done": sum(1 for a in items if a.completed_at), "items_total": len(items),
-            "checks_passed": sum(1 for a in checks if a.attention_passed is True),
-            "checks_failed": sum(1 for a in checks if a.attention_passed is False),
-            "checks_total": len(checks), "check_attempts": annotator.check_attempts,
-            "median_seconds": round(median(seconds), 1) if seconds else None,
-            "last_seen": annotator.last_seen_at, "revoked": annotator.revoked_at is not None})
+        out.append(
+            {
+                "label": annotator.label,
+                "status": status,
+                "items_done": sum(1 for a in items if a.completed_at),
+                "items_total": len(items),
+                "checks_passed": sum(1 for a in checks if a.attention_passed is True),
+                "checks_failed": sum(1 for a in checks if a.attention_passed is False),
+                "checks_total": len(checks),
+                "check_attempts": annotator.check_attempts,
+                "median_seconds": round(median(seconds), 1) if seconds else None,
+                "last_seen": annotator.last_seen_at,
+                "revoked": annotator.revoked_at is not None,
+            }
+        )
     return out
 
 
@@ -129,8 +137,11 @@ def agreement_so_far(rows: list[dict], criteria: list[str], scale_min: int, scal
         if pairable == 0:
             note = "undefined: no text has two ratings yet"
         else:
-            value = krippendorff.alpha(reliability_data=data, level_of_measurement="ordinal",
-                                       value_domain=list(range(scale_min, scale_max + 1)))
+            value = krippendorff.alpha(
+                reliability_data=data,
+                level_of_measurement="ordinal",
+                value_domain=list(range(scale_min, scale_max + 1)),
+            )
             if np.isnan(value):
                 note = "undefined: every rating so far has the same value"
             else:
@@ -143,12 +154,19 @@ def _render_study(study: Study, new_link: tuple[str, str] | None = None):
     summaries = annotator_summaries(study)
     rows = long_format_rows(get_db(), study.id)
     rubric = study.rubric
-    agreement = agreement_so_far(rows, [c["name"] for c in rubric["criteria"]],
-                                 rubric["scale_min"], rubric["scale_max"])
-    return render_template("admin/study.html", study=study, summaries=summaries, agreement=agreement,
-                           planned=sum(s["items_total"] for s in summaries),
-                           done=sum(s["items_done"] for s in summaries),
-                           form=ActionForm(), new_link=new_link)
+    agreement = agreement_so_far(
+        rows, [c["name"] for c in rubric["criteria"]], rubric["scale_min"], rubric["scale_max"]
+    )
+    return render_template(
+        "admin/study.html",
+        study=study,
+        summaries=summaries,
+        agreement=agreement,
+        planned=sum(s["items_total"] for s in summaries),
+        done=sum(s["items_done"] for s in summaries),
+        form=ActionForm(),
+        new_link=new_link,
+    )
 
 
 @bp.get("/study/<slug>")
@@ -164,8 +182,9 @@ def export(slug: str, fmt: str):
     rows = long_format_rows(get_db(), study.id, blind=request.args.get("blind") == "1")
     body = rows_to_csv(rows) if fmt == "csv" else rows_to_json(rows)
     mimetype = "text/csv" if fmt == "csv" else "application/json"
-    return Response(body, mimetype=mimetype,
-                    headers={"Content-Disposition": f'attachment; filename="{study.slug}-ratings.{fmt}"'})
+    return Response(
+        body, mimetype=mimetype, headers={"Content-Disposition": f'attachment; filename="{study.slug}-ratings.{fmt}"'}
+    )
 
 
 @bp.post("/study/<slug>/close")
@@ -195,8 +214,11 @@ def revoke(slug: str, label: str):
         return error_response(400)
     db = get_db()
     with write_transaction(db):
-        db.execute(update(Annotator).where(Annotator.id == annotator.id, Annotator.revoked_at.is_(None))
-                   .values(revoked_at=utcnow()))
+        db.execute(
+            update(Annotator)
+            .where(Annotator.id == annotator.id, Annotator.revoked_at.is_(None))
+            .values(revoked_at=utcnow())
+        )
         db.commit()
     return redirect(url_for(".study", slug=slug), code=303)
 
@@ -211,8 +233,9 @@ def reissue(slug: str, label: str):
     token = secrets.token_urlsafe(18)
     db = get_db()
     with write_transaction(db):
-        db.execute(update(Annotator).where(Annotator.id == annotator.id)
-                   .values(token_hash=hash_token(token), revoked_at=None))
+        db.execute(
+            update(Annotator).where(Annotator.id == annotator.id).values(token_hash=hash_token(token), revoked_at=None)
+        )
         db.commit()
     link = request.host_url.rstrip("/") + url_for("annotator.enter", token=token)
     db.expire_all()

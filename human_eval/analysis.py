@@ -12,6 +12,7 @@ Conventions, stated once because every table depends on them:
   ``greater`` both mean the reference is rated higher than the other system;
 - Holm's correction runs over the comparisons of one aspect (one family per test).
 """
+
 from __future__ import annotations
 
 import csv
@@ -21,13 +22,14 @@ import json
 import math
 import zlib
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
-from systems.errors import MaxbenchError
+from core.errors import MaxbenchError
 
 REQUIRED_COLUMNS = ("study", "item", "system", "annotator", "criterion", "value")
 OPTIONAL_COLUMNS = ("position", "seconds", "flags", "scale_min", "scale_max")
@@ -41,6 +43,7 @@ DIFFERENCE_DECIMALS = 9
 
 
 # --------------------------------------------------------------------------- input
+
 
 @dataclass(frozen=True)
 class Rating:
@@ -83,8 +86,8 @@ def load_ratings(path: str | Path) -> Ratings:
         text = data.decode("utf-8-sig")  # a BOM is what spreadsheet programs write
     except UnicodeDecodeError as exc:
         raise MaxbenchError(
-            f"{path.name} is not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-            "re-save it as UTF-8") from None
+            f"{path.name} is not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); re-save it as UTF-8"
+        ) from None
     sha = hashlib.sha256(data).hexdigest()
     suffix = path.suffix.lower()
     if suffix in (".json", ".jsonl", ".ndjson"):
@@ -104,8 +107,9 @@ def _csv_records(text: str, name: str) -> list[tuple[str, dict]]:
     try:
         for row in reader:
             if None in row:
-                raise MaxbenchError(f"{name} line {reader.line_num} has more fields than the header; "
-                                    "quote fields that contain commas")
+                raise MaxbenchError(
+                    f"{name} line {reader.line_num} has more fields than the header; quote fields that contain commas"
+                )
             records.append((f"line {reader.line_num}", row))
     except csv.Error as exc:
         raise MaxbenchError(f"{name} line {reader.line_num} is not valid CSV ({exc})") from None
@@ -119,12 +123,13 @@ def _json_records(text: str, name: str, lines: bool) -> list[tuple[str, dict]]:
         else:
             raw = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise MaxbenchError(f"{name} is not valid JSON ({exc.msg} at line {exc.lineno}); "
-                            "export it again from the rating app") from None
+        raise MaxbenchError(
+            f"{name} is not valid JSON ({exc.msg} at line {exc.lineno}); export it again from the rating app"
+        ) from None
     if isinstance(raw, dict) and isinstance(raw.get("ratings"), list):
         raw = raw["ratings"]
     if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
-        raise MaxbenchError(f"{name} must hold a list of rating objects (or {{\"ratings\": [...]}})")
+        raise MaxbenchError(f'{name} must hold a list of rating objects (or {{"ratings": [...]}})')
     columns = set().union(*(r.keys() for r in raw)) if raw else set()
     _check_columns(columns, name, per_row=raw)
     return [(f"record {i + 1}", r) for i, r in enumerate(raw)]
@@ -133,26 +138,28 @@ def _json_records(text: str, name: str, lines: bool) -> list[tuple[str, dict]]:
 def _check_columns(columns: Iterable[str], name: str, per_row: list[dict] | None = None) -> None:
     missing = [c for c in REQUIRED_COLUMNS if c not in set(columns)]
     if missing:
-        raise MaxbenchError(f"{name} lacks required column(s) {', '.join(missing)}; "
-                            f"the long format needs {','.join(REQUIRED_COLUMNS)}")
+        raise MaxbenchError(
+            f"{name} lacks required column(s) {', '.join(missing)}; the long format needs {','.join(REQUIRED_COLUMNS)}"
+        )
     for i, row in enumerate(per_row or []):
         lacking = [c for c in REQUIRED_COLUMNS if c not in row]
         if lacking:
             raise MaxbenchError(f"{name} record {i + 1} lacks {', '.join(lacking)}")
 
 
-def ratings_from_records(records: Sequence[tuple[str, dict] | dict], source: str,
-                         sha256: str | None = None) -> Ratings:
+def ratings_from_records(records: Sequence[tuple[str, dict] | dict], source: str, sha256: str | None = None) -> Ratings:
     """Parse dict rows (as the rating app's export gives them) into validated Ratings."""
     rows = []
     for n, rec in enumerate(records):
         where, rec = rec if isinstance(rec, tuple) else (f"record {n + 1}", rec)
         rows.append(_parse_row(rec, where, source))
     if sha256 is None:
-        canonical = json.dumps([r if not isinstance(r, tuple) else r[1] for r in records],
-                               sort_keys=True, ensure_ascii=False, default=str)
-        return Ratings(tuple(rows), source, hashlib.sha256(canonical.encode("utf-8")).hexdigest(),
-                       "the rows as canonical JSON")
+        canonical = json.dumps(
+            [r if not isinstance(r, tuple) else r[1] for r in records], sort_keys=True, ensure_ascii=False, default=str
+        )
+        return Ratings(
+            tuple(rows), source, hashlib.sha256(canonical.encode("utf-8")).hexdigest(), "the rows as canonical JSON"
+        )
     return Ratings(tuple(rows), source, sha256)
 
 
@@ -203,6 +210,7 @@ def _parse_row(rec: dict, where: str, source: str) -> Rating:
 
 # --------------------------------------------------------------------------- options
 
+
 @dataclass(frozen=True)
 class ReportOptions:
     reference: str | None = None
@@ -244,6 +252,7 @@ def parse_scale(text: str) -> tuple[float, float]:
 
 
 # --------------------------------------------------------------------------- results
+
 
 @dataclass(frozen=True)
 class Scale:
@@ -390,6 +399,7 @@ def _plain(obj: Any) -> Any:
 
 # --------------------------------------------------------------------------- hand-written statistics
 
+
 def holm(pvalues: Sequence[float | None]) -> list[float | None]:
     """Holm's step-down adjusted p-values (plain Holm, not statsmodels' default Holm-Sidak).
 
@@ -422,6 +432,7 @@ def rank_biserial_paired(differences: Sequence[float]) -> float | None:
     if d.size == 0:
         return None
     from scipy.stats import rankdata
+
     ranks = rankdata(np.abs(d))
     return float((ranks[d > 0].sum() - ranks[d < 0].sum()) / ranks.sum())
 
@@ -441,9 +452,9 @@ def _rng(seed: int, *names: str) -> np.random.Generator:
     return np.random.default_rng([seed, *(zlib.crc32(n.encode("utf-8")) for n in names)])
 
 
-def bootstrap_rank_biserial_unpaired(ref_counts: np.ndarray, other_counts: np.ndarray,
-                                     domain: Sequence[float], n_boot: int,
-                                     rng: np.random.Generator) -> tuple[float, float] | None:
+def bootstrap_rank_biserial_unpaired(
+    ref_counts: np.ndarray, other_counts: np.ndarray, domain: Sequence[float], n_boot: int, rng: np.random.Generator
+) -> tuple[float, float] | None:
     """Percentile CI of the unpaired rank-biserial r, resampling items within each system.
 
     ``*_counts`` are (items, len(domain)) histograms: an item's ratings are resampled
@@ -462,15 +473,16 @@ def bootstrap_rank_biserial_unpaired(ref_counts: np.ndarray, other_counts: np.nd
 def _resampled_totals(counts: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
     n = counts.shape[0]
     picks = rng.integers(0, n, size=(n_boot, n))
-    weights = np.bincount((picks + np.arange(n_boot)[:, None] * n).ravel(),
-                          minlength=n_boot * n).reshape(n_boot, n)
+    weights = np.bincount((picks + np.arange(n_boot)[:, None] * n).ravel(), minlength=n_boot * n).reshape(n_boot, n)
     return weights @ counts
 
 
-def bootstrap_rank_biserial_paired(differences: np.ndarray, n_boot: int,
-                                   rng: np.random.Generator) -> tuple[float, float] | None:
+def bootstrap_rank_biserial_paired(
+    differences: np.ndarray, n_boot: int, rng: np.random.Generator
+) -> tuple[float, float] | None:
     """Percentile CI of the matched-pairs rank-biserial r, resampling items (pairs)."""
     from scipy.stats import rankdata
+
     d = np.asarray(differences, dtype=float)
     n = d.size
     sample = d[rng.integers(0, n, size=(n_boot, n))]
@@ -487,27 +499,40 @@ def bootstrap_rank_biserial_paired(differences: np.ndarray, n_boot: int,
 
 # --------------------------------------------------------------------------- scipy tests
 
+
 def mann_whitney(reference: Sequence[float], other: Sequence[float], alternative: str) -> TestResult:
     """scipy.stats.mannwhitneyu(reference, other) with the method scipy's 'auto' would pick, named."""
     from scipy.stats import mannwhitneyu
+
     ref = np.asarray(reference, dtype=float)
     oth = np.asarray(other, dtype=float)
     ties = np.unique(np.concatenate([ref, oth])).size < ref.size + oth.size
     method = "asymptotic" if (ref.size > 8 and oth.size > 8) or ties else "exact"
     res = mannwhitneyu(ref, oth, alternative=alternative, method=method)
-    assumes = ("independent ratings (each rating one observation); "
-               + ("normal approximation with tie and continuity correction" if method == "asymptotic"
-                  else "exact null distribution (no ties, small samples)"))
-    return TestResult("mannwhitneyu", float(res.statistic), float(res.pvalue), alternative, method,
-                      int(ref.size), int(oth.size), rank_biserial_unpaired(ref, oth), None, assumes)
+    assumes = "independent ratings (each rating one observation); " + (
+        "normal approximation with tie and continuity correction"
+        if method == "asymptotic"
+        else "exact null distribution (no ties, small samples)"
+    )
+    return TestResult(
+        "mannwhitneyu",
+        float(res.statistic),
+        float(res.pvalue),
+        alternative,
+        method,
+        int(ref.size),
+        int(oth.size),
+        rank_biserial_unpaired(ref, oth),
+        None,
+        assumes,
+    )
 
 
-def wilcoxon_paired(reference_means: Sequence[float], other_means: Sequence[float],
-                    alternative: str) -> TestResult:
+def wilcoxon_paired(reference_means: Sequence[float], other_means: Sequence[float], alternative: str) -> TestResult:
     """scipy.stats.wilcoxon on per-item mean differences (reference - other), zero_method 'wilcox'."""
     from scipy.stats import wilcoxon
-    d = np.round(np.asarray(reference_means, dtype=float) - np.asarray(other_means, dtype=float),
-                 DIFFERENCE_DECIMALS)
+
+    d = np.round(np.asarray(reference_means, dtype=float) - np.asarray(other_means, dtype=float), DIFFERENCE_DECIMALS)
     n = int(d.size)
     nonzero = d[d != 0]
     has_ties = np.unique(np.abs(nonzero)).size < nonzero.size
@@ -519,33 +544,62 @@ def wilcoxon_paired(reference_means: Sequence[float], other_means: Sequence[floa
         method = "permutation"
     else:
         method = "asymptotic"
-    assumes = ("paired by item: one mean per item and system, differences symmetric about their "
-               "median under H0; zero differences dropped (zero_method='wilcox'); "
-               + {"exact": "exact null distribution",
-                  "permutation": "exhaustive permutation distribution (ties or zeros, n <= 13)",
-                  "asymptotic": "normal approximation with tie correction"}[method])
+    assumes = (
+        "paired by item: one mean per item and system, differences symmetric about their "
+        "median under H0; zero differences dropped (zero_method='wilcox'); "
+        + {
+            "exact": "exact null distribution",
+            "permutation": "exhaustive permutation distribution (ties or zeros, n <= 13)",
+            "asymptotic": "normal approximation with tie correction",
+        }[method]
+    )
     if nonzero.size == 0:
-        return TestResult("wilcoxon", None, None, alternative, method, n, n, None, None, assumes,
-                          note="every item has the same mean for both systems: no test")
+        return TestResult(
+            "wilcoxon",
+            None,
+            None,
+            alternative,
+            method,
+            n,
+            n,
+            None,
+            None,
+            assumes,
+            note="every item has the same mean for both systems: no test",
+        )
     import warnings
+
     with warnings.catch_warnings():
         # scipy warns about the normal approximation for n < 10 with zeros; the method is reported.
         warnings.simplefilter("ignore", UserWarning)
         res = wilcoxon(d, zero_method="wilcox", alternative=alternative, method="auto")
-    return TestResult("wilcoxon", float(res.statistic), float(res.pvalue), alternative, method,
-                      n, n, rank_biserial_paired(d), None, assumes)
+    return TestResult(
+        "wilcoxon",
+        float(res.statistic),
+        float(res.pvalue),
+        alternative,
+        method,
+        n,
+        n,
+        rank_biserial_paired(d),
+        None,
+        assumes,
+    )
 
 
 # --------------------------------------------------------------------------- agreement
 
+
 def krippendorff_alpha(value_counts: np.ndarray, domain: Sequence[float], level: str) -> float | None:
     """krippendorff.alpha from a (units, values) count matrix; None where alpha is undefined."""
     import krippendorff
+
     if (value_counts.sum(axis=1) >= 2).sum() == 0:
         return None
     with np.errstate(invalid="ignore", divide="ignore"):
-        value = float(krippendorff.alpha(value_counts=value_counts, value_domain=list(domain),
-                                         level_of_measurement=level))
+        value = float(
+            krippendorff.alpha(value_counts=value_counts, value_domain=list(domain), level_of_measurement=level)
+        )
     return value if math.isfinite(value) else None
 
 
@@ -566,23 +620,43 @@ def agreement(aspect: str, rows: Sequence[Rating], scale: Scale, n_boot: int, se
     domain = np.asarray(scale.domain)
     counts = np.stack([(matrix == v).sum(axis=0) for v in domain], axis=1).astype(float)
     pairable = int((counts.sum(axis=1) >= 2).sum())
-    base = dict(aspect=aspect, n_units=len(units), n_pairable_units=pairable,
-                n_annotators=len(annotators), value_domain=tuple(scale.domain))
+    base = dict(
+        aspect=aspect,
+        n_units=len(units),
+        n_pairable_units=pairable,
+        n_annotators=len(annotators),
+        value_domain=tuple(scale.domain),
+    )
     if len(annotators) < 2:
         who = annotators[0] if annotators else "nobody"
-        return AgreementResult(ordinal=None, ordinal_ci=None, interval=None, n_boot_valid=0,
-                               undefined_reason=f"undefined: only one annotator ({who}) rated this aspect; "
-                                                "alpha needs two or more", **base)
+        return AgreementResult(
+            ordinal=None,
+            ordinal_ci=None,
+            interval=None,
+            n_boot_valid=0,
+            undefined_reason=f"undefined: only one annotator ({who}) rated this aspect; alpha needs two or more",
+            **base,
+        )
     if pairable == 0:
-        return AgreementResult(ordinal=None, ordinal_ci=None, interval=None, n_boot_valid=0,
-                               undefined_reason="undefined: no text was rated by two or more annotators",
-                               **base)
+        return AgreementResult(
+            ordinal=None,
+            ordinal_ci=None,
+            interval=None,
+            n_boot_valid=0,
+            undefined_reason="undefined: no text was rated by two or more annotators",
+            **base,
+        )
     ordinal = krippendorff_alpha(counts, domain, "ordinal")
     interval = krippendorff_alpha(counts, domain, "interval")
     if ordinal is None:
-        return AgreementResult(ordinal=None, ordinal_ci=None, interval=None, n_boot_valid=0,
-                               undefined_reason="undefined: all pairable ratings have the same value "
-                                                "(no variation to agree on)", **base)
+        return AgreementResult(
+            ordinal=None,
+            ordinal_ci=None,
+            interval=None,
+            n_boot_valid=0,
+            undefined_reason="undefined: all pairable ratings have the same value (no variation to agree on)",
+            **base,
+        )
     # Resample items, each bringing all of its texts (one per system), as in a new study
     # drawing other prompts.
     items = sorted({u[0] for u in units})
@@ -597,11 +671,13 @@ def agreement(aspect: str, rows: Sequence[Rating], scale: Scale, n_boot: int, se
         value = krippendorff_alpha(counts[columns], domain, "ordinal")
         replicates[b] = np.nan if value is None else value
     valid = int(np.isfinite(replicates).sum())
-    return AgreementResult(ordinal=ordinal, ordinal_ci=_percentile_ci(replicates), interval=interval,
-                           n_boot_valid=valid, **base)
+    return AgreementResult(
+        ordinal=ordinal, ordinal_ci=_percentile_ci(replicates), interval=interval, n_boot_valid=valid, **base
+    )
 
 
 # --------------------------------------------------------------------------- the analysis
+
 
 def analyse(ratings: Ratings, options: ReportOptions) -> Analysis:
     warnings: list[str] = []
@@ -617,17 +693,22 @@ def analyse(ratings: Ratings, options: ReportOptions) -> Analysis:
     kept, exclusions = _exclude(rows, options)
     other_flags = Counter(f for r in rows for f in r.flags if f not in options.exclude_flags)
     for flag, n in sorted(other_flags.items()):
-        warnings.append(f"{n} kept row(s) carry the flag {flag!r}, which is not excluded "
-                        f"(exclude them with --exclude-flag {flag})")
+        warnings.append(
+            f"{n} kept row(s) carry the flag {flag!r}, which is not excluded (exclude them with --exclude-flag {flag})"
+        )
     if not kept:
-        raise MaxbenchError(f"no ratings are left after the exclusions ({_exclusion_text(exclusions)}); "
-                            "relax --min-seconds or --exclude-flag")
+        raise MaxbenchError(
+            f"no ratings are left after the exclusions ({_exclusion_text(exclusions)}); "
+            "relax --min-seconds or --exclude-flag"
+        )
 
     all_systems = sorted({r.system for r in rows})
     reference = options.reference
     if reference is not None and reference not in all_systems:
-        raise MaxbenchError(f"reference system {reference!r} has no ratings in {ratings.source}; "
-                            f"systems present: {', '.join(all_systems)}")
+        raise MaxbenchError(
+            f"reference system {reference!r} has no ratings in {ratings.source}; "
+            f"systems present: {', '.join(all_systems)}"
+        )
     if reference is None and len(all_systems) > 1:
         reference = all_systems[0]
         warnings.append(f"no --reference given: comparing against {reference!r}, the first system by name")
@@ -635,8 +716,10 @@ def analyse(ratings: Ratings, options: ReportOptions) -> Analysis:
     if len(systems) == 1:
         warnings.append(f"only one system ({systems[0]}) was rated: no comparisons")
     if reference is not None and not any(r.system == reference for r in kept):
-        raise MaxbenchError(f"reference system {reference!r} has no ratings left after the exclusions "
-                            f"({_exclusion_text(exclusions)}); nothing to compare against")
+        raise MaxbenchError(
+            f"reference system {reference!r} has no ratings left after the exclusions "
+            f"({_exclusion_text(exclusions)}); nothing to compare against"
+        )
 
     by_aspect: dict[str, list[Rating]] = defaultdict(list)
     for r in kept:
@@ -648,12 +731,16 @@ def analyse(ratings: Ratings, options: ReportOptions) -> Analysis:
         for system in systems:
             descriptives.append(_describe(aspect, system, [r for r in aspect_rows if r.system == system], scale))
             if descriptives[-1].n == 0:
-                warnings.append(f"system {system!r} has no ratings for aspect {aspect!r}"
-                                + (" after the exclusions" if any(r.system == system and r.criterion == aspect
-                                                                  for r in rows) else ""))
+                warnings.append(
+                    f"system {system!r} has no ratings for aspect {aspect!r}"
+                    + (
+                        " after the exclusions"
+                        if any(r.system == system and r.criterion == aspect for r in rows)
+                        else ""
+                    )
+                )
         if reference is not None:
-            comparisons.extend(_compare_aspect(aspect, aspect_rows, reference, systems[1:], scale,
-                                               options, warnings))
+            comparisons.extend(_compare_aspect(aspect, aspect_rows, reference, systems[1:], scale, options, warnings))
         agreements.append(agreement(aspect, aspect_rows, scale, options.n_boot, options.seed))
     for a in agreements:
         if a.undefined_reason:
@@ -661,10 +748,23 @@ def analyse(ratings: Ratings, options: ReportOptions) -> Analysis:
 
     annotators, units_label = _annotator_summaries(rows, kept, scales, options.exclude_flags)
     return Analysis(
-        source=ratings.source, sha256=ratings.sha256, sha256_of=ratings.sha256_of, study=study, options=options,
-        reference=reference, systems=systems, aspects=aspects, scales=scales, exclusions=exclusions,
-        descriptives=tuple(descriptives), comparisons=tuple(comparisons), agreement=tuple(agreements),
-        annotators=annotators, annotator_units=units_label, warnings=tuple(warnings))
+        source=ratings.source,
+        sha256=ratings.sha256,
+        sha256_of=ratings.sha256_of,
+        study=study,
+        options=options,
+        reference=reference,
+        systems=systems,
+        aspects=aspects,
+        scales=scales,
+        exclusions=exclusions,
+        descriptives=tuple(descriptives),
+        comparisons=tuple(comparisons),
+        agreement=tuple(agreements),
+        annotators=annotators,
+        annotator_units=units_label,
+        warnings=tuple(warnings),
+    )
 
 
 def _select_study(rows: list[Rating], source: str, study: str | None) -> tuple[list[Rating], str]:
@@ -675,32 +775,41 @@ def _select_study(rows: list[Rating], source: str, study: str | None) -> tuple[l
             raise MaxbenchError(f"{source} holds no ratings of study {study!r}; studies present: {', '.join(studies)}")
         return chosen, study
     if len(studies) > 1:
-        raise MaxbenchError(f"{source} holds {len(studies)} studies ({', '.join(studies)}); "
-                            "pick one with --select-study ID")
+        raise MaxbenchError(
+            f"{source} holds {len(studies)} studies ({', '.join(studies)}); pick one with --select-study ID"
+        )
     return rows, studies[0]
 
 
-def _scales(rows: list[Rating], aspects: Sequence[str], forced: tuple[float, float] | None,
-            source: str, warnings: list[str]) -> dict[str, Scale]:
+def _scales(
+    rows: list[Rating], aspects: Sequence[str], forced: tuple[float, float] | None, source: str, warnings: list[str]
+) -> dict[str, Scale]:
     scales = {}
     for aspect in aspects:
         aspect_rows = [r for r in rows if r.criterion == aspect]
-        declared = sorted({(r.scale_min, r.scale_max) for r in aspect_rows
-                           if r.scale_min is not None or r.scale_max is not None},
-                          key=lambda s: (s[0] is None, s[0] or 0, s[1] is None, s[1] or 0))
+        declared = sorted(
+            {(r.scale_min, r.scale_max) for r in aspect_rows if r.scale_min is not None or r.scale_max is not None},
+            key=lambda s: (s[0] is None, s[0] or 0, s[1] is None, s[1] or 0),
+        )
         if any(low is None or high is None for low, high in declared):
-            raise MaxbenchError(f"aspect {aspect!r} in {source} has scale_min without scale_max (or the reverse); "
-                                "fill both or pass --scale MIN:MAX")
+            raise MaxbenchError(
+                f"aspect {aspect!r} in {source} has scale_min without scale_max (or the reverse); "
+                "fill both or pass --scale MIN:MAX"
+            )
         if forced is not None:
             low, high = forced
             how = "--scale"
             if declared and declared != [forced]:
-                warnings.append(f"--scale {low:g}:{high:g} overrides the scale columns of {aspect!r} "
-                                f"({', '.join(f'{a:g}-{b:g}' for a, b in declared)})")
+                warnings.append(
+                    f"--scale {low:g}:{high:g} overrides the scale columns of {aspect!r} "
+                    f"({', '.join(f'{a:g}-{b:g}' for a, b in declared)})"
+                )
         elif len(declared) > 1:
-            raise MaxbenchError(f"aspect {aspect!r} mixes scales {', '.join(f'{a:g}-{b:g}' for a, b in declared)} "
-                                f"in {source}; ratings on different scales cannot be pooled: split the aspect "
-                                "or pass --scale MIN:MAX")
+            raise MaxbenchError(
+                f"aspect {aspect!r} mixes scales {', '.join(f'{a:g}-{b:g}' for a, b in declared)} "
+                f"in {source}; ratings on different scales cannot be pooled: split the aspect "
+                "or pass --scale MIN:MAX"
+            )
         elif declared:
             (low, high), how = declared[0], "scale columns"
             if not low < high:
@@ -710,32 +819,39 @@ def _scales(rows: list[Rating], aspects: Sequence[str], forced: tuple[float, flo
             if not values:
                 raise MaxbenchError(f"aspect {aspect!r} has no rating values in {source}; nothing to analyse")
             low, high, how = min(values), max(values), "observed values"
-            warnings.append(f"no scale given for {aspect!r}: using the observed range {low:g}-{high:g} "
-                            "(pass --scale MIN:MAX or fill scale_min/scale_max)")
+            warnings.append(
+                f"no scale given for {aspect!r}: using the observed range {low:g}-{high:g} "
+                "(pass --scale MIN:MAX or fill scale_min/scale_max)"
+            )
             if low == high:
-                raise MaxbenchError(f"aspect {aspect!r} has only the value {low:g} and no declared scale; "
-                                    "pass --scale MIN:MAX")
+                raise MaxbenchError(
+                    f"aspect {aspect!r} has only the value {low:g} and no declared scale; pass --scale MIN:MAX"
+                )
         values = sorted({r.value for r in aspect_rows if r.value is not None})
         if float(low).is_integer() and float(high).is_integer() and all(float(v).is_integer() for v in values):
             domain = tuple(float(v) for v in range(int(low), int(high) + 1))
         else:
             domain = tuple(sorted(set(values) | {low, high}))
-            warnings.append(f"aspect {aspect!r} has non-integer ratings or scale ends: its ordinal value "
-                            "domain is the observed values plus the scale ends")
+            warnings.append(
+                f"aspect {aspect!r} has non-integer ratings or scale ends: its ordinal value "
+                "domain is the observed values plus the scale ends"
+            )
         scales[aspect] = Scale(float(low), float(high), domain, how)
     return scales
 
 
 def _check_values(rows: list[Rating], scales: dict[str, Scale], source: str) -> None:
-    outside = [r for r in rows if r.value is not None
-               and not scales[r.criterion].low <= r.value <= scales[r.criterion].high]
+    outside = [
+        r for r in rows if r.value is not None and not scales[r.criterion].low <= r.value <= scales[r.criterion].high
+    ]
     if outside:
         first = outside[0]
         s = scales[first.criterion]
         raise MaxbenchError(
             f"{len(outside)} rating(s) in {source} lie outside the scale (first: {first.where}, "
             f"{first.criterion!r} = {first.value:g}, scale {s.low:g}-{s.high:g} from {s.source}); "
-            "fix the file or pass the right --scale MIN:MAX")
+            "fix the file or pass the right --scale MIN:MAX"
+        )
 
 
 def _check_duplicates(rows: list[Rating], source: str) -> None:
@@ -745,7 +861,8 @@ def _check_duplicates(rows: list[Rating], source: str) -> None:
         if key in seen:
             raise MaxbenchError(
                 f"annotator {r.annotator!r} rated item {r.item!r} of system {r.system!r} on {r.criterion!r} "
-                f"twice in {source} ({seen[key].where} and {r.where}); keep one rating per text and aspect")
+                f"twice in {source} ({seen[key].where} and {r.where}); keep one rating per text and aspect"
+            )
         seen[key] = r
 
 
@@ -754,8 +871,12 @@ def _exclude(rows: list[Rating], options: ReportOptions) -> tuple[list[Rating], 
     for flag in options.exclude_flags:
         rules.append((f"flag {flag}", lambda r, f=flag: f in r.flags))
     if options.min_seconds is not None:
-        rules.append((f"faster than {options.min_seconds:g} s on the item",
-                      lambda r: r.seconds is not None and r.seconds < options.min_seconds))
+        rules.append(
+            (
+                f"faster than {options.min_seconds:g} s on the item",
+                lambda r: r.seconds is not None and r.seconds < options.min_seconds,
+            )
+        )
     matched = Counter()
     per_annotator = Counter()
     kept = []
@@ -786,31 +907,54 @@ def _describe(aspect: str, system: str, rows: list[Rating], scale: Scale) -> Des
     distribution = tuple((v, counts.get(v, 0)) for v in scale.domain)
     if values.size == 0:
         return Descriptive(aspect, system, 0, 0, 0, None, None, None, distribution)
-    return Descriptive(aspect, system, int(values.size), len({r.item for r in rows}),
-                       len({r.annotator for r in rows}), float(values.mean()), _sample_sd(values),
-                       float(np.median(values)), distribution)
+    return Descriptive(
+        aspect,
+        system,
+        int(values.size),
+        len({r.item for r in rows}),
+        len({r.annotator for r in rows}),
+        float(values.mean()),
+        _sample_sd(values),
+        float(np.median(values)),
+        distribution,
+    )
 
 
-def detect_design(reference_items: set[str], other_items: set[str], reference: str, other: str,
-                  forced: str = "auto") -> Design:
+def detect_design(
+    reference_items: set[str], other_items: set[str], reference: str, other: str, forced: str = "auto"
+) -> Design:
     """Paired when every item was rated for both systems; a forced design is stated as forced."""
     common = reference_items & other_items
     counts = (len(common), len(reference_items), len(other_items))
     if forced == "paired":
-        return Design("paired", *counts, f"paired (forced by --design): the {len(common)} items rated for both "
-                                         f"{reference!r} and {other!r} are compared item by item")
+        return Design(
+            "paired",
+            *counts,
+            f"paired (forced by --design): the {len(common)} items rated for both "
+            f"{reference!r} and {other!r} are compared item by item",
+        )
     if forced == "unpaired":
-        return Design("unpaired", *counts, f"unpaired (forced by --design); {len(common)} items were rated "
-                                           "for both systems")
+        return Design(
+            "unpaired", *counts, f"unpaired (forced by --design); {len(common)} items were rated for both systems"
+        )
     if common and reference_items == other_items:
-        return Design("paired", *counts, f"paired: all {len(common)} items were rated for both "
-                                         f"{reference!r} and {other!r}")
+        return Design(
+            "paired", *counts, f"paired: all {len(common)} items were rated for both {reference!r} and {other!r}"
+        )
     if not common:
-        return Design("unpaired", *counts, f"unpaired: no item was rated for both {reference!r} "
-                                           f"({len(reference_items)} items) and {other!r} ({len(other_items)} items)")
-    return Design("unpaired", *counts, f"unpaired: only {len(common)} of the items were rated for both "
-                                       f"{reference!r} ({len(reference_items)} items) and {other!r} "
-                                       f"({len(other_items)} items); --design paired would use those")
+        return Design(
+            "unpaired",
+            *counts,
+            f"unpaired: no item was rated for both {reference!r} "
+            f"({len(reference_items)} items) and {other!r} ({len(other_items)} items)",
+        )
+    return Design(
+        "unpaired",
+        *counts,
+        f"unpaired: only {len(common)} of the items were rated for both "
+        f"{reference!r} ({len(reference_items)} items) and {other!r} "
+        f"({len(other_items)} items); --design paired would use those",
+    )
 
 
 def _item_histograms(rows: list[Rating], domain: Sequence[float]) -> tuple[list[str], np.ndarray]:
@@ -830,25 +974,35 @@ def _item_means(rows: list[Rating]) -> dict[str, float]:
     return {item: float(np.mean(v)) for item, v in sums.items()}
 
 
-def _compare_aspect(aspect: str, rows: list[Rating], reference: str, others: Sequence[str], scale: Scale,
-                    options: ReportOptions, warnings: list[str]) -> list[Comparison]:
+def _compare_aspect(
+    aspect: str,
+    rows: list[Rating],
+    reference: str,
+    others: Sequence[str],
+    scale: Scale,
+    options: ReportOptions,
+    warnings: list[str],
+) -> list[Comparison]:
     ref_rows = [r for r in rows if r.system == reference]
     results = []
     for other in others:
         other_rows = [r for r in rows if r.system == other]
-        design = detect_design({r.item for r in ref_rows}, {r.item for r in other_rows}, reference, other,
-                               options.design)
+        design = detect_design(
+            {r.item for r in ref_rows}, {r.item for r in other_rows}, reference, other, options.design
+        )
         if not ref_rows or not other_rows:
             missing = reference if not ref_rows else other
             results.append(Comparison(aspect, reference, other, design, "mannwhitneyu", None, None))
-            warnings.append(f"no comparison of {other!r} with {reference!r} on {aspect!r}: "
-                            f"{missing!r} has no ratings there")
+            warnings.append(
+                f"no comparison of {other!r} with {reference!r} on {aspect!r}: {missing!r} has no ratings there"
+            )
             continue
         mwu = mann_whitney([r.value for r in ref_rows], [r.value for r in other_rows], options.alternative)
         _, ref_hist = _item_histograms(ref_rows, scale.domain)
         _, other_hist = _item_histograms(other_rows, scale.domain)
-        ci = bootstrap_rank_biserial_unpaired(ref_hist, other_hist, scale.domain, options.n_boot,
-                                              _rng(options.seed, "mannwhitneyu", aspect, other))
+        ci = bootstrap_rank_biserial_unpaired(
+            ref_hist, other_hist, scale.domain, options.n_boot, _rng(options.seed, "mannwhitneyu", aspect, other)
+        )
         mwu = _replace(mwu, effect_ci=ci)
         wil = None
         if design.kind == "paired":
@@ -857,12 +1011,17 @@ def _compare_aspect(aspect: str, rows: list[Rating], reference: str, others: Seq
             if len(common) == 0:
                 warnings.append(f"--design paired: {other!r} and {reference!r} share no item on {aspect!r}")
             else:
-                wil = wilcoxon_paired([ref_means[i] for i in common], [other_means[i] for i in common],
-                                      options.alternative)
+                wil = wilcoxon_paired(
+                    [ref_means[i] for i in common], [other_means[i] for i in common], options.alternative
+                )
                 if wil.pvalue is not None:
                     d = np.round(np.array([ref_means[i] - other_means[i] for i in common]), DIFFERENCE_DECIMALS)
-                    wil = _replace(wil, effect_ci=bootstrap_rank_biserial_paired(
-                        d, options.n_boot, _rng(options.seed, "wilcoxon", aspect, other)))
+                    wil = _replace(
+                        wil,
+                        effect_ci=bootstrap_rank_biserial_paired(
+                            d, options.n_boot, _rng(options.seed, "wilcoxon", aspect, other)
+                        ),
+                    )
         primary = "wilcoxon" if design.kind == "paired" and wil is not None else "mannwhitneyu"
         results.append(Comparison(aspect, reference, other, design, primary, mwu, wil))
     # Holm over this aspect's comparisons, one family per test.
@@ -877,11 +1036,13 @@ def _compare_aspect(aspect: str, rows: list[Rating], reference: str, others: Seq
 
 def _replace(obj, **changes):
     from dataclasses import replace
+
     return replace(obj, **changes)
 
 
-def _annotator_summaries(rows: list[Rating], kept: list[Rating], scales: dict[str, Scale],
-                         check_flags: Sequence[str]) -> tuple[tuple[AnnotatorSummary, ...], str]:
+def _annotator_summaries(
+    rows: list[Rating], kept: list[Rating], scales: dict[str, Scale], check_flags: Sequence[str]
+) -> tuple[tuple[AnnotatorSummary, ...], str]:
     shared = len({(s.low, s.high) for s in scales.values()}) == 1
     units_label = "rating points" if shared else "fraction of the scale"
 
@@ -905,15 +1066,24 @@ def _annotator_summaries(rows: list[Rating], kept: list[Rating], scales: dict[st
             if others:
                 offsets.append(norm(r) - float(np.mean(others)))
         seconds = sorted({(r.item, r.system): r.seconds for r in mine if r.seconds is not None}.values())
-        failures = len({(r.item, r.system) for r in rows
-                        if r.annotator == annotator and any(f in r.flags for f in check_flags)})
-        summaries.append(AnnotatorSummary(
-            annotator=annotator, n=int(values.size), n_items=len({r.unit for r in mine}),
-            mean=float(values.mean()) if values.size else None, sd=_sample_sd(values),
-            offset=float(np.mean(offsets)) if offsets else None, drift=_drift(mine, norm),
-            median_seconds=float(np.median(seconds)) if seconds else None,
-            check_failures=failures, excluded=int(excluded.get(annotator, 0)),
-            flags=tuple(sorted({f for r in rows if r.annotator == annotator for f in r.flags}))))
+        failures = len(
+            {(r.item, r.system) for r in rows if r.annotator == annotator and any(f in r.flags for f in check_flags)}
+        )
+        summaries.append(
+            AnnotatorSummary(
+                annotator=annotator,
+                n=int(values.size),
+                n_items=len({r.unit for r in mine}),
+                mean=float(values.mean()) if values.size else None,
+                sd=_sample_sd(values),
+                offset=float(np.mean(offsets)) if offsets else None,
+                drift=_drift(mine, norm),
+                median_seconds=float(np.median(seconds)) if seconds else None,
+                check_failures=failures,
+                excluded=int(excluded.get(annotator, 0)),
+                flags=tuple(sorted({f for r in rows if r.annotator == annotator for f in r.flags})),
+            )
+        )
     return tuple(summaries), units_label
 
 

@@ -7,6 +7,7 @@ view loads the annotator from that cookie and every query is filtered by it, so 
 annotator's page ids answer 404. Nothing here renders a system name, system code, run id
 or run path: templates receive only the prompt, the text and the rubric.
 """
+
 from __future__ import annotations
 
 import time
@@ -57,9 +58,15 @@ def current_annotator() -> tuple[Annotator, Study]:
 
 def _pages(annotator: Annotator) -> list[tuple[int, str, bool]]:
     """(position, public_id, completed) of the annotator's pages, in presentation order."""
-    rows = get_db().execute(
-        select(Assignment.position, Assignment.public_id, Assignment.completed_at.is_not(None))
-        .where(Assignment.annotator_id == annotator.id).order_by(Assignment.position)).all()
+    rows = (
+        get_db()
+        .execute(
+            select(Assignment.position, Assignment.public_id, Assignment.completed_at.is_not(None))
+            .where(Assignment.annotator_id == annotator.id)
+            .order_by(Assignment.position)
+        )
+        .all()
+    )
     return [(p, pid, bool(done)) for p, pid, done in rows]
 
 
@@ -99,8 +106,9 @@ def index():
 def enter(token: str):
     annotator = get_db().scalar(select(Annotator).where(Annotator.token_hash == hash_token(token)))
     if annotator is None:
-        return error_response(404, "This link is not valid. Check that you copied the whole link, "
-                                   "or ask the researcher for a new one.")
+        return error_response(
+            404, "This link is not valid. Check that you copied the whole link, or ask the researcher for a new one."
+        )
     session.clear()
     session["annotator"] = annotator.id
     session["token"] = annotator.token_hash[:16]
@@ -120,16 +128,25 @@ def welcome():
     form = ConsentForm()
     if request.method == "POST":
         if not form.validate_on_submit():
-            return render_template("annotator/welcome.html", study=study, rubric=study_rubric(study),
-                                   form=form, n_pages=len(_pages(annotator))), 400
+            return render_template(
+                "annotator/welcome.html",
+                study=study,
+                rubric=study_rubric(study),
+                form=form,
+                n_pages=len(_pages(annotator)),
+            ), 400
         db = get_db()
         with write_transaction(db):
-            db.execute(update(Annotator).where(Annotator.id == annotator.id, Annotator.consented_at.is_(None))
-                       .values(consented_at=utcnow(), last_seen_at=utcnow()))
+            db.execute(
+                update(Annotator)
+                .where(Annotator.id == annotator.id, Annotator.consented_at.is_(None))
+                .values(consented_at=utcnow(), last_seen_at=utcnow())
+            )
             db.commit()
         return redirect(url_for(".next_page"), code=303)
-    return render_template("annotator/welcome.html", study=study, rubric=study_rubric(study),
-                           form=form, n_pages=len(_pages(annotator)))
+    return render_template(
+        "annotator/welcome.html", study=study, rubric=study_rubric(study), form=form, n_pages=len(_pages(annotator))
+    )
 
 
 @bp.route("/check", methods=["GET", "POST"])
@@ -145,8 +162,9 @@ def check():
         if annotator.check_passed_at is not None:
             return redirect(url_for(".next_page"), code=303)
         if not form.validate_on_submit():
-            return render_template("annotator/check.html", study=study, rubric=rubric, question=question,
-                                   form=form, wrong=False), 400
+            return render_template(
+                "annotator/check.html", study=study, rubric=rubric, question=question, form=form, wrong=False
+            ), 400
         passed = form.answer.data == question.answer
         values = {"check_attempts": Annotator.check_attempts + 1, "last_seen_at": utcnow()}
         if passed:
@@ -158,13 +176,15 @@ def check():
         if passed:
             return redirect(url_for(".next_page"), code=303)
         wrong = True
-    return render_template("annotator/check.html", study=study, rubric=rubric, question=question,
-                           form=form, wrong=wrong), (200 if not wrong else 422)
+    return render_template(
+        "annotator/check.html", study=study, rubric=rubric, question=question, form=form, wrong=wrong
+    ), (200 if not wrong else 422)
 
 
 def _own_assignment(annotator: Annotator, public_id: str) -> Assignment:
-    assignment = get_db().scalar(select(Assignment).where(Assignment.public_id == public_id,
-                                                          Assignment.annotator_id == annotator.id))
+    assignment = get_db().scalar(
+        select(Assignment).where(Assignment.public_id == public_id, Assignment.annotator_id == annotator.id)
+    )
     if assignment is None:
         abort(404)  # someone else's page looks exactly like a page that does not exist
     return assignment
@@ -177,10 +197,19 @@ def _render_item(study, rubric, assignment, pages, form, status=200):
     else:
         prompt, text = assignment.attention["prompt"], assignment.attention["text"]
     session["shown"] = [assignment.public_id, time.time()]
-    return render_template("annotator/item.html", study=study, rubric=rubric, form=form,
-                           prompt=prompt, text=text, public_id=assignment.public_id,
-                           position=assignment.position, done=done, total=len(pages),
-                           prefix=FIELD_PREFIX), status
+    return render_template(
+        "annotator/item.html",
+        study=study,
+        rubric=rubric,
+        form=form,
+        prompt=prompt,
+        text=text,
+        public_id=assignment.public_id,
+        position=assignment.position,
+        done=done,
+        total=len(pages),
+        prefix=FIELD_PREFIX,
+    ), status
 
 
 @bp.get("/item/<public_id>")
@@ -223,8 +252,15 @@ def rate(public_id: str):
 
     remaining = [pid for _, pid, done in pages if not done and pid != public_id]
     db = get_db()
-    work = _rating_work(assignment.id, annotator.id, assignment.attention, study.attention_fail_limit,
-                        values, seconds, finished=not remaining)
+    work = _rating_work(
+        assignment.id,
+        annotator.id,
+        assignment.attention,
+        study.attention_fail_limit,
+        values,
+        seconds,
+        finished=not remaining,
+    )
     with write_transaction(db):
         try:
             stored, excluded = work(db)
@@ -240,30 +276,48 @@ def rate(public_id: str):
     return redirect(url_for(".item", public_id=remaining[0]), code=303)
 
 
-def _rating_work(assignment_id: int, annotator_id: int, attention: dict | None, fail_limit: int,
-                 values: dict[str, int], seconds: float | None, finished: bool):
+def _rating_work(
+    assignment_id: int,
+    annotator_id: int,
+    attention: dict | None,
+    fail_limit: int,
+    values: dict[str, int],
+    seconds: float | None,
+    finished: bool,
+):
     """The unit of work that stores one page's ratings: returns (stored, annotator now excluded).
 
     It runs inside write_transaction and leaves the commit to the caller. The conditional
     update of completed_at is the guard against a concurrent duplicate: only one
     transaction can move it from NULL.
     """
+
     def work(db) -> tuple[bool, bool]:
-        claimed = db.execute(update(Assignment)
-                             .where(Assignment.id == assignment_id, Assignment.completed_at.is_(None))
-                             .values(completed_at=utcnow(), seconds=seconds)).rowcount
+        claimed = db.execute(
+            update(Assignment)
+            .where(Assignment.id == assignment_id, Assignment.completed_at.is_(None))
+            .values(completed_at=utcnow(), seconds=seconds)
+        ).rowcount
         if claimed != 1:
             return False, False
-        db.execute(insert(Rating), [{"assignment_id": assignment_id, "criterion": name, "value": value,
-                                     "created_at": utcnow()} for name, value in values.items()])
+        db.execute(
+            insert(Rating),
+            [
+                {"assignment_id": assignment_id, "criterion": name, "value": value, "created_at": utcnow()}
+                for name, value in values.items()
+            ],
+        )
         annotator_values = {"last_seen_at": utcnow()}
         excluded = False
         if attention is not None:
             passed = all(v == attention["expected"] for v in values.values())
             db.execute(update(Assignment).where(Assignment.id == assignment_id).values(attention_passed=passed))
             if not passed:
-                db.execute(update(Annotator).where(Annotator.id == annotator_id)
-                           .values(attention_failures=Annotator.attention_failures + 1))
+                db.execute(
+                    update(Annotator)
+                    .where(Annotator.id == annotator_id)
+                    .values(attention_failures=Annotator.attention_failures + 1)
+                )
                 failures = db.scalar(select(Annotator.attention_failures).where(Annotator.id == annotator_id))
                 if failures >= fail_limit:
                     annotator_values["excluded_at"] = utcnow()
@@ -272,6 +326,7 @@ def _rating_work(assignment_id: int, annotator_id: int, attention: dict | None, 
             annotator_values["finished_at"] = utcnow()
         db.execute(update(Annotator).where(Annotator.id == annotator_id).values(**annotator_values))
         return True, excluded
+
     return work
 
 
@@ -282,8 +337,13 @@ def finish():
     if annotator.excluded_at is None and annotator.finished_at is None and _due(pages) is not None:
         return redirect(_next_url(annotator), code=303)
     code = study.completion_code if annotator.excluded_at is None else None
-    return render_template("annotator/finish.html", study=study, excluded=annotator.excluded_at is not None,
-                           completion_code=code, total=len(pages))
+    return render_template(
+        "annotator/finish.html",
+        study=study,
+        excluded=annotator.excluded_at is not None,
+        completion_code=code,
+        total=len(pages),
+    )
 
 
 @bp.get("/leave")
@@ -299,5 +359,6 @@ def progress():
     annotator, _ = current_annotator()
     pages = _pages(annotator)
     done = sum(1 for _, _, d in pages if d)
-    return jsonify(done=done, total=len(pages),
-                   finished=annotator.finished_at is not None or annotator.excluded_at is not None)
+    return jsonify(
+        done=done, total=len(pages), finished=annotator.finished_at is not None or annotator.excluded_at is not None
+    )

@@ -14,13 +14,13 @@ Configuration comes from the environment, then from ``config`` (a dict, for test
 
 Production: ``gunicorn -w 4 -b 127.0.0.1:8000 'human_eval.app:create_app()'`` (see README).
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import secrets
 import tempfile
-from pathlib import Path
 
 from flask import Flask, g, jsonify, render_template, request
 from flask_wtf.csrf import CSRFError, CSRFProtect
@@ -44,7 +44,7 @@ MESSAGES = {
     413: "What was sent is too large.",
     500: "Something went wrong on the server. Your earlier ratings are saved; please try again in a minute.",
     503: "The rating database is busy or unavailable right now. Your earlier ratings are saved; "
-         "please try again in a minute.",
+    "please try again in a minute.",
 }
 
 
@@ -93,6 +93,7 @@ def create_app(config: dict | None = None) -> Flask:
         app.config["SECRET_KEY"] = _persistent_secret_key()
     if app.config["PROXY_FIX"]:
         from werkzeug.middleware.proxy_fix import ProxyFix
+
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=1, x_proto=1, x_host=1)
 
     engine = engine_for(app.config["DB_URL"], create=True)
@@ -101,6 +102,7 @@ def create_app(config: dict | None = None) -> Flask:
 
     from .admin import bp as admin_bp
     from .annotator import bp as annotator_bp
+
     app.register_blueprint(annotator_bp)
     app.register_blueprint(admin_bp, url_prefix="/admin")
 
@@ -114,6 +116,7 @@ def get_db():
     """The request's database session (opened on first use, closed at teardown)."""
     if "db" not in g:
         from flask import current_app
+
         g.db = current_app.extensions["maxbench_sessionmaker"]()
     return g.db
 
@@ -127,7 +130,8 @@ def _close_db(_exc=None) -> None:
 def _security_headers(response):
     response.headers["Content-Security-Policy"] = (
         "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    )
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["X-Frame-Options"] = "DENY"
     # Never a Referer to other sites (nothing of a study leaks); same-origin Referers stay,
@@ -152,8 +156,9 @@ def error_response(code: int, message: str | None = None):
 def _register_error_handlers(app: Flask) -> None:
     @app.errorhandler(CSRFError)
     def _csrf(exc):
-        return error_response(400, "This form has expired or did not come from this site. "
-                                   "Go back, reload the page and submit again.")
+        return error_response(
+            400, "This form has expired or did not come from this site. Go back, reload the page and submit again."
+        )
 
     @app.errorhandler(HTTPException)
     def _http(exc):

@@ -1,4 +1,5 @@
 """``maxbench serve`` and ``maxbench study ...``: run the rating app and manage studies."""
+
 from __future__ import annotations
 
 import argparse
@@ -7,22 +8,25 @@ import os
 import sys
 from pathlib import Path
 
-from systems.errors import MaxbenchError
+from core.errors import MaxbenchError
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 
 
 def register(subparsers) -> None:
     serve = subparsers.add_parser(
-        "serve", help="run the human-evaluation rating app (gunicorn)",
+        "serve",
+        help="run the human-evaluation rating app (gunicorn)",
         description="Serve the rating app with gunicorn. For production behind a reverse proxy, "
-                    "see human_eval/README.md.")
+        "see human_eval/README.md.",
+    )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     serve.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     serve.add_argument("--threads", type=int, default=4, help="threads per worker (default 4)")
-    serve.add_argument("--db", help="SQLAlchemy database URL (default $MAXBENCH_DB_URL or SQLite "
-                                    "under $MAXBENCH_HOME/human_eval)")
+    serve.add_argument(
+        "--db", help="SQLAlchemy database URL (default $MAXBENCH_DB_URL or SQLite under $MAXBENCH_HOME/human_eval)"
+    )
     serve.add_argument("--access-log", action="store_true", help="log every request to stderr")
     serve.set_defaults(func=cmd_serve)
 
@@ -30,35 +34,55 @@ def register(subparsers) -> None:
     study_sub = study.add_subparsers(dest="study_command", metavar="ACTION", required=True)
 
     create = study_sub.add_parser(
-        "create", help="create a blinded rating study from a run's generations",
+        "create",
+        help="create a blinded rating study from a run's generations",
         description="Sample texts from RUN_DIR/generations.jsonl, hide the systems, assign them to "
-                    "annotators (balanced, Latin-square style) and print the personal links.")
+        "annotators (balanced, Latin-square style) and print the personal links.",
+    )
     create.add_argument("run_dir", metavar="RUN_DIR", help="results/runs/<run-id> directory (or the run id)")
-    create.add_argument("--systems", nargs="+", metavar="SYSTEM",
-                        help="systems to compare (default: every system in the run)")
-    create.add_argument("--items-per-system", type=int, required=True, metavar="N",
-                        help="texts to rate per system")
-    create.add_argument("--raters-per-item", type=int, required=True, metavar="K",
-                        help="ratings each text gets, from K different annotators")
-    create.add_argument("--annotators", type=int, metavar="M",
-                        help="number of annotators (default K: everyone rates every text)")
-    create.add_argument("--rubric", required=True, metavar="NAME|FILE.toml",
-                        help="preset (graphmax, posg-lm, posg-paraphrase, kerbs-dialogue, fluency) "
-                             "or a rubric TOML file")
-    create.add_argument("--independent", action="store_true",
-                        help="sample prompts independently per system (default: the same prompts for "
-                             "every system, a paired design)")
+    create.add_argument(
+        "--systems", nargs="+", metavar="SYSTEM", help="systems to compare (default: every system in the run)"
+    )
+    create.add_argument("--items-per-system", type=int, required=True, metavar="N", help="texts to rate per system")
+    create.add_argument(
+        "--raters-per-item",
+        type=int,
+        required=True,
+        metavar="K",
+        help="ratings each text gets, from K different annotators",
+    )
+    create.add_argument(
+        "--annotators", type=int, metavar="M", help="number of annotators (default K: everyone rates every text)"
+    )
+    create.add_argument(
+        "--rubric",
+        required=True,
+        metavar="NAME|FILE.toml",
+        help="preset (graphmax, posg-lm, posg-paraphrase, kerbs-dialogue, fluency) or a rubric TOML file",
+    )
+    create.add_argument(
+        "--independent",
+        action="store_true",
+        help="sample prompts independently per system (default: the same prompts for every system, a paired design)",
+    )
     create.add_argument("--seed", type=int, default=0, help="seed of sampling and order (default 0)")
-    create.add_argument("--attention-rate", type=float, default=0.1,
-                        help="attention-check pages per rated text (default 0.1; 0 turns them off)")
-    create.add_argument("--attention-fail-limit", type=int, default=2,
-                        help="failed attention checks that stop an annotator (default 2)")
+    create.add_argument(
+        "--attention-rate",
+        type=float,
+        default=0.1,
+        help="attention-check pages per rated text (default 0.1; 0 turns them off)",
+    )
+    create.add_argument(
+        "--attention-fail-limit", type=int, default=2, help="failed attention checks that stop an annotator (default 2)"
+    )
     create.add_argument("--completion-code", help="code shown on the finish page (crowd platforms)")
     create.add_argument("--title", help="title shown to annotators (default: the rubric's)")
     create.add_argument("--consent-file", type=Path, help="text file with the consent information")
-    create.add_argument("--base-url", default=os.environ.get("MAXBENCH_BASE_URL", DEFAULT_BASE_URL),
-                        help="public address of the app, for the links (default $MAXBENCH_BASE_URL "
-                             f"or {DEFAULT_BASE_URL})")
+    create.add_argument(
+        "--base-url",
+        default=os.environ.get("MAXBENCH_BASE_URL", DEFAULT_BASE_URL),
+        help=f"public address of the app, for the links (default $MAXBENCH_BASE_URL or {DEFAULT_BASE_URL})",
+    )
     create.add_argument("--links-out", type=Path, help="also write the links to this CSV file (mode 0600)")
     create.add_argument("--db", help="database URL (default $MAXBENCH_DB_URL or the SQLite default)")
     create.set_defaults(func=cmd_study_create)
@@ -81,8 +105,9 @@ def register(subparsers) -> None:
     close.set_defaults(func=cmd_study_close)
 
     rubric = study_sub.add_parser("rubric", help="check and show a rubric preset or TOML file")
-    rubric.add_argument("rubric", metavar="NAME|FILE.toml", nargs="?",
-                        help="rubric to show (default: list the presets)")
+    rubric.add_argument(
+        "rubric", metavar="NAME|FILE.toml", nargs="?", help="rubric to show (default: list the presets)"
+    )
     rubric.set_defaults(func=cmd_study_rubric)
 
 
@@ -108,17 +133,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.workers < 1 or args.threads < 1:
         raise MaxbenchError("--workers and --threads must be at least 1")
     if not _is_loopback(args.host) and os.environ.get("MAXBENCH_SECURE_COOKIES") != "1":
-        print("maxbench: warning: serving on a non-loopback address with plain-HTTP cookies; put the app "
-              "behind an HTTPS reverse proxy and set MAXBENCH_SECURE_COOKIES=1 (see human_eval/README.md)",
-              file=sys.stderr)
+        print(
+            "maxbench: warning: serving on a non-loopback address with plain-HTTP cookies; put the app "
+            "behind an HTTPS reverse proxy and set MAXBENCH_SECURE_COOKIES=1 (see human_eval/README.md)",
+            file=sys.stderr,
+        )
 
-    options = {"bind": f"{args.host}:{args.port}", "workers": args.workers, "threads": args.threads,
-               "worker_class": "gthread" if args.threads > 1 else "sync", "timeout": 30,
-               "graceful_timeout": 10, "accesslog": "-" if args.access_log else None,
-               "errorlog": "-", "loglevel": "info",
-               # gunicorn's runtime control socket is one fixed path per user: two servers
-               # on one machine would fight over it, and nothing here uses it.
-               "control_socket_disable": True}
+    options = {
+        "bind": f"{args.host}:{args.port}",
+        "workers": args.workers,
+        "threads": args.threads,
+        "worker_class": "gthread" if args.threads > 1 else "sync",
+        "timeout": 30,
+        "graceful_timeout": 10,
+        "accesslog": "-" if args.access_log else None,
+        "errorlog": "-",
+        "loglevel": "info",
+        # gunicorn's runtime control socket is one fixed path per user: two servers
+        # on one machine would fight over it, and nothing here uses it.
+        "control_socket_disable": True,
+    }
 
     class RatingServer(BaseApplication):
         def load_config(self):
@@ -128,11 +162,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         def load(self):
             from .app import create_app
+
             return create_app()
 
     shown = url if not url.startswith("postgresql") else url.split("@")[-1]
-    print(f"maxbench: rating app on http://{args.host}:{args.port}/ (admin: /admin/login), database {shown}",
-          file=sys.stderr, flush=True)
+    print(
+        f"maxbench: rating app on http://{args.host}:{args.port}/ (admin: /admin/login), database {shown}",
+        file=sys.stderr,
+        flush=True,
+    )
     RatingServer().run()
     return 0
 
@@ -170,12 +208,22 @@ def cmd_study_create(args: argparse.Namespace) -> int:
         if not consent:
             raise MaxbenchError(f"--consent-file {args.consent_file} is empty")
     with database_errors(args.db), session_for(args.db, create=True) as session:
-        created = create_study(session, args.run_dir, rubric, systems=args.systems,
-                               items_per_system=args.items_per_system, raters_per_item=args.raters_per_item,
-                               annotators=args.annotators, paired=not args.independent, seed=args.seed,
-                               attention_rate=args.attention_rate,
-                               attention_fail_limit=args.attention_fail_limit,
-                               completion_code=args.completion_code, title=args.title, consent_text=consent)
+        created = create_study(
+            session,
+            args.run_dir,
+            rubric,
+            systems=args.systems,
+            items_per_system=args.items_per_system,
+            raters_per_item=args.raters_per_item,
+            annotators=args.annotators,
+            paired=not args.independent,
+            seed=args.seed,
+            attention_rate=args.attention_rate,
+            attention_fail_limit=args.attention_fail_limit,
+            completion_code=args.completion_code,
+            title=args.title,
+            consent_text=consent,
+        )
     _print_created(created, args.base_url, args.links_out)
     return 0
 
@@ -238,6 +286,8 @@ def cmd_study_rubric(args: argparse.Namespace) -> int:
         return 0
     r = load_rubric(args.rubric)
     print(f"rubric {r.name}: {r.title}")
-    print(f"scale {r.scale_min}..{r.scale_max}; criteria: {', '.join(r.criterion_names)}; "
-          f"{len(r.examples)} worked example(s); comprehension check: {r.comprehension_check().question}")
+    print(
+        f"scale {r.scale_min}..{r.scale_max}; criteria: {', '.join(r.criterion_names)}; "
+        f"{len(r.examples)} worked example(s); comprehension check: {r.comprehension_check().question}"
+    )
     return 0

@@ -22,6 +22,7 @@ rating survives a killed server and a power loss. (``NORMAL`` would survive kill
 because the OS still holds the written pages, but can lose the last commits on power
 loss; set ``MAXBENCH_SQLITE_SYNCHRONOUS=NORMAL`` only if that trade is acceptable.)
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -38,8 +39,8 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from core.errors import MaxbenchError
 from systems.assets import maxbench_home
-from systems.errors import MaxbenchError
 
 from .models import Base
 
@@ -47,7 +48,7 @@ DEFAULT_BUSY_TIMEOUT_MS = 5000
 log = logging.getLogger("maxbench.human_eval")
 _SYNCHRONOUS_MODES = {"FULL", "NORMAL", "EXTRA"}
 _engines: dict[tuple, Engine] = {}
-_gates: dict[Engine, "WriteGate"] = {}  # SQLite files only
+_gates: dict[Engine, WriteGate] = {}  # SQLite files only
 _engines_lock = threading.Lock()
 
 
@@ -75,6 +76,7 @@ def _with_installed_driver(url: str) -> str:
     parsed = make_url(url)
     if parsed.drivername == "postgresql":
         import importlib.util
+
         if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is not None:
             return parsed.set(drivername="postgresql+psycopg2").render_as_string(hide_password=False)
     return url
@@ -101,15 +103,17 @@ def _configure_sqlite(engine: Engine, busy_timeout_ms: int, synchronous: str) ->
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
-def engine_for(url: str | None = None, create: bool = False,
-               busy_timeout_ms: int | None = None, synchronous: str | None = None) -> Engine:
+def engine_for(
+    url: str | None = None, create: bool = False, busy_timeout_ms: int | None = None, synchronous: str | None = None
+) -> Engine:
     url = database_url(url)
     if busy_timeout_ms is None:
         busy_timeout_ms = int(os.environ.get("MAXBENCH_DB_BUSY_TIMEOUT_MS", DEFAULT_BUSY_TIMEOUT_MS))
     synchronous = (synchronous or os.environ.get("MAXBENCH_SQLITE_SYNCHRONOUS", "FULL")).upper()
     if synchronous not in _SYNCHRONOUS_MODES:
-        raise MaxbenchError(f"MAXBENCH_SQLITE_SYNCHRONOUS={synchronous!r} is not one of "
-                            f"{', '.join(sorted(_SYNCHRONOUS_MODES))}")
+        raise MaxbenchError(
+            f"MAXBENCH_SQLITE_SYNCHRONOUS={synchronous!r} is not one of {', '.join(sorted(_SYNCHRONOUS_MODES))}"
+        )
     key = (url, busy_timeout_ms, synchronous)
     with _engines_lock:
         engine = _engines.get(key)
@@ -122,14 +126,18 @@ def engine_for(url: str | None = None, create: bool = False,
         try:
             sqlite_file = _sqlite_file(url)
         except ArgumentError:
-            raise MaxbenchError(f"database URL {url!r} is not a valid SQLAlchemy URL "
-                                "(e.g. sqlite:////path/ratings.sqlite3 or postgresql://user@host/db)") from None
+            raise MaxbenchError(
+                f"database URL {url!r} is not a valid SQLAlchemy URL "
+                "(e.g. sqlite:////path/ratings.sqlite3 or postgresql://user@host/db)"
+            ) from None
         if sqlite_file is not None:
             if create:
                 sqlite_file.parent.mkdir(parents=True, exist_ok=True)
             elif not sqlite_file.is_file():
-                raise MaxbenchError(f"no rating database at {sqlite_file}: create a study first "
-                                    "(maxbench study create) or point MAXBENCH_DB_URL at the right database")
+                raise MaxbenchError(
+                    f"no rating database at {sqlite_file}: create a study first "
+                    "(maxbench study create) or point MAXBENCH_DB_URL at the right database"
+                )
         try:
             engine = create_engine(_with_installed_driver(url), pool_pre_ping=sqlite_file is None)
         except (ArgumentError, ImportError) as exc:
@@ -158,20 +166,25 @@ def _create_schema(engine: Engine) -> None:
             Base.metadata.create_all(conn)
             conn.commit()
     except OperationalError as exc:
-        raise MaxbenchError(f"cannot create the rating tables ({exc.orig}): check that the database "
-                            "is reachable, writable and not locked by another program") from None
+        raise MaxbenchError(
+            f"cannot create the rating tables ({exc.orig}): check that the database "
+            "is reachable, writable and not locked by another program"
+        ) from None
 
 
 def _check_schema(engine: Engine, url: str) -> None:
     try:
         tables = set(inspect(engine).get_table_names())
     except SQLAlchemyError as exc:
-        raise MaxbenchError(f"cannot read database {url!r} ({getattr(exc, 'orig', exc)}): "
-                            "check that it is reachable and not locked") from None
+        raise MaxbenchError(
+            f"cannot read database {url!r} ({getattr(exc, 'orig', exc)}): check that it is reachable and not locked"
+        ) from None
     missing = set(Base.metadata.tables) - tables
     if missing:
-        raise MaxbenchError(f"database {url!r} has no rating tables ({', '.join(sorted(missing))} missing): "
-                            "create a study first (maxbench study create)")
+        raise MaxbenchError(
+            f"database {url!r} has no rating tables ({', '.join(sorted(missing))} missing): "
+            "create a study first (maxbench study create)"
+        )
 
 
 def session_for(url: str | None = None, create: bool = False) -> Session:
@@ -266,15 +279,18 @@ class WriteGate:
     def _check_file(self) -> None:
         identity = self._file_identity()
         if identity is None:
-            raise DatabaseGone(f"the rating database {self.db_path} is gone: restore it (or the right "
-                               "MAXBENCH_DB_URL) and restart; nothing more was stored")
+            raise DatabaseGone(
+                f"the rating database {self.db_path} is gone: restore it (or the right "
+                "MAXBENCH_DB_URL) and restart; nothing more was stored"
+            )
         if identity != self._identity:
             self.engine.dispose()  # connections into the old file are closed, new ones open this one
             self._identity = identity
 
     def _busy(self) -> DatabaseBusy:
-        return DatabaseBusy(f"the rating database is busy (another writer held it for over "
-                            f"{self.timeout_s:g} s): try again")
+        return DatabaseBusy(
+            f"the rating database is busy (another writer held it for over {self.timeout_s:g} s): try again"
+        )
 
     @contextmanager
     def held(self, check_file: bool = True):
@@ -346,8 +362,10 @@ def database_errors(url: str | None = None):
         yield
     except OperationalError as exc:
         shown = database_url(url).split("@")[-1]
-        raise MaxbenchError(f"database {shown} is locked or unreachable ({exc.orig}): retry when the "
-                            "program holding it is done, or check the URL; nothing was changed") from None
+        raise MaxbenchError(
+            f"database {shown} is locked or unreachable ({exc.orig}): retry when the "
+            "program holding it is done, or check the URL; nothing was changed"
+        ) from None
 
 
 def dispose_engines() -> None:

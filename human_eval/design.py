@@ -15,17 +15,19 @@ repeated ``raters_per_item`` times and cut into one contiguous block per annotat
 Each annotator's block is then shuffled with a seeded generator; that shuffled order,
 with the attention checks inserted, is the presentation order stored per annotator.
 """
+
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
 
-from systems.errors import MaxbenchError
+from core.errors import MaxbenchError
 
 
 @dataclass(frozen=True)
 class Page:
     """One page of an annotator's sequence: a text (``text_index``) or an attention check."""
+
     text_index: int | None
     attention_value: int | None = None
 
@@ -52,8 +54,7 @@ def paired_sequence(n_prompts: int, n_systems: int, rng: random.Random) -> list[
     """(prompt, system) pairs of a full grid in Latin-square rounds; prompts in a seeded order."""
     prompt_order = list(range(n_prompts))
     rng.shuffle(prompt_order)
-    return [(p, (k + r) % n_systems)
-            for r in range(n_systems) for k, p in enumerate(prompt_order)]
+    return [(p, (k + r) % n_systems) for r in range(n_systems) for k, p in enumerate(prompt_order)]
 
 
 def interleaved_sequence(per_system: list[list[int]], rng: random.Random) -> list[int]:
@@ -75,27 +76,38 @@ def n_attention_checks(n_items: int, rate: float) -> int:
     return max(1, round(rate * n_items))
 
 
-def build_design(sequence: list[int], n_texts: int, raters_per_item: int, n_annotators: int,
-                 seed: int, attention_rate: float, scale: list[int]) -> StudyDesign:
+def build_design(
+    sequence: list[int],
+    n_texts: int,
+    raters_per_item: int,
+    n_annotators: int,
+    seed: int,
+    attention_rate: float,
+    scale: list[int],
+) -> StudyDesign:
     """Cut ``raters_per_item`` copies of ``sequence`` (text indices) into annotators' blocks."""
     if raters_per_item < 1:
         raise MaxbenchError("--raters-per-item must be at least 1")
     if n_annotators < raters_per_item:
-        raise MaxbenchError(f"{n_annotators} annotator(s) cannot give each item {raters_per_item} "
-                            f"different raters: use --annotators {raters_per_item} or more")
+        raise MaxbenchError(
+            f"{n_annotators} annotator(s) cannot give each item {raters_per_item} "
+            f"different raters: use --annotators {raters_per_item} or more"
+        )
     if not 0 <= attention_rate <= 1:
         raise MaxbenchError(f"--attention-rate {attention_rate} must be between 0 and 1")
     rng = random.Random(seed)
     slots = sequence * raters_per_item
     base, extra = divmod(len(slots), n_annotators)
     if base == 0:
-        raise MaxbenchError(f"{n_annotators} annotators for {len(slots)} ratings leaves some with nothing "
-                            f"to rate: use --annotators {len(slots)} or fewer")
+        raise MaxbenchError(
+            f"{n_annotators} annotators for {len(slots)} ratings leaves some with nothing "
+            f"to rate: use --annotators {len(slots)} or fewer"
+        )
     pages: list[list[Page]] = []
     start = 0
     for a in range(n_annotators):
         size = base + (1 if a < extra else 0)
-        block = slots[start:start + size]
+        block = slots[start : start + size]
         start += size
         rng.shuffle(block)
         annotator_pages = [Page(i) for i in block]
@@ -107,8 +119,14 @@ def build_design(sequence: list[int], n_texts: int, raters_per_item: int, n_anno
         for index in sorted(before, reverse=True):
             annotator_pages.insert(index, Page(None, rng.choice(scale)))
         pages.append(annotator_pages)
-    design = StudyDesign(n_texts=n_texts, raters_per_item=raters_per_item, n_annotators=n_annotators,
-                         seed=seed, attention_rate=attention_rate, pages=pages)
+    design = StudyDesign(
+        n_texts=n_texts,
+        raters_per_item=raters_per_item,
+        n_annotators=n_annotators,
+        seed=seed,
+        attention_rate=attention_rate,
+        pages=pages,
+    )
     counts = design.ratings_per_text()
     # Holds by construction (blocks of length <= len(sequence) never repeat a text); checked
     # because a violated cap would silently bias agreement and tests.

@@ -22,6 +22,7 @@ Attention-check pages are not exported as ratings; their results are in the admi
 Rows are sorted by annotator, position and the rubric's criterion order, so the same
 database gives the same rows.
 """
+
 from __future__ import annotations
 
 import csv
@@ -34,20 +35,33 @@ from sqlalchemy.orm import Session, joinedload
 from .models import Annotator, Assignment, Item, Rating
 from .study import find_study
 
-COLUMNS = ["study", "item", "system", "annotator", "criterion", "value", "position", "seconds",
-           "flags", "scale_min", "scale_max"]
+COLUMNS = [
+    "study",
+    "item",
+    "system",
+    "annotator",
+    "criterion",
+    "value",
+    "position",
+    "seconds",
+    "flags",
+    "scale_min",
+    "scale_max",
+]
 
 
 def long_format_rows(session: Session, study_id: str | int, blind: bool = False) -> list[dict]:
     study = find_study(session, study_id)
     rubric = study.rubric
     order = {c["name"]: i for i, c in enumerate(rubric["criteria"])}
-    query = (select(Rating, Assignment, Annotator, Item)
-             .join(Assignment, Rating.assignment_id == Assignment.id)
-             .join(Annotator, Assignment.annotator_id == Annotator.id)
-             .join(Item, Assignment.item_id == Item.id)
-             .where(Annotator.study_id == study.id)
-             .options(joinedload(Item.system)))
+    query = (
+        select(Rating, Assignment, Annotator, Item)
+        .join(Assignment, Rating.assignment_id == Assignment.id)
+        .join(Annotator, Assignment.annotator_id == Annotator.id)
+        .join(Item, Assignment.item_id == Item.id)
+        .where(Annotator.study_id == study.id)
+        .options(joinedload(Item.system))
+    )
     rows = []
     for rating, assignment, annotator, item in session.execute(query):
         flags = []
@@ -55,14 +69,21 @@ def long_format_rows(session: Session, study_id: str | int, blind: bool = False)
             flags.append("attention_failed")
         if annotator.revoked_at is not None:
             flags.append("revoked")
-        rows.append({
-            "study": study.slug, "item": item.code,
-            "system": item.system.code if blind else item.system.name,
-            "annotator": annotator.label, "criterion": rating.criterion, "value": rating.value,
-            "position": assignment.position,
-            "seconds": None if assignment.seconds is None else round(assignment.seconds, 3),
-            "flags": ";".join(flags),
-            "scale_min": rubric["scale_min"], "scale_max": rubric["scale_max"]})
+        rows.append(
+            {
+                "study": study.slug,
+                "item": item.code,
+                "system": item.system.code if blind else item.system.name,
+                "annotator": annotator.label,
+                "criterion": rating.criterion,
+                "value": rating.value,
+                "position": assignment.position,
+                "seconds": None if assignment.seconds is None else round(assignment.seconds, 3),
+                "flags": ";".join(flags),
+                "scale_min": rubric["scale_min"],
+                "scale_max": rubric["scale_max"],
+            }
+        )
     rows.sort(key=lambda r: (r["annotator"], r["position"], order.get(r["criterion"], len(order))))
     return rows
 

@@ -1,4 +1,5 @@
 """Flask-WTF forms: every POST in the app carries and checks a CSRF token."""
+
 from __future__ import annotations
 
 from flask_wtf import FlaskForm
@@ -14,8 +15,10 @@ FIELD_PREFIX = "c_"
 
 
 class ConsentForm(FlaskForm):
-    consent = BooleanField("I have read the information above and agree to take part.",
-                           validators=[DataRequired(message="Please tick the box to take part.")])
+    consent = BooleanField(
+        "I have read the information above and agree to take part.",
+        validators=[DataRequired(message="Please tick the box to take part.")],
+    )
 
 
 class ActionForm(FlaskForm):
@@ -28,19 +31,33 @@ class AdminLoginForm(FlaskForm):
 
 def check_form(options: list[str]) -> FlaskForm:
     class CheckForm(FlaskForm):
-        answer = RadioField("Answer", choices=[SelectChoice(i, text) for i, text in enumerate(options)],
-                            coerce=int, validators=[InputRequired(message="Please choose an answer.")])
+        answer = RadioField(
+            "Answer",
+            choices=[SelectChoice(i, text) for i, text in enumerate(options)],
+            coerce=int,
+            validators=[InputRequired(message="Please choose an answer.")],
+        )
+
     return CheckForm()
 
 
 def rating_form(rubric: Rubric) -> FlaskForm:
     """One radio group per criterion; a value outside the scale is not a valid choice."""
+
     class RatingForm(FlaskForm):
         pass
+
     for criterion in rubric.criteria:
-        setattr(RatingForm, FIELD_PREFIX + criterion.name,
-                RadioField(criterion.label, choices=[SelectChoice(v, str(v)) for v in rubric.values], coerce=int,
-                           validators=[InputRequired(message="Please choose a value.")]))
+        setattr(
+            RatingForm,
+            FIELD_PREFIX + criterion.name,
+            RadioField(
+                criterion.label,
+                choices=[SelectChoice(v, str(v)) for v in rubric.values],
+                coerce=int,
+                validators=[InputRequired(message="Please choose a value.")],
+            ),
+        )
     return RatingForm()
 
 

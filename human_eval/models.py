@@ -9,17 +9,17 @@ which system wrote it. Attention checks are Assignments without an Item.
 Secrets (annotator and admin tokens) are stored only as SHA-256 digests: a copy of the
 database does not let anyone rate or administer.
 """
+
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text,
-                        UniqueConstraint)
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 class Base(DeclarativeBase):
@@ -45,9 +45,9 @@ class Study(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     closed_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
 
-    systems: Mapped[list["StudySystem"]] = relationship(back_populates="study", order_by="StudySystem.id")
-    items: Mapped[list["Item"]] = relationship(back_populates="study", order_by="Item.id")
-    annotators: Mapped[list["Annotator"]] = relationship(back_populates="study", order_by="Annotator.id")
+    systems: Mapped[list[StudySystem]] = relationship(back_populates="study", order_by="StudySystem.id")
+    items: Mapped[list[Item]] = relationship(back_populates="study", order_by="Item.id")
+    annotators: Mapped[list[Annotator]] = relationship(back_populates="study", order_by="Annotator.id")
 
 
 class StudySystem(Base):
@@ -91,12 +91,12 @@ class Annotator(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     last_seen_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     study: Mapped[Study] = relationship(back_populates="annotators")
-    assignments: Mapped[list["Assignment"]] = relationship(back_populates="annotator",
-                                                           order_by="Assignment.position")
+    assignments: Mapped[list[Assignment]] = relationship(back_populates="annotator", order_by="Assignment.position")
 
 
 class Assignment(Base):
     """One page for one annotator; ``position`` is the 1-based order in which it is shown."""
+
     __tablename__ = "assignment"
     __table_args__ = (UniqueConstraint("annotator_id", "position"),)
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -111,7 +111,7 @@ class Assignment(Base):
     seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
     annotator: Mapped[Annotator] = relationship(back_populates="assignments")
     item: Mapped[Item | None] = relationship()
-    ratings: Mapped[list["Rating"]] = relationship(back_populates="assignment", order_by="Rating.id")
+    ratings: Mapped[list[Rating]] = relationship(back_populates="assignment", order_by="Rating.id")
 
 
 class Rating(Base):

@@ -5,6 +5,7 @@ same thing. Nothing in the output depends on the clock, the path of the input or
 order of a hash set: the same input and options give byte-identical files, and the
 input's sha256 and the package versions are recorded instead of a timestamp.
 """
+
 from __future__ import annotations
 
 import base64
@@ -12,16 +13,15 @@ import html
 import io
 import json
 import os
-import platform
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
-from typing import Sequence
 
-from systems.errors import MaxbenchError
+from core.errors import MaxbenchError
+from core.provenance import versions
 
-from .analysis import CONFIDENCE, Analysis, Comparison, Scale, TestResult
+from .analysis import CONFIDENCE, Analysis, Comparison, Scale
 
 REPORT_FORMAT_VERSION = 1
 TEMPLATE = Path(__file__).parent / "templates" / "report.html.j2"
@@ -30,6 +30,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 # --------------------------------------------------------------------------- document model
+
 
 @dataclass(frozen=True)
 class Para:
@@ -91,6 +92,7 @@ def md_escape(text: str) -> str:
 
 # --------------------------------------------------------------------------- formatting
 
+
 def fmt(value: float | None, digits: int = 2) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
@@ -128,28 +130,38 @@ def _test_name(test: str) -> str:
 
 def _alternative_text(analysis: Analysis) -> str:
     # No system name here: this text goes into templates unescaped.
-    return {"two-sided": "two-sided",
-            "greater": "one-sided, H1: reference rated higher",
-            "less": "one-sided, H1: reference rated lower"}[analysis.options.alternative]
+    return {
+        "two-sided": "two-sided",
+        "greater": "one-sided, H1: reference rated higher",
+        "less": "one-sided, H1: reference rated lower",
+    }[analysis.options.alternative]
 
 
 # --------------------------------------------------------------------------- sections
+
 
 def build_sections(analysis: Analysis, figures: dict[str, Figure]) -> list[Section]:
     a = analysis
     o = a.options
     sections = []
     intro = Section(f"Human evaluation report: {a.study}", level=1)
-    intro.paragraphs.append(Para(
-        "Study {} from {} (sha256 {}): {} rating rows in, {} kept after exclusions; "
-        f"{len(a.systems)} system(s), {len(a.aspects)} aspect(s), "
-        f"{len(a.annotators)} annotator(s), {sum(1 for x in a.annotators if x.n)} with kept ratings.",
-        (a.study, a.source, a.sha256, a.exclusions.rows_in, a.exclusions.rows_kept)))
+    intro.paragraphs.append(
+        Para(
+            "Study {} from {} (sha256 {}): {} rating rows in, {} kept after exclusions; "
+            f"{len(a.systems)} system(s), {len(a.aspects)} aspect(s), "
+            f"{len(a.annotators)} annotator(s), {sum(1 for x in a.annotators if x.n)} with kept ratings.",
+            (a.study, a.source, a.sha256, a.exclusions.rows_in, a.exclusions.rows_kept),
+        )
+    )
     if a.reference is not None:
-        intro.paragraphs.append(Para(
-            "Reference system: {}. Significance: Holm-adjusted p < " f"{o.alpha:g} "
-            f"({_alternative_text(a)}), Holm's correction over the comparisons of each aspect.",
-            (a.reference,)))
+        intro.paragraphs.append(
+            Para(
+                "Reference system: {}. Significance: Holm-adjusted p < "
+                f"{o.alpha:g} "
+                f"({_alternative_text(a)}), Holm's correction over the comparisons of each aspect.",
+                (a.reference,),
+            )
+        )
     sections.append(intro)
     if a.warnings:
         warn = Section("Warnings")
@@ -167,9 +179,15 @@ def build_sections(analysis: Analysis, figures: dict[str, Figure]) -> list[Secti
 
 
 def _paper_tables(a: Analysis) -> list[Section]:
-    note_star = (f"* significant against {{}} (" + ", ".join(sorted({
-        _test_name(c.primary) for c in a.comparisons if c.primary_result is not None})) +
-        f"; Holm-adjusted p < {a.options.alpha:g}, {_alternative_text(a)})") if a.comparisons else ""
+    note_star = (
+        (
+            "* significant against {} ("
+            + ", ".join(sorted({_test_name(c.primary) for c in a.comparisons if c.primary_result is not None}))
+            + f"; Holm-adjusted p < {a.options.alpha:g}, {_alternative_text(a)})"
+        )
+        if a.comparisons
+        else ""
+    )
     shared_scale = len({(s.low, s.high) for s in a.scales.values()}) == 1
     # graphmax (JAIR) Table 9: aspects as rows, systems as columns, mean (sd).
     rows = []
@@ -186,10 +204,12 @@ def _paper_tables(a: Analysis) -> list[Section]:
             means = [a.descriptive(x, system).mean for x in a.aspects]
             averages.append(num("–" if None in means else f"{sum(means) / len(means):.2f}"))
         rows.append(tuple(averages))
-    caption = Para("Mean (sd) per aspect, sd the sample standard deviation over ratings"
-                   + ("; Average is the mean of the aspect means" if shared_scale and len(a.aspects) > 1 else "")
-                   + (". " + note_star + "." if note_star else "."),
-                   (a.reference,) if note_star else ())
+    caption = Para(
+        "Mean (sd) per aspect, sd the sample standard deviation over ratings"
+        + ("; Average is the mean of the aspect means" if shared_scale and len(a.aspects) > 1 else "")
+        + (". " + note_star + "." if note_star else "."),
+        (a.reference,) if note_star else (),
+    )
     table9 = Section("Results in the layout of graphmax (JAIR) Table 9")
     table9.tables.append(Table(("Aspect",) + a.systems, tuple(rows), caption))
     # POSG Tables 4 and 6: systems as rows, aspects as columns, means with stars.
@@ -202,36 +222,56 @@ def _paper_tables(a: Analysis) -> list[Section]:
             cells.append(num(fmt(d.mean), _star(a, comp)))
         rows.append(tuple(cells))
     posg = Section("Results in the layout of POSG Tables 4 and 6")
-    posg.tables.append(Table(("System",) + a.aspects, tuple(rows),
-                             Para("Mean rating." + (" " + note_star + "." if note_star else ""),
-                                  (a.reference,) if note_star else ())))
+    posg.tables.append(
+        Table(
+            ("System",) + a.aspects,
+            tuple(rows),
+            Para("Mean rating." + (" " + note_star + "." if note_star else ""), (a.reference,) if note_star else ()),
+        )
+    )
     # POSG Tables 17-18: Krippendorff's alpha per aspect.
     agreement = Section("Agreement in the layout of POSG Tables 17 and 18")
-    agreement.tables.append(Table(("",) + a.aspects, (
-        (Cell("Krippendorff's α (ordinal)"),) + tuple(num(fmt(g.ordinal)) for g in a.agreement),
-        (Cell("Krippendorff's α (interval)"),) + tuple(num(fmt(g.interval)) for g in a.agreement),
-    ), Para("Units are texts (item, system); the ordinal level uses the rubric's scale as value domain; "
-            "– marks an undefined alpha (see Agreement).")))
+    agreement.tables.append(
+        Table(
+            ("",) + a.aspects,
+            (
+                (Cell("Krippendorff's α (ordinal)"),) + tuple(num(fmt(g.ordinal)) for g in a.agreement),
+                (Cell("Krippendorff's α (interval)"),) + tuple(num(fmt(g.interval)) for g in a.agreement),
+            ),
+            Para(
+                "Units are texts (item, system); the ordinal level uses the rubric's scale as value domain; "
+                "– marks an undefined alpha (see Agreement)."
+            ),
+        )
+    )
     return [table9, posg, agreement]
 
 
 def _exclusion_section(a: Analysis) -> Section:
     ex = a.exclusions
     s = Section("Exclusions")
-    s.paragraphs.append(Para(f"{ex.rows_in} rows in, {ex.rows_in - ex.rows_kept} excluded, {ex.rows_kept} kept. "
-                             "A row can match more than one rule."))
-    s.tables.append(Table(("Rule", "Rows matched"),
-                          tuple((Cell(name), num(str(n))) for name, n in ex.by_rule)))
+    s.paragraphs.append(
+        Para(
+            f"{ex.rows_in} rows in, {ex.rows_in - ex.rows_kept} excluded, {ex.rows_kept} kept. "
+            "A row can match more than one rule."
+        )
+    )
+    s.tables.append(Table(("Rule", "Rows matched"), tuple((Cell(name), num(str(n))) for name, n in ex.by_rule)))
     if ex.by_annotator:
-        s.tables.append(Table(("Annotator", "Rows excluded"),
-                              tuple((Cell(name), num(str(n))) for name, n in ex.by_annotator)))
+        s.tables.append(
+            Table(("Annotator", "Rows excluded"), tuple((Cell(name), num(str(n))) for name, n in ex.by_annotator))
+        )
     return s
 
 
 def _descriptive_section(a: Analysis, figures: dict[str, Figure]) -> Section:
     s = Section("Ratings per system and aspect")
-    s.paragraphs.append(Para("n counts ratings; mean, sd (n - 1) and median are over ratings; the value "
-                             "columns count ratings at each point of the scale."))
+    s.paragraphs.append(
+        Para(
+            "n counts ratings; mean, sd (n - 1) and median are over ratings; the value "
+            "columns count ratings at each point of the scale."
+        )
+    )
     for aspect in a.aspects:
         scale = a.scales[aspect]
         likert = len(scale.domain) <= MAX_LIKERT_POINTS
@@ -241,14 +281,30 @@ def _descriptive_section(a: Analysis, figures: dict[str, Figure]) -> Section:
         rows = []
         for system in a.systems:
             d = a.descriptive(aspect, system)
-            cells = [Cell(system), num(str(d.n)), num(str(d.n_items)), num(str(d.n_annotators)),
-                     num(fmt(d.mean)), num(fmt(d.sd)), num(fmt(d.median, 1))]
+            cells = [
+                Cell(system),
+                num(str(d.n)),
+                num(str(d.n_items)),
+                num(str(d.n_annotators)),
+                num(fmt(d.mean)),
+                num(fmt(d.sd)),
+                num(fmt(d.median, 1)),
+            ]
             if likert:
                 cells += [num(str(c)) for _, c in d.distribution]
             rows.append(tuple(cells))
-        s.tables.append(Table(columns, tuple(rows), Para(
-            "{}: scale " f"{fmt_value(scale.low)}-{fmt_value(scale.high)} (from {scale.source})"
-            + ("" if likert else "; distribution in report.json"), (aspect,))))
+        s.tables.append(
+            Table(
+                columns,
+                tuple(rows),
+                Para(
+                    "{}: scale "
+                    f"{fmt_value(scale.low)}-{fmt_value(scale.high)} (from {scale.source})"
+                    + ("" if likert else "; distribution in report.json"),
+                    (aspect,),
+                ),
+            )
+        )
         if aspect in figures:
             s.figures.append(figures[aspect])
     return s
@@ -256,15 +312,26 @@ def _descriptive_section(a: Analysis, figures: dict[str, Figure]) -> Section:
 
 def _test_rows(a: Analysis, c: Comparison) -> list[tuple[Cell, ...]]:
     rows = []
-    for result in sorted([t for t in (c.wilcoxon, c.mannwhitney) if t is not None],
-                         key=lambda t: t.test != c.primary):
-        sig = "*" if (result.test == c.primary and result.pvalue_holm is not None
-                      and result.pvalue_holm < a.options.alpha) else ""
-        rows.append((Cell(c.other), num(c.design.kind),
-                     num(_test_name(result.test) + ("" if result.test == c.primary else " (not used for stars)")),
-                     num(result.method), num(f"{result.n_reference}/{result.n_other}"),
-                     num(fmt(result.statistic, 1)), num(fmt_p(result.pvalue)), num(fmt_p(result.pvalue_holm), sig),
-                     num(fmt(result.effect_size)), num(fmt_ci(result.effect_ci))))
+    for result in sorted([t for t in (c.wilcoxon, c.mannwhitney) if t is not None], key=lambda t: t.test != c.primary):
+        sig = (
+            "*"
+            if (result.test == c.primary and result.pvalue_holm is not None and result.pvalue_holm < a.options.alpha)
+            else ""
+        )
+        rows.append(
+            (
+                Cell(c.other),
+                num(c.design.kind),
+                num(_test_name(result.test) + ("" if result.test == c.primary else " (not used for stars)")),
+                num(result.method),
+                num(f"{result.n_reference}/{result.n_other}"),
+                num(fmt(result.statistic, 1)),
+                num(fmt_p(result.pvalue)),
+                num(fmt_p(result.pvalue_holm), sig),
+                num(fmt(result.effect_size)),
+                num(fmt_ci(result.effect_ci)),
+            )
+        )
     if not rows:
         rows.append((Cell(c.other), num(c.design.kind), num("not run")) + (num("–"),) * 7)
     return rows
@@ -272,111 +339,195 @@ def _test_rows(a: Analysis, c: Comparison) -> list[tuple[Cell, ...]]:
 
 def _test_section(a: Analysis) -> Section:
     s = Section("Tests against the reference")
-    s.paragraphs.append(Para(
-        "Each other system is compared with the reference {} per aspect. A paired design (the same items "
-        "rated for both systems) uses the Wilcoxon signed-rank test on per-item mean ratings "
-        "(scipy.stats.wilcoxon); an unpaired one uses the Mann-Whitney U test on the ratings "
-        "(scipy.stats.mannwhitneyu), which is also shown for paired designs for comparison with POSG, who "
-        "used it. Holm's step-down correction runs over each aspect's comparisons, separately per test. "
-        "r is the rank-biserial correlation, positive when the reference is rated higher, with a "
-        f"{CONFIDENCE:.0%} percentile bootstrap interval ({a.options.n_boot} resamples of items, seed "
-        f"{a.options.seed}). U is the reference's U statistic; W is scipy's signed-rank statistic on d = reference - other (two-sided: the smaller of T+ and T-; one-sided: T+). "
-        "n is reference/other ratings (Mann-Whitney) or paired items (Wilcoxon).", (a.reference,)))
+    s.paragraphs.append(
+        Para(
+            "Each other system is compared with the reference {} per aspect. A paired design (the same items "
+            "rated for both systems) uses the Wilcoxon signed-rank test on per-item mean ratings "
+            "(scipy.stats.wilcoxon); an unpaired one uses the Mann-Whitney U test on the ratings "
+            "(scipy.stats.mannwhitneyu), which is also shown for paired designs for comparison with POSG, who "
+            "used it. Holm's step-down correction runs over each aspect's comparisons, separately per test. "
+            "r is the rank-biserial correlation, positive when the reference is rated higher, with a "
+            f"{CONFIDENCE:.0%} percentile bootstrap interval ({a.options.n_boot} resamples of items, seed "
+            f"{a.options.seed}). U is the reference's U statistic; W is scipy's signed-rank statistic on d = reference - other (two-sided: the smaller of T+ and T-; one-sided: T+). "
+            "n is reference/other ratings (Mann-Whitney) or paired items (Wilcoxon).",
+            (a.reference,),
+        )
+    )
     for aspect in a.aspects:
         comps = [c for c in a.comparisons if c.aspect == aspect]
         rows = [row for c in comps for row in _test_rows(a, c)]
-        s.tables.append(Table(("System", "design", "test", "method", "n", "statistic", "p", "p (Holm)",
-                               "r", f"r {CONFIDENCE:.0%} CI"), tuple(rows),
-                              Para("{} (* Holm-adjusted p < " f"{a.options.alpha:g})", (aspect,)),
-                              align="llllrrrrrr"))
+        s.tables.append(
+            Table(
+                (
+                    "System",
+                    "design",
+                    "test",
+                    "method",
+                    "n",
+                    "statistic",
+                    "p",
+                    "p (Holm)",
+                    "r",
+                    f"r {CONFIDENCE:.0%} CI",
+                ),
+                tuple(rows),
+                Para(f"{{}} (* Holm-adjusted p < {a.options.alpha:g})", (aspect,)),
+                align="llllrrrrrr",
+            )
+        )
     s.bullets = [Para("{} / {}: {}", (c.aspect, c.other, c.design.statement)) for c in a.comparisons]
     for c in a.comparisons:
         for t in (c.wilcoxon, c.mannwhitney):
             if t is not None and t.note:
                 s.bullets.append(Para("{} / {}: {}", (c.aspect, c.other, t.note)))
-    assumptions = sorted({(t.test, t.method, t.assumes) for c in a.comparisons
-                          for t in (c.wilcoxon, c.mannwhitney) if t is not None})
-    s.bullets += [Para("{} ({}) assumes: {}", (_test_name(test), method, text))
-                  for test, method, text in assumptions]
+    assumptions = sorted(
+        {(t.test, t.method, t.assumes) for c in a.comparisons for t in (c.wilcoxon, c.mannwhitney) if t is not None}
+    )
+    s.bullets += [Para("{} ({}) assumes: {}", (_test_name(test), method, text)) for test, method, text in assumptions]
     return s
 
 
 def _agreement_section(a: Analysis) -> Section:
     s = Section("Agreement")
-    s.paragraphs.append(Para(
-        "Krippendorff's alpha per aspect (krippendorff package): units are texts (item, system), "
-        "the ordinal level uses the rubric's scale points as value domain (Likert ratings are ordinal), the "
-        "interval level is shown beside it. The interval is a "
-        f"{CONFIDENCE:.0%} percentile bootstrap over items ({a.options.n_boot} resamples; each item brings "
-        "all its texts), ordinal level; resamples where alpha is undefined are dropped and counted."))
-    rows = tuple((Cell(g.aspect), num(fmt(g.ordinal, 3)), num(fmt_ci(g.ordinal_ci, 3)), num(fmt(g.interval, 3)),
-                  num(str(g.n_units)), num(str(g.n_pairable_units)), num(str(g.n_annotators)),
-                  num(str(g.n_boot_valid)), Cell(g.undefined_reason or ""))
-                 for g in a.agreement)
-    s.tables.append(Table(("Aspect", "α ordinal", f"{CONFIDENCE:.0%} CI", "α interval", "units",
-                           "units rated twice+", "annotators", "valid resamples", "note"), rows,
-                          align="lrrrrrrrl"))
+    s.paragraphs.append(
+        Para(
+            "Krippendorff's alpha per aspect (krippendorff package): units are texts (item, system), "
+            "the ordinal level uses the rubric's scale points as value domain (Likert ratings are ordinal), the "
+            "interval level is shown beside it. The interval is a "
+            f"{CONFIDENCE:.0%} percentile bootstrap over items ({a.options.n_boot} resamples; each item brings "
+            "all its texts), ordinal level; resamples where alpha is undefined are dropped and counted."
+        )
+    )
+    rows = tuple(
+        (
+            Cell(g.aspect),
+            num(fmt(g.ordinal, 3)),
+            num(fmt_ci(g.ordinal_ci, 3)),
+            num(fmt(g.interval, 3)),
+            num(str(g.n_units)),
+            num(str(g.n_pairable_units)),
+            num(str(g.n_annotators)),
+            num(str(g.n_boot_valid)),
+            Cell(g.undefined_reason or ""),
+        )
+        for g in a.agreement
+    )
+    s.tables.append(
+        Table(
+            (
+                "Aspect",
+                "α ordinal",
+                f"{CONFIDENCE:.0%} CI",
+                "α interval",
+                "units",
+                "units rated twice+",
+                "annotators",
+                "valid resamples",
+                "note",
+            ),
+            rows,
+            align="lrrrrrrrl",
+        )
+    )
     return s
 
 
 def _annotator_section(a: Analysis) -> Section:
     s = Section("Annotators")
     flags = ", ".join(a.options.exclude_flags) or "none"
-    s.paragraphs.append(Para(
-        f"Over kept ratings, in {a.annotator_units}. offset: mean of (own rating - mean of the other "
-        "annotators on the same text and aspect), negative for a harsh rater. drift: mean over the later "
-        "half of the annotator's presentation positions minus the earlier half. flagged texts: texts "
-        "carrying an excluded flag ({})." , (flags,)))
-    rows = tuple((Cell(x.annotator), num(str(x.n)), num(str(x.n_items)), num(fmt(x.mean)), num(fmt(x.sd)),
-                  num(fmt(x.offset)), num(fmt(x.drift)), num(fmt(x.median_seconds, 1)),
-                  num(str(x.check_failures)), num(str(x.excluded)), Cell(", ".join(x.flags)))
-                 for x in a.annotators)
-    s.tables.append(Table(("Annotator", "n", "texts", "mean", "sd", "offset", "drift", "median s",
-                           "flagged texts", "excluded rows", "flags"), rows, align="lrrrrrrrrrl"))
+    s.paragraphs.append(
+        Para(
+            f"Over kept ratings, in {a.annotator_units}. offset: mean of (own rating - mean of the other "
+            "annotators on the same text and aspect), negative for a harsh rater. drift: mean over the later "
+            "half of the annotator's presentation positions minus the earlier half. flagged texts: texts "
+            "carrying an excluded flag ({}).",
+            (flags,),
+        )
+    )
+    rows = tuple(
+        (
+            Cell(x.annotator),
+            num(str(x.n)),
+            num(str(x.n_items)),
+            num(fmt(x.mean)),
+            num(fmt(x.sd)),
+            num(fmt(x.offset)),
+            num(fmt(x.drift)),
+            num(fmt(x.median_seconds, 1)),
+            num(str(x.check_failures)),
+            num(str(x.excluded)),
+            Cell(", ".join(x.flags)),
+        )
+        for x in a.annotators
+    )
+    s.tables.append(
+        Table(
+            (
+                "Annotator",
+                "n",
+                "texts",
+                "mean",
+                "sd",
+                "offset",
+                "drift",
+                "median s",
+                "flagged texts",
+                "excluded rows",
+                "flags",
+            ),
+            rows,
+            align="lrrrrrrrrrl",
+        )
+    )
     return s
 
 
-def versions() -> dict[str, str]:
-    found = {"python": platform.python_version()}
-    for package in ("maxbench", "numpy", "scipy", "krippendorff", "matplotlib", "jinja2"):
-        try:
-            found[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            found[package] = "not installed"
-    return found
+REPORT_PACKAGES = ("maxbench", "numpy", "scipy", "krippendorff", "matplotlib", "jinja2")
 
 
 def _provenance_section(a: Analysis) -> Section:
-    o = a.options
     s = Section("Provenance")
     s.paragraphs.append(Para("Regenerate with the same input and options; the output is byte-identical."))
     s.bullets = [Para("input: {}, study {}; sha256 of {}: {}", (a.source, a.study, a.sha256_of, a.sha256))]
     s.bullets += [Para("{}: {}", (k, v)) for k, v in _options_dict(a).items()]
-    s.bullets += [Para("{} {}", (k, v)) for k, v in versions().items()]
+    s.bullets += [Para("{} {}", (k, v)) for k, v in versions(REPORT_PACKAGES).items()]
     return s
 
 
 def _options_dict(a: Analysis) -> dict[str, str]:
     o = a.options
-    return {"reference": str(a.reference), "alternative": o.alternative, "alpha (significance level)": f"{o.alpha:g}",
-            "design": o.design, "scale": "from the data" if o.scale is None else f"{o.scale[0]:g}:{o.scale[1]:g}",
-            "min seconds": "off" if o.min_seconds is None else f"{o.min_seconds:g}",
-            "excluded flags": ", ".join(o.exclude_flags) or "none",
-            "bootstrap resamples": str(o.n_boot), "seed": str(o.seed)}
+    return {
+        "reference": str(a.reference),
+        "alternative": o.alternative,
+        "alpha (significance level)": f"{o.alpha:g}",
+        "design": o.design,
+        "scale": "from the data" if o.scale is None else f"{o.scale[0]:g}:{o.scale[1]:g}",
+        "min seconds": "off" if o.min_seconds is None else f"{o.min_seconds:g}",
+        "excluded flags": ", ".join(o.exclude_flags) or "none",
+        "bootstrap resamples": str(o.n_boot),
+        "seed": str(o.seed),
+    }
 
 
 # --------------------------------------------------------------------------- figures
 
+
 def likert_figures(a: Analysis) -> dict[str, tuple[str, bytes, bytes]]:
     """aspect -> (file stem, PNG bytes, SVG bytes): 100% stacked bars of the scale points per system."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib import colormaps
 
     out = {}
-    rc = {"svg.hashsalt": "maxbench-report", "font.family": "DejaVu Sans", "font.size": 9,
-          "figure.dpi": 100, "savefig.dpi": 100}
+    rc = {
+        "svg.hashsalt": "maxbench-report",
+        "font.family": "DejaVu Sans",
+        "font.size": 9,
+        "figure.dpi": 100,
+        "savefig.dpi": 100,
+    }
     for index, aspect in enumerate(a.aspects):
         scale: Scale = a.scales[aspect]
         if len(scale.domain) > MAX_LIKERT_POINTS:
@@ -385,15 +536,23 @@ def likert_figures(a: Analysis) -> dict[str, tuple[str, bytes, bytes]]:
             labels = [_wrap(system) + f"\n(n={a.descriptive(aspect, system).n})" for system in a.systems]
             row_height = 0.3 + 0.16 * max(label.count("\n") + 1 for label in labels)
             fig, ax = plt.subplots(figsize=(7.5, row_height * len(a.systems) + 1.3), layout="constrained")
-            colours = colormaps["RdYlGn"]([0.08 + 0.84 * k / max(1, len(scale.domain) - 1)
-                                           for k in range(len(scale.domain))])
+            colours = colormaps["RdYlGn"](
+                [0.08 + 0.84 * k / max(1, len(scale.domain) - 1) for k in range(len(scale.domain))]
+            )
             for row, system in enumerate(a.systems):
                 d = a.descriptive(aspect, system)
                 left = 0.0
                 for k, (value, count) in enumerate(d.distribution):
                     share = 100.0 * count / d.n if d.n else 0.0
-                    ax.barh(row, share, left=left, color=colours[k], edgecolor="white", linewidth=0.5,
-                            label=fmt_value(value) if row == 0 else None)
+                    ax.barh(
+                        row,
+                        share,
+                        left=left,
+                        color=colours[k],
+                        edgecolor="white",
+                        linewidth=0.5,
+                        label=fmt_value(value) if row == 0 else None,
+                    )
                     if share >= 8:
                         ax.text(left + share / 2, row, f"{share:.0f}", ha="center", va="center", fontsize=8)
                     left += share
@@ -402,8 +561,14 @@ def likert_figures(a: Analysis) -> dict[str, tuple[str, bytes, bytes]]:
             ax.set_xlim(0, 100)
             ax.set_xlabel("share of ratings (%)")
             ax.set_title(_short(aspect, 60))
-            fig.legend(title="rating", ncols=len(scale.domain), loc="outside lower center", frameon=False,
-                       fontsize=8, title_fontsize=8)
+            fig.legend(
+                title="rating",
+                ncols=len(scale.domain),
+                loc="outside lower center",
+                frameon=False,
+                fontsize=8,
+                title_fontsize=8,
+            )
             ax.spines[["top", "right"]].set_visible(False)
             png, svg = io.BytesIO(), io.BytesIO()
             fig.savefig(png, format="png", metadata={"Software": None})
@@ -431,7 +596,7 @@ def _wrap(name: str, width: int = 30) -> str:
 
 
 def _short(text: str, limit: int = 40) -> str:
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _slug(text: str) -> str:
@@ -440,6 +605,7 @@ def _slug(text: str) -> str:
 
 
 # --------------------------------------------------------------------------- rendering
+
 
 def render_markdown(sections: Sequence[Section]) -> str:
     out = []
@@ -473,12 +639,20 @@ def _markdown_table(t: Table) -> list[str]:
 def render_html(sections: Sequence[Section], title: str) -> str:
     import jinja2
     import markupsafe
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATE.parent)), autoescape=True,
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE.parent)),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
     template = env.get_template(TEMPLATE.name)
-    return template.render(title=title, sections=sections,
-                           markup=lambda p: markupsafe.Markup(p.html()),  # Para.html() escaped the data
-                           image=lambda f: "data:image/png;base64," + base64.b64encode(f.png).decode("ascii"))
+    return template.render(
+        title=title,
+        sections=sections,
+        markup=lambda p: markupsafe.Markup(p.html()),  # Para.html() escaped the data
+        image=lambda f: "data:image/png;base64," + base64.b64encode(f.png).decode("ascii"),
+    )
 
 
 def write_report(analysis: Analysis, out_dir: str | Path, name: str) -> Path:
@@ -490,7 +664,9 @@ def write_report(analysis: Analysis, out_dir: str | Path, name: str) -> Path:
     try:
         figure_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise MaxbenchError(f"cannot create the report folder {folder} ({exc.strerror}); choose another --out") from None
+        raise MaxbenchError(
+            f"cannot create the report folder {folder} ({exc.strerror}); choose another --out"
+        ) from None
     drawn = likert_figures(analysis)
     figures, written = {}, set()
     for aspect, (stem, png, svg) in drawn.items():
@@ -504,10 +680,16 @@ def write_report(analysis: Analysis, out_dir: str | Path, name: str) -> Path:
     sections = build_sections(analysis, figures)
     _write(folder / "report.md", render_markdown(sections).encode("utf-8"))
     _write(folder / "report.html", render_html(sections, sections[0].title).encode("utf-8"))
-    payload = {"format": REPORT_FORMAT_VERSION, "versions": versions(), **analysis.to_dict(),
-               "figures": {aspect: f"figures/{stem}.png" for aspect, (stem, _, _) in drawn.items()}}
-    _write(folder / "report.json",
-           (json.dumps(payload, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8"))
+    payload = {
+        "format": REPORT_FORMAT_VERSION,
+        "versions": versions(REPORT_PACKAGES),
+        **analysis.to_dict(),
+        "figures": {aspect: f"figures/{stem}.png" for aspect, (stem, _, _) in drawn.items()},
+    }
+    _write(
+        folder / "report.json",
+        (json.dumps(payload, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8"),
+    )
     return folder
 
 

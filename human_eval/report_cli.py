@@ -1,46 +1,82 @@
 """``maxbench report``: a significance report from ratings (an exported file or a study in the database)."""
+
 from __future__ import annotations
 
 import argparse
 import re
 from pathlib import Path
 
-from systems.errors import MaxbenchError
+from core.errors import MaxbenchError
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "report", help="significance report (tables, tests, agreement, plots) from human ratings",
+        "report",
+        help="significance report (tables, tests, agreement, plots) from human ratings",
         description="Write <out>/<name>/report.md, report.html, report.json and figures/ from long-format "
-                    "ratings. The same input and options give byte-identical files.")
+        "ratings. The same input and options give byte-identical files.",
+    )
     source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--ratings", metavar="FILE", help="long-format ratings: CSV, JSON or JSON Lines with "
-                        "study,item,system,annotator,criterion,value (optional position, seconds, flags, "
-                        "scale_min, scale_max)")
-    source.add_argument("--study", metavar="ID", dest="db_study",
-                        help="a study in the rating app's database (its slug or numeric id)")
+    source.add_argument(
+        "--ratings",
+        metavar="FILE",
+        help="long-format ratings: CSV, JSON or JSON Lines with "
+        "study,item,system,annotator,criterion,value (optional position, seconds, flags, "
+        "scale_min, scale_max)",
+    )
+    source.add_argument(
+        "--study", metavar="ID", dest="db_study", help="a study in the rating app's database (its slug or numeric id)"
+    )
     p.add_argument("--select-study", metavar="ID", help="with --ratings: the study to keep when the file holds several")
-    p.add_argument("--db", metavar="URL", help="database URL for --study (default: $MAXBENCH_DB_URL or the "
-                   "embedded SQLite file)")
-    p.add_argument("--reference", metavar="SYSTEM", help="system every other one is tested against "
-                   "(default: the first by name, stated in the report)")
+    p.add_argument(
+        "--db", metavar="URL", help="database URL for --study (default: $MAXBENCH_DB_URL or the embedded SQLite file)"
+    )
+    p.add_argument(
+        "--reference",
+        metavar="SYSTEM",
+        help="system every other one is tested against (default: the first by name, stated in the report)",
+    )
     p.add_argument("--out", metavar="DIR", default="results/reports", help="parent folder (default: %(default)s)")
     p.add_argument("--name", help="report folder name (default: the study id)")
-    p.add_argument("--scale", metavar="MIN:MAX", help="rating scale of every aspect, overriding the "
-                   "scale_min/scale_max columns (e.g. 1:5, 0:2)")
-    p.add_argument("--min-seconds", type=float, metavar="S", help="exclude ratings of items answered in less "
-                   "than S seconds (off by default)")
-    p.add_argument("--exclude-flag", action="append", metavar="FLAG", help="exclude rows carrying FLAG; "
-                   "repeatable (default: attention_failed). Give 'none' to exclude no flag")
-    p.add_argument("--alternative", choices=("two-sided", "greater", "less"), default="two-sided",
-                   help="H1 for every test; greater: the reference is rated higher (default: %(default)s)")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level for the stars, on "
-                   "Holm-adjusted p (default: %(default)s; POSG used 0.1)")
-    p.add_argument("--design", choices=("auto", "paired", "unpaired"), default="auto",
-                   help="paired: Wilcoxon signed-rank on per-item means; auto: paired when every item was rated "
-                        "for both systems (default: %(default)s)")
-    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples for the intervals "
-                   "(default: %(default)s)")
+    p.add_argument(
+        "--scale",
+        metavar="MIN:MAX",
+        help="rating scale of every aspect, overriding the scale_min/scale_max columns (e.g. 1:5, 0:2)",
+    )
+    p.add_argument(
+        "--min-seconds",
+        type=float,
+        metavar="S",
+        help="exclude ratings of items answered in less than S seconds (off by default)",
+    )
+    p.add_argument(
+        "--exclude-flag",
+        action="append",
+        metavar="FLAG",
+        help="exclude rows carrying FLAG; repeatable (default: attention_failed). Give 'none' to exclude no flag",
+    )
+    p.add_argument(
+        "--alternative",
+        choices=("two-sided", "greater", "less"),
+        default="two-sided",
+        help="H1 for every test; greater: the reference is rated higher (default: %(default)s)",
+    )
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="significance level for the stars, on Holm-adjusted p (default: %(default)s; POSG used 0.1)",
+    )
+    p.add_argument(
+        "--design",
+        choices=("auto", "paired", "unpaired"),
+        default="auto",
+        help="paired: Wilcoxon signed-rank on per-item means; auto: paired when every item was rated "
+        "for both systems (default: %(default)s)",
+    )
+    p.add_argument(
+        "--n-boot", type=int, default=2000, help="bootstrap resamples for the intervals (default: %(default)s)"
+    )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")
     p.set_defaults(func=run_report)
 
@@ -50,16 +86,24 @@ def run_report(args: argparse.Namespace) -> int:
     from .report import write_report
 
     if args.select_study and not args.ratings:
-        raise MaxbenchError("--select-study picks a study inside a --ratings file; with --study the "
-                            "database already names one")
+        raise MaxbenchError(
+            "--select-study picks a study inside a --ratings file; with --study the database already names one"
+        )
     flags = tuple(args.exclude_flag) if args.exclude_flag else DEFAULT_EXCLUDE_FLAGS
     if flags == ("none",):
         flags = ()
     options = ReportOptions(
-        reference=args.reference, study=args.select_study,
-        scale=parse_scale(args.scale) if args.scale else None, min_seconds=args.min_seconds,
-        exclude_flags=flags, alternative=args.alternative, alpha=args.alpha, design=args.design,
-        n_boot=args.n_boot, seed=args.seed)
+        reference=args.reference,
+        study=args.select_study,
+        scale=parse_scale(args.scale) if args.scale else None,
+        min_seconds=args.min_seconds,
+        exclude_flags=flags,
+        alternative=args.alternative,
+        alpha=args.alpha,
+        design=args.design,
+        n_boot=args.n_boot,
+        seed=args.seed,
+    )
     if args.ratings:
         ratings = load_ratings(args.ratings)
         studies = sorted({r.study for r in ratings.rows})
@@ -79,8 +123,10 @@ def ratings_from_database(study: str, url: str | None):
         from .db import session_for
         from .export import long_format_rows
     except ImportError as exc:
-        raise MaxbenchError(f"the rating app's database export is not available ({exc}); "
-                            "export the ratings as CSV and pass --ratings FILE") from None
+        raise MaxbenchError(
+            f"the rating app's database export is not available ({exc}); "
+            "export the ratings as CSV and pass --ratings FILE"
+        ) from None
     from .analysis import ratings_from_records
 
     with session_for(url, create=False) as session:

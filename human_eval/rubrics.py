@@ -29,6 +29,7 @@ Without a ``[check]`` table the comprehension check asks which score is the best
 The study stores the validated rubric as JSON, so later edits to a file never change a
 running study.
 """
+
 from __future__ import annotations
 
 import re
@@ -37,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from systems.errors import MaxbenchError
+from core.errors import MaxbenchError
 
 PRESET_DIR = Path(__file__).resolve().parent / "rubrics"
 # A scale with more points than this is no longer a rating scale a person can use.
@@ -93,12 +94,13 @@ class Rubric:
     def comprehension_check(self) -> Check:
         if self.check is not None:
             return self.check
-        options = [str(v) for v in (self.scale_min, (self.scale_min + self.scale_max) // 2,
-                                    self.scale_max)]
+        options = [str(v) for v in (self.scale_min, (self.scale_min + self.scale_max) // 2, self.scale_max)]
         options = list(dict.fromkeys(options))
-        return Check(question=f"On this study's scale from {self.scale_min} to {self.scale_max}, "
-                              "which score is the best?",
-                     options=options, answer=len(options) - 1)
+        return Check(
+            question=f"On this study's scale from {self.scale_min} to {self.scale_max}, which score is the best?",
+            options=options,
+            answer=len(options) - 1,
+        )
 
     def instruction_paragraphs(self) -> list[str]:
         return [p.strip() for p in re.split(r"\n\s*\n", self.instructions.strip()) if p.strip()]
@@ -112,17 +114,22 @@ class Rubric:
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Rubric":
+    def from_json(cls, data: dict[str, Any]) -> Rubric:
         return cls(
-            name=data["name"], title=data["title"], instructions=data["instructions"],
-            scale_min=int(data["scale_min"]), scale_max=int(data["scale_max"]),
-            criteria=[Criterion(c["name"], c["label"], c["question"],
-                                {int(k): v for k, v in c.get("anchors", {}).items()})
-                      for c in data["criteria"]],
+            name=data["name"],
+            title=data["title"],
+            instructions=data["instructions"],
+            scale_min=int(data["scale_min"]),
+            scale_max=int(data["scale_max"]),
+            criteria=[
+                Criterion(c["name"], c["label"], c["question"], {int(k): v for k, v in c.get("anchors", {}).items()})
+                for c in data["criteria"]
+            ],
             scale_labels={int(k): v for k, v in data.get("scale_labels", {}).items()},
             examples=[Example(**e) for e in data.get("examples", [])],
             check=Check(**data["check"]) if data.get("check") else None,
-            source=data.get("source", ""))
+            source=data.get("source", ""),
+        )
 
 
 def preset_names() -> list[str]:
@@ -136,8 +143,9 @@ def load_rubric(name_or_path: str | Path) -> Rubric:
     if text in preset_names():
         path = PRESET_DIR / f"{text}.toml"
     elif not (text.endswith(".toml") or path.exists()):
-        raise MaxbenchError(f"unknown rubric {text!r}: use a preset ({', '.join(preset_names())}) "
-                            "or the path of a rubric .toml file")
+        raise MaxbenchError(
+            f"unknown rubric {text!r}: use a preset ({', '.join(preset_names())}) or the path of a rubric .toml file"
+        )
     if not path.is_file():
         raise MaxbenchError(f"rubric file {path} does not exist: check the path")
     try:
@@ -161,15 +169,14 @@ def _text(data: dict, key: str, where: str, required: bool = True) -> str:
 
 def _int(value: Any, where: str, what: str) -> int:
     # bool is an int in Python; a TOML 'true' is never a scale value.
-    _require(isinstance(value, int) and not isinstance(value, bool), where,
-             f"{what} must be an integer, got {value!r}")
+    _require(isinstance(value, int) and not isinstance(value, bool), where, f"{what} must be an integer, got {value!r}")
     return value
 
 
 def _value_map(raw: Any, lo: int, hi: int, where: str, what: str) -> dict[int, str]:
     if raw is None:
         return {}
-    _require(isinstance(raw, dict), where, f"{what} must be a table of value = \"text\"")
+    _require(isinstance(raw, dict), where, f'{what} must be a table of value = "text"')
     out: dict[int, str] = {}
     for key, text in raw.items():
         try:
@@ -198,27 +205,41 @@ def parse_rubric(data: dict[str, Any], where: str = "<rubric>") -> Rubric:
     lo = _int(scale.get("min"), where, "scale.min")
     hi = _int(scale.get("max"), where, "scale.max")
     _require(lo < hi, where, f"scale.min ({lo}) must be below scale.max ({hi})")
-    _require(hi - lo + 1 <= MAX_SCALE_POINTS, where,
-             f"scale {lo}..{hi} has {hi - lo + 1} points; use at most {MAX_SCALE_POINTS}")
+    _require(
+        hi - lo + 1 <= MAX_SCALE_POINTS,
+        where,
+        f"scale {lo}..{hi} has {hi - lo + 1} points; use at most {MAX_SCALE_POINTS}",
+    )
     labels = _value_map(scale.get("labels"), lo, hi, where, "scale.labels")
 
     raw_criteria = data.get("criteria")
-    _require(isinstance(raw_criteria, list) and len(raw_criteria) > 0, where,
-             "at least one [[criteria]] entry is required")
+    _require(
+        isinstance(raw_criteria, list) and len(raw_criteria) > 0, where, "at least one [[criteria]] entry is required"
+    )
     criteria: list[Criterion] = []
     for i, c in enumerate(raw_criteria):
         cw = f"{where} criteria[{i}]"
         _require(isinstance(c, dict), cw, "must be a table")
         cname = _text(c, "name", cw)
-        _require(bool(_CRITERION_NAME.match(cname)), cw,
-                 f"name {cname!r} must start with a-z and hold only a-z, 0-9, '_' (at most 40)")
+        _require(
+            bool(_CRITERION_NAME.match(cname)),
+            cw,
+            f"name {cname!r} must start with a-z and hold only a-z, 0-9, '_' (at most 40)",
+        )
         _require(cname not in {x.name for x in criteria}, cw, f"criterion {cname!r} appears twice")
         if "scale" in c or "min" in c or "max" in c:
-            raise MaxbenchError(f"rubric {cw}: one [scale] applies to every criterion; "
-                                "put criteria on other scales in a separate rubric")
-        criteria.append(Criterion(name=cname, label=_text(c, "label", cw),
-                                  question=_text(c, "question", cw, required=False) or _text(c, "label", cw),
-                                  anchors=_value_map(c.get("anchors"), lo, hi, cw, "anchors")))
+            raise MaxbenchError(
+                f"rubric {cw}: one [scale] applies to every criterion; "
+                "put criteria on other scales in a separate rubric"
+            )
+        criteria.append(
+            Criterion(
+                name=cname,
+                label=_text(c, "label", cw),
+                question=_text(c, "question", cw, required=False) or _text(c, "label", cw),
+                anchors=_value_map(c.get("anchors"), lo, hi, cw, "anchors"),
+            )
+        )
 
     examples: list[Example] = []
     for i, e in enumerate(data.get("examples", [])):
@@ -228,10 +249,19 @@ def parse_rubric(data: dict[str, Any], where: str = "<rubric>") -> Rubric:
         _require(isinstance(scores, dict) and scores, ew, "needs a scores table (criterion = value)")
         for cname, value in scores.items():
             _require(cname in {c.name for c in criteria}, ew, f"scores name unknown criterion {cname!r}")
-            _require(lo <= _int(value, ew, f"score of {cname}") <= hi, ew,
-                     f"score {value} of {cname} is outside the scale {lo}..{hi}")
-        examples.append(Example(prompt=_text(e, "prompt", ew, required=False), text=_text(e, "text", ew),
-                                scores=dict(scores), explanation=_text(e, "explanation", ew)))
+            _require(
+                lo <= _int(value, ew, f"score of {cname}") <= hi,
+                ew,
+                f"score {value} of {cname} is outside the scale {lo}..{hi}",
+            )
+        examples.append(
+            Example(
+                prompt=_text(e, "prompt", ew, required=False),
+                text=_text(e, "text", ew),
+                scores=dict(scores),
+                explanation=_text(e, "explanation", ew),
+            )
+        )
 
     check = None
     if "check" in data:
@@ -239,13 +269,26 @@ def parse_rubric(data: dict[str, Any], where: str = "<rubric>") -> Rubric:
         raw = data["check"]
         _require(isinstance(raw, dict), cw, "must be a table")
         options = raw.get("options")
-        _require(isinstance(options, list) and len(options) >= 2
-                 and all(isinstance(o, str) and o.strip() for o in options), cw,
-                 "options must be a list of at least two non-empty strings")
+        _require(
+            isinstance(options, list) and len(options) >= 2 and all(isinstance(o, str) and o.strip() for o in options),
+            cw,
+            "options must be a list of at least two non-empty strings",
+        )
         answer = _int(raw.get("answer"), cw, "answer")
-        _require(0 <= answer < len(options), cw, f"answer {answer} is not an index into options (0..{len(options) - 1})")
+        _require(
+            0 <= answer < len(options), cw, f"answer {answer} is not an index into options (0..{len(options) - 1})"
+        )
         check = Check(question=_text(raw, "question", cw), options=[o.strip() for o in options], answer=answer)
 
-    return Rubric(name=name, title=title, instructions=instructions, scale_min=lo, scale_max=hi,
-                  criteria=criteria, scale_labels=labels, examples=examples, check=check,
-                  source=str(data.get("source", "")).strip())
+    return Rubric(
+        name=name,
+        title=title,
+        instructions=instructions,
+        scale_min=lo,
+        scale_max=hi,
+        criteria=criteria,
+        scale_labels=labels,
+        examples=examples,
+        check=check,
+        source=str(data.get("source", "")).strip(),
+    )

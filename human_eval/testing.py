@@ -4,6 +4,7 @@ as a separate process, and scripted annotators speaking HTTP to it.
 The durability test, the browser test and benchmarks/rating_load.py use these, so the
 load benchmark and the tests exercise exactly the same client path.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -30,12 +31,25 @@ def write_run(run_dir: Path, systems: list[str], n_prompts: int, text_for=None, 
     with open(run_dir / "generations.jsonl", "w", encoding="utf-8") as f:
         for s in systems:
             for i in range(n_prompts):
-                f.write(json.dumps({
-                    "system": s, "prompt_id": f"food-{i:04d}", "sample": 0, "seed": 1000 + i,
-                    "prompt": prompt_for(i), "reference": "", "text": text_for(s, i), "n_tokens": 12,
-                    "token_ids": [], "finish": "length", "stats": {}}) + "\n")
-    (run_dir / "manifest.json").write_text(json.dumps({"run_id": run_dir.name, "systems": {
-        s: {} for s in systems}}))
+                f.write(
+                    json.dumps(
+                        {
+                            "system": s,
+                            "prompt_id": f"food-{i:04d}",
+                            "sample": 0,
+                            "seed": 1000 + i,
+                            "prompt": prompt_for(i),
+                            "reference": "",
+                            "text": text_for(s, i),
+                            "n_tokens": 12,
+                            "token_ids": [],
+                            "finish": "length",
+                            "stats": {},
+                        }
+                    )
+                    + "\n"
+                )
+    (run_dir / "manifest.json").write_text(json.dumps({"run_id": run_dir.name, "systems": {s: {} for s in systems}}))
     return run_dir
 
 
@@ -71,16 +85,42 @@ class Server:
                 self.kill_hard()
 
 
-def start_server(db_url: str, port: int | None = None, workers: int = 2, threads: int = 4,
-                 env: dict | None = None, log_path: Path | None = None, timeout: float = 60) -> Server:
+def start_server(
+    db_url: str,
+    port: int | None = None,
+    workers: int = 2,
+    threads: int = 4,
+    env: dict | None = None,
+    log_path: Path | None = None,
+    timeout: float = 60,
+) -> Server:
     """``maxbench serve`` (gunicorn) on 127.0.0.1, in its own process group; waits until it answers."""
     port = port or free_port()
     full_env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL
     process = subprocess.Popen(
-        [sys.executable, "-m", "benchmark.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-         "--workers", str(workers), "--threads", str(threads), "--db", db_url],
-        cwd=ROOT, env=full_env, stdout=out, stderr=out, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "benchmark.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--threads",
+            str(threads),
+            "--db",
+            db_url,
+        ],
+        cwd=ROOT,
+        env=full_env,
+        stdout=out,
+        stderr=out,
+        start_new_session=True,
+    )
     server = Server(process, port)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -111,6 +151,7 @@ class ProtocolError(Exception):
 @dataclass
 class Ack:
     """A rating the server acknowledged (303 after the POST)."""
+
     public_id: str
     position: int
     values: dict[str, int]
@@ -122,6 +163,7 @@ class Ack:
 @dataclass
 class ScriptedAnnotator:
     """One annotator over one keep-alive HTTP connection, with the session cookie by hand."""
+
     base_url: str
     link: str
     check_answer: int
@@ -181,8 +223,9 @@ class ScriptedAnnotator:
             status, location, _ = self.request("POST", "/welcome", {"csrf_token": _token(text), "consent": "y"})
             path, text = self._get_following(location)
         if path == "/check":
-            status, location, _ = self.request("POST", "/check", {"csrf_token": _token(text),
-                                                                   "answer": str(self.check_answer)})
+            status, location, _ = self.request(
+                "POST", "/check", {"csrf_token": _token(text), "answer": str(self.check_answer)}
+            )
             if status != 303:
                 raise ProtocolError(f"comprehension check answered {status}")
             path, _ = self._get_following(location)
@@ -213,8 +256,9 @@ class ScriptedAnnotator:
         if status != 303:
             raise ProtocolError(f"POST {path} answered {status}")
         public_id = path.rsplit("/", 1)[1]
-        self.acks.append(Ack(public_id, position, {f[2:]: v for f, v in values.items()},
-                             bool(attention), latency, page_latency))
+        self.acks.append(
+            Ack(public_id, position, {f[2:]: v for f, v in values.items()}, bool(attention), latency, page_latency)
+        )
         return location if location.startswith("/item/") else None
 
 
@@ -228,9 +272,18 @@ def _token(html: str) -> str:
 SYSTEMS = ["tiny/softmax/top_p=0.9", "tiny/graphmax(lam=1.0)/top_p=0.9"]
 
 
-def make_study(tmp_path: Path, rubric: str = "graphmax", systems: list[str] | None = None,
-               n_prompts: int = 6, items_per_system: int = 4, raters_per_item: int = 2,
-               annotators: int | None = None, text_for=None, prompt_for=None, **options):
+def make_study(
+    tmp_path: Path,
+    rubric: str = "graphmax",
+    systems: list[str] | None = None,
+    n_prompts: int = 6,
+    items_per_system: int = 4,
+    raters_per_item: int = 2,
+    annotators: int | None = None,
+    text_for=None,
+    prompt_for=None,
+    **options,
+):
     """A run directory and a study over it in a fresh SQLite file: (db_url, CreatedStudy, run_dir)."""
     from .db import session_for
     from .rubrics import load_rubric
@@ -240,9 +293,16 @@ def make_study(tmp_path: Path, rubric: str = "graphmax", systems: list[str] | No
     run_dir = write_run(tmp_path / "runs" / "run-2026-test", systems, n_prompts, text_for, prompt_for)
     url = f"sqlite:///{tmp_path / 'ratings.sqlite3'}"
     with session_for(url, create=True) as session:
-        created = create_study(session, run_dir, load_rubric(rubric), systems=systems,
-                               items_per_system=items_per_system, raters_per_item=raters_per_item,
-                               annotators=annotators, **options)
+        created = create_study(
+            session,
+            run_dir,
+            load_rubric(rubric),
+            systems=systems,
+            items_per_system=items_per_system,
+            raters_per_item=raters_per_item,
+            annotators=annotators,
+            **options,
+        )
     return url, created, run_dir
 
 

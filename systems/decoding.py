@@ -7,6 +7,7 @@ to scores, the decoding setting is applied with Hugging Face's own logits warper
 ``torch.Generator`` seeded for its (prompt, sample). Because rows never share random
 numbers, a row's text does not depend on which other rows share its batch.
 """
+
 from __future__ import annotations
 
 import math
@@ -15,7 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import MaxbenchError
+from core.errors import MaxbenchError
+
 from .layers.base import OutputLayer, require_finite_logits
 
 _STAT_DIGITS = 6  # significant digits: keeps certified gaps near 1e-7 readable
@@ -56,7 +58,7 @@ class DecodingSetting:
         return ",".join(parts)
 
     @classmethod
-    def parse(cls, label: str) -> "DecodingSetting":
+    def parse(cls, label: str) -> DecodingSetting:
         kw: dict = {}
         for part in filter(None, (p.strip() for p in label.split(","))):
             if part == "greedy":
@@ -66,8 +68,10 @@ class DecodingSetting:
             else:
                 m = re.fullmatch(r"(temp|temperature|top_k|top_p|max_new_tokens)=([0-9.eE+-]+)", part)
                 if not m:
-                    raise MaxbenchError(f"unknown decoding setting '{part}' in '{label}'; use greedy, sample, "
-                                        f"temp=T, top_k=K, top_p=P, max_new_tokens=N")
+                    raise MaxbenchError(
+                        f"unknown decoding setting '{part}' in '{label}'; use greedy, sample, "
+                        f"temp=T, top_k=K, top_p=P, max_new_tokens=N"
+                    )
                 key = {"temp": "temperature"}.get(m.group(1), m.group(1))
                 try:
                     kw[key] = int(m.group(2)) if key in ("top_k", "max_new_tokens") else float(m.group(2))
@@ -76,8 +80,7 @@ class DecodingSetting:
         return cls(**kw)
 
     def warpers(self):
-        from transformers import (LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper,
-                                  TopPLogitsWarper)
+        from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
         procs = LogitsProcessorList()
         if self.do_sample:
@@ -99,8 +102,9 @@ def distribution_stats(scores: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 @torch.inference_mode()
-def decode(lm, layer: OutputLayer, prompts: list[str], setting: DecodingSetting, seeds: list[int],
-           record_stats: bool = True) -> list[dict]:
+def decode(
+    lm, layer: OutputLayer, prompts: list[str], setting: DecodingSetting, seeds: list[int], record_stats: bool = True
+) -> list[dict]:
     """Continue each prompt; returns one dict per prompt: token_ids, text, finish, stats."""
     if len(prompts) != len(seeds):
         raise ValueError("one seed per prompt")
@@ -123,8 +127,15 @@ def decode(lm, layer: OutputLayer, prompts: list[str], setting: DecodingSetting,
     cache = None
     cur_ids, cur_pos = input_ids, position_ids
     for _step in range(setting.max_new_tokens):
-        out = model(input_ids=cur_ids, attention_mask=mask, position_ids=cur_pos, past_key_values=cache,
-                    use_cache=True, logits_to_keep=1, output_hidden_states=layer.needs_hidden)
+        out = model(
+            input_ids=cur_ids,
+            attention_mask=mask,
+            position_ids=cur_pos,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+            output_hidden_states=layer.needs_hidden,
+        )
         cache = out.past_key_values
         logits = out.logits[:, -1, :].float()
         require_finite_logits(logits, "the base model")
@@ -132,7 +143,7 @@ def decode(lm, layer: OutputLayer, prompts: list[str], setting: DecodingSetting,
         scores = layer.scores(logits, hidden)
         if setting.do_sample:
             # Warpers work on CPU generators' device-agnostic scores; sampling draws on CPU.
-            next_tok = layer.sample(scores, lambda s: warp(out_ids, s), generators).to(lm.device)
+            next_tok = layer.sample(scores, lambda s, ids=out_ids: warp(ids, s), generators).to(lm.device)
         else:
             next_tok = scores.argmax(-1)
         if record_stats:
@@ -153,8 +164,12 @@ def decode(lm, layer: OutputLayer, prompts: list[str], setting: DecodingSetting,
         ids = ids_cpu[i]
         n = ids.index(eos) if eos in ids else len(ids)
         steps = n + 1 if n < len(ids) else n  # the EOS step's distribution is recorded too
-        row = {"token_ids": ids[:n], "text": tok.decode(ids[:n], skip_special_tokens=True),
-               "n_tokens": n, "finish": "eos" if n < len(ids) else "length"}
+        row = {
+            "token_ids": ids[:n],
+            "text": tok.decode(ids[:n], skip_special_tokens=True),
+            "n_tokens": n,
+            "finish": "eos" if n < len(ids) else "length",
+        }
         if record_stats:
             row["stats"] = {k: [_round(float(x)) for x in torch.stack(v)[:steps, i]] for k, v in stats.items()}
         results.append(row)
@@ -192,14 +207,20 @@ def reference_states(lm, prompt: str, reference: str) -> ReferenceStates | None:
     r_ids = tok(" " + reference.strip(), add_special_tokens=False)["input_ids"]
     ids = torch.tensor([p_ids + r_ids], device=lm.device)
     res = lm.model(input_ids=ids, output_hidden_states=True, logits_to_keep=1)
-    return ReferenceStates(hidden=res.hidden_states[-1][0, len(p_ids) - 1:-1],
-                           targets=torch.tensor(r_ids, device=lm.device))
+    return ReferenceStates(
+        hidden=res.hidden_states[-1][0, len(p_ids) - 1 : -1], targets=torch.tensor(r_ids, device=lm.device)
+    )
 
 
 @torch.inference_mode()
-def reference_logprobs(lm, layer: OutputLayer, prompts: list[str], references: list[str],
-                       chunk: int = 64, states: list[ReferenceStates | None] | None = None
-                       ) -> list[list[float | None]]:
+def reference_logprobs(
+    lm,
+    layer: OutputLayer,
+    prompts: list[str],
+    references: list[str],
+    chunk: int = 64,
+    states: list[ReferenceStates | None] | None = None,
+) -> list[list[float | None]]:
     """Teacher-forced natural-log probability that the layer gives each token of each reference
     (tokenised as ``" " + reference`` after the prompt), None where it is exactly zero.
 
@@ -216,11 +237,11 @@ def reference_logprobs(lm, layer: OutputLayer, prompts: list[str], references: l
     for st in states:
         row: list[float | None] = []
         for i in range(0, 0 if st is None else len(st.targets), chunk):
-            h = st.hidden[i:i + chunk]
+            h = st.hidden[i : i + chunk]
             logits = head(h).float()
             require_finite_logits(logits, "the base model")
             scores = layer.scores(logits, h.float() if layer.needs_hidden else None)
-            lp = torch.log_softmax(scores.float(), dim=-1).gather(1, st.targets[i:i + chunk, None])[:, 0]
+            lp = torch.log_softmax(scores.float(), dim=-1).gather(1, st.targets[i : i + chunk, None])[:, 0]
             row += [float(v) if math.isfinite(v) else None for v in lp.cpu().tolist()]
         out.append(row)
     return out

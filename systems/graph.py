@@ -19,6 +19,7 @@ hash, vocabulary size, eps, ngram). The file is written atomically (temporary fi
 ``os.replace``) and carries the sha256 of its content, which is verified on every load: a
 corrupt or truncated cache is reported on one line of stderr and rebuilt, never used.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -34,8 +35,9 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from core.errors import MaxbenchError
+
 from .assets import maxbench_home
-from .errors import MaxbenchError
 
 GRAPH_FORMAT = 1
 DEFAULT_EPS = 1e-6
@@ -60,9 +62,15 @@ class CorpusGraph:
         return int(self.A.nnz)
 
     def metadata(self) -> dict:
-        return {"format": GRAPH_FORMAT, "vocab_size": self.vocab_size, "tokenizer_hash": self.tokenizer_hash,
-                "corpus_sha256": self.corpus_sha256, "corpus_name": self.corpus_name,
-                "options": self.options, "stats": self.stats}
+        return {
+            "format": GRAPH_FORMAT,
+            "vocab_size": self.vocab_size,
+            "tokenizer_hash": self.tokenizer_hash,
+            "corpus_sha256": self.corpus_sha256,
+            "corpus_name": self.corpus_name,
+            "options": self.options,
+            "stats": self.stats,
+        }
 
     def check_model(self, lm) -> None:
         """Refuse a graph whose token ids do not mean what the model's token ids mean."""
@@ -71,15 +79,19 @@ class CorpusGraph:
             raise MaxbenchError(
                 f"{where} was built with tokenizer {self.tokenizer_hash[:12]} but model '{lm.name}' uses tokenizer "
                 f"{lm.tokenizer_hash[:12]}; build a graph for this model: maxbench graph build --model {lm.name} "
-                f"--corpus {self.corpus_name or 'CORPUS'}")
+                f"--corpus {self.corpus_name or 'CORPUS'}"
+            )
         if self.vocab_size != lm.vocab_size:
-            raise MaxbenchError(f"{where} has {self.vocab_size} nodes but model '{lm.name}' has {lm.vocab_size} "
-                                f"output tokens; rebuild the graph for this model")
+            raise MaxbenchError(
+                f"{where} has {self.vocab_size} nodes but model '{lm.name}' has {lm.vocab_size} "
+                f"output tokens; rebuild the graph for this model"
+            )
 
 
 # --------------------------------------------------------------------------------------
 # Building
 # --------------------------------------------------------------------------------------
+
 
 def bigram_counts(token_id_seqs, vocab_size: int) -> sp.csr_matrix:
     """C[i, j] = number of times j directly follows i within a sequence (float64 CSR)."""
@@ -91,8 +103,10 @@ def bigram_counts(token_id_seqs, vocab_size: int) -> sp.csr_matrix:
     dst = np.concatenate([s[1:] for s in seqs])
     for ids in (src, dst):
         if ids.min() < 0 or ids.max() >= vocab_size:
-            raise MaxbenchError(f"token id {int(ids.max() if ids.max() >= vocab_size else ids.min())} is outside the "
-                                f"vocabulary of {vocab_size}; the tokenizer does not match the model")
+            raise MaxbenchError(
+                f"token id {int(ids.max() if ids.max() >= vocab_size else ids.min())} is outside the "
+                f"vocabulary of {vocab_size}; the tokenizer does not match the model"
+            )
     counts = sp.coo_matrix((np.ones(src.size), (src, dst)), shape=(vocab_size, vocab_size)).tocsr()
     counts.sum_duplicates()
     return counts
@@ -104,8 +118,16 @@ def normalise_rows(C: sp.csr_matrix, eps: float) -> sp.csr_matrix:
     return sp.csr_matrix(sp.diags(1.0 / (row_sums + eps)) @ C)
 
 
-def build_graph(token_id_seqs, vocab_size: int, eps: float = DEFAULT_EPS, ngram: int = 1, *,
-                tokenizer_hash: str = "", corpus_sha256: str = "", corpus_name: str = "") -> CorpusGraph:
+def build_graph(
+    token_id_seqs,
+    vocab_size: int,
+    eps: float = DEFAULT_EPS,
+    ngram: int = 1,
+    *,
+    tokenizer_hash: str = "",
+    corpus_sha256: str = "",
+    corpus_name: str = "",
+) -> CorpusGraph:
     """Build the normalised graph (and its n-gram mixture for ngram > 1) from token id sequences."""
     _check_options(eps, ngram)
     t0 = time.perf_counter()
@@ -118,11 +140,23 @@ def build_graph(token_id_seqs, vocab_size: int, eps: float = DEFAULT_EPS, ngram:
         A = A + power
     A = _canonical(A)
     AT = _canonical(A.T)
-    stats = {"texts": len(seqs), "tokens": int(sum(len(s) for s in seqs)), "bigrams": int(C.sum()),
-             "distinct_bigrams": int(C.nnz)}
-    graph = CorpusGraph(A=A, AT=AT, vocab_size=vocab_size, tokenizer_hash=tokenizer_hash,
-                        corpus_sha256=corpus_sha256, corpus_name=corpus_name,
-                        options={"eps": float(eps), "ngram": int(ngram)}, sha256="", stats=stats)
+    stats = {
+        "texts": len(seqs),
+        "tokens": int(sum(len(s) for s in seqs)),
+        "bigrams": int(C.sum()),
+        "distinct_bigrams": int(C.nnz),
+    }
+    graph = CorpusGraph(
+        A=A,
+        AT=AT,
+        vocab_size=vocab_size,
+        tokenizer_hash=tokenizer_hash,
+        corpus_sha256=corpus_sha256,
+        corpus_name=corpus_name,
+        options={"eps": float(eps), "ngram": int(ngram)},
+        sha256="",
+        stats=stats,
+    )
     graph.sha256 = _content_sha256(graph.A, graph.metadata())
     graph.build_seconds = time.perf_counter() - t0
     return graph
@@ -156,13 +190,23 @@ def _content_sha256(A: sp.csr_matrix, metadata: dict) -> str:
 # Cache
 # --------------------------------------------------------------------------------------
 
+
 class GraphCacheError(MaxbenchError):
     """A graph file that cannot be trusted (unreadable, truncated, or content hash mismatch)."""
 
 
 def cache_path(corpus_sha256: str, tokenizer_hash: str, vocab_size: int, eps: float, ngram: int) -> Path:
-    key = json.dumps({"format": GRAPH_FORMAT, "corpus_sha256": corpus_sha256, "tokenizer_hash": tokenizer_hash,
-                      "vocab_size": int(vocab_size), "eps": float(eps), "ngram": int(ngram)}, sort_keys=True)
+    key = json.dumps(
+        {
+            "format": GRAPH_FORMAT,
+            "corpus_sha256": corpus_sha256,
+            "tokenizer_hash": tokenizer_hash,
+            "vocab_size": int(vocab_size),
+            "eps": float(eps),
+            "ngram": int(ngram),
+        },
+        sort_keys=True,
+    )
     return maxbench_home() / "graphs" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.npz"
 
 
@@ -174,8 +218,13 @@ def save_graph(graph: CorpusGraph, path: Path) -> Path:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, indptr=graph.A.indptr, indices=graph.A.indices, data=graph.A.data,
-                     metadata=np.array(json.dumps(meta, sort_keys=True)))
+            np.savez(
+                f,
+                indptr=graph.A.indptr,
+                indices=graph.A.indices,
+                data=graph.A.data,
+                metadata=np.array(json.dumps(meta, sort_keys=True)),
+            )
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -204,17 +253,28 @@ def load_graph(path: Path) -> CorpusGraph:
         raise GraphCacheError(f"graph file {path} has format {meta.get('format')}, expected {GRAPH_FORMAT}")
     actual = _content_sha256(A, meta)
     if actual != stored:
-        raise GraphCacheError(f"graph file {path} fails its content check (sha256 {actual[:12]} != stored {stored[:12]})")
-    return CorpusGraph(A=A, AT=_canonical(A.T), vocab_size=n, tokenizer_hash=meta["tokenizer_hash"],
-                       corpus_sha256=meta["corpus_sha256"], corpus_name=meta.get("corpus_name", ""),
-                       options=meta["options"], sha256=stored, path=path, stats=meta.get("stats", {}))
+        raise GraphCacheError(
+            f"graph file {path} fails its content check (sha256 {actual[:12]} != stored {stored[:12]})"
+        )
+    return CorpusGraph(
+        A=A,
+        AT=_canonical(A.T),
+        vocab_size=n,
+        tokenizer_hash=meta["tokenizer_hash"],
+        corpus_sha256=meta["corpus_sha256"],
+        corpus_name=meta.get("corpus_name", ""),
+        options=meta["options"],
+        sha256=stored,
+        path=path,
+        stats=meta.get("stats", {}),
+    )
 
 
 def tokenize_corpus(tokenizer, texts, batch_size: int = 1000) -> list[list[int]]:
     """Token ids of each text as the model sees it in a prompt: no special tokens added."""
     ids: list[list[int]] = []
     for start in range(0, len(texts), batch_size):
-        ids.extend(tokenizer(list(texts[start:start + batch_size]), add_special_tokens=False)["input_ids"])
+        ids.extend(tokenizer(list(texts[start : start + batch_size]), add_special_tokens=False)["input_ids"])
     return ids
 
 
@@ -226,8 +286,12 @@ def get_graph(lm, corpus, eps: float = DEFAULT_EPS, ngram: int = 1, rebuild: boo
     if path.exists() and not rebuild:
         try:
             graph = load_graph(path)
-            expected = {"tokenizer_hash": lm.tokenizer_hash, "corpus_sha256": corpus.sha256,
-                        "vocab_size": lm.vocab_size, "options": {"eps": float(eps), "ngram": int(ngram)}}
+            expected = {
+                "tokenizer_hash": lm.tokenizer_hash,
+                "corpus_sha256": corpus.sha256,
+                "vocab_size": lm.vocab_size,
+                "options": {"eps": float(eps), "ngram": int(ngram)},
+            }
             found = {k: getattr(graph, k) for k in expected}
             if found != expected:
                 raise GraphCacheError(f"graph file {path} holds a different graph than its name promises")
@@ -237,8 +301,15 @@ def get_graph(lm, corpus, eps: float = DEFAULT_EPS, ngram: int = 1, rebuild: boo
             print(f"maxbench: {exc}; rebuilding it", file=sys.stderr)
     t0 = time.perf_counter()
     seqs = tokenize_corpus(lm.tokenizer, corpus.fit)
-    graph = build_graph(seqs, lm.vocab_size, eps=eps, ngram=ngram, tokenizer_hash=lm.tokenizer_hash,
-                        corpus_sha256=corpus.sha256, corpus_name=corpus.name)
+    graph = build_graph(
+        seqs,
+        lm.vocab_size,
+        eps=eps,
+        ngram=ngram,
+        tokenizer_hash=lm.tokenizer_hash,
+        corpus_sha256=corpus.sha256,
+        corpus_name=corpus.name,
+    )
     graph.build_seconds = time.perf_counter() - t0  # tokenising included
     save_graph(graph, path)
     return graph

@@ -1,4 +1,5 @@
 """``maxbench fit``: train (or load from the cache) a KerBS or POSG head on a frozen base model."""
+
 from __future__ import annotations
 
 import os
@@ -8,37 +9,61 @@ LAYERS = ("kerbs", "posg")
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "fit", help="train a KerBS or POSG head on a frozen base model (cached)",
+        "fit",
+        help="train a KerBS or POSG head on a frozen base model (cached)",
         description="Run the frozen base model once over the corpus's fitting split (hidden states cached under "
-                    "$MAXBENCH_HOME/hidden), train the head on those states with early stopping on a validation "
-                    "part, cache it under $MAXBENCH_HOME/heads, and print held-out (test split) perplexity of "
-                    "softmax vs the head. A head already trained with the same model, corpus and options is "
-                    "loaded, not retrained.")
-    p.add_argument("--model", default="smollm2-135m", help="built-in name, local directory or hub id "
-                                                            "(default smollm2-135m)")
+        "$MAXBENCH_HOME/hidden), train the head on those states with early stopping on a validation "
+        "part, cache it under $MAXBENCH_HOME/heads, and print held-out (test split) perplexity of "
+        "softmax vs the head. A head already trained with the same model, corpus and options is "
+        "loaded, not retrained.",
+    )
+    p.add_argument(
+        "--model", default="smollm2-135m", help="built-in name, local directory or hub id (default smollm2-135m)"
+    )
     p.add_argument("--layer", required=True, choices=LAYERS, help="which head to train")
     p.add_argument("--corpus", required=True, help="corpus name: food-reviews, movie-reviews or news")
-    p.add_argument("--budget-tokens", type=int, default=None,
-                   help="training positions taken from the fitting split (default 60000; validation gets a "
-                        "tenth of it and the held-out test part a fifth); larger budgets train longer")
-    p.add_argument("--epochs", type=int, default=None, help="maximum epochs (kerbs default 2, posg 10); "
-                                                             "early stopping may end sooner")
-    p.add_argument("--senses", type=int, default=None, help="kerbs: extra senses beyond one per token "
-                                                             "(default 1024)")
-    p.add_argument("--active-vocab", type=int, default=None,
-                   help="kerbs: words whose senses are trained (default 8192; the rest stay at the base "
-                        "embedding)")
-    p.add_argument("--lr", type=float, default=None, help="Adam learning rate (kerbs 5e-5 for the embeddings, posg 1e-3)")
-    p.add_argument("--no-catch-all", action="store_true",
-                   help="posg: no catch-all class (tokens outside every tag vocabulary get probability 0)")
-    p.add_argument("--no-lm-prior", action="store_true",
-                   help="posg: the paper's plain linear POS head, without the base model's class log-masses "
-                        "as inputs")
+    p.add_argument(
+        "--budget-tokens",
+        type=int,
+        default=None,
+        help="training positions taken from the fitting split (default 60000; validation gets a "
+        "tenth of it and the held-out test part a fifth); larger budgets train longer",
+    )
+    p.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="maximum epochs (kerbs default 2, posg 10); early stopping may end sooner",
+    )
+    p.add_argument("--senses", type=int, default=None, help="kerbs: extra senses beyond one per token (default 1024)")
+    p.add_argument(
+        "--active-vocab",
+        type=int,
+        default=None,
+        help="kerbs: words whose senses are trained (default 8192; the rest stay at the base embedding)",
+    )
+    p.add_argument(
+        "--lr", type=float, default=None, help="Adam learning rate (kerbs 5e-5 for the embeddings, posg 1e-3)"
+    )
+    p.add_argument(
+        "--no-catch-all",
+        action="store_true",
+        help="posg: no catch-all class (tokens outside every tag vocabulary get probability 0)",
+    )
+    p.add_argument(
+        "--no-lm-prior",
+        action="store_true",
+        help="posg: the paper's plain linear POS head, without the base model's class log-masses as inputs",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed for initialisation and batch order (default 0)")
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: the GPU when present)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: the cores this process may use); on a busy machine "
-                        "1 thread can be much faster than 2")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: the cores this process may use); on a busy machine "
+        "1 thread can be much faster than 2",
+    )
     p.add_argument("--retrain", action="store_true", help="train even when a cached head exists")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_fit)
@@ -55,14 +80,16 @@ def cmd_fit(args) -> int:
     import time
 
     from benchmark.corpora import load_corpus
-    from systems.errors import MaxbenchError
+    from core.errors import MaxbenchError
     from systems.hidden_cache import MIN_TRAIN_POSITIONS
 
     # Cheap checks first, so bad input fails before the model loads.
     corpus = load_corpus(args.corpus)
     if args.budget_tokens is not None and args.budget_tokens < MIN_TRAIN_POSITIONS:
-        raise MaxbenchError(f"--budget-tokens {args.budget_tokens} is too small; heads need at least "
-                            f"{MIN_TRAIN_POSITIONS} training positions")
+        raise MaxbenchError(
+            f"--budget-tokens {args.budget_tokens} is too small; heads need at least "
+            f"{MIN_TRAIN_POSITIONS} training positions"
+        )
     for name in ("epochs", "senses", "active_vocab"):
         value = getattr(args, name)
         if value is not None and value < (0 if name == "senses" else 1):
@@ -90,8 +117,7 @@ def cmd_fit(args) -> int:
         from systems.layers.posg import config_from_options, fit_posg
 
         cfg = config_from_options(dict(opts, catch_all=not args.no_catch_all, lm_prior=not args.no_lm_prior))
-        _, meta = fit_posg(lm, corpus, args.budget_tokens, cfg, tagger=tagger, progress=progress,
-                           retrain=args.retrain)
+        _, meta = fit_posg(lm, corpus, args.budget_tokens, cfg, tagger=tagger, progress=progress, retrain=args.retrain)
     elapsed = time.perf_counter() - t0
     _report(args.layer, lm, corpus, meta, elapsed)
     return 0
@@ -99,31 +125,48 @@ def cmd_fit(args) -> int:
 
 def _report(layer: str, lm, corpus, meta: dict, elapsed: float) -> None:
     secs = meta["seconds"]
-    print(f"{layer} head for model {lm.name} on corpus {corpus.name} "
-          f"(budget {meta['budget_tokens']} training positions)")
+    print(
+        f"{layer} head for model {lm.name} on corpus {corpus.name} (budget {meta['budget_tokens']} training positions)"
+    )
     head_ppl = meta["test_ppl_" + layer]
     head_text = f"{head_ppl:.3f}" if head_ppl is not None else "inf"
     if layer == "posg":
-        head_text += (f" (epsilon-perplexity {meta['test_eps_ppl_posg']:.3f} with eps={meta['epsilon']:g}; "
-                      f"{meta['test_ppl_posg_nonzero_events']:.3f} over the nonzero events)"
-                      if head_ppl is None else "")
-    print(f"held-out perplexity (test split, {meta['test_positions']} positions): "
-          f"softmax {meta['test_ppl_softmax']:.3f}, {layer} {head_text}")
+        head_text += (
+            f" (epsilon-perplexity {meta['test_eps_ppl_posg']:.3f} with eps={meta['epsilon']:g}; "
+            f"{meta['test_ppl_posg_nonzero_events']:.3f} over the nonzero events)"
+            if head_ppl is None
+            else ""
+        )
+    print(
+        f"held-out perplexity (test split, {meta['test_positions']} positions): "
+        f"softmax {meta['test_ppl_softmax']:.3f}, {layer} {head_text}"
+    )
     if layer == "posg":
-        print(f"POS-head accuracy: {meta['pos_accuracy']:.4f} (majority tag {meta['pos_majority_baseline']:.4f}), "
-              f"{len(meta['tags'])} classes")
-        print(f"zero-probability events: {meta['test_zero_probability_events']} with the layer; "
-              f"{meta['test_outside_every_tag_vocabulary']} held-out tokens lie outside every tag vocabulary "
-              f"(zero without the catch-all), {meta['test_outside_own_tag_vocabulary']} outside their own tag's")
+        print(
+            f"POS-head accuracy: {meta['pos_accuracy']:.4f} (majority tag {meta['pos_majority_baseline']:.4f}), "
+            f"{len(meta['tags'])} classes"
+        )
+        print(
+            f"zero-probability events: {meta['test_zero_probability_events']} with the layer; "
+            f"{meta['test_outside_every_tag_vocabulary']} held-out tokens lie outside every tag vocabulary "
+            f"(zero without the catch-all), {meta['test_outside_own_tag_vocabulary']} outside their own tag's"
+        )
     else:
         t = meta["training"]
-        print(f"senses: {meta['vocab_size']} anchors ({meta['active_words']} trained) + {meta['extra_senses']} extra, "
-              f"{t['moves']} reallocations, at most {meta['senses_per_word_max']} per word")
+        print(
+            f"senses: {meta['vocab_size']} anchors ({meta['active_words']} trained) + {meta['extra_senses']} extra, "
+            f"{t['moves']} reallocations, at most {meta['senses_per_word_max']} per word"
+        )
     hist = meta["training"]["history"]
-    print(f"training: {len(hist) - 1} epochs, best validation perplexity {meta['training']['best_valid_ppl']:.3f} "
-          f"(before training {hist[0]['valid_ppl']:.3f})")
-    print("times (s): " + ", ".join(f"{k} {v}" for k, v in secs.items())
-          + f"; torch threads {meta['torch_threads']}, device {meta['device']}")
+    print(
+        f"training: {len(hist) - 1} epochs, best validation perplexity {meta['training']['best_valid_ppl']:.3f} "
+        f"(before training {hist[0]['valid_ppl']:.3f})"
+    )
+    print(
+        "times (s): "
+        + ", ".join(f"{k} {v}" for k, v in secs.items())
+        + f"; torch threads {meta['torch_threads']}, device {meta['device']}"
+    )
     print(f"loaded from cache in {elapsed:.1f} s" if meta.get("loaded_from_cache") else f"trained in {elapsed:.1f} s")
     print(f"sha256: {meta['sha256']}")
     print(f"cache path: {meta['path']}")

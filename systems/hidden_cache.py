@@ -27,6 +27,7 @@ and moved into place with ``os.replace``, so a half-written cache is never read:
 interrupted build leaves only a temporary directory that the next build ignores and
 removes.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -42,8 +43,9 @@ from pathlib import Path
 
 import numpy as np
 
+from core.errors import MaxbenchError
+
 from .assets import maxbench_home, sha256_file
-from .errors import MaxbenchError
 
 CACHE_VERSION = "2"  # 2: the test part is budget // 10 positions (was // 5)
 #: Sized for the main command's 15-minute cold budget on 2 CPU cores (smollm2-135m,
@@ -146,9 +148,15 @@ class HiddenCache:
 
 
 def cache_key(lm, corpus, budget_tokens: int) -> tuple[str, dict]:
-    ident = {"version": CACHE_VERSION, "model_hash": lm.hash, "tokenizer_hash": lm.tokenizer_hash,
-             "corpus": corpus.name, "corpus_sha256": corpus.sha256, "budget_tokens": int(budget_tokens),
-             "max_doc_tokens": MAX_DOC_TOKENS}
+    ident = {
+        "version": CACHE_VERSION,
+        "model_hash": lm.hash,
+        "tokenizer_hash": lm.tokenizer_hash,
+        "corpus": corpus.name,
+        "corpus_sha256": corpus.sha256,
+        "budget_tokens": int(budget_tokens),
+        "max_doc_tokens": MAX_DOC_TOKENS,
+    }
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:24], ident
 
 
@@ -169,7 +177,7 @@ def _select(tokenizer, texts: list[str], budget: int, skip: int = 0):
     chosen, n_pos, used = [], 0, 0
     step = 256
     for start in range(0, len(order), step):
-        batch = [texts[i] for i in order[start:start + step]]
+        batch = [texts[i] for i in order[start : start + step]]
         ids, offs = _tokenise(tokenizer, batch)
         for text, d_ids, d_offs in zip(batch, ids, offs):
             if n_pos >= budget:
@@ -191,16 +199,20 @@ def _check_linear_head(lm) -> None:
 
     head = lm.model.get_output_embeddings()
     if getattr(head, "bias", None) is not None:
-        raise MaxbenchError(f"model '{lm.name}' has a bias in its LM head; trained heads (KerBS, POSG) "
-                            f"support bias-free linear heads only")
+        raise MaxbenchError(
+            f"model '{lm.name}' has a bias in its LM head; trained heads (KerBS, POSG) "
+            f"support bias-free linear heads only"
+        )
     with torch.inference_mode():
         ids = torch.arange(min(8, lm.vocab_size), device=lm.device)[None]
         out = lm.model(input_ids=ids, output_hidden_states=True)
         h = out.hidden_states[-1][0].float()
         direct = h @ head.weight.float().T
         if not torch.allclose(direct, out.logits[0].float(), atol=1e-3, rtol=1e-4):
-            raise MaxbenchError(f"model '{lm.name}' computes logits other than hidden @ embedding^T "
-                                f"(soft-capping or scaling); trained heads do not support it")
+            raise MaxbenchError(
+                f"model '{lm.name}' computes logits other than hidden @ embedding^T "
+                f"(soft-capping or scaling); trained heads do not support it"
+            )
 
 
 def _forward_part(lm, chosen, arrays: dict, progress, with_logprob: bool) -> None:
@@ -229,8 +241,8 @@ def _forward_part(lm, chosen, arrays: dict, progress, with_logprob: bool) -> Non
             ids = torch.full((len(batch), width), eos, dtype=torch.long)
             mask = torch.zeros((len(batch), width), dtype=torch.long)
             for r, i in enumerate(batch):
-                ids[r, :lengths[i]] = torch.tensor(chosen[i][1])
-                mask[r, :lengths[i]] = 1
+                ids[r, : lengths[i]] = torch.tensor(chosen[i][1])
+                mask[r, : lengths[i]] = 1
             # Right padding: a causal model's real positions never see the padding after them.
             hid = lm.model.model(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device)).last_hidden_state
             for r, i in enumerate(batch):
@@ -260,12 +272,19 @@ def _tqdm(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, unit="tok", disable=not enabled, file=sys.stderr, dynamic_ncols=True)
 
 
-def load_or_build(lm, corpus, budget_tokens: int = DEFAULT_BUDGET_TOKENS, progress: bool = True,
-                  min_train_positions: int = MIN_TRAIN_POSITIONS) -> HiddenCache:
+def load_or_build(
+    lm,
+    corpus,
+    budget_tokens: int = DEFAULT_BUDGET_TOKENS,
+    progress: bool = True,
+    min_train_positions: int = MIN_TRAIN_POSITIONS,
+) -> HiddenCache:
     """The hidden-state cache for (model, corpus, budget): loaded when complete, built otherwise."""
     if budget_tokens < min_train_positions:
-        raise MaxbenchError(f"--budget-tokens {budget_tokens} is too small; heads need at least "
-                            f"{min_train_positions} training positions")
+        raise MaxbenchError(
+            f"--budget-tokens {budget_tokens} is too small; heads need at least "
+            f"{min_train_positions} training positions"
+        )
     key, ident = cache_key(lm, corpus, budget_tokens)
     root = maxbench_home() / "hidden"
     final = root / key
@@ -289,11 +308,19 @@ def load_or_build(lm, corpus, budget_tokens: int = DEFAULT_BUDGET_TOKENS, progre
         raise MaxbenchError(
             f"corpus '{corpus.name}' is too small to train a head: {n_train} training positions "
             f"(need {min_train_positions}), {len(valid)} validation and {len(test)} test documents "
-            f"(need at least one each); use a larger corpus")
+            f"(need at least one each); use a larger corpus"
+        )
     hidden_size = lm.model.get_output_embeddings().weight.shape[1]
     total_tokens = sum(len(c[1]) for part in (train, valid, test) for c in part)
-    meta = dict(ident, model=lm.name, hidden_size=hidden_size, torch_threads=torch.get_num_threads(),
-                device=str(lm.device), torch_version=torch.__version__, parts={})
+    meta = dict(
+        ident,
+        model=lm.name,
+        hidden_size=hidden_size,
+        torch_threads=torch.get_num_threads(),
+        device=str(lm.device),
+        torch_version=torch.__version__,
+        parts={},
+    )
     with atomic_directory(final) as tmp, _tqdm(total_tokens, "hidden states", progress) as bar:
         for part, chosen in zip(PARTS, (train, valid, test)):
             n = sum(len(c[1]) - 1 + int(c[3]) for c in chosen)
@@ -368,7 +395,8 @@ def load_head(directory: Path, lm) -> tuple[dict, dict] | None:
             raise MaxbenchError(
                 f"the {meta.get('layer', 'trained')} head in {directory} was trained for another model "
                 f"({field_name} {str(meta.get(field_name))[:12]}..., this model has {str(have)[:12]}...); "
-                f"train one for this model with: maxbench fit --model {lm.name} --layer {meta.get('layer', 'LAYER')}")
+                f"train one for this model with: maxbench fit --model {lm.name} --layer {meta.get('layer', 'LAYER')}"
+            )
     return load_file(str(directory / "head.safetensors")), dict(meta, path=str(directory), loaded_from_cache=True)
 
 
@@ -376,6 +404,8 @@ def load_head_from(path, lm) -> tuple[dict, dict]:
     """Like :func:`load_head` for a directory the user named: a missing or partial head is an error."""
     loaded = load_head(Path(path).expanduser(), lm)
     if loaded is None:
-        raise MaxbenchError(f"{path} holds no complete trained head (missing files or an interrupted write); "
-                            f"train one with: maxbench fit --model {lm.name} --layer LAYER --corpus CORPUS")
+        raise MaxbenchError(
+            f"{path} holds no complete trained head (missing files or an interrupted write); "
+            f"train one with: maxbench fit --model {lm.name} --layer LAYER --corpus CORPUS"
+        )
     return loaded

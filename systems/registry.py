@@ -5,6 +5,7 @@ A system string reads back into exactly one system, e.g.
 name, a local directory or a hub id; the layer is one of LAYERS with keyword parameters;
 the decoding part is a DecodingSetting label. ``SystemSpec.name`` is the canonical form.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -12,8 +13,9 @@ import inspect
 import re
 from dataclasses import dataclass, field
 
+from core.errors import MaxbenchError
+
 from .decoding import DecodingSetting
-from .errors import MaxbenchError
 from .layers.base import OutputLayer
 
 #: layer name -> module defining the OutputLayer subclass whose ``name`` is that name
@@ -76,8 +78,10 @@ class SystemSpec:
             allowed = [p for p in sig.parameters if p not in ("self",)]
             for key, _ in self.params:
                 if key not in allowed and not has_kwargs:
-                    raise MaxbenchError(f"output layer '{self.layer}' has no parameter '{key}'; "
-                                        f"its parameters: {', '.join(allowed) or 'none'}")
+                    raise MaxbenchError(
+                        f"output layer '{self.layer}' has no parameter '{key}'; "
+                        f"its parameters: {', '.join(allowed) or 'none'}"
+                    )
             return cls(**dict(self.params))
         except (TypeError, ValueError) as exc:
             raise MaxbenchError(f"system '{self.name}': bad layer parameters: {exc}") from None
@@ -89,8 +93,10 @@ _SYSTEM = re.compile(r"^(?P<model>.+?)/(?P<layer>[a-z_]+)(?:\((?P<params>[^()]*)
 def parse_system(text: str) -> SystemSpec:
     m = _SYSTEM.match(text.strip())
     if not m:
-        raise MaxbenchError(f"cannot read system '{text}'; write MODEL/LAYER(key=value,...)/DECODING, "
-                            f"e.g. smollm2-135m/graphmax(lam=1.0,solver=exact)/top_p=0.9")
+        raise MaxbenchError(
+            f"cannot read system '{text}'; write MODEL/LAYER(key=value,...)/DECODING, "
+            f"e.g. smollm2-135m/graphmax(lam=1.0,solver=exact)/top_p=0.9"
+        )
     params = []
     for part in filter(None, (p.strip() for p in (m.group("params") or "").split(","))):
         if "=" not in part:
@@ -98,5 +104,9 @@ def parse_system(text: str) -> SystemSpec:
         key, val = (s.strip() for s in part.split("=", 1))
         params.append((key, _value(val)))
     layer_class(m.group("layer"))  # fail early on an unknown layer
-    return SystemSpec(model=m.group("model"), layer=m.group("layer"), params=tuple(params),
-                      decoding=DecodingSetting.parse(m.group("decoding")))
+    return SystemSpec(
+        model=m.group("model"),
+        layer=m.group("layer"),
+        params=tuple(params),
+        decoding=DecodingSetting.parse(m.group("decoding")),
+    )

@@ -1,4 +1,5 @@
 """The command line: --help everywhere, one-line errors with exit 2 for bad input."""
+
 import argparse
 import os
 import subprocess
@@ -33,13 +34,19 @@ def test_python_dash_m_benchmark_help():
     assert proc.returncode == 0 and "generate" in proc.stdout
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["generate", "--suite", "no-such-suite", "--model", "tiny-random"], "unknown suite 'no-such-suite'"),
-    (["generate", "--suite", "smoke", "--layer", "nosuchlayer", "--model", "tiny-random"], "unknown output layer"),
-    (["generate", "--suite", "smoke", "--decoding", "top_q=3", "--model", "tiny-random"], "unknown decoding setting"),
-    (["generate", "--suite", "smoke", "--model", "tiny-random", "--shard", "3/2"], "--shard"),
-    (["generate", "--suite", "smoke", "--model", "tiny-random", "--threads", "0"], "--threads"),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["generate", "--suite", "no-such-suite", "--model", "tiny-random"], "unknown suite 'no-such-suite'"),
+        (["generate", "--suite", "smoke", "--layer", "nosuchlayer", "--model", "tiny-random"], "unknown output layer"),
+        (
+            ["generate", "--suite", "smoke", "--decoding", "top_q=3", "--model", "tiny-random"],
+            "unknown decoding setting",
+        ),
+        (["generate", "--suite", "smoke", "--model", "tiny-random", "--shard", "3/2"], "--shard"),
+        (["generate", "--suite", "smoke", "--model", "tiny-random", "--threads", "0"], "--threads"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(cli, tmp_path, argv, words):
     rc, out, err = cli(*argv, "--runs-dir", tmp_path)
     assert rc == 2
@@ -50,16 +57,34 @@ def test_bad_input_is_one_line_exit_2(cli, tmp_path, argv, words):
 
 def test_unknown_model_offline_says_what_to_do(tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1")  # read by huggingface_hub at import: needs a fresh process
-    proc = subprocess.run([sys.executable, "-m", "benchmark", "generate", "--suite", "smoke", "--model",
-                           "no-org/no-such-model", "--runs-dir", str(tmp_path), "--no-progress"],
-                          capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmark",
+            "generate",
+            "--suite",
+            "smoke",
+            "--model",
+            "no-org/no-such-model",
+            "--runs-dir",
+            str(tmp_path),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "cannot load model 'no-org/no-such-model'" in proc.stderr and "local-dir" in proc.stderr
     assert not list(tmp_path.iterdir())  # nothing half-made
 
 
 def test_subprocess_error_has_no_traceback(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "benchmark", "generate", "--suite", str(tmp_path / "x.toml")],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmark", "generate", "--suite", str(tmp_path / "x.toml")],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("maxbench: error: unknown suite") and "Traceback" not in proc.stderr

@@ -1,31 +1,37 @@
 """Base models and the decoding loop: token-exact with transformers' generate."""
+
 import pytest
 import torch
 
+from core.errors import MaxbenchError
 from systems.decoding import DecodingSetting, decode
-from systems.errors import MaxbenchError
 from systems.layers.softmax import SoftmaxLayer
 from systems.models import load_model
 
-PROMPTS = ["I have bought these cookies twice and", "The soup arrived cold, but the",
-           "My dog loves this food because", "After three weeks of using it,"]
+PROMPTS = [
+    "I have bought these cookies twice and",
+    "The soup arrived cold, but the",
+    "My dog loves this food because",
+    "After three weeks of using it,",
+]
 
 
 def _hf_generate(lm, prompt, seed, **kw):
     enc = lm.tokenizer([prompt], return_tensors="pt", add_special_tokens=False)
     torch.manual_seed(seed)
     ids = lm.model.generate(**enc, max_new_tokens=24, pad_token_id=lm.tokenizer.pad_token_id, **kw)
-    ids = ids[0, enc["input_ids"].shape[1]:].tolist()
+    ids = ids[0, enc["input_ids"].shape[1] :].tolist()
     eos = lm.tokenizer.eos_token_id
-    return ids[:ids.index(eos)] if eos in ids else ids
+    return ids[: ids.index(eos)] if eos in ids else ids
 
 
 @pytest.mark.slow
 def test_greedy_batch_equals_generate(smollm2):
     res = decode(smollm2, SoftmaxLayer(), PROMPTS, DecodingSetting(do_sample=False, max_new_tokens=24), [0] * 4)
     for prompt, row in zip(PROMPTS, res):
-        assert row["token_ids"] == _hf_generate(smollm2, prompt, 0, do_sample=False, top_k=None, top_p=None,
-                                                temperature=None)
+        assert row["token_ids"] == _hf_generate(
+            smollm2, prompt, 0, do_sample=False, top_k=None, top_p=None, temperature=None
+        )
 
 
 @pytest.mark.slow
@@ -33,8 +39,9 @@ def test_seeded_top_p_equals_generate(smollm2):
     seeds = [11, 12, 13, 14]
     res = decode(smollm2, SoftmaxLayer(), PROMPTS, DecodingSetting(top_p=0.9, max_new_tokens=24), seeds)
     for prompt, seed, row in zip(PROMPTS, seeds, res):
-        assert row["token_ids"] == _hf_generate(smollm2, prompt, seed, do_sample=True, top_p=0.9, top_k=0,
-                                                temperature=1.0)
+        assert row["token_ids"] == _hf_generate(
+            smollm2, prompt, seed, do_sample=True, top_p=0.9, top_k=0, temperature=1.0
+        )
     # and each row is independent of its batch: decoding it alone gives the same tokens
     alone = decode(smollm2, SoftmaxLayer(), PROMPTS[2:3], DecodingSetting(top_p=0.9, max_new_tokens=24), seeds[2:3])
     assert alone[0]["token_ids"] == res[2]["token_ids"]
@@ -42,10 +49,12 @@ def test_seeded_top_p_equals_generate(smollm2):
 
 @pytest.mark.slow
 def test_temperature_and_top_k_equal_generate(smollm2):
-    res = decode(smollm2, SoftmaxLayer(), PROMPTS[:1], DecodingSetting(temperature=0.7, top_k=40, max_new_tokens=24),
-                 [5])
-    assert res[0]["token_ids"] == _hf_generate(smollm2, PROMPTS[0], 5, do_sample=True, temperature=0.7, top_k=40,
-                                               top_p=1.0)
+    res = decode(
+        smollm2, SoftmaxLayer(), PROMPTS[:1], DecodingSetting(temperature=0.7, top_k=40, max_new_tokens=24), [5]
+    )
+    assert res[0]["token_ids"] == _hf_generate(
+        smollm2, PROMPTS[0], 5, do_sample=True, temperature=0.7, top_k=40, top_p=1.0
+    )
 
 
 @pytest.mark.slow
@@ -53,8 +62,9 @@ def test_embedded_model_is_the_real_smollm2(smollm2):
     d = smollm2.describe()
     assert d["parameters"] == 134_515_008 and d["vocab_size"] == 49_152 and d["dtype"] == "torch.float32"
     assert smollm2.tokenizer.eos_token_id == 2
-    text = decode(smollm2, SoftmaxLayer(), ["The capital of France is"], DecodingSetting(do_sample=False,
-                                                                                        max_new_tokens=4), [0])
+    text = decode(
+        smollm2, SoftmaxLayer(), ["The capital of France is"], DecodingSetting(do_sample=False, max_new_tokens=4), [0]
+    )
     assert "Paris" in text[0]["text"]
 
 
@@ -118,7 +128,7 @@ def test_reference_logprobs_are_the_layers_teacher_forced_logprobs(tiny):
     r_ids = tiny.tokenizer(" " + ref, add_special_tokens=False)["input_ids"]
     with torch.no_grad():
         logits = tiny.model(input_ids=torch.tensor([p_ids + r_ids])).logits[0].float()
-    want = torch.log_softmax(logits, -1)[len(p_ids) - 1:-1].gather(1, torch.tensor(r_ids)[:, None])[:, 0]
+    want = torch.log_softmax(logits, -1)[len(p_ids) - 1 : -1].gather(1, torch.tensor(r_ids)[:, None])[:, 0]
     assert got[1] == [] and len(got[0]) == len(r_ids)
     assert torch.allclose(torch.tensor(got[0]), want, atol=1e-5)
 

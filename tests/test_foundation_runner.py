@@ -1,6 +1,6 @@
 """Run directories: resumable, canonical, byte-identical after interruption; shards merge."""
+
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -15,17 +15,27 @@ from systems.registry import parse_system
 
 @pytest.fixture
 def suite_path(tmp_path):
-    rows = [{"id": f"p{i:02d}", "prompt": f"Review number {i}: the soup was", "reference": f"reference {i}"}
-            for i in range(10)]
+    rows = [
+        {"id": f"p{i:02d}", "prompt": f"Review number {i}: the soup was", "reference": f"reference {i}"}
+        for i in range(10)
+    ]
     (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "s.toml").write_text('name = "ten"\nfile = "p.jsonl"\n')
     return tmp_path / "s.toml"
 
 
-def _plan(run_dir, suite_path, systems=("tiny-random/softmax/top_p=0.9,max_new_tokens=12",
-                                        "tiny-random/softmax/greedy,max_new_tokens=12"), **kw):
-    return RunPlan(run_dir=run_dir, suite=load_suite(str(suite_path)), systems=[parse_system(s) for s in systems],
-                   **{"samples": 2, "seed": 7, "batch_size": 3} | kw)
+def _plan(
+    run_dir,
+    suite_path,
+    systems=("tiny-random/softmax/top_p=0.9,max_new_tokens=12", "tiny-random/softmax/greedy,max_new_tokens=12"),
+    **kw,
+):
+    return RunPlan(
+        run_dir=run_dir,
+        suite=load_suite(str(suite_path)),
+        systems=[parse_system(s) for s in systems],
+        **{"samples": 2, "seed": 7, "batch_size": 3} | kw,
+    )
 
 
 def test_rows_are_keyed_complete_and_canonical(tmp_path, suite_path):
@@ -78,8 +88,20 @@ def test_shards_are_numbered_across_systems(tmp_path, suite_path):
 
 
 def test_run_dir_of_another_run_is_refused(cli, tmp_path, suite_path):
-    args = ["generate", "--model", "tiny-random", "--suite", suite_path, "--runs-dir", tmp_path, "--run-id", "r",
-            "--decoding", "greedy,max_new_tokens=4", "--no-progress"]
+    args = [
+        "generate",
+        "--model",
+        "tiny-random",
+        "--suite",
+        suite_path,
+        "--runs-dir",
+        tmp_path,
+        "--run-id",
+        "r",
+        "--decoding",
+        "greedy,max_new_tokens=4",
+        "--no-progress",
+    ]
     assert cli(*args)[0] == 0
     before = (tmp_path / "r" / GENERATIONS).read_bytes()
     rc, _, err = cli(*args[:-2], "top_p=0.5,max_new_tokens=4", "--no-progress")
@@ -90,9 +112,27 @@ def test_run_dir_of_another_run_is_refused(cli, tmp_path, suite_path):
 def test_kill_9_mid_generation_then_resume(tmp_path, suite_path):
     """A real `maxbench generate` process is killed while writing; the rerun completes the file
     exactly as an uninterrupted run writes it."""
-    base = [sys.executable, "-m", "benchmark", "generate", "--model", "tiny-random", "--suite", str(suite_path),
-            "--decoding", "top_p=0.9,max_new_tokens=48", "--samples", "3", "--batch-size", "2", "--no-progress",
-            "--runs-dir", str(tmp_path), "--threads", "1"]
+    base = [
+        sys.executable,
+        "-m",
+        "benchmark",
+        "generate",
+        "--model",
+        "tiny-random",
+        "--suite",
+        str(suite_path),
+        "--decoding",
+        "top_p=0.9,max_new_tokens=48",
+        "--samples",
+        "3",
+        "--batch-size",
+        "2",
+        "--no-progress",
+        "--runs-dir",
+        str(tmp_path),
+        "--threads",
+        "1",
+    ]
     subprocess.run(base + ["--run-id", "clean"], check=True, capture_output=True)
     proc = subprocess.Popen(base + ["--run-id", "killed"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     out = tmp_path / "killed" / GENERATIONS

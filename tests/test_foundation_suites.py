@@ -1,4 +1,5 @@
 """Suites: committed built-ins match their hashes; user suites from TOML; malformed files rejected."""
+
 import hashlib
 import json
 import tomllib
@@ -6,7 +7,7 @@ import tomllib
 import pytest
 
 from benchmark.suites import builtin_suites, load_suite
-from systems.errors import MaxbenchError
+from core.errors import MaxbenchError
 
 
 def test_builtin_suites_match_their_manifests():
@@ -35,11 +36,17 @@ def _write(tmp_path, name, body, manifest_extra=""):
     return m
 
 
-@pytest.mark.parametrize("name, body", [
-    ("p.jsonl", '{"id": "a", "prompt": "Hello there", "reference": "friend"}\n{"prompt": "Second", "reference": "x"}\n'),
-    ("p.csv", 'id,prompt,reference\na,Hello there,friend\n,Second,x\n'),
-    ("p.txt", "Hello there\n\nSecond\n"),
-])
+@pytest.mark.parametrize(
+    "name, body",
+    [
+        (
+            "p.jsonl",
+            '{"id": "a", "prompt": "Hello there", "reference": "friend"}\n{"prompt": "Second", "reference": "x"}\n',
+        ),
+        ("p.csv", "id,prompt,reference\na,Hello there,friend\n,Second,x\n"),
+        ("p.txt", "Hello there\n\nSecond\n"),
+    ],
+)
 def test_user_suite_formats(tmp_path, name, body):
     suite = load_suite(str(_write(tmp_path, name, body)))
     assert suite.name == "mine" and suite.version == "2"
@@ -48,13 +55,16 @@ def test_user_suite_formats(tmp_path, name, body):
         assert suite.items[0].id == "a" and suite.items[0].reference == "friend"
 
 
-@pytest.mark.parametrize("name, body, words", [
-    ("p.jsonl", '{"prompt": "ok"}\n{"prompt": "   "}\n', "p.jsonl:2: empty or missing prompt"),
-    ("p.jsonl", '{"prompt": "ok"}\nnot json\n', "p.jsonl:2: not valid JSON"),
-    ("p.csv", 'text\nhello\n', "no 'prompt' column"),
-    ("p.jsonl", '{"id": "a", "prompt": "x"}\n{"id": "a", "prompt": "y"}\n', "duplicate item id 'a'"),
-    ("p.xml", '<x/>', "unknown format 'xml'"),
-])
+@pytest.mark.parametrize(
+    "name, body, words",
+    [
+        ("p.jsonl", '{"prompt": "ok"}\n{"prompt": "   "}\n', "p.jsonl:2: empty or missing prompt"),
+        ("p.jsonl", '{"prompt": "ok"}\nnot json\n', "p.jsonl:2: not valid JSON"),
+        ("p.csv", "text\nhello\n", "no 'prompt' column"),
+        ("p.jsonl", '{"id": "a", "prompt": "x"}\n{"id": "a", "prompt": "y"}\n', "duplicate item id 'a'"),
+        ("p.xml", "<x/>", "unknown format 'xml'"),
+    ],
+)
 def test_malformed_user_suites(tmp_path, name, body, words):
     with pytest.raises(MaxbenchError, match=words.replace("(", r"\(").replace(")", r"\)")):
         load_suite(str(_write(tmp_path, name, body)))

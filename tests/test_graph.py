@@ -1,13 +1,22 @@
 """Corpus graph: counts, normalisation, mixture, CSR transpose, cache, corruption, mismatches."""
+
 import dataclasses
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from systems.errors import MaxbenchError
-from systems.graph import (DEFAULT_EPS, GraphCacheError, build_graph, bigram_counts, cache_path, get_graph,
-                           load_graph, save_graph)
+from core.errors import MaxbenchError
+from systems.graph import (
+    DEFAULT_EPS,
+    GraphCacheError,
+    bigram_counts,
+    build_graph,
+    cache_path,
+    get_graph,
+    load_graph,
+    save_graph,
+)
 
 
 @pytest.fixture
@@ -76,13 +85,20 @@ def test_token_id_outside_vocabulary():
 
 
 def test_cache_round_trip(home):
-    g = build_graph([[0, 1, 2, 1], [2, 0]], vocab_size=3, tokenizer_hash="t" * 64, corpus_sha256="c" * 64,
-                    corpus_name="toy")
+    g = build_graph(
+        [[0, 1, 2, 1], [2, 0]], vocab_size=3, tokenizer_hash="t" * 64, corpus_sha256="c" * 64, corpus_name="toy"
+    )
     path = save_graph(g, home / "graphs" / "x.npz")
     h = load_graph(path)
     assert (h.A != g.A).nnz == 0 and (h.AT != g.AT).nnz == 0
-    assert (h.sha256, h.tokenizer_hash, h.corpus_sha256, h.options, h.vocab_size, h.corpus_name) == \
-        (g.sha256, g.tokenizer_hash, g.corpus_sha256, g.options, g.vocab_size, "toy")
+    assert (h.sha256, h.tokenizer_hash, h.corpus_sha256, h.options, h.vocab_size, h.corpus_name) == (
+        g.sha256,
+        g.tokenizer_hash,
+        g.corpus_sha256,
+        g.options,
+        g.vocab_size,
+        "toy",
+    )
     assert not list((home / "graphs").glob(".*"))  # no temporary file left behind
 
 
@@ -99,7 +115,7 @@ def test_cache_path_depends_on_every_key_part(home):
     args = ("c", "t", 10, 1e-6, 1)
     paths = {cache_path(*args)}
     for i, other in enumerate(("c2", "t2", 11, 1e-5, 2)):
-        paths.add(cache_path(*args[:i], other, *args[i + 1:]))
+        paths.add(cache_path(*args[:i], other, *args[i + 1 :]))
     assert len(paths) == 6 and all(p.parent == home / "graphs" for p in paths)
 
 
@@ -126,7 +142,7 @@ def test_corrupt_cache_is_reported_and_rebuilt(home, tiny, capsys, damage):
         g.path.write_bytes(raw[: len(raw) // 2])
     elif damage == "flip":
         i = len(raw) // 3
-        g.path.write_bytes(raw[:i] + bytes([raw[i] ^ 0xFF]) + raw[i + 1:])
+        g.path.write_bytes(raw[:i] + bytes([raw[i] ^ 0xFF]) + raw[i + 1 :])
     elif damage == "garbage":
         g.path.write_bytes(b"not a graph")
     else:
@@ -162,6 +178,7 @@ def test_tokenizer_mismatch_is_refused(home, tiny):
 
 
 # ---- maxbench graph build ----------------------------------------------------------------
+
 
 @pytest.fixture
 def toy_corpus(monkeypatch):

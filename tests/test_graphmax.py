@@ -1,5 +1,6 @@
 """graphmax operator: reference values and properties from ../shared/facts.md, checked against
 dense numpy/scipy computations that share no code with the solver."""
+
 import numpy as np
 import pytest
 import scipy.optimize
@@ -7,7 +8,7 @@ import scipy.sparse as sp
 import torch
 from scipy.special import logsumexp, softmax
 
-from systems.errors import MaxbenchError
+from core.errors import MaxbenchError
 from systems.layers.graphmax import GraphOperator, graphmax
 from systems.layers.sparsemax import sparsemax
 
@@ -17,8 +18,14 @@ F64 = torch.float64
 def random_graph(n, density=0.1, seed=0, empty_rows=()):
     """Row-normalised random bigram-like graph A = D^-1 C (rows in empty_rows have no successor)."""
     rng = np.random.default_rng(seed)
-    C = sp.random(n, n, density=density, random_state=rng, format="csr",
-                  data_rvs=lambda k: rng.integers(1, 20, size=k).astype(float))
+    C = sp.random(
+        n,
+        n,
+        density=density,
+        random_state=rng,
+        format="csr",
+        data_rvs=lambda k: rng.integers(1, 20, size=k).astype(float),
+    )
     C = C.tolil()
     for i in empty_rows:
         C[i, :] = 0
@@ -48,8 +55,9 @@ def dual_lbfgs_reference(z, A, lam):
         x = softmax(v)
         return logsumexp(v) + u @ u / (4 * lam), -B @ x + u / (2 * lam)
 
-    res = scipy.optimize.minimize(g, np.zeros(len(z)), jac=True, method="L-BFGS-B",
-                                  options={"gtol": 1e-13, "ftol": 1e-16, "maxiter": 10000})
+    res = scipy.optimize.minimize(
+        g, np.zeros(len(z)), jac=True, method="L-BFGS-B", options={"gtol": 1e-13, "ftol": 1e-16, "maxiter": 10000}
+    )
     return softmax(z - B.T @ res.x)
 
 
@@ -58,6 +66,7 @@ def tight(**kw):
 
 
 # ---- reference values -----------------------------------------------------------------
+
 
 def test_lam_zero_and_identity_graph_give_softmax():
     gen = torch.Generator().manual_seed(0)
@@ -94,6 +103,7 @@ def test_empty_row_reference_value():
 
 
 # ---- optimality on random graphs -------------------------------------------------------
+
 
 @pytest.mark.parametrize("lam", [0.3, 1.0, 5.0])
 def test_optimality_conditions_and_certificate(lam):
@@ -146,8 +156,7 @@ def test_safeguard_converges_at_lam_30_where_plain_fixed_point_diverges():
     n, lam = 60, 30.0
     A = random_graph(n, seed=4)
     z = torch.randn(3, n, generator=torch.Generator().manual_seed(4), dtype=F64) * 2
-    x_plain, plain = graphmax(z, A, lam=lam, theta0=1.0, safeguard=False, tol=1e-10, max_iter=200,
-                              return_info=True)
+    x_plain, plain = graphmax(z, A, lam=lam, theta0=1.0, safeguard=False, tol=1e-10, max_iter=200, return_info=True)
     assert not plain.converged.any()
     assert (plain.gap > 1e-2).all()
     x_safe, safe = graphmax(z, A, lam=lam, tol=1e-24, max_iter=2000, return_info=True)
@@ -175,10 +184,13 @@ def test_dtypes_follow_the_input():
     for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
         x = graphmax(z.to(dtype), A)
         assert x.dtype == dtype and x.device == z.device
-        assert torch.allclose(x.double(), graphmax(z.double(), A), atol=1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-6)
+        assert torch.allclose(
+            x.double(), graphmax(z.double(), A), atol=1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-6
+        )
 
 
 # ---- top-k support restriction ---------------------------------------------------------
+
 
 def test_topk_restriction_equals_full_solve_when_it_covers_the_mass():
     n, k, lam = 300, 12, 1.0
@@ -186,12 +198,12 @@ def test_topk_restriction_equals_full_solve_when_it_covers_the_mass():
     gen = torch.Generator().manual_seed(7)
     z = torch.full((2, n), -80.0, dtype=F64)
     z[0, :k] = torch.randn(k, generator=gen, dtype=F64)
-    z[1, 5:5 + k] = torch.randn(k, generator=gen, dtype=F64)
+    z[1, 5 : 5 + k] = torch.randn(k, generator=gen, dtype=F64)
     x_full = graphmax(z, A, lam=lam, **tight())
     x_top, info = graphmax(z, A, lam=lam, topk=k, return_info=True, **tight())
     assert torch.allclose(x_top, x_full, atol=1e-12)
     assert info.support.tolist() == list(range(k + 5))  # union of both rows' top-k
-    assert (x_top[:, k + 5:] == 0).all() and torch.isinf(info.log_probs[:, k + 5:]).all()
+    assert (x_top[:, k + 5 :] == 0).all() and torch.isinf(info.log_probs[:, k + 5 :]).all()
     assert (info.gap < 1e-12).all()  # certificate of the full problem
     # The square block A[S, S] drops the rows of tokens outside S that point into S: wrong.
     S = info.support.numpy()
@@ -212,6 +224,7 @@ def test_topk_gap_is_the_full_problem_certificate():
 
 
 # ---- the paper's Algorithm 1 -----------------------------------------------------------
+
 
 def test_paper_first_step_is_sparsemax_of_alpha_z():
     n = 500
@@ -278,6 +291,7 @@ def test_paper_algorithm_does_not_reach_the_optimum():
 
 # ---- gradient --------------------------------------------------------------------------
 
+
 def test_implicit_gradient_matches_finite_differences():
     n, lam = 8, 1.5
     A = random_graph(n, density=0.4, seed=11, empty_rows=(2,))
@@ -312,6 +326,7 @@ def test_topk_gradient_is_zero_outside_the_support():
 
 # ---- graph inputs and backends ---------------------------------------------------------
 
+
 def test_torch_backend_equals_scipy_backend():
     # The torch sparse path is what runs on CUDA; check it on the CPU.
     n = 120
@@ -336,14 +351,18 @@ def test_graph_given_as_torch_sparse_dense_or_prepared_operator():
 
 # ---- bad input -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"lam": -1.0}, "lam must be"),
-    ({"lam": float("nan")}, "lam must be"),
-    ({"solver": "fast"}, "unknown solver"),
-    ({"topk": 0}, "topk"),
-    ({"solver": "paper", "topk": 3}, "exact"),
-    ({"max_iter": -1}, "max_iter"),
-])
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"lam": -1.0}, "lam must be"),
+        ({"lam": float("nan")}, "lam must be"),
+        ({"solver": "fast"}, "unknown solver"),
+        ({"topk": 0}, "topk"),
+        ({"solver": "paper", "topk": 3}, "exact"),
+        ({"max_iter": -1}, "max_iter"),
+    ],
+)
 def test_bad_arguments(kwargs, message):
     A = random_graph(10)
     with pytest.raises(MaxbenchError, match=message):
@@ -370,6 +389,7 @@ def test_lazy_reexports():
 
 
 # ---- the output layer ------------------------------------------------------------------
+
 
 class _Corpus:
     name, sha256 = "toy", "e" * 64

@@ -1,4 +1,5 @@
 """The hidden-state cache: contents, reuse, atomic writes, refusal of a too-small corpus."""
+
 import hashlib
 import random
 
@@ -7,8 +8,8 @@ import pytest
 import torch
 
 from benchmark.corpora import Corpus
+from core.errors import MaxbenchError
 from systems import hidden_cache as hc
-from systems.errors import MaxbenchError
 
 WORDS = "the a good bad tasty coffee tea dog food is was very not really".split()
 
@@ -42,7 +43,7 @@ def test_cache_holds_post_norm_states_and_next_tokens(tiny, home):
     ids = tiny.tokenizer(text, add_special_tokens=False)["input_ids"]
     assert list(train.target[rows]) == ids[1:] + [tiny.tokenizer.eos_token_id]
     with torch.no_grad():
-        h = tiny.model.model(input_ids=torch.tensor([ids])).last_hidden_state[0, :len(ids)].float()
+        h = tiny.model.model(input_ids=torch.tensor([ids])).last_hidden_state[0, : len(ids)].float()
     np.testing.assert_allclose(train.hidden[rows].astype(np.float32), h.numpy(), atol=2e-3, rtol=2e-3)
     # Spans locate each target in its text; EOS has none.
     for r in rows[:-1]:

@@ -1,4 +1,5 @@
 """The annotator's path and the researcher's side, through Flask's test client."""
+
 import json
 import re
 from urllib.parse import urlsplit
@@ -21,8 +22,15 @@ CRITERIA = GRAPHMAX.criterion_names
 
 @pytest.fixture
 def study(tmp_path):
-    url, created, run_dir = make_study(tmp_path, n_prompts=6, items_per_system=3, raters_per_item=2,
-                                       annotators=2, attention_rate=0.34, completion_code="DONE-42")
+    url, created, run_dir = make_study(
+        tmp_path,
+        n_prompts=6,
+        items_per_system=3,
+        raters_per_item=2,
+        annotators=2,
+        attention_rate=0.34,
+        completion_code="DONE-42",
+    )
     app = create_app({"DB_URL": url, "SECRET_KEY": "test"})
     return app, url, created
 
@@ -72,8 +80,9 @@ def test_full_path_consent_check_rate_finish(study):
     r = client.post("/check", data={"csrf_token": csrf_token(check.text), "answer": str(wrong)})
     assert r.status_code == 422 and "not quite right" in r.text
     assert client.get("/item/whatever").status_code == 404
-    r = client.post("/check", data={"csrf_token": csrf_token(check.text),
-                                    "answer": str(GRAPHMAX.comprehension_check().answer)})
+    r = client.post(
+        "/check", data={"csrf_token": csrf_token(check.text), "answer": str(GRAPHMAX.comprehension_check().answer)}
+    )
     path = client.get("/next").location
     n_pages = created.n_pages[0]
     seen_positions = []
@@ -120,8 +129,9 @@ def test_pages_must_be_rated_in_order(study):
     client = app.test_client()
     first = enter(client, created)
     with session_for(url) as s:
-        later = s.scalars(select(Assignment.public_id).join(Annotator)
-                          .where(Annotator.label == "a01", Assignment.position == 3)).one()
+        later = s.scalars(
+            select(Assignment.public_id).join(Annotator).where(Annotator.label == "a01", Assignment.position == 3)
+        ).one()
     assert client.get(f"/item/{later}").location == first  # redirected to the due page
     page = client.get(first)
     data = {"csrf_token": csrf_token(page.text), **{f"c_{c}": "2" for c in CRITERIA}}
@@ -131,8 +141,16 @@ def test_pages_must_be_rated_in_order(study):
 
 
 def test_attention_failures_stop_the_annotator_and_flag_ratings(tmp_path):
-    url, created, _ = make_study(tmp_path, n_prompts=6, items_per_system=6, raters_per_item=1, annotators=1,
-                                 attention_rate=0.5, attention_fail_limit=2, completion_code="C")
+    url, created, _ = make_study(
+        tmp_path,
+        n_prompts=6,
+        items_per_system=6,
+        raters_per_item=1,
+        annotators=1,
+        attention_rate=0.5,
+        attention_fail_limit=2,
+        completion_code="C",
+    )
     app = create_app({"DB_URL": url, "SECRET_KEY": "test"})
     client = app.test_client()
     path = enter(client, created)
@@ -186,12 +204,16 @@ def test_admin_progress_agreement_export_close(study):
         for r in rows:
             if r["criterion"] == criterion:
                 data[int(r["annotator"][1:]) - 1, units.index((r["item"], r["system"]))] = r["value"]
-        expected = krippendorff.alpha(reliability_data=data, level_of_measurement="ordinal",
-                                      value_domain=[1, 2, 3, 4, 5])
+        expected = krippendorff.alpha(
+            reliability_data=data, level_of_measurement="ordinal", value_domain=[1, 2, 3, 4, 5]
+        )
         assert f"<td>{criterion}</td><td>{round(float(expected), 3)}</td>" in page.text
     csv_text = admin.get(f"/admin/study/{created.slug}/ratings.csv").text
     json_rows = json.loads(admin.get(f"/admin/study/{created.slug}/ratings.json").text)
-    assert csv_text.splitlines()[0] == "study,item,system,annotator,criterion,value,position,seconds,flags,scale_min,scale_max"
+    assert (
+        csv_text.splitlines()[0]
+        == "study,item,system,annotator,criterion,value,position,seconds,flags,scale_min,scale_max"
+    )
     assert len(csv_text.splitlines()) == len(rows) + 1 and json_rows == rows
     # Closing stops annotators; what was rated stays.
     close_form = csrf_token(page.text)

@@ -3,6 +3,7 @@ opens the link, consents, passes the check, rates every page, leaves, resumes an
 A screenshot of the rating page is saved as test-artifacts/rating_page.png.
 
 Chromium comes from scripts/browser_setup.sh (apt-get install chromium)."""
+
 import os
 import re
 
@@ -15,13 +16,22 @@ from human_eval.rubrics import load_rubric
 from human_eval.testing import make_study, start_server
 
 CHROMIUM = "/usr/bin/chromium"
-LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-               "--disable-component-update", "--disable-sync", "--no-first-run"]
+LAUNCH_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not os.path.exists(CHROMIUM),
-                       reason=f"{CHROMIUM} is absent: run scripts/browser_setup.sh (apt-get install chromium)"),
+    pytest.mark.skipif(
+        not os.path.exists(CHROMIUM),
+        reason=f"{CHROMIUM} is absent: run scripts/browser_setup.sh (apt-get install chromium)",
+    ),
 ]
 
 
@@ -41,13 +51,22 @@ def test_annotator_rates_leaves_resumes_in_chromium(tmp_path, artifacts_dir):
 
     rubric = load_rubric("graphmax")
     url, created, _ = make_study(
-        tmp_path, n_prompts=4, items_per_system=3, raters_per_item=1, annotators=1, attention_rate=0.2,
+        tmp_path,
+        n_prompts=4,
+        items_per_system=3,
+        raters_per_item=1,
+        annotators=1,
+        attention_rate=0.2,
         completion_code="THANKS-7",
         prompt_for=lambda i: "We stopped here for lunch on a rainy Sunday and",
-        text_for=lambda s, i: " the place was packed, but we got a table by the window. The staff were "
-                              "friendly and laid back. <b>Great</b> fries & sauce; will be back!")
-    server = start_server(url, workers=1, threads=4, log_path=tmp_path / "server.log",
-                          env={"MAXBENCH_HOME": str(tmp_path / "home")})
+        text_for=lambda s, i: (
+            " the place was packed, but we got a table by the window. The staff were "
+            "friendly and laid back. <b>Great</b> fries & sauce; will be back!"
+        ),
+    )
+    server = start_server(
+        url, workers=1, threads=4, log_path=tmp_path / "server.log", env={"MAXBENCH_HOME": str(tmp_path / "home")}
+    )
     link = created.links(server.base_url)[0][1]
     total = created.n_pages[0]
     try:

@@ -1,13 +1,14 @@
 """Opening the ratings database: concurrent first starts, missing files, the write gate."""
+
 import multiprocessing
 import threading
 
 import pytest
 from sqlalchemy import func, select, update
 
+from core.errors import MaxbenchError
 from human_eval.db import DatabaseBusy, WriteGate, dispose_engines, engine_for, session_for, write_transaction
 from human_eval.models import Study
-from systems.errors import MaxbenchError
 
 
 def _open_new_database(url, barrier, results):
@@ -59,9 +60,20 @@ def test_write_gate_serialises_writers_and_times_out(tmp_path):
     url = f"sqlite:///{tmp_path / 'r.sqlite3'}"
     engine_for(url, create=True)
     with session_for(url) as s:
-        s.add(Study(slug="s", title="t", rubric={}, consent_text="c", admin_token_hash="h", run_dir="/r",
-                    run_id="r", design={}))
+        s.add(
+            Study(
+                slug="s",
+                title="t",
+                rubric={},
+                consent_text="c",
+                admin_token_hash="h",
+                run_dir="/r",
+                run_id="r",
+                design={},
+            )
+        )
         s.commit()
+
     # Read-modify-write from many threads: with BEGIN IMMEDIATE under the gate, none is lost.
     def bump():
         with session_for(url) as s:
@@ -70,6 +82,7 @@ def test_write_gate_serialises_writers_and_times_out(tmp_path):
                     title = s.scalar(select(Study.title))
                     s.execute(update(Study).values(title=title + "x"))
                     s.commit()
+
     threads = [threading.Thread(target=bump) for _ in range(6)]
     for t in threads:
         t.start()
@@ -86,7 +99,6 @@ def test_write_gate_serialises_writers_and_times_out(tmp_path):
     dispose_engines()
 
 
-
 def test_wal_is_checkpointed_in_the_background(tmp_path):
     """Commits never checkpoint (wal_autocheckpoint=0); the gate's thread copies them into
     the database file soon after, so a copy of the main file alone holds the write."""
@@ -101,8 +113,18 @@ def test_wal_is_checkpointed_in_the_background(tmp_path):
     with engine_for(url).connect() as conn:
         assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 0
     with session_for(url) as s, write_transaction(s):
-        s.add(Study(slug="ckpt", title="t", rubric={}, consent_text="c", admin_token_hash="h", run_dir="/r",
-                    run_id="r", design={}))
+        s.add(
+            Study(
+                slug="ckpt",
+                title="t",
+                rubric={},
+                consent_text="c",
+                admin_token_hash="h",
+                run_dir="/r",
+                run_id="r",
+                design={},
+            )
+        )
         s.commit()
 
     def slugs_in_main_file():

@@ -1,6 +1,7 @@
 """The real server (``maxbench serve``: gunicorn, separate processes) on 127.0.0.1: concurrent
 annotators submit, the server is killed with SIGKILL mid-stream, restarted, and every
 rating it acknowledged is found; the annotators then finish on the restarted server."""
+
 import json
 import threading
 import time
@@ -20,8 +21,15 @@ N_ANNOTATORS = 6
 
 @pytest.fixture
 def served_study(tmp_path):
-    url, created, _ = make_study(tmp_path, rubric="posg-lm", n_prompts=15, items_per_system=15,
-                                 raters_per_item=2, annotators=N_ANNOTATORS, attention_rate=0.1)
+    url, created, _ = make_study(
+        tmp_path,
+        rubric="posg-lm",
+        n_prompts=15,
+        items_per_system=15,
+        raters_per_item=2,
+        annotators=N_ANNOTATORS,
+        attention_rate=0.1,
+    )
     env = {"MAXBENCH_HOME": str(tmp_path / "home"), "MAXBENCH_SECRET_KEY": "durability-test"}
     servers = []
 
@@ -92,8 +100,9 @@ def test_kill_9_loses_no_acknowledged_rating(served_study):
     # All ratings, through the restarted server's admin export.
     admin = ScriptedAnnotator(server.base_url, "", 0)
     _, _, login = admin.request("GET", "/admin/login")
-    status, location, _ = admin.request("POST", "/admin/login",
-                                        {"csrf_token": csrf_token(login), "token": created.admin_token})
+    status, location, _ = admin.request(
+        "POST", "/admin/login", {"csrf_token": csrf_token(login), "token": created.admin_token}
+    )
     assert status == 303
     status, _, body = admin.request("GET", f"/admin/study/{created.slug}/ratings.json")
     exported = json.loads(body)

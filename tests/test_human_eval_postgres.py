@@ -2,6 +2,7 @@
 
 Set MAXBENCH_TEST_POSTGRES_URL=postgresql://user@127.0.0.1:5432/db (a database the test may
 wipe) to run these; without it they are skipped, and SQLite covers the same paths."""
+
 import os
 import threading
 
@@ -27,8 +28,9 @@ def pg_study(tmp_path):
     dispose_engines()
     run = write_run(tmp_path / "run", SYSTEMS, 5)
     with session_for(PG_URL, create=True) as s:
-        created = create_study(s, run, load_rubric("posg-lm"), systems=None, items_per_system=4,
-                               raters_per_item=1, attention_rate=0)
+        created = create_study(
+            s, run, load_rubric("posg-lm"), systems=None, items_per_system=4, raters_per_item=1, attention_rate=0
+        )
     yield create_app({"DB_URL": PG_URL, "SECRET_KEY": "pg"}), created
     dispose_engines()
 
@@ -40,8 +42,10 @@ def test_rating_path_and_concurrent_duplicates_on_postgres(pg_study):
     page = client.get("/welcome")
     client.post("/welcome", data={"csrf_token": csrf_token(page.text), "consent": "y"})
     page = client.get("/check")
-    client.post("/check", data={"csrf_token": csrf_token(page.text),
-                                "answer": str(load_rubric("posg-lm").comprehension_check().answer)})
+    client.post(
+        "/check",
+        data={"csrf_token": csrf_token(page.text), "answer": str(load_rubric("posg-lm").comprehension_check().answer)},
+    )
     path = client.get("/next").location
     page = client.get(path)
     cookie = client.get_cookie("maxbench_session").value
@@ -67,8 +71,9 @@ def test_rating_path_and_concurrent_duplicates_on_postgres(pg_study):
     path = client.get("/next").location
     while path.startswith("/item/"):
         page = client.get(path)
-        path = client.post(path, data={"csrf_token": csrf_token(page.text),
-                                       **{f"c_{c}": "4" for c in CRITERIA}}).location
+        path = client.post(
+            path, data={"csrf_token": csrf_token(page.text), **{f"c_{c}": "4" for c in CRITERIA}}
+        ).location
     assert path == "/finish"
     with session_for(PG_URL) as s:
         rows = long_format_rows(s, created.slug)

@@ -1,8 +1,9 @@
 """Rubric presets from the papers and validation of custom rubric TOML files."""
+
 import pytest
 
+from core.errors import MaxbenchError
 from human_eval.rubrics import Rubric, load_rubric, preset_names
-from systems.errors import MaxbenchError
 
 PAPER_PRESETS = {
     # name: (scale, criteria) as the papers define them
@@ -69,19 +70,22 @@ def test_custom_rubric_loads_and_gets_a_default_check(tmp_path):
     assert check.options[check.answer] == "7"
 
 
-@pytest.mark.parametrize("old,new,message", [
-    ("min = 1\nmax = 7", "min = 5\nmax = 5", "must be below"),
-    ("min = 1\nmax = 7", "min = 1\nmax = 40", "at most"),
-    ("min = 1\nmax = 7", "min = 1.5\nmax = 7", "integer"),
-    ("min = 1\nmax = 7", "min = true\nmax = 7", "integer"),
-    ('[scale]\nmin = 1\nmax = 7\nlabels = {"1" = "bad", "7" = "good"}\n', "", "[scale]"),
-    ('labels = {"1" = "bad", "7" = "good"}', 'labels = {"9" = "bad"}', "outside the scale"),
-    ('name = "clarity"', 'name = "Clarity!"', "must start with a-z"),
-    ('scores = {clarity = 7}', 'scores = {clarity = 8}', "outside the scale"),
-    ('scores = {clarity = 7}', 'scores = {fluency = 3}', "unknown criterion"),
-    ('title = "My study"', 'title = "My study"\ncolour = "red"', "unknown key"),
-    ('[[criteria]]\nname = "clarity"\nlabel = "Clarity"\nquestion = "How clear is it?"\n', "", "at least one"),
-])
+@pytest.mark.parametrize(
+    "old,new,message",
+    [
+        ("min = 1\nmax = 7", "min = 5\nmax = 5", "must be below"),
+        ("min = 1\nmax = 7", "min = 1\nmax = 40", "at most"),
+        ("min = 1\nmax = 7", "min = 1.5\nmax = 7", "integer"),
+        ("min = 1\nmax = 7", "min = true\nmax = 7", "integer"),
+        ('[scale]\nmin = 1\nmax = 7\nlabels = {"1" = "bad", "7" = "good"}\n', "", "[scale]"),
+        ('labels = {"1" = "bad", "7" = "good"}', 'labels = {"9" = "bad"}', "outside the scale"),
+        ('name = "clarity"', 'name = "Clarity!"', "must start with a-z"),
+        ("scores = {clarity = 7}", "scores = {clarity = 8}", "outside the scale"),
+        ("scores = {clarity = 7}", "scores = {fluency = 3}", "unknown criterion"),
+        ('title = "My study"', 'title = "My study"\ncolour = "red"', "unknown key"),
+        ('[[criteria]]\nname = "clarity"\nlabel = "Clarity"\nquestion = "How clear is it?"\n', "", "at least one"),
+    ],
+)
 def test_bad_rubric_files_say_what_to_fix(tmp_path, old, new, message):
     assert old in GOOD
     with pytest.raises(MaxbenchError, match=message.replace("[", r"\[")):

@@ -1,9 +1,9 @@
 """Security of the rating app: access to others' pages, CSRF, tampering, scale, escaping,
 blinding, double submits, bad links, error pages, a locked database, cookie settings."""
+
 import json
 import re
 import sqlite3
-import threading
 from urllib.parse import urlsplit
 
 import pytest
@@ -17,14 +17,21 @@ from human_eval.testing import SYSTEMS, csrf_token, make_study
 
 CRITERIA = load_rubric("graphmax").criterion_names
 EVIL_PROMPT = "Review:<script>alert('prompt')</script>{{ 7*7 }}"
-EVIL_TEXT = "Great <b>food</b><img src=x onerror=alert(1)><script>document.cookie</script> & \"more\""
+EVIL_TEXT = 'Great <b>food</b><img src=x onerror=alert(1)><script>document.cookie</script> & "more"'
 
 
 @pytest.fixture
 def study(tmp_path):
     url, created, run_dir = make_study(
-        tmp_path, n_prompts=4, items_per_system=3, raters_per_item=2, annotators=2, attention_rate=0.34,
-        text_for=lambda s, i: EVIL_TEXT, prompt_for=lambda i: EVIL_PROMPT)
+        tmp_path,
+        n_prompts=4,
+        items_per_system=3,
+        raters_per_item=2,
+        annotators=2,
+        attention_rate=0.34,
+        text_for=lambda s, i: EVIL_TEXT,
+        prompt_for=lambda i: EVIL_PROMPT,
+    )
     app = create_app({"DB_URL": url, "SECRET_KEY": "test"})
     yield app, url, created, run_dir
     dispose_engines()
@@ -39,8 +46,10 @@ def enter(client, created, index=0):
     r = client.get("/welcome")
     client.post("/welcome", data={"csrf_token": csrf_token(r.text), "consent": "y"})
     r = client.get("/check")
-    client.post("/check", data={"csrf_token": csrf_token(r.text),
-                                "answer": str(load_rubric("graphmax").comprehension_check().answer)})
+    client.post(
+        "/check",
+        data={"csrf_token": csrf_token(r.text), "answer": str(load_rubric("graphmax").comprehension_check().answer)},
+    )
     return client.get("/next").location
 
 
@@ -124,8 +133,7 @@ def test_values_outside_the_scale_are_rejected(study, value):
 
 
 def test_kerbs_scale_rejects_3(tmp_path):
-    url, created, _ = make_study(tmp_path, rubric="kerbs-dialogue", raters_per_item=1, annotators=1,
-                                 attention_rate=0)
+    url, created, _ = make_study(tmp_path, rubric="kerbs-dialogue", raters_per_item=1, annotators=1, attention_rate=0)
     app = create_app({"DB_URL": url, "SECRET_KEY": "t"})
     client = app.test_client()
     client.get(path_of(created.links("http://x")[0][1]))
@@ -163,8 +171,12 @@ def test_no_system_identity_in_anything_annotators_receive(study):
     with session_for(url) as s:
         codes = s.scalars(select(StudySystem.code)).all()
         prompt_ids = s.scalars(select(Item.prompt_id)).all()
-    secrets_ = set(SYSTEMS) | set(codes) | set(prompt_ids) | {
-        str(run_dir), str(run_dir.resolve()), run_dir.name, "softmax", "graphmax", "tiny/", created.slug}
+    secrets_ = (
+        set(SYSTEMS)
+        | set(codes)
+        | set(prompt_ids)
+        | {str(run_dir), str(run_dir.resolve()), run_dir.name, "softmax", "graphmax", "tiny/", created.slug}
+    )
     client = app.test_client()
     seen = []
 
@@ -176,8 +188,11 @@ def test_no_system_identity_in_anything_annotators_receive(study):
     record(client.get(link), link)
     for path in ("/welcome", "/check"):
         page = record(client.get(path), path)
-        data = {"csrf_token": csrf_token(page.text), "consent": "y",
-                "answer": str(load_rubric("graphmax").comprehension_check().answer)}
+        data = {
+            "csrf_token": csrf_token(page.text),
+            "consent": "y",
+            "answer": str(load_rubric("graphmax").comprehension_check().answer),
+        }
         record(client.post(path, data=data), path)
     path = record(client.get("/next"), "/next").location
     while path.startswith("/item/"):
@@ -218,6 +233,7 @@ def test_unknown_and_revoked_links_get_clear_pages(study):
     with session_for(url) as s:
         a = s.scalar(select(Annotator).where(Annotator.label == "a01"))
         from human_eval.models import utcnow
+
         a.revoked_at = utcnow()
         s.commit()
     r = app.test_client().get(path_of(created.links("http://x")[0][1]))
@@ -229,8 +245,12 @@ def test_admin_pages_need_the_admin_token(study):
     annotator = app.test_client()
     enter(annotator, created)
     for client in (app.test_client(), annotator):
-        for path in (f"/admin/study/{created.slug}", f"/admin/study/{created.slug}/ratings.csv",
-                     f"/admin/study/{created.slug}/ratings.json", "/admin/"):
+        for path in (
+            f"/admin/study/{created.slug}",
+            f"/admin/study/{created.slug}/ratings.csv",
+            f"/admin/study/{created.slug}/ratings.json",
+            "/admin/",
+        ):
             r = client.get(path)
             assert r.status_code == 303 and "/admin/login" in r.location
     login = app.test_client()
@@ -245,9 +265,16 @@ def test_admin_pages_need_the_admin_token(study):
 def test_admin_of_one_study_cannot_see_another(tmp_path):
     url, one, _ = make_study(tmp_path, raters_per_item=1, annotators=1)
     from human_eval.study import create_study
+
     with session_for(url) as s:
-        two = create_study(s, tmp_path / "runs" / "run-2026-test", load_rubric("fluency"), systems=None,
-                           items_per_system=2, raters_per_item=1)
+        two = create_study(
+            s,
+            tmp_path / "runs" / "run-2026-test",
+            load_rubric("fluency"),
+            systems=None,
+            items_per_system=2,
+            raters_per_item=1,
+        )
     app = create_app({"DB_URL": url, "SECRET_KEY": "t"})
     client = app.test_client()
     page = client.get("/admin/login")
@@ -271,8 +298,9 @@ def test_error_pages_never_show_a_traceback(study, monkeypatch):
     assert r.status_code == 500
     assert "Traceback" not in r.text and "secret internal detail" not in r.text and "/work/main" not in r.text
     assert "ratings are saved" in r.text
-    assert client.get("/progress.json").get_json() == {"error": r.text.split("<p>")[1].split("</p>")[0]
-                                                       .replace("&#39;", "'")}
+    assert client.get("/progress.json").get_json() == {
+        "error": r.text.split("<p>")[1].split("</p>")[0].replace("&#39;", "'")
+    }
     assert client.get("/no/such/page").status_code == 404
 
 
@@ -286,6 +314,7 @@ def test_locked_database_answers_503_and_loses_nothing(tmp_path):
     page = client.get(path)
     dispose_engines()
     import os
+
     os.environ["MAXBENCH_DB_BUSY_TIMEOUT_MS"] = "200"
     try:
         app = create_app({"DB_URL": url, "SECRET_KEY": "t"})

@@ -1,4 +1,5 @@
 """Study design (balance, rater cap, order) and `maxbench study` commands on a small run."""
+
 import json
 import os
 import random
@@ -8,23 +9,25 @@ from collections import Counter
 import pytest
 from sqlalchemy import select
 
+from core.errors import MaxbenchError
 from human_eval.db import session_for
 from human_eval.design import build_design, paired_sequence
 from human_eval.export import COLUMNS, long_format_rows
 from human_eval.models import Annotator, Assignment, Item, StudySystem
 from human_eval.testing import SYSTEMS, make_study, write_run
-from systems.errors import MaxbenchError
 
 
-@pytest.mark.parametrize("n_prompts,n_systems,k,m", [(6, 2, 2, 2), (6, 2, 2, 4), (5, 3, 2, 7), (10, 2, 3, 5),
-                                                       (4, 4, 1, 3)])
+@pytest.mark.parametrize(
+    "n_prompts,n_systems,k,m", [(6, 2, 2, 2), (6, 2, 2, 4), (5, 3, 2, 7), (10, 2, 3, 5), (4, 4, 1, 3)]
+)
 def test_paired_design_caps_raters_and_balances(n_prompts, n_systems, k, m):
     rng = random.Random(1)
     grid = paired_sequence(n_prompts, n_systems, rng)
     assert sorted(grid) == [(p, s) for p in range(n_prompts) for s in range(n_systems)]
     index = {ps: i for i, ps in enumerate(sorted(grid))}
-    design = build_design([index[ps] for ps in grid], len(grid), k, m, seed=3, attention_rate=0.0,
-                          scale=[1, 2, 3, 4, 5])
+    design = build_design(
+        [index[ps] for ps in grid], len(grid), k, m, seed=3, attention_rate=0.0, scale=[1, 2, 3, 4, 5]
+    )
     assert design.ratings_per_text() == [k] * len(grid)  # exactly K raters per text, the cap
     loads = [len(p) for p in design.pages]
     assert max(loads) - min(loads) <= 1
@@ -59,8 +62,9 @@ def test_too_few_annotators_for_the_rater_cap():
 
 
 def test_study_hides_systems_and_records_order(tmp_path):
-    url, created, run_dir = make_study(tmp_path, n_prompts=6, items_per_system=4, raters_per_item=2,
-                                       annotators=3, attention_rate=0.25)
+    url, created, run_dir = make_study(
+        tmp_path, n_prompts=6, items_per_system=4, raters_per_item=2, annotators=3, attention_rate=0.25
+    )
     with session_for(url) as s:
         systems = s.scalars(select(StudySystem)).all()
         assert sorted(x.name for x in systems) == sorted(SYSTEMS)
@@ -85,13 +89,22 @@ def test_independent_design_and_run_with_too_few_items(tmp_path):
     url = f"sqlite:///{tmp_path / 'db.sqlite3'}"
     from human_eval.rubrics import load_rubric
     from human_eval.study import create_study
+
     with session_for(url, create=True) as s:
         with pytest.raises(MaxbenchError, match="fewer than --items-per-system 5"):
             create_study(s, run, load_rubric("fluency"), systems=None, items_per_system=5, raters_per_item=1)
         with pytest.raises(MaxbenchError, match="not in"):
             create_study(s, run, load_rubric("fluency"), systems=["nope"], items_per_system=1, raters_per_item=1)
-        created = create_study(s, run, load_rubric("fluency"), systems=None, items_per_system=2,
-                               raters_per_item=1, paired=False, attention_rate=0)
+        created = create_study(
+            s,
+            run,
+            load_rubric("fluency"),
+            systems=None,
+            items_per_system=2,
+            raters_per_item=1,
+            paired=False,
+            attention_rate=0,
+        )
         assert created.n_items == 4 and sum(created.n_pages) == 4
 
 
@@ -100,14 +113,26 @@ def test_export_contract_keys(tmp_path):
     with session_for(url) as s:
         a = s.scalars(select(Assignment).order_by(Assignment.position)).first()
         from human_eval.models import Rating
+
         s.add(Rating(assignment_id=a.id, criterion="story_line", value=4))
         s.add(Rating(assignment_id=a.id, criterion="text_style", value=2))
         a.seconds = 3.25
         s.commit()
         rows = long_format_rows(s, created.slug)
         blind = long_format_rows(s, created.slug, blind=True)
-    assert COLUMNS == ["study", "item", "system", "annotator", "criterion", "value", "position", "seconds",
-                       "flags", "scale_min", "scale_max"]
+    assert COLUMNS == [
+        "study",
+        "item",
+        "system",
+        "annotator",
+        "criterion",
+        "value",
+        "position",
+        "seconds",
+        "flags",
+        "scale_min",
+        "scale_max",
+    ]
     assert [list(r) for r in rows] == [COLUMNS, COLUMNS]
     # Sorted in the rubric's criterion order, not insertion order.
     assert [r["criterion"] for r in rows] == ["text_style", "story_line"]
@@ -121,10 +146,29 @@ def test_cli_study_create_list_export_close(cli, tmp_path):
     run = write_run(tmp_path / "runs" / "r1", SYSTEMS, 5)
     db = f"sqlite:///{tmp_path / 'db.sqlite3'}"
     links = tmp_path / "links.csv"
-    rc, out, err = cli("study", "create", run, "--systems", *SYSTEMS, "--items-per-system", 3,
-                       "--raters-per-item", 2, "--annotators", 3, "--rubric", "posg-lm", "--db", db,
-                       "--base-url", "https://rate.example.org/", "--links-out", links,
-                       "--completion-code", "C0DE")
+    rc, out, err = cli(
+        "study",
+        "create",
+        run,
+        "--systems",
+        *SYSTEMS,
+        "--items-per-system",
+        3,
+        "--raters-per-item",
+        2,
+        "--annotators",
+        3,
+        "--rubric",
+        "posg-lm",
+        "--db",
+        db,
+        "--base-url",
+        "https://rate.example.org/",
+        "--links-out",
+        links,
+        "--completion-code",
+        "C0DE",
+    )
     assert rc == 0, err
     slug = out.split("study: ")[1].split()[0]
     assert "adm-" in out and out.count("https://rate.example.org/a/") == 3
@@ -138,11 +182,14 @@ def test_cli_study_create_list_export_close(cli, tmp_path):
     assert rc == 0 and "closed" in out
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--items-per-system", "9"], "fewer than --items-per-system 9"),
-    (["--rubric", "nosuch"], "unknown rubric"),
-    (["--raters-per-item", "3", "--annotators", "2"], "--annotators 3 or more"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--items-per-system", "9"], "fewer than --items-per-system 9"),
+        (["--rubric", "nosuch"], "unknown rubric"),
+        (["--raters-per-item", "3", "--annotators", "2"], "--annotators 3 or more"),
+    ],
+)
 def test_cli_study_create_bad_input_exits_2(cli, tmp_path, args, message):
     run = write_run(tmp_path / "runs" / "r1", SYSTEMS, 5)
     base = {"--items-per-system": "2", "--raters-per-item": "1", "--rubric": "fluency"}
@@ -156,14 +203,36 @@ def test_cli_study_create_bad_input_exits_2(cli, tmp_path, args, message):
 
 
 def test_cli_errors_for_missing_run_database_and_study(cli, tmp_path):
-    rc, _, err = cli("study", "create", tmp_path / "none", "--items-per-system", 1, "--raters-per-item", 1,
-                     "--rubric", "fluency", "--db", f"sqlite:///{tmp_path / 'a.sqlite3'}")
+    rc, _, err = cli(
+        "study",
+        "create",
+        tmp_path / "none",
+        "--items-per-system",
+        1,
+        "--raters-per-item",
+        1,
+        "--rubric",
+        "fluency",
+        "--db",
+        f"sqlite:///{tmp_path / 'a.sqlite3'}",
+    )
     assert rc == 2 and "not found" in err
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "generations.jsonl").write_text('{"system": "s", "prompt_id": "p"}\n')
-    rc, _, err = cli("study", "create", bad, "--items-per-system", 1, "--raters-per-item", 1,
-                     "--rubric", "fluency", "--db", f"sqlite:///{tmp_path / 'a.sqlite3'}")
+    rc, _, err = cli(
+        "study",
+        "create",
+        bad,
+        "--items-per-system",
+        1,
+        "--raters-per-item",
+        1,
+        "--rubric",
+        "fluency",
+        "--db",
+        f"sqlite:///{tmp_path / 'a.sqlite3'}",
+    )
     assert rc == 2 and "line 1" in err and "'prompt'" in err
     rc, _, err = cli("study", "list", "--db", f"sqlite:///{tmp_path / 'gone.sqlite3'}")
     assert rc == 2 and "no rating database" in err

@@ -1,5 +1,6 @@
 """KerBS: the kernel and its theta -> 0 limit, Bayesian composition, equality with softmax at
 initialisation, reallocation (Algorithm 1), training, caching, bad input."""
+
 import dataclasses
 import hashlib
 import math
@@ -9,12 +10,22 @@ import pytest
 import torch
 
 from benchmark.corpora import Corpus
+from core.errors import MaxbenchError
 from systems import hidden_cache as hc
 from systems.decoding import DecodingSetting, decode
-from systems.errors import MaxbenchError
 from systems.layers.base import FitContext
-from systems.layers.kerbs import (KerBSConfig, KerBSHead, KerBSLayer, Reallocator, TrainData, fit_kerbs,
-                                  grouped_logsumexp, kernel, normalisation_a, train_head)
+from systems.layers.kerbs import (
+    KerBSConfig,
+    KerBSHead,
+    KerBSLayer,
+    Reallocator,
+    TrainData,
+    fit_kerbs,
+    grouped_logsumexp,
+    kernel,
+    normalisation_a,
+    train_head,
+)
 from systems.layers.softmax import SoftmaxLayer
 
 WORDS = "the a good bad tasty coffee tea dog food is was very not really".split()
@@ -68,8 +79,9 @@ def test_kernel_equals_the_paper_formula(theta):
     t = torch.full((6,), theta, dtype=torch.float64)
     torch.testing.assert_close(kernel(h, w, t), paper_kernel(h, w, t), rtol=1e-9, atol=1e-12)
     # float32 stays close too
-    torch.testing.assert_close(kernel(h.float(), w.float(), t.float()).double(), paper_kernel(h, w, t),
-                               rtol=2e-5, atol=2e-5)
+    torch.testing.assert_close(
+        kernel(h.float(), w.float(), t.float()).double(), paper_kernel(h, w, t), rtol=2e-5, atol=2e-5
+    )
 
 
 def test_normalisation_a_limits():
@@ -136,8 +148,7 @@ def test_train_terms_match_the_full_distribution():
     tail[active] = False
     lookup = torch.full((V,), -1)
     lookup[active] = torch.arange(len(active))
-    logp, _, _ = head.train_terms(h, lookup[target], (h * base[target]).sum(-1),
-                                  torch.logsumexp(h @ base[tail].T, -1))
+    logp, _, _ = head.train_terms(h, lookup[target], (h * base[target]).sum(-1), torch.logsumexp(h @ base[tail].T, -1))
     torch.testing.assert_close(logp, full.detach(), atol=1e-5, rtol=1e-5)
 
 
@@ -177,12 +188,14 @@ def test_reallocation_moves_a_sense_to_a_poorly_predicted_word():
     base = torch.tensor([[1.0, 0, 0], [0, 1.0, 0], [0, -1.0, 0], [0, 0, 1.0], [0.1, 0.1, 0.1]])
     head = KerBSHead.initial(base, torch.arange(V), torch.tensor([4]), noise=0.0)  # the extra sits on word 4
     h, target = _two_cluster_data()
-    data = TrainData(hidden=h, target_active=target, target_base_logit=torch.zeros(len(h)),
-                     tail_lse=torch.full((len(h),), -math.inf))
+    data = TrainData(
+        hidden=h, target_active=target, target_base_logit=torch.zeros(len(h)), tail_lse=torch.full((len(h),), -math.inf)
+    )
     with torch.no_grad():
         before = float(head.train_terms(h, target, data.target_base_logit, data.tail_lse)[0].mean())
-    cfg = KerBSConfig(senses=1, active_vocab=V, epochs=3, batch_size=50, lr=0.05, realloc_every=4,
-                      realloc_share=0.3, beta=0.1)
+    cfg = KerBSConfig(
+        senses=1, active_vocab=V, epochs=3, batch_size=50, lr=0.05, realloc_every=4, realloc_share=0.3, beta=0.1
+    )
     result = train_head(head, data, data, cfg, progress=False)
     assert result["moves"] >= 1
     assert int(head.extra_owner[0]) == 0  # word 0 now has two senses, word 4 none extra
@@ -280,20 +293,26 @@ def test_too_many_senses_is_a_clear_error(tiny, home):
         KerBSLayer(senses=-1)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["fit", "--layer", "kerbs", "--corpus", "no-such-corpus"], "unknown corpus"),
-    (["fit", "--layer", "kerbs", "--corpus", "tiny", "--budget-tokens", "10"], "too small"),
-    (["fit", "--layer", "kerbs", "--corpus", "tiny", "--model", "tiny-random", "--threads", "0"], "threads"),
-    (["fit", "--layer", "kerbs", "--corpus", "tiny", "--senses", "-3"], "senses"),
-    (["fit", "--layer", "kerbs", "--corpus", "tiny", "--model", "tiny-random", "--budget-tokens", "100000"],
-     "too small to train"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["fit", "--layer", "kerbs", "--corpus", "no-such-corpus"], "unknown corpus"),
+        (["fit", "--layer", "kerbs", "--corpus", "tiny", "--budget-tokens", "10"], "too small"),
+        (["fit", "--layer", "kerbs", "--corpus", "tiny", "--model", "tiny-random", "--threads", "0"], "threads"),
+        (["fit", "--layer", "kerbs", "--corpus", "tiny", "--senses", "-3"], "senses"),
+        (
+            ["fit", "--layer", "kerbs", "--corpus", "tiny", "--model", "tiny-random", "--budget-tokens", "100000"],
+            "too small to train",
+        ),
+    ],
+)
 def test_cli_bad_input_exits_2(cli, home, monkeypatch, argv, message):
     import benchmark.corpora
 
     real = benchmark.corpora.load_corpus
-    monkeypatch.setattr(benchmark.corpora, "load_corpus",
-                        lambda name: tiny_corpus(n_fit=30, n_test=5) if name == "tiny" else real(name))
+    monkeypatch.setattr(
+        benchmark.corpora, "load_corpus", lambda name: tiny_corpus(n_fit=30, n_test=5) if name == "tiny" else real(name)
+    )
     rc, out, err = cli(*argv)
     assert rc == 2, err
     assert err.startswith("maxbench: error: ") and message in err and "Traceback" not in err
@@ -304,8 +323,26 @@ def test_cli_fit_prints_perplexities_and_path(cli, home, monkeypatch):
     import benchmark.corpora
 
     monkeypatch.setattr(benchmark.corpora, "load_corpus", lambda name: tiny_corpus())
-    argv = ["fit", "--model", "tiny-random", "--layer", "kerbs", "--corpus", "tiny", "--budget-tokens", "1500",
-            "--senses", "8", "--active-vocab", "48", "--epochs", "2", "--threads", "1", "--quiet"]
+    argv = [
+        "fit",
+        "--model",
+        "tiny-random",
+        "--layer",
+        "kerbs",
+        "--corpus",
+        "tiny",
+        "--budget-tokens",
+        "1500",
+        "--senses",
+        "8",
+        "--active-vocab",
+        "48",
+        "--epochs",
+        "2",
+        "--threads",
+        "1",
+        "--quiet",
+    ]
     rc, out, err = cli(*argv)
     assert rc == 0, err
     assert "held-out perplexity" in out and "softmax" in out and "cache path:" in out and "trained in" in out

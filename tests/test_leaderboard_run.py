@@ -1,4 +1,5 @@
 """maxbench run: registry validation, kill -9 and resume, shards, re-rendering the leaderboard."""
+
 import json
 import signal
 import subprocess
@@ -7,26 +8,50 @@ import time
 
 import pytest
 
-SYSTEMS = ["tiny-random/softmax/top_p=0.9,max_new_tokens=24", "tiny-random/sparsemax/top_p=0.9,max_new_tokens=24",
-           "tiny-random/softmax/greedy,max_new_tokens=24"]
+SYSTEMS = [
+    "tiny-random/softmax/top_p=0.9,max_new_tokens=24",
+    "tiny-random/sparsemax/top_p=0.9,max_new_tokens=24",
+    "tiny-random/softmax/greedy,max_new_tokens=24",
+]
 
 
 def _registry(tmp_path, systems=SYSTEMS, extra=""):
-    rows = [{"id": f"p{i:02d}", "prompt": f"Review {i}: the soup was", "reference": f"cold and salty, sadly {i}"}
-            for i in range(12)]
+    rows = [
+        {"id": f"p{i:02d}", "prompt": f"Review {i}: the soup was", "reference": f"cold and salty, sadly {i}"}
+        for i in range(12)
+    ]
     (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "s.toml").write_text('name = "twelve"\nfile = "p.jsonl"\n')
     reg = tmp_path / "reg.toml"
-    reg.write_text(f'name = "t"\nsuite = "{tmp_path / "s.toml"}"\nsamples = 2\nbatch_size = 4\n'
-                   f'baseline = "{systems[0]}"\nmetrics = ["bleu-n", "self-bleu", "rep", "distinct", "rouge-l"]\n'
-                   f'systems = {json.dumps(systems)}\n{extra}')
+    reg.write_text(
+        f'name = "t"\nsuite = "{tmp_path / "s.toml"}"\nsamples = 2\nbatch_size = 4\n'
+        f'baseline = "{systems[0]}"\nmetrics = ["bleu-n", "self-bleu", "rep", "distinct", "rouge-l"]\n'
+        f"systems = {json.dumps(systems)}\n{extra}"
+    )
     return reg
 
 
 def _cmd(reg, tmp_path, run_id, out, *extra):
-    return [sys.executable, "-m", "benchmark", "run", "--registry", str(reg), "--runs-dir", str(tmp_path / "runs"),
-            "--run-id", run_id, "--out", str(tmp_path / out), "--n-resamples", "200", "--threads", "1",
-            "--no-progress", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "benchmark",
+        "run",
+        "--registry",
+        str(reg),
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "--run-id",
+        run_id,
+        "--out",
+        str(tmp_path / out),
+        "--n-resamples",
+        "200",
+        "--threads",
+        "1",
+        "--no-progress",
+        *extra,
+    ]
 
 
 def _outputs(tmp_path, run_id, out):
@@ -38,8 +63,9 @@ def _outputs(tmp_path, run_id, out):
 def test_kill_9_during_run_then_rerun_is_byte_identical(tmp_path):
     reg = _registry(tmp_path)
     subprocess.run(_cmd(reg, tmp_path, "clean", "lb-clean"), check=True, capture_output=True)
-    proc = subprocess.Popen(_cmd(reg, tmp_path, "killed", "lb-killed"), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        _cmd(reg, tmp_path, "killed", "lb-killed"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     gen = tmp_path / "runs" / "killed" / "generations.jsonl"
     deadline = time.time() + 180
     while time.time() < deadline and (not gen.exists() or gen.read_bytes().count(b"\n") < 6):
@@ -50,8 +76,11 @@ def test_kill_9_during_run_then_rerun_is_byte_identical(tmp_path):
     assert not (tmp_path / "lb-killed" / "leaderboard.md").exists()
     subprocess.run(_cmd(reg, tmp_path, "killed", "lb-killed"), check=True, capture_output=True)
     clean, killed = _outputs(tmp_path, "clean", "lb-clean"), _outputs(tmp_path, "killed", "lb-killed")
-    assert set(clean) == set(killed) >= {"generations", "leaderboard.md", "leaderboard.csv", "leaderboard.html",
-                                         "tradeoff.png", "steps.png"}
+    assert (
+        set(clean)
+        == set(killed)
+        >= {"generations", "leaderboard.md", "leaderboard.csv", "leaderboard.html", "tradeoff.png", "steps.png"}
+    )
     for name in clean:
         if name == "leaderboard.md":  # names its source run directory
             assert clean[name].replace(b"clean", b"X") == killed[name].replace(b"killed", b"X")
@@ -89,13 +118,16 @@ def test_leaderboard_rerenders_without_generating(tmp_path, cli):
     assert "data:image/png;base64," in html and "<script" not in html
 
 
-@pytest.mark.parametrize("systems, extra, words", [
-    (["tiny-random/nosuch/greedy"], "", "unknown output layer 'nosuch'"),
-    (["tiny-random/graphmax(lamb=1.0)/greedy"], "", "has no parameter 'lamb'"),
-    (["tiny-random/graphmax(lam=-1.0)/greedy"], "", "lam"),
-    (["tiny-random/softmax/greedy", "tiny-random/softmax/greedy"], "", "lists a system twice"),
-    (SYSTEMS, "colour = 3\n", "unknown key 'colour'"),
-])
+@pytest.mark.parametrize(
+    "systems, extra, words",
+    [
+        (["tiny-random/nosuch/greedy"], "", "unknown output layer 'nosuch'"),
+        (["tiny-random/graphmax(lamb=1.0)/greedy"], "", "has no parameter 'lamb'"),
+        (["tiny-random/graphmax(lam=-1.0)/greedy"], "", "lam"),
+        (["tiny-random/softmax/greedy", "tiny-random/softmax/greedy"], "", "lists a system twice"),
+        (SYSTEMS, "colour = 3\n", "unknown key 'colour'"),
+    ],
+)
 def test_bad_registries_exit_2(tmp_path, cli, systems, extra, words):
     reg = _registry(tmp_path, systems, extra)
     if "twice" in words:
@@ -110,8 +142,18 @@ def test_run_dir_of_another_registry_is_refused(tmp_path, cli):
     assert subprocess.run(_cmd(reg, tmp_path, "r", "lb"), capture_output=True).returncode == 0
     before = (tmp_path / "runs" / "r" / "generations.jsonl").read_bytes()
     other = _registry(tmp_path, SYSTEMS[1:2])
-    rc, _, err = cli("run", "--registry", other, "--runs-dir", tmp_path / "runs", "--run-id", "r", "--out",
-                     tmp_path / "lb", "--no-progress")
+    rc, _, err = cli(
+        "run",
+        "--registry",
+        other,
+        "--runs-dir",
+        tmp_path / "runs",
+        "--run-id",
+        "r",
+        "--out",
+        tmp_path / "lb",
+        "--no-progress",
+    )
     assert rc == 2 and "was made by a different run" in err
     assert (tmp_path / "runs" / "r" / "generations.jsonl").read_bytes() == before
 
@@ -124,5 +166,10 @@ def test_default_registry_is_valid():
     assert layers == ["softmax", "sparsemax", "graphmax", "graphmax", "kerbs", "posg"]
     assert reg.baseline == reg.systems[0].name and reg.suite == "food-reviews"
     sweep = load_registry("lambda-sweep")
-    assert sorted({dict(s.params).get("lam") for s in sweep.systems if s.layer == "graphmax"}) == [0.3, 1.0, 3.0,
-                                                                                                   10.0, 30.0]
+    assert sorted({dict(s.params).get("lam") for s in sweep.systems if s.layer == "graphmax"}) == [
+        0.3,
+        1.0,
+        3.0,
+        10.0,
+        30.0,
+    ]

@@ -1,4 +1,5 @@
 """``maxbench score`` through the real command line: run directories, external files, bad input."""
+
 from __future__ import annotations
 
 import json
@@ -7,21 +8,37 @@ import pytest
 
 from benchmark.cli import main
 from benchmark.metrics.base import TextBatch, get_metric
-from systems.errors import MaxbenchError
+from core.errors import MaxbenchError
 
 FAST = "sacrebleu,bleu-n,rouge-l,self-bleu,rep,distinct,uniq,kld,ms-jaccard"
 
-PROMPTS = {"food-0001": ("I bought this coffee", "I bought this coffee and it tastes great, strong and smooth."),
-           "food-0002": ("The dog food", "The dog food was a hit with both of our dogs."),
-           "food-0003": ("These chips", "These chips are far too salty for me."),
-           "food-0004": ("Great tea", "Great tea, I drink it every morning.")}
+PROMPTS = {
+    "food-0001": ("I bought this coffee", "I bought this coffee and it tastes great, strong and smooth."),
+    "food-0002": ("The dog food", "The dog food was a hit with both of our dogs."),
+    "food-0003": ("These chips", "These chips are far too salty for me."),
+    "food-0004": ("Great tea", "Great tea, I drink it every morning."),
+}
 OUTPUTS = {
-    "smollm2-135m/softmax/top_p=0.9": [" and it is good.", " and it is very good coffee.", " was a hit.", "",
-                                       " are salty.", " are too salty for me, too salty.", " I drink it.",
-                                       " I like it."],
-    "smollm2-135m/sparsemax/top_p=0.9": [" and I am not sure. I am not sure. I am not sure.", " is fine.",
-                                         " is fine.", " is fine.", " are fine.", " are fine.", " is fine.",
-                                         " is fine."],
+    "smollm2-135m/softmax/top_p=0.9": [
+        " and it is good.",
+        " and it is very good coffee.",
+        " was a hit.",
+        "",
+        " are salty.",
+        " are too salty for me, too salty.",
+        " I drink it.",
+        " I like it.",
+    ],
+    "smollm2-135m/sparsemax/top_p=0.9": [
+        " and I am not sure. I am not sure. I am not sure.",
+        " is fine.",
+        " is fine.",
+        " is fine.",
+        " are fine.",
+        " are fine.",
+        " is fine.",
+        " is fine.",
+    ],
 }
 
 
@@ -33,12 +50,26 @@ def write_run(tmp_path):
         i = 0
         for pid, (prompt, ref) in PROMPTS.items():
             for sample in range(2):
-                rows.append({"system": system, "prompt_id": pid, "sample": sample, "seed": 1, "prompt": prompt,
-                             "reference": ref, "text": texts[i], "n_tokens": 5, "finish": "length"})
+                rows.append(
+                    {
+                        "system": system,
+                        "prompt_id": pid,
+                        "sample": sample,
+                        "seed": 1,
+                        "prompt": prompt,
+                        "reference": ref,
+                        "text": texts[i],
+                        "n_tokens": 5,
+                        "finish": "length",
+                    }
+                )
                 i += 1
     (run / "generations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    manifest = {"run_id": "run", "suite": {"name": "toy", "sha256": "0" * 64},
-                "systems": {s: {"model": "smollm2-135m", "layer": s.split("/")[1]} for s in OUTPUTS}}
+    manifest = {
+        "run_id": "run",
+        "suite": {"name": "toy", "sha256": "0" * 64},
+        "systems": {s: {"model": "smollm2-135m", "layer": s.split("/")[1]} for s in OUTPUTS},
+    }
     (run / "manifest.json").write_text(json.dumps(manifest))
     return run
 
@@ -89,8 +120,22 @@ def test_score_external_files_json(tmp_path, capsys):
     gold = ["The coffee is strong and smooth.", "Our dogs loved it.", "These chips are far too salty."]
     gens.write_text("".join(json.dumps({"text": t, "id": i}) + "\n" for i, t in enumerate(hyps)))
     refs.write_text("\n".join(gold) + "\n")
-    assert main(["score", "--generations", str(gens), "--references", str(refs), "--metrics", "sacrebleu,rouge-l",
-                 "--json", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "score",
+                "--generations",
+                str(gens),
+                "--references",
+                str(refs),
+                "--metrics",
+                "sacrebleu,rouge-l",
+                "--json",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     assert doc["n_texts"] == 3 and doc["n_empty"] == 1
     assert doc["scores"]["sacrebleu"]["value"] == pytest.approx(BLEU().corpus_score(hyps, [gold]).score, abs=1e-9)
@@ -107,11 +152,14 @@ def test_reference_free_metrics_need_no_references(tmp_path, capsys):
     assert "rep" in out and "distinct-1-corpus" in out
 
 
-@pytest.mark.parametrize("content, expected", [
-    (b"fine\n\xff\xfe broken\n", "line 2: not UTF-8"),
-    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "looks binary"),
-    (b"", "holds no texts"),
-])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (b"fine\n\xff\xfe broken\n", "line 2: not UTF-8"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "looks binary"),
+        (b"", "holds no texts"),
+    ],
+)
 def test_unreadable_generation_files(tmp_path, capsys, content, expected):
     gens = tmp_path / "gens.txt"
     gens.write_bytes(content)
@@ -137,11 +185,14 @@ def test_different_numbers_of_generations_and_references(tmp_path, capsys):
     assert "has 3 texts" in line and "has 2" in line and str(refs) in line
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--metrics", "rep,blue"], "unknown metric 'blue'"),
-    (["--metrics", "sacrebleu"], "metric 'sacrebleu' needs references"),
-    (["--metrics", ","], "--metrics is empty"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--metrics", "rep,blue"], "unknown metric 'blue'"),
+        (["--metrics", "sacrebleu"], "metric 'sacrebleu' needs references"),
+        (["--metrics", ","], "--metrics is empty"),
+    ],
+)
 def test_bad_metric_lists(tmp_path, capsys, args, expected):
     gens = tmp_path / "g.txt"
     gens.write_text("one\n")

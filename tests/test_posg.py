@@ -1,5 +1,6 @@
 """POSG: token-to-tag alignment, the Eq. 2-3 distribution, POS Guided Sampling, POS control,
 training and caching, a missing tagger."""
+
 import hashlib
 import math
 import random
@@ -8,11 +9,21 @@ import pytest
 import torch
 
 from benchmark.corpora import Corpus
+from core.errors import MaxbenchError
 from systems.decoding import DecodingSetting, decode
-from systems.errors import MaxbenchError
 from systems.layers.base import FitContext
-from systems.layers.posg import (CATCH_ALL, EOS_TAG, SPACE_TAG, POSGConfig, POSGHead, POSGLayer, char_tags,
-                                 fit_posg, load_tagger, span_tag)
+from systems.layers.posg import (
+    CATCH_ALL,
+    EOS_TAG,
+    SPACE_TAG,
+    POSGConfig,
+    POSGHead,
+    POSGLayer,
+    char_tags,
+    fit_posg,
+    load_tagger,
+    span_tag,
+)
 
 ADJ, NOUN, DET, VERB = "good bad tasty sweet".split(), "coffee tea dog food".split(), ["the", "a"], ["is", "was"]
 RULES = {**{w: "JJ" for w in ADJ}, **{w: "NN" for w in NOUN}, **{w: "DT" for w in DET}, **{w: "VBZ" for w in VERB}}
@@ -53,13 +64,19 @@ def random_head(vocab=40, hidden=8, classes=None, seed=0, catch_all=False):
     """A head over ``vocab`` tokens with overlapping class vocabularies and random weights."""
     g = torch.Generator().manual_seed(seed)
     classes = classes or [list(range(0, 15)), list(range(10, 30)), list(range(25, 35))]  # 35..39 in no class
-    tags = ["JJ", "NN", "VB"][:len(classes)]
+    tags = ["JJ", "NN", "VB"][: len(classes)]
     pairs = [(w, c) for c, ws in enumerate(classes) for w in ws]
     if catch_all:
         tags = tags + [CATCH_ALL]
         pairs += [(w, len(tags) - 1) for w in range(vocab)]
-    return POSGHead(vocab, tags, torch.tensor(pairs), hidden, torch.randn(len(tags), hidden, generator=g),
-                    torch.randn(len(tags), generator=g))
+    return POSGHead(
+        vocab,
+        tags,
+        torch.tensor(pairs),
+        hidden,
+        torch.randn(len(tags), hidden, generator=g),
+        torch.randn(len(tags), generator=g),
+    )
 
 
 def naive_posg(head, logits, hidden):
@@ -108,8 +125,14 @@ def test_real_tokenizer_pieces_get_the_word_tag(tiny):
 def test_single_tag_class_equals_softmax():
     g = torch.Generator().manual_seed(1)
     vocab, hidden = 50, 8
-    head = POSGHead(vocab, ["X"], torch.tensor([(w, 0) for w in range(vocab)]), hidden,
-                    torch.randn(1, hidden, generator=g), torch.randn(1, generator=g))
+    head = POSGHead(
+        vocab,
+        ["X"],
+        torch.tensor([(w, 0) for w in range(vocab)]),
+        hidden,
+        torch.randn(1, hidden, generator=g),
+        torch.randn(1, generator=g),
+    )
     logits, h = torch.randn(4, vocab, generator=g) * 5, torch.randn(4, hidden, generator=g)
     scores = head.word_logprobs(logits, head.tag_logprobs(h))
     torch.testing.assert_close(torch.softmax(scores, -1), torch.softmax(logits, -1), atol=1e-7, rtol=1e-6)
@@ -220,19 +243,25 @@ def test_fit_with_tags_trains_caches_and_loads_bit_identically(tiny, home):
     shares = {}
     for control in (None, "JJ"):
         layer = POSGLayer(tag_topk=3, control=control, control_factor=10)
-        layer.fit(FitContext(model=tiny, corpus=corpus, options={"budget_tokens": 1500, "epochs": 3, "lr": 1e-2,
-                                                                  "tagger": rule_tagger, "progress": False}))
+        layer.fit(
+            FitContext(
+                model=tiny,
+                corpus=corpus,
+                options={"budget_tokens": 1500, "epochs": 3, "lr": 1e-2, "tagger": rule_tagger, "progress": False},
+            )
+        )
         tags = []
         real_sample = layer.sample
 
-        def recording(*a, _real=real_sample, _layer=layer, **k):
+        def recording(*a, _real=real_sample, _layer=layer, _tags=tags, **k):
             out = _real(*a, **k)
-            tags.extend(_layer.last_tags.tolist())
+            _tags.extend(_layer.last_tags.tolist())
             return out
 
         layer.sample = recording
-        decode(tiny, layer, ["the good tea was "] * 8, DecodingSetting(top_p=0.9, max_new_tokens=15),
-               seeds=list(range(8)))
+        decode(
+            tiny, layer, ["the good tea was "] * 8, DecodingSetting(top_p=0.9, max_new_tokens=15), seeds=list(range(8))
+        )
         shares[control] = sum(t == meta["tags"].index("JJ") for t in tags) / len(tags)
     assert layer.params() == {"tag_topk": 3, "control": "JJ", "control_factor": 10.0}
     assert layer.resource_hashes() == {"posg_head": meta["sha256"]}
@@ -241,8 +270,9 @@ def test_fit_with_tags_trains_caches_and_loads_bit_identically(tiny, home):
 
 def test_without_catch_all_unseen_tokens_get_zero(tiny, home):
     corpus = tagged_corpus()
-    head, meta = fit_posg(tiny, corpus, 1500, POSGConfig(epochs=1, catch_all=False, lm_prior=False),
-                          tagger=rule_tagger, progress=False)
+    head, meta = fit_posg(
+        tiny, corpus, 1500, POSGConfig(epochs=1, catch_all=False, lm_prior=False), tagger=rule_tagger, progress=False
+    )
     assert CATCH_ALL not in meta["tags"]
     uppercase = tiny.tokenizer.convert_tokens_to_ids("Q")  # never in the corpus
     h = torch.randn(2, 32)
@@ -283,9 +313,12 @@ def test_posg_single_class_on_smollm2_equals_softmax(smollm2):
     with torch.no_grad():
         out = smollm2.model(**ids, output_hidden_states=True)
     logits, h = out.logits[:, -1].float(), out.hidden_states[-1][:, -1].float()
-    head = POSGHead(smollm2.vocab_size, ["X"], torch.stack([torch.arange(smollm2.vocab_size),
-                                                            torch.zeros(smollm2.vocab_size, dtype=torch.long)], 1),
-                    h.shape[1])
+    head = POSGHead(
+        smollm2.vocab_size,
+        ["X"],
+        torch.stack([torch.arange(smollm2.vocab_size), torch.zeros(smollm2.vocab_size, dtype=torch.long)], 1),
+        h.shape[1],
+    )
     layer = POSGLayer(tag_topk=1)
     layer.set_head(head)
     scores = layer.scores(logits, h)

@@ -1,4 +1,5 @@
 """The report's statistics against hand-worked cases, scipy and the krippendorff package."""
+
 from __future__ import annotations
 
 import math
@@ -10,16 +11,29 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from human_eval.analysis import (DIFFERENCE_DECIMALS, ReportOptions, agreement, analyse,
-                                 bootstrap_rank_biserial_paired, bootstrap_rank_biserial_unpaired,
-                                 detect_design, holm, load_ratings, mann_whitney, rank_biserial_paired,
-                                 rank_biserial_unpaired, ratings_from_records, wilcoxon_paired)
+from human_eval.analysis import (
+    DIFFERENCE_DECIMALS,
+    ReportOptions,
+    agreement,
+    analyse,
+    bootstrap_rank_biserial_paired,
+    bootstrap_rank_biserial_unpaired,
+    detect_design,
+    holm,
+    load_ratings,
+    mann_whitney,
+    rank_biserial_paired,
+    rank_biserial_unpaired,
+    ratings_from_records,
+    wilcoxon_paired,
+)
 
 DATA = Path(__file__).parent / "data"
 FIVE = [1.0, 2.0, 3.0, 4.0, 5.0]
 
 
 # --------------------------------------------------------------------------- hand-worked
+
 
 def test_holm_hand_worked():
     # sorted: 0.005*4 = 0.02, 0.01*3 = 0.03, 0.03*2 = 0.06, 0.04*1 = 0.04 -> max(0.06, 0.04)
@@ -65,9 +79,20 @@ def test_design_detection_hand_worked():
 
 
 def _rows(values: dict[str, list[int]], study="s", annotator="x"):
-    return [dict(study=study, item=f"p{i}", system=system, annotator=annotator, criterion="q", value=v,
-                 scale_min=1, scale_max=5)
-            for system, vs in values.items() for i, v in enumerate(vs)]
+    return [
+        dict(
+            study=study,
+            item=f"p{i}",
+            system=system,
+            annotator=annotator,
+            criterion="q",
+            value=v,
+            scale_min=1,
+            scale_max=5,
+        )
+        for system, vs in values.items()
+        for i, v in enumerate(vs)
+    ]
 
 
 def test_paired_design_chooses_wilcoxon_hand_worked():
@@ -75,8 +100,7 @@ def test_paired_design_chooses_wilcoxon_hand_worked():
     # effect hides the difference from Mann-Whitney, the paired test sees 9 of 9 signs alike.
     a = [1, 2, 3, 4, 1, 2, 3, 4, 2]
     b = [v + 1 for v in a]
-    result = analyse(ratings_from_records(_rows({"A": a, "B": b}), "hand"),
-                     ReportOptions(reference="A", n_boot=200))
+    result = analyse(ratings_from_records(_rows({"A": a, "B": b}), "hand"), ReportOptions(reference="A", n_boot=200))
     (c,) = result.comparisons
     assert c.design.kind == "paired" and c.primary == "wilcoxon"
     # all |d| tie at rank 5, T+ = 0; under H0 each of the 2**9 sign patterns is equally likely,
@@ -100,12 +124,16 @@ def test_unpaired_design_chooses_mann_whitney():
 
 # --------------------------------------------------------------------------- scipy
 
+
 @pytest.mark.parametrize("alternative", ["two-sided", "greater", "less"])
-@pytest.mark.parametrize("ref,other", [
-    ([1, 2, 3], [4, 5, 6, 7]),  # small, no ties: exact
-    ([1, 2, 2, 3], [2, 4, 5]),  # ties: asymptotic
-    (list(np.random.default_rng(1).integers(1, 6, 30)), list(np.random.default_rng(2).integers(1, 6, 25))),
-])
+@pytest.mark.parametrize(
+    "ref,other",
+    [
+        ([1, 2, 3], [4, 5, 6, 7]),  # small, no ties: exact
+        ([1, 2, 2, 3], [2, 4, 5]),  # ties: asymptotic
+        (list(np.random.default_rng(1).integers(1, 6, 30)), list(np.random.default_rng(2).integers(1, 6, 25))),
+    ],
+)
 def test_mann_whitney_equals_scipy(ref, other, alternative):
     ours = mann_whitney(ref, other, alternative)
     theirs = stats.mannwhitneyu(ref, other, alternative=alternative)  # method="auto"
@@ -150,6 +178,7 @@ def test_wilcoxon_all_differences_zero_is_reported_not_run():
 
 # --------------------------------------------------------------------------- bootstrap
 
+
 def test_unpaired_bootstrap_equals_loop_over_resampled_items():
     rng = np.random.default_rng(11)
     ref_items = [list(rng.integers(1, 6, 3)) for _ in range(7)]
@@ -158,8 +187,7 @@ def test_unpaired_bootstrap_equals_loop_over_resampled_items():
     def hist(items):
         return np.array([[sum(v == k for v in item) for k in range(1, 6)] for item in items], dtype=float)
 
-    ci = bootstrap_rank_biserial_unpaired(hist(ref_items), hist(other_items), FIVE, 300,
-                                          np.random.default_rng(42))
+    ci = bootstrap_rank_biserial_unpaired(hist(ref_items), hist(other_items), FIVE, 300, np.random.default_rng(42))
     draw = np.random.default_rng(42)  # the same draws, in the same order, item by item
     picks_ref = draw.integers(0, 7, (300, 7))
     picks_other = draw.integers(0, 5, (300, 5))
@@ -198,15 +226,23 @@ def test_bootstrap_is_seeded_and_seed_matters():
 
 # --------------------------------------------------------------------------- krippendorff
 
+
 def test_alpha_equals_krippendorff_on_its_documented_example():
-    data = [[1, 2, 3, 3, 2, 1, 4, 1, 2, np.nan, np.nan, np.nan],
-            [1, 2, 3, 3, 2, 2, 4, 1, 2, 5, np.nan, 3],
-            [np.nan, 3, 3, 3, 2, 3, 4, 2, 2, 5, 1, np.nan],
-            [1, 2, 3, 3, 2, 4, 4, 1, 2, 5, 1, np.nan]]
-    records = [dict(study="s", item=f"u{j:02d}", system="S", annotator=f"c{i}", criterion="q", value=v)
-               for i, row in enumerate(data) for j, v in enumerate(row) if not math.isnan(v)]
+    data = [
+        [1, 2, 3, 3, 2, 1, 4, 1, 2, np.nan, np.nan, np.nan],
+        [1, 2, 3, 3, 2, 2, 4, 1, 2, 5, np.nan, 3],
+        [np.nan, 3, 3, 3, 2, 3, 4, 2, 2, 5, 1, np.nan],
+        [1, 2, 3, 3, 2, 4, 4, 1, 2, 5, 1, np.nan],
+    ]
+    records = [
+        dict(study="s", item=f"u{j:02d}", system="S", annotator=f"c{i}", criterion="q", value=v)
+        for i, row in enumerate(data)
+        for j, v in enumerate(row)
+        if not math.isnan(v)
+    ]
     ratings = ratings_from_records(records, "doc")
     from human_eval.analysis import Scale
+
     result = agreement("q", ratings.rows, Scale(1, 5, tuple(FIVE), "test"), n_boot=200, seed=0)
     assert round(result.ordinal, 3) == 0.815  # the value in krippendorff.alpha's docstring
     assert result.interval == pytest.approx(krippendorff.alpha(data, level_of_measurement="interval"))
@@ -266,10 +302,12 @@ def test_every_statistic_equals_scipy_and_krippendorff_paired(paired):
         # agreement: annotators x texts, straight into the krippendorff package
         matrix = at.pivot_table(index="annotator", columns=["item", "system"], values="value").to_numpy()
         g = next(x for x in result.agreement if x.aspect == aspect)
-        assert g.ordinal == pytest.approx(krippendorff.alpha(reliability_data=matrix, level_of_measurement="ordinal",
-                                                             value_domain=FIVE), rel=1e-12)
-        assert g.interval == pytest.approx(krippendorff.alpha(reliability_data=matrix,
-                                                              level_of_measurement="interval"), rel=1e-12)
+        assert g.ordinal == pytest.approx(
+            krippendorff.alpha(reliability_data=matrix, level_of_measurement="ordinal", value_domain=FIVE), rel=1e-12
+        )
+        assert g.interval == pytest.approx(
+            krippendorff.alpha(reliability_data=matrix, level_of_measurement="interval"), rel=1e-12
+        )
         assert g.ordinal_ci[0] <= g.ordinal <= g.ordinal_ci[1]
         assert g.n_annotators == 3
 
@@ -277,6 +315,7 @@ def test_every_statistic_equals_scipy_and_krippendorff_paired(paired):
 def test_alpha_bootstrap_equals_loop_over_resampled_items(paired):
     result, df = paired
     from human_eval.analysis import _rng
+
     at = df[df.criterion == "fluency"]
     wide = at.pivot_table(index="annotator", columns=["item", "system"], values="value")
     items = sorted(set(wide.columns.get_level_values(0)))
@@ -285,8 +324,11 @@ def test_alpha_bootstrap_equals_loop_over_resampled_items(paired):
     for _ in range(200):
         picked = rng.integers(0, len(items), size=len(items))
         columns = [col for i in picked for col in wide.columns if col[0] == items[i]]
-        reps.append(krippendorff.alpha(reliability_data=wide[columns].to_numpy(), value_domain=FIVE,
-                                       level_of_measurement="ordinal"))
+        reps.append(
+            krippendorff.alpha(
+                reliability_data=wide[columns].to_numpy(), value_domain=FIVE, level_of_measurement="ordinal"
+            )
+        )
     g = next(x for x in result.agreement if x.aspect == "fluency")
     assert g.ordinal_ci == pytest.approx(tuple(np.percentile(reps, [2.5, 97.5])), rel=1e-9)
 
@@ -304,8 +346,9 @@ def test_every_statistic_equals_scipy_unpaired():
         assert c.mannwhitney.pvalue_holm == c.mannwhitney.pvalue  # one comparison: Holm changes nothing
         matrix = at.pivot_table(index="annotator", columns=["item", "system"], values="value").to_numpy()
         g = next(x for x in result.agreement if x.aspect == aspect)
-        assert g.ordinal == pytest.approx(krippendorff.alpha(reliability_data=matrix, level_of_measurement="ordinal",
-                                                             value_domain=FIVE), rel=1e-12)
+        assert g.ordinal == pytest.approx(
+            krippendorff.alpha(reliability_data=matrix, level_of_measurement="ordinal", value_domain=FIVE), rel=1e-12
+        )
 
 
 def test_annotator_drift_offset_and_check_failures(paired):
@@ -330,12 +373,20 @@ def test_annotator_drift_offset_and_check_failures(paired):
 
 
 def test_alpha_without_variation_is_undefined_and_said():
-    records = [dict(study="s", item=f"p{i}", system="S", annotator=a, criterion="q", value=3)
-               for i in range(4) for a in ("x", "y")]
+    records = [
+        dict(study="s", item=f"p{i}", system="S", annotator=a, criterion="q", value=3)
+        for i in range(4)
+        for a in ("x", "y")
+    ]
     from human_eval.analysis import Scale
-    result = agreement("q", ratings_from_records(records, "flat").rows, Scale(1, 5, tuple(FIVE), "test"),
-                       n_boot=200, seed=0)
+
+    result = agreement(
+        "q", ratings_from_records(records, "flat").rows, Scale(1, 5, tuple(FIVE), "test"), n_boot=200, seed=0
+    )
     assert result.ordinal is None and "no variation" in result.undefined_reason
     with pytest.warns(RuntimeWarning):  # the package itself divides 0 by 0 here
-        assert math.isnan(krippendorff.alpha(reliability_data=[[3, 3, 3, 3], [3, 3, 3, 3]],
-                                             level_of_measurement="ordinal", value_domain=FIVE))
+        assert math.isnan(
+            krippendorff.alpha(
+                reliability_data=[[3, 3, 3, 3], [3, 3, 3, 3]], level_of_measurement="ordinal", value_domain=FIVE
+            )
+        )

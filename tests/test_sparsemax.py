@@ -113,6 +113,7 @@ def test_integer_and_list_inputs():
 
 # ---- the output layer ------------------------------------------------------------------
 
+
 def test_layer_scores_give_back_sparsemax_through_the_loops_softmax():
     from systems.layers.sparsemax_layer import SparsemaxLayer
 
@@ -127,12 +128,14 @@ def test_layer_scores_give_back_sparsemax_through_the_loops_softmax():
 
 @pytest.mark.parametrize("bad, word", [(float("nan"), "NaN"), (float("inf"), "infinite"), (float("-inf"), "infinite")])
 def test_layer_rejects_non_finite_logits(bad, word):
-    from systems.errors import MaxbenchError
+    from core.errors import MaxbenchError
     from systems.layers.sparsemax_layer import SparsemaxLayer
 
     logits = torch.zeros(3, 5)
     logits[2, 1] = bad
-    with pytest.raises(MaxbenchError, match=rf"sparsemax: the model's logits contain {word} values \(batch rows \[2\]\)"):
+    with pytest.raises(
+        MaxbenchError, match=rf"sparsemax: the model's logits contain {word} values \(batch rows \[2\]\)"
+    ):
         SparsemaxLayer().scores(logits, None)
 
 
@@ -192,7 +195,15 @@ def test_a_start_on_either_side_of_the_threshold_gives_the_same_projection():
     want, got_tau = project_to_simplex(a)
     assert torch.allclose(got_tau, tau, rtol=0, atol=1e-12)
     top = a.amax(-1, keepdim=True)
-    for start in (tau - 1e-3, tau - 10.0, tau, (tau + top) / 2, top - 1e-12, top, top + 3.0,
-                  torch.full_like(tau, float("nan"))):
+    for start in (
+        tau - 1e-3,
+        tau - 10.0,
+        tau,
+        (tau + top) / 2,
+        top - 1e-12,
+        top,
+        top + 3.0,
+        torch.full_like(tau, float("nan")),
+    ):
         p, t = project_to_simplex(a, start)
         assert torch.allclose(p, want, rtol=0, atol=1e-12) and torch.allclose(t, tau, rtol=0, atol=1e-12)

@@ -8,26 +8,19 @@ that signature and one or more named ``Score`` s (BLEU-2..5 come from one comput
 score keeps its per-prompt statistics for bootstrap intervals and paired tests, and its
 per-text values where the metric has them.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from importlib import metadata
 
 import numpy as np
 
-from systems.errors import MaxbenchError
+from core.errors import MaxbenchError
 
 from .stats import PromptStats, mean_stats
 from .tokenize import word_tokens
-
-
-def package_version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "absent"
 
 
 @dataclass
@@ -138,18 +131,19 @@ class Metric:
 
     def check(self, batch: TextBatch) -> None:
         if self.needs_references and batch.references is None:
-            raise MaxbenchError(f"metric '{self.name}' needs references: give --references FILE "
-                                f"(or score a run, whose rows carry them)")
+            raise MaxbenchError(
+                f"metric '{self.name}' needs references: give --references FILE (or score a run, whose rows carry them)"
+            )
 
     def result(self, scores: Sequence[Score], notes: str = "") -> MetricResult:
-        return MetricResult(self.name, self.variant, self.signature, self.higher_is_better,
-                            {s.name: s for s in scores}, notes)
+        return MetricResult(
+            self.name, self.variant, self.signature, self.higher_is_better, {s.name: s for s in scores}, notes
+        )
 
 
 # name -> metric class; filled by @register_metric in the modules listed below
 METRICS: dict[str, type[Metric]] = {}
-_METRIC_MODULES = ("benchmark.metrics.reference", "benchmark.metrics.diversity",
-                   "benchmark.metrics.perplexity")
+_METRIC_MODULES = ("benchmark.metrics.reference", "benchmark.metrics.diversity", "benchmark.metrics.perplexity")
 
 
 def register_metric(name: str) -> Callable[[type[Metric]], type[Metric]]:

@@ -1,41 +1,69 @@
 """``maxbench score``: score a run directory, or external files of generated texts."""
+
 from __future__ import annotations
 
 import argparse
 import json
 import math
 
-from systems.errors import MaxbenchError
+from core.errors import MaxbenchError
 
 # The command-line metric names, in the order results are listed; ref-ppl joins by itself
 # when a run's rows carry the systems' reference log-probabilities.
-DEFAULT_METRICS = ("sacrebleu", "bleu-n", "rouge-l", "meteor", "bertscore", "ppl", "self-bleu", "rep", "seq-rep",
-                   "distinct", "uniq", "kld", "ms-jaccard")
+DEFAULT_METRICS = (
+    "sacrebleu",
+    "bleu-n",
+    "rouge-l",
+    "meteor",
+    "bertscore",
+    "ppl",
+    "self-bleu",
+    "rep",
+    "seq-rep",
+    "distinct",
+    "uniq",
+    "kld",
+    "ms-jaccard",
+)
 
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "score", help="score generations: BLEU, ROUGE-L, METEOR, BERTScore, PPL, Self-BLEU, Rep, Distinct, ...",
+        "score",
+        help="score generations: BLEU, ROUGE-L, METEOR, BERTScore, PPL, Self-BLEU, Rep, Distinct, ...",
         description="Score every system of a run directory and write RUN_DIR/scores.json (values, bootstrap "
-                    "intervals over prompts, paired tests against a baseline, metric signatures), or score "
-                    "external files with --generations [--references] and print the result.",
+        "intervals over prompts, paired tests against a baseline, metric signatures), or score "
+        "external files with --generations [--references] and print the result.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="metrics: " + ", ".join(DEFAULT_METRICS) + " (default: all), and ref-ppl.\n"
-               "files: .jsonl/.json = one JSON object per line with a string field 'text' (and optionally "
-               "'prompt', used by ppl); any other name = one text per line.")
+        "files: .jsonl/.json = one JSON object per line with a string field 'text' (and optionally "
+        "'prompt', used by ppl); any other name = one text per line.",
+    )
     p.add_argument("run_dir", nargs="?", help="run directory (results/runs/<run-id>) holding generations.jsonl")
     p.add_argument("--generations", metavar="FILE", help="score this file of generated texts instead of a run")
     p.add_argument("--references", metavar="FILE", help="with --generations: one reference per generated text")
     p.add_argument("--metrics", metavar="LIST", help="comma-separated metric names (default: all)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--bootstrap", type=int, default=1000, metavar="N",
-                   help="bootstrap resamples over prompts for intervals and paired tests (0: no intervals)")
+    p.add_argument(
+        "--bootstrap",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="bootstrap resamples over prompts for intervals and paired tests (0: no intervals)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the resampling (default 0)")
     p.add_argument("--confidence", type=float, default=0.95, help="interval level (default 0.95)")
-    p.add_argument("--baseline", metavar="SYSTEM",
-                   help="system the others are tested against (default: the run's one softmax system)")
-    p.add_argument("--ppl-model", default="smollm2-135m", metavar="NAME",
-                   help="evaluator model of the ppl metric (built-in name, local directory or hub id)")
+    p.add_argument(
+        "--baseline",
+        metavar="SYSTEM",
+        help="system the others are tested against (default: the run's one softmax system)",
+    )
+    p.add_argument(
+        "--ppl-model",
+        default="smollm2-135m",
+        metavar="NAME",
+        help="evaluator model of the ppl metric (built-in name, local directory or hub id)",
+    )
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N for model-based metrics")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads for model-based metrics")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -57,9 +85,16 @@ def _options(args):
 
         torch.set_num_threads(args.threads)
     names = parse_metric_list(args.metrics) if args.metrics else list(DEFAULT_METRICS)
-    return ScoringOptions(metrics=names, n_resamples=args.bootstrap, seed=args.seed, level=args.confidence,
-                          ppl_model=args.ppl_model, device=args.device, threads=args.threads,
-                          progress=not args.quiet)
+    return ScoringOptions(
+        metrics=names,
+        n_resamples=args.bootstrap,
+        seed=args.seed,
+        level=args.confidence,
+        ppl_model=args.ppl_model,
+        device=args.device,
+        threads=args.threads,
+        progress=not args.quiet,
+    )
 
 
 def _fmt(x) -> str:
@@ -103,8 +138,11 @@ def cmd_score(args) -> int:
     if comp:
         print(f"paired tests against {comp['baseline']}:")
         for system, rows in comp["systems"].items():
-            sig = [f"{k} {_fmt(v['difference'])} (p={_fmt(v['p_value'])})" for k, v in rows.items()
-                   if v["p_value"] is not None and v["p_value"] < 0.05 and not math.isnan(v["difference"])]
+            sig = [
+                f"{k} {_fmt(v['difference'])} (p={_fmt(v['p_value'])})"
+                for k, v in rows.items()
+                if v["p_value"] is not None and v["p_value"] < 0.05 and not math.isnan(v["difference"])
+            ]
             print(f"  {system}: " + ("; ".join(sig) if sig else "no score differs at p < 0.05"))
     print(f"wrote {Path(args.run_dir) / 'scores.json'}")
     return 0

@@ -3,6 +3,7 @@
 All count the shared word tokens (``tokenize.word_tokens``). Several definitions circulate
 under each name; each metric's variant and signature say which one this is.
 """
+
 from __future__ import annotations
 
 import math
@@ -10,7 +11,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .base import Metric, Score, TextBatch, finite_or_none, mean_score, package_version, register_metric, signature
+from core.provenance import package_version
+
+from .base import Metric, Score, TextBatch, finite_or_none, mean_score, register_metric, signature
 from .ngrams import count_blocks, hashed_counts, ngrams
 from .sentence_bleu import self_bleu
 from .stats import PromptStats
@@ -20,29 +23,42 @@ from .tokenize import TOKENIZER_ID
 @register_metric("self-bleu")
 class SelfBLEU(Metric):
     higher_is_better = False
-    variant = ("Self-BLEU-n (Zhu et al. 2018, Texygen), leave-one-out: each text against all the system's "
-               "other texts (every prompt and sample) with nltk sentence_bleu, averaged over texts")
+    variant = (
+        "Self-BLEU-n (Zhu et al. 2018, Texygen), leave-one-out: each text against all the system's "
+        "other texts (every prompt and sample) with nltk sentence_bleu, averaged over texts"
+    )
 
     def __init__(self, orders: tuple[int, ...] = (2, 3, 4, 5)):
         self.orders = tuple(orders)
 
     @property
     def signature(self) -> str:
-        return signature("self-bleu", tok=TOKENIZER_ID, n=",".join(map(str, self.orders)), weights="uniform(1/n)",
-                         smooth="nltk-method1(eps=0.1)", refs="all-other-texts(leave-one-out,exact)",
-                         avg="mean-over-texts", ci="pool-fixed", nltk=package_version("nltk"))
+        return signature(
+            "self-bleu",
+            tok=TOKENIZER_ID,
+            n=",".join(map(str, self.orders)),
+            weights="uniform(1/n)",
+            smooth="nltk-method1(eps=0.1)",
+            refs="all-other-texts(leave-one-out,exact)",
+            avg="mean-over-texts",
+            ci="pool-fixed",
+            nltk=package_version("nltk"),
+        )
 
     def compute(self, batch: TextBatch):
         if len(batch.texts) < 2:
             nan = np.full(len(batch.texts), np.nan)
-            return self.result([mean_score(batch, f"self-bleu-{n}", nan) for n in self.orders],
-                               notes="Self-BLEU needs at least two texts")
+            return self.result(
+                [mean_score(batch, f"self-bleu-{n}", nan) for n in self.orders],
+                notes="Self-BLEU needs at least two texts",
+            )
         values = self_bleu(batch.tokens, self.orders)
         return self.result([mean_score(batch, f"self-bleu-{n}", values[n]) for n in self.orders])
 
 
-def repetition_loop(tokens: Sequence[str], max_phrase: int = 90, min_phrase: int = 3,
-                    many: int = 50) -> tuple[int, int] | None:
+def repetition_loop(
+    tokens: Sequence[str], max_phrase: int = 90, min_phrase: int = 3, many: int = 50
+) -> tuple[int, int] | None:
     """Holtzman et al. (2020)'s test: does the text end in a repetition loop?
 
     For every phrase length n up to ``max_phrase`` count how many times the last n tokens
@@ -53,9 +69,9 @@ def repetition_loop(tokens: Sequence[str], max_phrase: int = 90, min_phrase: int
     best_n, best_repeats = 1, 1
     size = len(tokens)
     for n in range(1, min(max_phrase, size) + 1):
-        tail = tokens[size - n:]
+        tail = tokens[size - n :]
         repeats = 1
-        while (repeats + 1) * n <= size and tokens[size - (repeats + 1) * n:size - repeats * n] == tail:
+        while (repeats + 1) * n <= size and tokens[size - (repeats + 1) * n : size - repeats * n] == tail:
             repeats += 1
         if repeats > best_repeats:
             best_n, best_repeats = n, repeats
@@ -67,14 +83,23 @@ def repetition_loop(tokens: Sequence[str], max_phrase: int = 90, min_phrase: int
 @register_metric("rep")
 class Repetition(Metric):
     higher_is_better = False
-    variant = ("Rep (Holtzman et al. 2020, as POSG reports it): share of texts that end in a repetition "
-               "loop (a phrase of >= 3 tokens repeated back to back at the end, or any phrase > 50 times), "
-               "as a fraction")
+    variant = (
+        "Rep (Holtzman et al. 2020, as POSG reports it): share of texts that end in a repetition "
+        "loop (a phrase of >= 3 tokens repeated back to back at the end, or any phrase > 50 times), "
+        "as a fraction"
+    )
 
     @property
     def signature(self) -> str:
-        return signature("rep", tok=TOKENIZER_ID, max_phrase=90, min_phrase=3, min_repeats=2,
-                         or_repeats_over=50, unit="fraction-of-texts")
+        return signature(
+            "rep",
+            tok=TOKENIZER_ID,
+            max_phrase=90,
+            min_phrase=3,
+            min_repeats=2,
+            or_repeats_over=50,
+            unit="fraction-of-texts",
+        )
 
     def compute(self, batch: TextBatch):
         values = [0.0 if repetition_loop(t) is None else 1.0 for t in batch.tokens]
@@ -84,8 +109,9 @@ class Repetition(Metric):
 @register_metric("seq-rep")
 class SeqRep(Metric):
     higher_is_better = False
-    variant = ("seq-rep-n (Welleck et al. 2020): per text 1 - unique n-grams / n-grams, mean over texts "
-               "that have an n-gram")
+    variant = (
+        "seq-rep-n (Welleck et al. 2020): per text 1 - unique n-grams / n-grams, mean over texts that have an n-gram"
+    )
 
     def __init__(self, n: int = 4):
         self.n = n
@@ -104,16 +130,19 @@ class SeqRep(Metric):
 
 @register_metric("distinct")
 class Distinct(Metric):
-    variant = ("Distinct-n in two variants: per-text (unique n-grams / n-grams of each text, mean over texts "
-               "with an n-gram; POSG) and corpus (unique n-grams / n-grams over all texts; Li et al. 2016, GEM)")
+    variant = (
+        "Distinct-n in two variants: per-text (unique n-grams / n-grams of each text, mean over texts "
+        "with an n-gram; POSG) and corpus (unique n-grams / n-grams over all texts; Li et al. 2016, GEM)"
+    )
 
     def __init__(self, orders: tuple[int, ...] = (1, 2, 3)):
         self.orders = tuple(orders)
 
     @property
     def signature(self) -> str:
-        return signature("distinct", tok=TOKENIZER_ID, n=",".join(map(str, self.orders)),
-                         variants="per-text(mean),corpus")
+        return signature(
+            "distinct", tok=TOKENIZER_ID, n=",".join(map(str, self.orders)), variants="per-text(mean),corpus"
+        )
 
     def compute(self, batch: TextBatch):
         scores = []
@@ -123,9 +152,13 @@ class Distinct(Metric):
             per_text = [len(c) / sum(c.values()) if c else math.nan for c in counts]
             scores.append(mean_score(batch, f"distinct-{n}-per-text", per_text))
             keys, (matrix,) = count_blocks([(batch.prompt_index, counts)], n_prompts)
-            stats = PromptStats(tuple(batch.prompt_order), (matrix,),
-                                lambda agg: (agg[0] > 0).sum(axis=1) / agg[0].sum(axis=1), (keys,),
-                                bootstrap_ok=False)
+            stats = PromptStats(
+                tuple(batch.prompt_order),
+                (matrix,),
+                lambda agg: (agg[0] > 0).sum(axis=1) / agg[0].sum(axis=1),
+                (keys,),
+                bootstrap_ok=False,
+            )
             scores.append(Score(f"distinct-{n}-corpus", finite_or_none(stats.value()), stats))
         return self.result(scores)
 
@@ -139,9 +172,12 @@ class Uniq(Metric):
         return signature("uniq", tok=TOKENIZER_ID, unit="types")
 
     def compute(self, batch: TextBatch):
-        keys, (matrix,) = count_blocks([(batch.prompt_index, hashed_counts(batch.tokens, 1))],
-                                       len(batch.prompt_order))
-        stats = PromptStats(tuple(batch.prompt_order), (matrix,),
-                            lambda agg: (agg[0] > 0).sum(axis=1).astype(np.float64), (keys,), bootstrap_ok=False)
+        keys, (matrix,) = count_blocks([(batch.prompt_index, hashed_counts(batch.tokens, 1))], len(batch.prompt_order))
+        stats = PromptStats(
+            tuple(batch.prompt_order),
+            (matrix,),
+            lambda agg: (agg[0] > 0).sum(axis=1).astype(np.float64),
+            (keys,),
+            bootstrap_ok=False,
+        )
         return self.result([Score("uniq", stats.value(), stats)])
-

@@ -7,6 +7,7 @@ hence the order in which corpus-level sums add up are the same in every process:
 identical to the last bit from run to run. Two different n-grams sharing a key would merge;
 among 10^6 n-grams the chance is ~3e-8.
 """
+
 from __future__ import annotations
 
 import functools
@@ -26,8 +27,9 @@ def ngrams(tokens: Sequence[str], n: int) -> list[tuple[str, ...]]:
 
 @functools.lru_cache(maxsize=1 << 20)
 def token_key(token: str) -> int:
-    return int.from_bytes(hashlib.blake2b(token.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little",
-                          signed=True)
+    return int.from_bytes(
+        hashlib.blake2b(token.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little", signed=True
+    )
 
 
 def hashed_counts(token_lists: Sequence[Sequence[str]], n: int) -> list[Counter]:
@@ -38,8 +40,9 @@ def hashed_counts(token_lists: Sequence[Sequence[str]], n: int) -> list[Counter]
     return counts
 
 
-def count_blocks(groups: Sequence[tuple[np.ndarray, list[Counter]]],
-                 n_prompts: int) -> tuple[np.ndarray, list[sp.csr_matrix]]:
+def count_blocks(
+    groups: Sequence[tuple[np.ndarray, list[Counter]]], n_prompts: int
+) -> tuple[np.ndarray, list[sp.csr_matrix]]:
     """Per-prompt count matrices for several groups of texts over one shared key space.
 
     Each group is (prompt index of each text, that text's hashed n-gram counts); the result

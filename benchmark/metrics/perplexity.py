@@ -11,6 +11,7 @@
   the uniform distribution of weight eps|V| / (1 + eps|V|); the number of zero-probability
   tokens is reported beside it.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,17 +20,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from systems.errors import MaxbenchError
+from core.errors import MaxbenchError
+from core.provenance import package_version
 
-from .base import Metric, Score, TextBatch, finite_or_none, package_version, register_metric, signature
+from .base import Metric, Score, TextBatch, finite_or_none, register_metric, signature
 from .stats import PromptStats
 
 DEFAULT_EVALUATOR = "smollm2-135m"
 DEFAULT_EPSILON = 1e-6
 
 
-def token_nll(model, contexts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]],
-              batch_size: int = 8, max_length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def token_nll(
+    model,
+    contexts: Sequence[Sequence[int]],
+    continuations: Sequence[Sequence[int]],
+    batch_size: int = 8,
+    max_length: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Summed negative log-likelihood (nats) of each continuation given its context, and how
     many of its tokens were scored, under a Hugging Face causal LM.
 
@@ -44,7 +51,7 @@ def token_nll(model, contexts: Sequence[Sequence[int]], continuations: Sequence[
     seqs, starts = [], []
     for ctx, cont in zip(contexts, continuations):
         cont = list(cont)[:max_length]
-        ctx = list(ctx)[max(0, len(ctx) - (max_length - len(cont))):]
+        ctx = list(ctx)[max(0, len(ctx) - (max_length - len(cont))) :]
         seqs.append(ctx + cont)
         starts.append(max(len(ctx), 1))  # first position whose token is predicted and belongs to cont
     nll = np.zeros(len(seqs))
@@ -54,13 +61,13 @@ def token_nll(model, contexts: Sequence[Sequence[int]], continuations: Sequence[
     todo = [i for i in order if counts[i] > 0]
     with torch.inference_mode():
         for b in range(0, len(todo), batch_size):
-            chunk = todo[b:b + batch_size]
+            chunk = todo[b : b + batch_size]
             width = max(len(seqs[i]) for i in chunk)
             ids = torch.zeros((len(chunk), width), dtype=torch.long)
             mask = torch.zeros((len(chunk), width), dtype=torch.long)
             for row, i in enumerate(chunk):
-                ids[row, :len(seqs[i])] = torch.tensor(seqs[i])
-                mask[row, :len(seqs[i])] = 1
+                ids[row, : len(seqs[i])] = torch.tensor(seqs[i])
+                mask[row, : len(seqs[i])] = 1
             logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits[:, :-1].float()
             target = ids[:, 1:].to(device)
             # log-softmax at the target only: no second (batch, length, vocabulary) tensor
@@ -68,18 +75,21 @@ def token_nll(model, contexts: Sequence[Sequence[int]], continuations: Sequence[
             picked = picked.cpu().double().numpy()
             for row, i in enumerate(chunk):
                 # logits at position t predict token t + 1
-                nll[i] = -picked[row, starts[i] - 1:len(seqs[i]) - 1].sum()
+                nll[i] = -picked[row, starts[i] - 1 : len(seqs[i]) - 1].sum()
     return nll, counts
 
 
 @register_metric("ppl")
 class Perplexity(Metric):
     higher_is_better = False
-    variant = ("perplexity of the generated texts under an evaluator LM, each conditioned on its prompt: "
-               "exp(total NLL / total tokens) over all texts")
+    variant = (
+        "perplexity of the generated texts under an evaluator LM, each conditioned on its prompt: "
+        "exp(total NLL / total tokens) over all texts"
+    )
 
-    def __init__(self, model: str = DEFAULT_EVALUATOR, device: str | None = None, threads: int | None = None,
-                 batch_size: int = 8):
+    def __init__(
+        self, model: str = DEFAULT_EVALUATOR, device: str | None = None, threads: int | None = None, batch_size: int = 8
+    ):
         self.model = model
         self.device = device
         self.threads = threads
@@ -89,9 +99,16 @@ class Perplexity(Metric):
     @property
     def signature(self) -> str:
         weights = getattr(self._loaded, "hash", None)
-        return signature("ppl", model=self.model, weights=(weights or "not-loaded")[:16], context="prompt",
-                         tok="evaluator", agg="exp(sum-NLL/sum-tokens)", torch=package_version("torch"),
-                         transformers=package_version("transformers"))
+        return signature(
+            "ppl",
+            model=self.model,
+            weights=(weights or "not-loaded")[:16],
+            context="prompt",
+            tok="evaluator",
+            agg="exp(sum-NLL/sum-tokens)",
+            torch=package_version("torch"),
+            transformers=package_version("transformers"),
+        )
 
     def load(self):
         if self._loaded is None:
@@ -118,8 +135,10 @@ class Perplexity(Metric):
         rows = np.zeros((n_prompts, 2))
         np.add.at(rows, batch.prompt_index, np.column_stack([nll, counts]))
         stats = PromptStats(tuple(batch.prompt_order), (rows,), lambda agg: np.exp(agg[0][:, 0] / agg[0][:, 1]))
-        return self.result([Score("ppl", finite_or_none(stats.value()), stats, per_text)],
-                           notes=f"{int(counts.sum())} evaluator tokens scored")
+        return self.result(
+            [Score("ppl", finite_or_none(stats.value()), stats, per_text)],
+            notes=f"{int(counts.sum())} evaluator tokens scored",
+        )
 
 
 @dataclass(frozen=True)
@@ -145,8 +164,9 @@ def _row_stats(logprobs, epsilon: float, vocab_size: int) -> list[float]:
     return [float(mixed.sum()), float(lp.size), float(zero.sum()), float(lp[~zero].sum())]
 
 
-def reference_perplexity(logprob_rows: Sequence[Sequence[float | None]], vocab_size: int,
-                         epsilon: float = DEFAULT_EPSILON) -> ReferencePerplexity:
+def reference_perplexity(
+    logprob_rows: Sequence[Sequence[float | None]], vocab_size: int, epsilon: float = DEFAULT_EPSILON
+) -> ReferencePerplexity:
     """Perplexity and epsilon-perplexity of references from the system's per-token log-probabilities.
 
     ``logprob_rows`` holds, for each reference text, the natural-log probability the system
@@ -165,33 +185,49 @@ def reference_perplexity(logprob_rows: Sequence[Sequence[float | None]], vocab_s
 @register_metric("ref-ppl")
 class ReferencePPL(Metric):
     higher_is_better = False
-    variant = ("perplexity of the references under the system's own output distribution (teacher-forced), "
-               "plain and epsilon-perplexity (Martins et al. 2020), with the share of zero-probability tokens")
+    variant = (
+        "perplexity of the references under the system's own output distribution (teacher-forced), "
+        "plain and epsilon-perplexity (Martins et al. 2020), with the share of zero-probability tokens"
+    )
 
     def __init__(self, epsilon: float = DEFAULT_EPSILON):
         self.epsilon = epsilon
 
     @property
     def signature(self) -> str:
-        return signature("ref-ppl", tok="system", eps=f"{self.epsilon:g}", eps_form="(p+eps)/(1+eps*V)",
-                         agg="exp(-sum-log-p/sum-tokens)", refs="prompt-reference")
+        return signature(
+            "ref-ppl",
+            tok="system",
+            eps=f"{self.epsilon:g}",
+            eps_form="(p+eps)/(1+eps*V)",
+            agg="exp(-sum-log-p/sum-tokens)",
+            refs="prompt-reference",
+        )
 
     def compute(self, batch: TextBatch):
         if not batch.reference_logprobs or batch.vocab_size is None:
-            raise MaxbenchError("metric 'ref-ppl' needs the system's log-probabilities of each reference token "
-                                "('reference_logprobs' in the run rows) and the vocabulary size; this input has none")
+            raise MaxbenchError(
+                "metric 'ref-ppl' needs the system's log-probabilities of each reference token "
+                "('reference_logprobs' in the run rows) and the vocabulary size; this input has none"
+            )
         missing = [p for p in batch.prompt_order if p not in batch.reference_logprobs]
         if missing:
             raise MaxbenchError(f"metric 'ref-ppl': no reference log-probabilities for prompt '{missing[0]}'")
-        result = reference_perplexity([batch.reference_logprobs[p] for p in batch.prompt_order],
-                                      batch.vocab_size, self.epsilon)
+        result = reference_perplexity(
+            [batch.reference_logprobs[p] for p in batch.prompt_order], batch.vocab_size, self.epsilon
+        )
         ids = tuple(batch.prompt_order)
         rows = result.rows
         eps = PromptStats(ids, (rows,), lambda agg: np.exp(-agg[0][:, 0] / agg[0][:, 1]))
-        plain = PromptStats(ids, (rows,), lambda agg: np.where(agg[0][:, 2] > 0, np.inf,
-                                                               np.exp(-agg[0][:, 3] / agg[0][:, 1])))
+        plain = PromptStats(
+            ids, (rows,), lambda agg: np.where(agg[0][:, 2] > 0, np.inf, np.exp(-agg[0][:, 3] / agg[0][:, 1]))
+        )
         zero = PromptStats(ids, (rows,), lambda agg: agg[0][:, 2] / agg[0][:, 1])
-        return self.result([Score("ref-eps-ppl", finite_or_none(result.eps_ppl), eps),
-                            Score("ref-ppl", finite_or_none(result.ppl), plain),
-                            Score("ref-zero-frac", finite_or_none(zero.value()), zero)],
-                           notes=f"{result.n_zero} of {result.n_tokens} reference tokens had probability 0")
+        return self.result(
+            [
+                Score("ref-eps-ppl", finite_or_none(result.eps_ppl), eps),
+                Score("ref-ppl", finite_or_none(result.ppl), plain),
+                Score("ref-zero-frac", finite_or_none(zero.value()), zero),
+            ],
+            notes=f"{result.n_zero} of {result.n_tokens} reference tokens had probability 0",
+        )

@@ -6,16 +6,17 @@ and MS-Jaccard compare the n-gram statistics of all texts with those of all refe
 Every number comes from the field's library where one exists (sacrebleu, nltk, rouge-score,
 bert-score); tests/test_metrics_reference.py checks equality with direct library calls.
 """
+
 from __future__ import annotations
 
 import os
 
 import numpy as np
 
-from systems.errors import MaxbenchError
+from core.errors import MaxbenchError
+from core.provenance import package_version
 
-from .base import (Metric, Score, TextBatch, finite_or_none, mean_score, package_version, register_metric,
-                   signature)
+from .base import Metric, Score, TextBatch, finite_or_none, mean_score, register_metric, signature
 from .ngrams import count_blocks, hashed_counts
 from .sentence_bleu import pool_bleu
 from .stats import PromptStats
@@ -52,12 +53,21 @@ class SacreBLEU(Metric):
 
         def finalize(agg):
             a = np.rint(agg[0]).astype(np.int64)  # sums of counts are integers; resampling weights too
-            return np.array([BLEU.compute_bleu(r[:order].tolist(), r[order:2 * order].tolist(),
-                                               int(r[2 * order]), int(r[2 * order + 1]),
-                                               smooth_method=self._bleu.smooth_method,
-                                               smooth_value=self._bleu.smooth_value,
-                                               effective_order=self._bleu.effective_order,
-                                               max_ngram_order=order).score for r in a])
+            return np.array(
+                [
+                    BLEU.compute_bleu(
+                        r[:order].tolist(),
+                        r[order : 2 * order].tolist(),
+                        int(r[2 * order]),
+                        int(r[2 * order + 1]),
+                        smooth_method=self._bleu.smooth_method,
+                        smooth_value=self._bleu.smooth_value,
+                        effective_order=self._bleu.effective_order,
+                        max_ngram_order=order,
+                    ).score
+                    for r in a
+                ]
+            )
 
         stats = PromptStats(tuple(batch.prompt_order), (per_prompt,), finalize)
         return self.result([Score("sacrebleu", stats.value(), stats)])
@@ -66,17 +76,26 @@ class SacreBLEU(Metric):
 @register_metric("bleu-n")
 class PoolBLEU(Metric):
     needs_references = True
-    variant = ("Texygen BLEU-n: each text against the whole reference set (all prompts' references) "
-               "with nltk sentence_bleu, averaged over texts")
+    variant = (
+        "Texygen BLEU-n: each text against the whole reference set (all prompts' references) "
+        "with nltk sentence_bleu, averaged over texts"
+    )
 
     def __init__(self, orders: tuple[int, ...] = (2, 3, 4, 5)):
         self.orders = tuple(orders)
 
     @property
     def signature(self) -> str:
-        return signature("bleu-n", tok=TOKENIZER_ID, n=",".join(map(str, self.orders)), weights="uniform(1/n)",
-                         smooth="nltk-method1(eps=0.1)", refs="whole-reference-set", avg="mean-over-texts",
-                         nltk=package_version("nltk"))
+        return signature(
+            "bleu-n",
+            tok=TOKENIZER_ID,
+            n=",".join(map(str, self.orders)),
+            weights="uniform(1/n)",
+            smooth="nltk-method1(eps=0.1)",
+            refs="whole-reference-set",
+            avg="mean-over-texts",
+            nltk=package_version("nltk"),
+        )
 
     def compute(self, batch: TextBatch):
         self.check(batch)
@@ -94,9 +113,14 @@ class RougeL(Metric):
 
     @property
     def signature(self) -> str:
-        return signature("rouge-l", tok="rouge-score-default(lowercase,[a-z0-9]+)",
-                         stemmer="porter" if self.use_stemmer else "no", refs="prompt-reference",
-                         avg="mean-over-texts", rouge_score=package_version("rouge-score"))
+        return signature(
+            "rouge-l",
+            tok="rouge-score-default(lowercase,[a-z0-9]+)",
+            stemmer="porter" if self.use_stemmer else "no",
+            refs="prompt-reference",
+            avg="mean-over-texts",
+            rouge_score=package_version("rouge-score"),
+        )
 
     def compute(self, batch: TextBatch):
         self.check(batch)
@@ -104,9 +128,13 @@ class RougeL(Metric):
 
         scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=self.use_stemmer)
         got = [scorer.score(ref, text)["rougeL"] for text, ref in zip(batch.texts, batch.reference_per_text)]
-        return self.result([mean_score(batch, "rouge-l-f", [g.fmeasure for g in got]),
-                            mean_score(batch, "rouge-l-p", [g.precision for g in got]),
-                            mean_score(batch, "rouge-l-r", [g.recall for g in got])])
+        return self.result(
+            [
+                mean_score(batch, "rouge-l-f", [g.fmeasure for g in got]),
+                mean_score(batch, "rouge-l-p", [g.precision for g in got]),
+                mean_score(batch, "rouge-l-r", [g.recall for g in got]),
+            ]
+        )
 
 
 @register_metric("meteor")
@@ -118,9 +146,18 @@ class Meteor(Metric):
     def signature(self) -> str:
         from systems.assets import ASSETS
 
-        return signature("meteor", tok=TOKENIZER_ID, lowercase="yes", alpha=0.9, beta=3, gamma=0.5,
-                         wordnet=f"3.0({ASSETS['wordnet'].spec})", refs="prompt-reference", avg="mean-over-texts",
-                         nltk=package_version("nltk"))
+        return signature(
+            "meteor",
+            tok=TOKENIZER_ID,
+            lowercase="yes",
+            alpha=0.9,
+            beta=3,
+            gamma=0.5,
+            wordnet=f"3.0({ASSETS['wordnet'].spec})",
+            refs="prompt-reference",
+            avg="mean-over-texts",
+            nltk=package_version("nltk"),
+        )
 
     def compute(self, batch: TextBatch):
         self.check(batch)
@@ -137,17 +174,21 @@ class Meteor(Metric):
             raise MaxbenchError(f"metric 'meteor' needs WordNet: {exc}") from None
         except (LookupError, OSError) as exc:
             lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and set(ln.strip()) != {"*"}]
-            raise MaxbenchError(f"metric 'meteor': NLTK cannot read the WordNet in {data} "
-                                f"({lines[0] if lines else exc!r}); the WordNet asset is incomplete or damaged: "
-                                f"delete it to refetch, or leave meteor out of --metrics") from None
+            raise MaxbenchError(
+                f"metric 'meteor': NLTK cannot read the WordNet in {data} "
+                f"({lines[0] if lines else exc!r}); the WordNet asset is incomplete or damaged: "
+                f"delete it to refetch, or leave meteor out of --metrics"
+            ) from None
         return self.result([mean_score(batch, "meteor", values)])
 
 
 @register_metric("bertscore")
 class BERTScore(Metric):
     needs_references = True
-    variant = ("BERTScore F1/P/R (bert-score) of each text against its prompt's reference with the local "
-               "all-MiniLM-L6-v2 encoder; an empty text or reference scores 0, as bert-score intends")
+    variant = (
+        "BERTScore F1/P/R (bert-score) of each text against its prompt's reference with the local "
+        "all-MiniLM-L6-v2 encoder; an empty text or reference scores 0, as bert-score intends"
+    )
     MODEL_ASSET = "minilm"
 
     def __init__(self, batch_size: int = 32):
@@ -159,9 +200,17 @@ class BERTScore(Metric):
         from systems.assets import ASSETS
 
         asset = ASSETS[self.MODEL_ASSET]
-        return signature("bertscore", model=f"all-MiniLM-L6-v2({asset.spec},sha256:{asset.sha256[:12]})",
-                         layers=6, idf="no", rescale="no", refs="prompt-reference", avg="mean-over-texts",
-                         bert_score=package_version("bert-score"), transformers=package_version("transformers"))
+        return signature(
+            "bertscore",
+            model=f"all-MiniLM-L6-v2({asset.spec},sha256:{asset.sha256[:12]})",
+            layers=6,
+            idf="no",
+            rescale="no",
+            refs="prompt-reference",
+            avg="mean-over-texts",
+            bert_score=package_version("bert-score"),
+            transformers=package_version("transformers"),
+        )
 
     def compute(self, batch: TextBatch):
         self.check(batch)
@@ -182,35 +231,53 @@ class BERTScore(Metric):
         f = np.zeros(len(batch.texts))
         if scorable:
             if self._scorer is None:
-                self._scorer = BERTScorer(model_type=str(model_dir), num_layers=6, lang="en",
-                                          batch_size=self.batch_size)
+                self._scorer = BERTScorer(
+                    model_type=str(model_dir), num_layers=6, lang="en", batch_size=self.batch_size
+                )
             got = self._scorer.score([batch.texts[i] for i in scorable], [refs[i] for i in scorable])
             p[scorable], r[scorable], f[scorable] = (x.double().numpy() for x in got)
-        return self.result([mean_score(batch, "bertscore-f1", f), mean_score(batch, "bertscore-p", p),
-                            mean_score(batch, "bertscore-r", r)])
+        return self.result(
+            [
+                mean_score(batch, "bertscore-f1", f),
+                mean_score(batch, "bertscore-p", p),
+                mean_score(batch, "bertscore-r", r),
+            ]
+        )
 
 
 @register_metric("kld")
 class UnigramKL(Metric):
     needs_references = True
     higher_is_better = False
-    variant = ("KL(P_ref || P_gen) in nats between the unigram distributions of all references and all texts, "
-               "add-alpha smoothing of both over the union vocabulary")
+    variant = (
+        "KL(P_ref || P_gen) in nats between the unigram distributions of all references and all texts, "
+        "add-alpha smoothing of both over the union vocabulary"
+    )
 
     def __init__(self, alpha: float = 1.0):
         self.alpha = alpha
 
     @property
     def signature(self) -> str:
-        return signature("kld", tok=TOKENIZER_ID, direction="KL(ref||gen)", unit="nats",
-                         smooth=f"add-{self.alpha:g}(union-vocab)", refs="whole-reference-set")
+        return signature(
+            "kld",
+            tok=TOKENIZER_ID,
+            direction="KL(ref||gen)",
+            unit="nats",
+            smooth=f"add-{self.alpha:g}(union-vocab)",
+            refs="whole-reference-set",
+        )
 
     def compute(self, batch: TextBatch):
         self.check(batch)
         n_prompts = len(batch.prompt_order)
-        keys, (gen, ref) = count_blocks([(batch.prompt_index, hashed_counts(batch.tokens, 1)),
-                                         (np.arange(n_prompts), hashed_counts(batch.reference_tokens, 1))],
-                                        n_prompts)
+        keys, (gen, ref) = count_blocks(
+            [
+                (batch.prompt_index, hashed_counts(batch.tokens, 1)),
+                (np.arange(n_prompts), hashed_counts(batch.reference_tokens, 1)),
+            ],
+            n_prompts,
+        )
         alpha = self.alpha
 
         def finalize(agg):
@@ -225,8 +292,9 @@ class UnigramKL(Metric):
         return self.result([Score("kld", finite_or_none(stats.value()), stats)])
 
 
-def ms_jaccard_from_counts(gen: list[np.ndarray], ref: list[np.ndarray], n_gen: np.ndarray,
-                           n_ref: np.ndarray) -> np.ndarray:
+def ms_jaccard_from_counts(
+    gen: list[np.ndarray], ref: list[np.ndarray], n_gen: np.ndarray, n_ref: np.ndarray
+) -> np.ndarray:
     """MS-Jaccard-N for rows of aggregated counts: ``gen[k]``/``ref[k]`` are (R, V_k) counts of
     (k+1)-grams, ``n_gen``/``n_ref`` the number of texts behind them; geometric mean over n = 1..N."""
     log_sum = 0.0
@@ -240,36 +308,54 @@ def ms_jaccard_from_counts(gen: list[np.ndarray], ref: list[np.ndarray], n_gen: 
 @register_metric("ms-jaccard")
 class MSJaccard(Metric):
     needs_references = True
-    variant = ("MS-Jaccard-n (Montahaei et al. 2019): per order k, n-gram counts of all texts and of all "
-               "references divided by their number of texts, sum of minima over sum of maxima; "
-               "geometric mean over k = 1..n")
+    variant = (
+        "MS-Jaccard-n (Montahaei et al. 2019): per order k, n-gram counts of all texts and of all "
+        "references divided by their number of texts, sum of minima over sum of maxima; "
+        "geometric mean over k = 1..n"
+    )
 
     def __init__(self, max_n: int = 3):
         self.max_n = max_n
 
     @property
     def signature(self) -> str:
-        return signature("ms-jaccard", tok=TOKENIZER_ID, n=f"1..{self.max_n}", norm="per-text",
-                         mean="geometric(1..n)", refs="whole-reference-set")
+        return signature(
+            "ms-jaccard",
+            tok=TOKENIZER_ID,
+            n=f"1..{self.max_n}",
+            norm="per-text",
+            mean="geometric(1..n)",
+            refs="whole-reference-set",
+        )
 
     def compute(self, batch: TextBatch):
         self.check(batch)
         n_prompts = len(batch.prompt_order)
         blocks, keys = [], []
         for k in range(1, self.max_n + 1):
-            key, (gen, ref) = count_blocks([(batch.prompt_index, hashed_counts(batch.tokens, k)),
-                                            (np.arange(n_prompts), hashed_counts(batch.reference_tokens, k))],
-                                           n_prompts)
+            key, (gen, ref) = count_blocks(
+                [
+                    (batch.prompt_index, hashed_counts(batch.tokens, k)),
+                    (np.arange(n_prompts), hashed_counts(batch.reference_tokens, k)),
+                ],
+                n_prompts,
+            )
             blocks += [gen, ref]
             keys += [key, key]
         sizes = np.column_stack([np.bincount(batch.prompt_index, minlength=n_prompts), np.ones(n_prompts)])
         scores = []
         for n in range(1, self.max_n + 1):
+
             def finalize(agg, n=n):
                 sizes_agg = agg[-1]
-                return ms_jaccard_from_counts(agg[0:2 * n:2], agg[1:2 * n:2], sizes_agg[:, 0], sizes_agg[:, 1])
+                return ms_jaccard_from_counts(agg[0 : 2 * n : 2], agg[1 : 2 * n : 2], sizes_agg[:, 0], sizes_agg[:, 1])
 
-            stats = PromptStats(tuple(batch.prompt_order), tuple(blocks[:2 * n]) + (sizes,), finalize,
-                                tuple(keys[:2 * n]) + (None,), bootstrap_ok=False)
+            stats = PromptStats(
+                tuple(batch.prompt_order),
+                tuple(blocks[: 2 * n]) + (sizes,),
+                finalize,
+                tuple(keys[: 2 * n]) + (None,),
+                bootstrap_ok=False,
+            )
             scores.append(Score(f"ms-jaccard-{n}", finite_or_none(stats.value()), stats))
         return self.result(scores)

@@ -16,6 +16,7 @@
 Undefined numbers (a perplexity of no tokens, an infinite perplexity) are null. Texts are
 grouped by system; references by prompt id; a prompt's samples share its reference.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -26,11 +27,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from systems.errors import MaxbenchError
+from core.errors import MaxbenchError
+from core.provenance import versions
 
-from .base import MetricResult, TextBatch, get_metric, package_version
-from .stats import (CI_METHOD, DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED, JACKKNIFE_METHOD, TEST_METHOD,
-                    bootstrap_ci, paired_test)
+from .base import MetricResult, TextBatch, get_metric
+from .stats import (
+    CI_METHOD,
+    DEFAULT_LEVEL,
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    JACKKNIFE_METHOD,
+    TEST_METHOD,
+    bootstrap_ci,
+    paired_test,
+)
 
 FORMAT = "maxbench-scores/1"
 
@@ -54,6 +64,7 @@ def _log(options: ScoringOptions, msg: str) -> None:
 
 # ---------------------------------------------------------------- reading inputs
 
+
 def _decode(path: Path) -> str:
     try:
         data = path.read_bytes()
@@ -70,9 +81,10 @@ def _decode(path: Path) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        raise MaxbenchError(f"{path} line {line}: not UTF-8 (byte 0x{data[exc.start]:02x}); "
-                            f"convert the file to UTF-8") from None
+        line = data[: exc.start].count(b"\n") + 1
+        raise MaxbenchError(
+            f"{path} line {line}: not UTF-8 (byte 0x{data[exc.start]:02x}); convert the file to UTF-8"
+        ) from None
 
 
 def read_texts(path: str | Path) -> list[dict]:
@@ -135,8 +147,10 @@ def load_run(run_dir: Path) -> tuple[dict, dict[str, TextBatch]]:
         system, pid = str(row["system"]), str(row["prompt_id"])
         key = (system, pid, row.get("sample", 0))
         if key in seen:
-            raise MaxbenchError(f"{gen_path} row {n} repeats system '{system}', prompt '{pid}', "
-                                f"sample {key[2]}; merge or repair the run first")
+            raise MaxbenchError(
+                f"{gen_path} row {n} repeats system '{system}', prompt '{pid}', "
+                f"sample {key[2]}; merge or repair the run first"
+            )
         seen.add(key)
         g = groups.setdefault(system, {"texts": [], "ids": [], "refs": {}, "prompts": {}, "ref_lp": {}, "vocab": None})
         if g["refs"].setdefault(pid, row["reference"]) != row["reference"]:
@@ -148,16 +162,21 @@ def load_run(run_dir: Path) -> tuple[dict, dict[str, TextBatch]]:
         if row.get("reference_logprobs") is not None:
             g["ref_lp"][pid] = row["reference_logprobs"]
             g["vocab"] = row.get("vocab_size", g["vocab"])
-    batches = {s: TextBatch(g["texts"], g["ids"], g["refs"], g["prompts"] or None, g["ref_lp"] or None, g["vocab"])
-               for s, g in groups.items()}
+    batches = {
+        s: TextBatch(g["texts"], g["ids"], g["refs"], g["prompts"] or None, g["ref_lp"] or None, g["vocab"])
+        for s, g in groups.items()
+    }
     return manifest, batches
 
 
 # ---------------------------------------------------------------- scoring
 
+
 def build_metrics(options: ScoringOptions) -> list:
-    return [get_metric(name, model=options.ppl_model, device=options.device, threads=options.threads)
-            for name in options.metrics]
+    return [
+        get_metric(name, model=options.ppl_model, device=options.device, threads=options.threads)
+        for name in options.metrics
+    ]
 
 
 def score_batch(batch: TextBatch, metrics: Sequence, options: ScoringOptions, label: str) -> list[MetricResult]:
@@ -173,8 +192,15 @@ def _score_entries(results: list[MetricResult], options: ScoringOptions) -> dict
     out = {}
     for res in results:
         for name, score in res.scores.items():
-            entry = {"metric": res.metric, "value": score.value, "ci_low": None, "ci_high": None, "ci_method": None,
-                     "higher_is_better": res.higher_is_better, "signature": res.signature}
+            entry = {
+                "metric": res.metric,
+                "value": score.value,
+                "ci_low": None,
+                "ci_high": None,
+                "ci_method": None,
+                "higher_is_better": res.higher_is_better,
+                "signature": res.signature,
+            }
             if options.n_resamples > 0 and score.value is not None:
                 ci = bootstrap_ci(score.stats, options.n_resamples, options.seed, options.level)
                 entry["ci_low"], entry["ci_high"], entry["ci_method"] = ci.low, ci.high, ci.method
@@ -184,20 +210,43 @@ def _score_entries(results: list[MetricResult], options: ScoringOptions) -> dict
 
 
 def _metric_table(results: list[MetricResult]) -> dict:
-    return {r.metric: {"variant": r.variant, "signature": r.signature, "higher_is_better": r.higher_is_better,
-                       "scores": list(r.scores)} for r in results}
+    return {
+        r.metric: {
+            "variant": r.variant,
+            "signature": r.signature,
+            "higher_is_better": r.higher_is_better,
+            "scores": list(r.scores),
+        }
+        for r in results
+    }
 
 
 def _bootstrap_info(options: ScoringOptions) -> dict:
-    return {"n_resamples": options.n_resamples, "seed": options.seed, "level": options.level, "method": CI_METHOD,
-            "method_for_type_counts": JACKKNIFE_METHOD + " (distinct-n-corpus, uniq, kld, ms-jaccard: duplicated "
-                                                         "prompts in a bootstrap resample add no n-gram types)"}
+    return {
+        "n_resamples": options.n_resamples,
+        "seed": options.seed,
+        "level": options.level,
+        "method": CI_METHOD,
+        "method_for_type_counts": JACKKNIFE_METHOD + " (distinct-n-corpus, uniq, kld, ms-jaccard: duplicated "
+        "prompts in a bootstrap resample add no n-gram types)",
+    }
+
+
+SCORE_PACKAGES = (
+    "maxbench",
+    "numpy",
+    "scipy",
+    "sacrebleu",
+    "nltk",
+    "rouge-score",
+    "bert-score",
+    "torch",
+    "transformers",
+)
 
 
 def score_versions() -> dict:
-    return {"python": sys.version.split()[0]} | {
-        p: package_version(p) for p in ("maxbench", "numpy", "scipy", "sacrebleu", "nltk", "rouge-score",
-                                        "bert-score", "torch", "transformers")}
+    return versions(SCORE_PACKAGES)
 
 
 def default_baseline(manifest: dict, systems: Sequence[str]) -> str | None:
@@ -218,20 +267,30 @@ def score_run(run_dir: str | Path, options: ScoringOptions, baseline: str | None
     metrics = build_metrics(options)
     if any(b.reference_logprobs for b in batches.values()) and "ref-ppl" not in options.metrics:
         metrics.append(get_metric("ref-ppl"))
-    doc = {"format": FORMAT, "run_id": manifest.get("run_id", run_dir.name),
-           "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "generations_sha256": _sha256(run_dir / GENERATIONS), "suite": manifest.get("suite"),
-           "bootstrap": _bootstrap_info(options), "versions": score_versions(), "metrics": {}, "systems": {}}
+    doc = {
+        "format": FORMAT,
+        "run_id": manifest.get("run_id", run_dir.name),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "generations_sha256": _sha256(run_dir / GENERATIONS),
+        "suite": manifest.get("suite"),
+        "bootstrap": _bootstrap_info(options),
+        "versions": score_versions(),
+        "metrics": {},
+        "systems": {},
+    }
     all_results = {}
     for system, batch in batches.items():
         _log(options, f"scoring {system} ({len(batch.texts)} texts, {len(batch.prompt_order)} prompts)")
         results = score_batch(batch, [m for m in metrics if not _skip(m, batch)], options, system)
         all_results[system] = results
         doc["metrics"].update(_metric_table(results))
-        doc["systems"][system] = {"n_texts": len(batch.texts), "n_prompts": len(batch.prompt_order),
-                                  "n_empty": sum(1 for t in batch.texts if not t.strip()),
-                                  "notes": {r.metric: r.notes for r in results if r.notes},
-                                  "scores": _score_entries(results, options)}
+        doc["systems"][system] = {
+            "n_texts": len(batch.texts),
+            "n_prompts": len(batch.prompt_order),
+            "n_empty": sum(1 for t in batch.texts if not t.strip()),
+            "notes": {r.metric: r.notes for r in results if r.notes},
+            "scores": _score_entries(results, options),
+        }
     if baseline is not None and len(batches) > 1:
         doc["comparisons"] = compare(all_results, baseline, options)
     atomic_write(run_dir / "scores.json", json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n")
@@ -246,8 +305,14 @@ def _skip(metric, batch: TextBatch) -> bool:
 def compare(all_results: dict[str, list[MetricResult]], baseline: str, options: ScoringOptions) -> dict:
     """Each system against the baseline, score by score, on the prompts both have."""
     base = {name: s for r in all_results[baseline] for name, s in r.scores.items()}
-    out = {"baseline": baseline, "method": TEST_METHOD, "n_resamples": options.n_resamples, "seed": options.seed,
-           "level": options.level, "systems": {}}
+    out = {
+        "baseline": baseline,
+        "method": TEST_METHOD,
+        "n_resamples": options.n_resamples,
+        "seed": options.seed,
+        "level": options.level,
+        "systems": {},
+    }
     for system, results in all_results.items():
         if system == baseline:
             continue
@@ -257,12 +322,23 @@ def compare(all_results: dict[str, list[MetricResult]], baseline: str, options: 
                 if name not in base or score.value is None or base[name].value is None:
                     continue
                 try:
-                    c = paired_test(score.stats, base[name].stats, options.n_resamples or DEFAULT_RESAMPLES,
-                                    options.seed, options.level)
+                    c = paired_test(
+                        score.stats,
+                        base[name].stats,
+                        options.n_resamples or DEFAULT_RESAMPLES,
+                        options.seed,
+                        options.level,
+                    )
                 except ValueError:  # no shared prompt
                     continue
-                rows[name] = {"difference": c.difference, "ci_low": c.ci_low, "ci_high": c.ci_high,
-                              "ci_method": c.ci_method, "p_value": c.p_value, "n_prompts": c.n_prompts}
+                rows[name] = {
+                    "difference": c.difference,
+                    "ci_low": c.ci_low,
+                    "ci_high": c.ci_high,
+                    "ci_method": c.ci_method,
+                    "p_value": c.p_value,
+                    "n_prompts": c.n_prompts,
+                }
         out["systems"][system] = rows
     return out
 
@@ -276,14 +352,17 @@ def score_files(generations: str | Path, references: str | Path | None, options:
         references = Path(references)
         ref_rows = read_texts(references)
         if len(ref_rows) != len(gen_rows):
-            raise MaxbenchError(f"{generations} has {len(gen_rows)} texts but {references} has {len(ref_rows)}; "
-                                f"give exactly one reference per generated text, in the same order")
+            raise MaxbenchError(
+                f"{generations} has {len(gen_rows)} texts but {references} has {len(ref_rows)}; "
+                f"give exactly one reference per generated text, in the same order"
+            )
         refs = [r["text"] for r in ref_rows]
     metrics = build_metrics(options)
     needing = [m.name for m in metrics if m.needs_references]
     if refs is None and needing:
-        raise MaxbenchError(f"metric '{needing[0]}' needs references: give --references FILE "
-                            f"(or leave it out of --metrics)")
+        raise MaxbenchError(
+            f"metric '{needing[0]}' needs references: give --references FILE (or leave it out of --metrics)"
+        )
     ids = [str(i) for i in range(1, len(gen_rows) + 1)]  # one prompt per line: resampling is over lines
     prompts = {i: r["prompt"] for i, r in zip(ids, gen_rows) if isinstance(r.get("prompt"), str)}
     batch = TextBatch([r["text"] for r in gen_rows], ids, dict(zip(ids, refs)) if refs else None, prompts or None)
@@ -291,10 +370,17 @@ def score_files(generations: str | Path, references: str | Path | None, options:
     scores = _score_entries(results, options)
     for entry in scores.values():
         entry.pop("per_prompt")
-    return {"format": FORMAT, "generations": str(generations), "generations_sha256": _sha256(generations),
-            "references": str(references) if references else None,
-            "references_sha256": _sha256(references) if references else None,
-            "n_texts": len(gen_rows), "n_empty": sum(1 for r in gen_rows if not r["text"].strip()),
-            "bootstrap": _bootstrap_info(options), "versions": score_versions(),
-            "metrics": _metric_table(results), "notes": {r.metric: r.notes for r in results if r.notes},
-            "scores": scores}
+    return {
+        "format": FORMAT,
+        "generations": str(generations),
+        "generations_sha256": _sha256(generations),
+        "references": str(references) if references else None,
+        "references_sha256": _sha256(references) if references else None,
+        "n_texts": len(gen_rows),
+        "n_empty": sum(1 for r in gen_rows if not r["text"].strip()),
+        "bootstrap": _bootstrap_info(options),
+        "versions": score_versions(),
+        "metrics": _metric_table(results),
+        "notes": {r.metric: r.notes for r in results if r.notes},
+        "scores": scores,
+    }

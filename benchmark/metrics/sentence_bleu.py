@@ -15,6 +15,7 @@ reference length is found the same way: text i's own length drops out of the can
 only if no other text has it. Everything else is counting with numpy. The equality with nltk
 to 1e-9 is tested in tests/test_metrics_bleu.py and measured in benchmarks/self_bleu.py.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -35,8 +36,7 @@ class _NgramIndex:
 
     def __init__(self, token_lists: Sequence[Sequence[str]], max_n: int):
         vocab: dict[str, int] = {}
-        flat = np.fromiter((vocab.setdefault(t, len(vocab)) for toks in token_lists for t in toks),
-                           dtype=np.int64)
+        flat = np.fromiter((vocab.setdefault(t, len(vocab)) for toks in token_lists for t in toks), dtype=np.int64)
         self.n_texts = len(token_lists)
         self.lengths = np.fromiter((len(t) for t in token_lists), dtype=np.int64, count=self.n_texts)
         starts = np.cumsum(self.lengths) - self.lengths
@@ -50,8 +50,7 @@ class _NgramIndex:
             pos = np.nonzero(left >= n)[0]
             if n > 1:
                 # an n-gram is an (n-1)-gram id followed by one token: pairs stay exact in int64
-                types, inverse = np.unique(ids[pos] * max(len(vocab), 1) + flat[pos + n - 1],
-                                           return_inverse=True)
+                types, inverse = np.unique(ids[pos] * max(len(vocab), 1) + flat[pos + n - 1], return_inverse=True)
                 ids = np.full(flat.size, -1, dtype=np.int64)
                 ids[pos] = inverse
                 n_types = types.size
@@ -105,16 +104,18 @@ def _closest_lengths_leave_one_out(lengths: np.ndarray) -> np.ndarray:
     return np.where(shared, lengths, nearest_other)
 
 
-def _bleu_from_counts(numerators: np.ndarray, denominators: np.ndarray, hyp_len: np.ndarray,
-                      ref_len: np.ndarray, orders: Sequence[int]) -> dict[int, np.ndarray]:
+def _bleu_from_counts(
+    numerators: np.ndarray, denominators: np.ndarray, hyp_len: np.ndarray, ref_len: np.ndarray, orders: Sequence[int]
+) -> dict[int, np.ndarray]:
     """nltk corpus_bleu arithmetic for one hypothesis each, method1 smoothing, uniform weights."""
     numerators = numerators.astype(np.float64)
     denominators = denominators.astype(np.float64)
     precision = np.where(numerators > 0, numerators, METHOD1_EPSILON) / denominators
     log_p = np.log(precision)
     with np.errstate(divide="ignore", over="ignore"):
-        bp = np.where(hyp_len > ref_len, 1.0,
-                      np.where(hyp_len == 0, 0.0, np.exp(1.0 - ref_len / np.maximum(hyp_len, 1))))
+        bp = np.where(
+            hyp_len > ref_len, 1.0, np.where(hyp_len == 0, 0.0, np.exp(1.0 - ref_len / np.maximum(hyp_len, 1)))
+        )
     out = {}
     for n in orders:
         s = np.sum(log_p[:, :n] * (1.0 / n), axis=1)
@@ -137,8 +138,9 @@ def _ngram_stats(index: _NgramIndex, hyps: np.ndarray, max_n: int, other_max) ->
     return numerators, denominators
 
 
-def pool_bleu(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[str]],
-              orders: Sequence[int] = (2, 3, 4, 5)) -> dict[int, np.ndarray]:
+def pool_bleu(
+    hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[str]], orders: Sequence[int] = (2, 3, 4, 5)
+) -> dict[int, np.ndarray]:
     """BLEU-n of every hypothesis against all ``references`` together, for each n in ``orders``.
 
     Equals ``sentence_bleu(references, h, weights=(1/n,)*n,

@@ -10,6 +10,7 @@ computed the same way as averages. The resampling itself is scipy's (``scipy.sta
 ``scipy.stats.permutation_test``), with a vectorised statistic. Scores that count distinct
 n-grams get a leave-one-prompt-out jackknife interval instead (see ``PromptStats.bootstrap_ok``).
 """
+
 from __future__ import annotations
 
 import math
@@ -26,8 +27,10 @@ DEFAULT_SEED = 0
 DEFAULT_LEVEL = 0.95
 CI_METHOD = "percentile bootstrap over prompts (scipy.stats.bootstrap)"
 JACKKNIFE_METHOD = "normal interval, leave-one-prompt-out jackknife standard error"
-TEST_METHOD = ("paired permutation test over prompts, swapping the two systems' outputs per prompt "
-               "(scipy.stats.permutation_test, permutation_type='samples', two-sided)")
+TEST_METHOD = (
+    "paired permutation test over prompts, swapping the two systems' outputs per prompt "
+    "(scipy.stats.permutation_test, permutation_type='samples', two-sided)"
+)
 
 # Dense aggregates of sparse count blocks take resamples x columns floats; keep a batch near this.
 _BATCH_CELLS = 2_000_000
@@ -91,7 +94,7 @@ class PromptStats:
         n = self.n_prompts
         step = max(1, min(n, _BATCH_CELLS // max(self.width(), 1)))
         alone = np.eye(n)
-        vals = np.concatenate([self.evaluate(alone[i:i + step]) for i in range(0, n, step)]) if n else []
+        vals = np.concatenate([self.evaluate(alone[i : i + step]) for i in range(0, n, step)]) if n else []
         return {pid: (float(v) if np.isfinite(v) else None) for pid, v in zip(self.prompt_ids, vals)}
 
     def select(self, prompt_ids: Sequence[str]) -> PromptStats:
@@ -110,8 +113,10 @@ class PromptStats:
             mine.append(a)
             theirs.append(b)
             keys.append(ka)
-        return (PromptStats(self.prompt_ids, tuple(mine), self.finalize, tuple(keys), self.bootstrap_ok),
-                PromptStats(other.prompt_ids, tuple(theirs), other.finalize, tuple(keys), other.bootstrap_ok))
+        return (
+            PromptStats(self.prompt_ids, tuple(mine), self.finalize, tuple(keys), self.bootstrap_ok),
+            PromptStats(other.prompt_ids, tuple(theirs), other.finalize, tuple(keys), other.bootstrap_ok),
+        )
 
 
 def _reindex(block: sp.csr_matrix, keys: np.ndarray, union: np.ndarray) -> sp.csr_matrix:
@@ -127,12 +132,10 @@ def mean_stats(prompt_ids: Sequence[str], prompt_index: np.ndarray, per_text: np
     defined = np.isfinite(per_text)
     sums = np.bincount(prompt_index[defined], weights=per_text[defined], minlength=n)
     counts = np.bincount(prompt_index[defined], minlength=n).astype(np.float64)
-    return PromptStats(tuple(prompt_ids), (np.column_stack([sums, counts]),),
-                       lambda agg: agg[0][:, 0] / agg[0][:, 1])
+    return PromptStats(tuple(prompt_ids), (np.column_stack([sums, counts]),), lambda agg: agg[0][:, 0] / agg[0][:, 1])
 
 
-def count_matrix(prompt_index: np.ndarray, n_prompts: int, counters: Sequence[dict],
-                 keys: np.ndarray) -> sp.csr_matrix:
+def count_matrix(prompt_index: np.ndarray, n_prompts: int, counters: Sequence[dict], keys: np.ndarray) -> sp.csr_matrix:
     """(P, V) CSR matrix of summed counts; ``counters`` map an int64 key to a count, one per text."""
     rows, cols, vals = [], [], []
     for p, counter in zip(prompt_index, counters):
@@ -143,8 +146,9 @@ def count_matrix(prompt_index: np.ndarray, n_prompts: int, counters: Sequence[di
             vals.append(np.fromiter(counter.values(), dtype=np.float64, count=len(counter)))
     if not rows:
         return sp.csr_matrix((n_prompts, keys.size))
-    m = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-                      shape=(n_prompts, keys.size))
+    m = sp.csr_matrix(
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n_prompts, keys.size)
+    )
     m.sum_duplicates()
     return m
 
@@ -161,14 +165,15 @@ def _batch(stats: PromptStats, n_resamples: int) -> int:
     return max(1, min(n_resamples, _BATCH_CELLS // max(stats.width(), 1)))
 
 
-def _interval(evaluate, n: int, value: float, bootstrap_ok: bool, n_resamples: int, seed: int, level: float,
-              batch: int) -> tuple[float | None, float | None, str]:
+def _interval(
+    evaluate, n: int, value: float, bootstrap_ok: bool, n_resamples: int, seed: int, level: float, batch: int
+) -> tuple[float | None, float | None, str]:
     """(low, high, method) for a statistic given as a function of prompt weights (R, n) -> (R,)."""
     if n < 2 or not math.isfinite(value):
         return None, None, "none"
     if not bootstrap_ok:
         leave_one_out = np.ones((n, n)) - np.eye(n)
-        vals = np.concatenate([evaluate(leave_one_out[i:i + batch]) for i in range(0, n, batch)])
+        vals = np.concatenate([evaluate(leave_one_out[i : i + batch]) for i in range(0, n, batch)])
         vals = vals[np.isfinite(vals)]
         if vals.size < 2:
             return None, None, JACKKNIFE_METHOD
@@ -181,9 +186,16 @@ def _interval(evaluate, n: int, value: float, bootstrap_ok: bool, n_resamples: i
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # degenerate (constant) scores: the interval is a point
-        res = scipy.stats.bootstrap((np.arange(n),), statistic, n_resamples=n_resamples, vectorized=True,
-                                    method="percentile", confidence_level=level, batch=batch,
-                                    rng=np.random.default_rng(seed))
+        res = scipy.stats.bootstrap(
+            (np.arange(n),),
+            statistic,
+            n_resamples=n_resamples,
+            vectorized=True,
+            method="percentile",
+            confidence_level=level,
+            batch=batch,
+            rng=np.random.default_rng(seed),
+        )
     low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
     if not (math.isfinite(low) and math.isfinite(high)):
         # some resamples drew only prompts where the score is undefined (e.g. only empty texts)
@@ -206,13 +218,22 @@ class Interval:
     method: str
 
 
-def bootstrap_ci(stats: PromptStats, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED,
-                 level: float = DEFAULT_LEVEL) -> Interval:
+def bootstrap_ci(
+    stats: PromptStats, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED, level: float = DEFAULT_LEVEL
+) -> Interval:
     """Interval of the score over prompts: percentile bootstrap (prompts resampled with
     replacement), or the jackknife where the score is not ``bootstrap_ok``. None where the
     score is undefined or there are fewer than two prompts."""
-    low, high, method = _interval(stats.evaluate, stats.n_prompts, stats.value(), stats.bootstrap_ok,
-                                  n_resamples, seed, level, _batch(stats, n_resamples))
+    low, high, method = _interval(
+        stats.evaluate,
+        stats.n_prompts,
+        stats.value(),
+        stats.bootstrap_ok,
+        n_resamples,
+        seed,
+        level,
+        _batch(stats, n_resamples),
+    )
     return Interval(low, high, level, n_resamples, seed, method)
 
 
@@ -233,13 +254,19 @@ class PairedComparison:
 
 
 def _stack(a: PromptStats, b: PromptStats) -> PromptStats:
-    blocks = tuple(sp.vstack([x, y], format="csr") if sp.issparse(x) else np.vstack([x, y])
-                   for x, y in zip(a.blocks, b.blocks))
+    blocks = tuple(
+        sp.vstack([x, y], format="csr") if sp.issparse(x) else np.vstack([x, y]) for x, y in zip(a.blocks, b.blocks)
+    )
     return PromptStats(a.prompt_ids + b.prompt_ids, blocks, a.finalize, a.keys, a.bootstrap_ok)
 
 
-def paired_test(a: PromptStats, b: PromptStats, n_resamples: int = DEFAULT_RESAMPLES,
-                seed: int = DEFAULT_SEED, level: float = DEFAULT_LEVEL) -> PairedComparison:
+def paired_test(
+    a: PromptStats,
+    b: PromptStats,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    level: float = DEFAULT_LEVEL,
+) -> PairedComparison:
     """Is score(A) different from score(B) on the same prompts?
 
     The p-value comes from a paired permutation test (approximate randomisation: under the
@@ -264,12 +291,26 @@ def paired_test(a: PromptStats, b: PromptStats, n_resamples: int = DEFAULT_RESAM
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        perm = scipy.stats.permutation_test((np.arange(n), np.arange(n) + n), swapped,
-                                            permutation_type="samples", vectorized=True,
-                                            n_resamples=n_resamples, batch=batch,
-                                            rng=np.random.default_rng(seed))
-    low, high, ci_method = _interval(lambda w: a.evaluate(w) - b.evaluate(w), n, diff,
-                                     a.bootstrap_ok and b.bootstrap_ok, n_resamples, seed, level, batch)
+        perm = scipy.stats.permutation_test(
+            (np.arange(n), np.arange(n) + n),
+            swapped,
+            permutation_type="samples",
+            vectorized=True,
+            n_resamples=n_resamples,
+            batch=batch,
+            rng=np.random.default_rng(seed),
+        )
+    low, high, ci_method = _interval(
+        lambda w: a.evaluate(w) - b.evaluate(w),
+        n,
+        diff,
+        a.bootstrap_ok and b.bootstrap_ok,
+        n_resamples,
+        seed,
+        level,
+        batch,
+    )
     p = float(perm.pvalue)
-    return PairedComparison(diff, low, high, p if math.isfinite(p) else None, n, n_resamples, seed, level,
-                            TEST_METHOD, ci_method)
+    return PairedComparison(
+        diff, low, high, p if math.isfinite(p) else None, n, n_resamples, seed, level, TEST_METHOD, ci_method
+    )

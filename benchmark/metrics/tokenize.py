@@ -11,6 +11,7 @@ default parameters (no training data) splits sentences well enough for that, and
 NLTK's own word tokeniser then runs on each sentence, which is what ``word_tokenize``
 does with the trained model. Case is kept.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache

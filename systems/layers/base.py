@@ -14,6 +14,7 @@ overrides ``sample``. ``step_stats`` returns per-row extras for the current step
 the generations; entropy, support size and top-1 mass are computed by the loop for
 every layer from the final distribution.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from typing import Any
 
 import torch
 
-from systems.errors import MaxbenchError
+from core.errors import MaxbenchError
 
 
 @dataclass
@@ -75,7 +76,7 @@ class OutputLayer:
 def sample_rows(probs: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
     """One draw per row, each from its own generator, so a row's tokens do not depend on
     which other rows share its batch (this is what makes resumed and sharded runs equal)."""
-    return torch.cat([torch.multinomial(probs[i:i + 1], 1, generator=g)[0] for i, g in enumerate(generators)])
+    return torch.cat([torch.multinomial(probs[i : i + 1], 1, generator=g)[0] for i, g in enumerate(generators)])
 
 
 def require_finite_logits(logits: torch.Tensor, layer: str) -> None:
@@ -83,7 +84,10 @@ def require_finite_logits(logits: torch.Tensor, layer: str) -> None:
     finite = torch.isfinite(logits)
     if not bool(finite.all()):
         rows = (~finite).any(-1).nonzero().flatten().tolist()
-        kinds = " and ".join(k for k, bad in (("NaN", torch.isnan(logits).any()),
-                                             ("infinite", torch.isinf(logits).any())) if bool(bad))
-        raise MaxbenchError(f"{layer}: the model's logits contain {kinds} values (batch rows {rows[:8]}); "
-                            f"check the model weights and dtype (fp16 overflows: use fp32 on CPU)")
+        kinds = " and ".join(
+            k for k, bad in (("NaN", torch.isnan(logits).any()), ("infinite", torch.isinf(logits).any())) if bool(bad)
+        )
+        raise MaxbenchError(
+            f"{layer}: the model's logits contain {kinds} values (batch rows {rows[:8]}); "
+            f"check the model weights and dtype (fp16 overflows: use fp32 on CPU)"
+        )

@@ -66,6 +66,7 @@ differentiable; its backward is implicit (not unrolled):
 gradients on the equivalent symmetric system
 ``R^T (I + 2 lam R M R^T)^{-1} R g``, ``R = (I - s s^T) diag(s)``, ``s = sqrt(x)``.
 """
+
 from __future__ import annotations
 
 import math
@@ -75,7 +76,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from systems.errors import MaxbenchError
+from core.errors import MaxbenchError
 
 from .sparsemax import project_to_simplex
 
@@ -91,6 +92,7 @@ _THETA_MAX = 0.85
 # The graph as the operator M = (I - A)^T (I - A) on batches of rows
 # --------------------------------------------------------------------------------------
 
+
 def _to_scipy_csr(A):
     import scipy.sparse as sp
 
@@ -104,13 +106,19 @@ def _to_scipy_csr(A):
         return sp.csr_matrix((coo.values().double().numpy(), (rows, cols)), shape=tuple(coo.shape))
     if isinstance(A, np.ndarray):
         return sp.csr_matrix(A.astype(np.float64))
-    raise MaxbenchError(f"graphmax: the graph must be a scipy sparse matrix, a torch tensor or a CorpusGraph, "
-                        f"got {type(A).__name__}")
+    raise MaxbenchError(
+        f"graphmax: the graph must be a scipy sparse matrix, a torch tensor or a CorpusGraph, got {type(A).__name__}"
+    )
 
 
 def _torch_csr(csr, device, dtype=torch.float64) -> torch.Tensor:
-    return _csr_tensor(torch.from_numpy(csr.indptr.astype(np.int64)), torch.from_numpy(csr.indices.astype(np.int64)),
-                       torch.from_numpy(csr.data).to(dtype), csr.shape, device)
+    return _csr_tensor(
+        torch.from_numpy(csr.indptr.astype(np.int64)),
+        torch.from_numpy(csr.indices.astype(np.int64)),
+        torch.from_numpy(csr.data).to(dtype),
+        csr.shape,
+        device,
+    )
 
 
 def _csr_tensor(crow, col, val, shape, device=None) -> torch.Tensor:
@@ -149,7 +157,7 @@ class GraphOperator:
         self._diag_m: torch.Tensor | None = None
 
     @classmethod
-    def prepare(cls, graph, device, backend: str | None = None) -> "GraphOperator":
+    def prepare(cls, graph, device, backend: str | None = None) -> GraphOperator:
         """Accept a GraphOperator, a CorpusGraph (anything with ``.A`` and ``.AT``), a scipy
         sparse matrix or a torch (sparse) tensor; reuse a GraphOperator already on ``device``."""
         device = torch.device(device)
@@ -202,7 +210,7 @@ class GraphOperator:
             self._diag_m = torch.from_numpy(1.0 - 2.0 * A.diagonal() + col_sq).to(self.device)
         return self._diag_m.to(dtype)
 
-    def restrict(self, support: torch.Tensor, dtype: torch.dtype) -> "_RestrictedOperator":
+    def restrict(self, support: torch.Tensor, dtype: torch.dtype) -> _RestrictedOperator:
         return _RestrictedOperator(self, support, dtype)
 
 
@@ -268,8 +276,9 @@ def _torch_csr_rows(csr: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
 def _torch_csr_transpose(csr: torch.Tensor) -> torch.Tensor:
     crow, col = csr.crow_indices(), csr.col_indices()
     row = torch.repeat_interleave(torch.arange(csr.shape[0], device=crow.device), crow[1:] - crow[:-1])
-    coo = torch.sparse_coo_tensor(torch.stack([col, row]), csr.values(), size=(csr.shape[1], csr.shape[0]),
-                                  check_invariants=False)
+    coo = torch.sparse_coo_tensor(
+        torch.stack([col, row]), csr.values(), size=(csr.shape[1], csr.shape[0]), check_invariants=False
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         return coo.coalesce().to_sparse_csr()
@@ -278,6 +287,7 @@ def _torch_csr_transpose(csr: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------------------
 # Solvers on batch x N blocks (one row per problem)
 # --------------------------------------------------------------------------------------
+
 
 @dataclass
 class GraphmaxInfo:
@@ -374,7 +384,8 @@ def _solve_exact(Z, op, lam, tol, max_iter, theta0, safeguard):
                 break
             keep = ~done
             idx, Y, direction, Z, gap, f, lse, f_error, theta, steps = (
-                t[keep] for t in (idx, Y, direction, Z, gap, f, lse, f_error, theta, steps))
+                t[keep] for t in (idx, Y, direction, Z, gap, f, lse, f_error, theta, steps)
+            )
         Y_try = torch.addcmul(Y, direction, theta[:, None])
         direction_try, gap_try, f_try, lse_try, f_error_try = _evaluate(Y_try, Z, op, lam, curvature)
         steps += 1
@@ -383,8 +394,14 @@ def _solve_exact(Z, op, lam, tol, max_iter, theta0, safeguard):
             # fall below its rounding error, and rejecting steps there on noise would stall.
             worse = f_try > f + torch.maximum(f_error, f_error_try)
             if bool(worse.any()):  # take the step back for those rows
-                for new, old in ((Y_try, Y), (direction_try, direction), (gap_try, gap), (f_try, f), (lse_try, lse),
-                                 (f_error_try, f_error)):
+                for new, old in (
+                    (Y_try, Y),
+                    (direction_try, direction),
+                    (gap_try, gap),
+                    (f_try, f),
+                    (lse_try, lse),
+                    (f_error_try, f_error),
+                ):
                     new[worse] = old[worse]
             theta = torch.where(worse, theta * 0.5, (theta * 1.5).clamp_max(_THETA_MAX))
         Y, direction, gap, f, lse, f_error = Y_try, direction_try, gap_try, f_try, lse_try, f_error_try
@@ -443,13 +460,14 @@ def _certify(X, Z, op, lam):
 # Implicit backward for the exact solution
 # --------------------------------------------------------------------------------------
 
+
 def _batched_cg(apply_K, rhs, tol=1e-12, max_iter=1000):
     """Conjugate gradients for K w = rhs, one independent SPD system per row."""
     W = torch.zeros_like(rhs)
     R = rhs.clone()
     P = R.clone()
     rs = _vecdot(R, R)
-    target = (tol ** 2) * rs
+    target = (tol**2) * rs
     for _ in range(max_iter):
         if bool((rs <= target).all()):
             break
@@ -499,6 +517,7 @@ class _ImplicitGraphmax(torch.autograd.Function):
 # Public operator
 # --------------------------------------------------------------------------------------
 
+
 def _check_args(z, lam, solver, tol, max_iter, topk, theta0, alpha, T):
     if solver not in SOLVERS:
         raise MaxbenchError(f"graphmax: unknown solver '{solver}'; use one of {', '.join(SOLVERS)}")
@@ -520,14 +539,29 @@ def _check_args(z, lam, solver, tol, max_iter, topk, theta0, alpha, T):
         raise MaxbenchError(f"graphmax: z must have shape (N,) or (B, N), got {tuple(z.shape)}")
     if not torch.isfinite(z).all():
         bad = (~torch.isfinite(z.reshape(-1, z.shape[-1]))).any(-1).nonzero().flatten().tolist()
-        raise MaxbenchError(f"graphmax: the scores contain NaN or infinite values (rows {bad[:8]}); "
-                            f"graphmax needs finite scores")
+        raise MaxbenchError(
+            f"graphmax: the scores contain NaN or infinite values (rows {bad[:8]}); graphmax needs finite scores"
+        )
 
 
-def graphmax(z, A, lam: float = 1.0, solver: str = "exact", *, tol: float = 1e-6, max_iter: int = 100,
-             topk: int | None = None, theta0: float = 0.7, safeguard: bool = True,
-             alpha: float = 1e-4, T: int = 20, paper_stop: float = 1e-4, log_floor: float = 1e-10,
-             backend: str | None = None, return_info: bool = False):
+def graphmax(
+    z,
+    A,
+    lam: float = 1.0,
+    solver: str = "exact",
+    *,
+    tol: float = 1e-6,
+    max_iter: int = 100,
+    topk: int | None = None,
+    theta0: float = 0.7,
+    safeguard: bool = True,
+    alpha: float = 1e-4,
+    T: int = 20,
+    paper_stop: float = 1e-4,
+    log_floor: float = 1e-10,
+    backend: str | None = None,
+    return_info: bool = False,
+):
     """Graph-regularised softmax of scores ``z`` (shape (N,) or (B, N)) over graph ``A``.
 
     ``A`` is the row-normalised N x N graph: a scipy sparse matrix, a torch (sparse) tensor,
@@ -545,8 +579,10 @@ def graphmax(z, A, lam: float = 1.0, solver: str = "exact", *, tol: float = 1e-6
     lam = float(lam)
     op = GraphOperator.prepare(A, z.device, backend=backend)
     if op.n != z.shape[-1]:
-        raise MaxbenchError(f"graphmax: the scores have {z.shape[-1]} entries but the graph has {op.n} nodes; "
-                            f"use the graph built with this model's tokenizer")
+        raise MaxbenchError(
+            f"graphmax: the scores have {z.shape[-1]} entries but the graph has {op.n} nodes; "
+            f"use the graph built with this model's tokenizer"
+        )
     if solver == "paper" and z.requires_grad:
         raise MaxbenchError("graphmax: solver='paper' is not differentiable; use solver='exact' for gradients")
     out_dtype = z.dtype if z.is_floating_point() else torch.get_default_dtype()
@@ -572,8 +608,9 @@ def graphmax(z, A, lam: float = 1.0, solver: str = "exact", *, tol: float = 1e-6
         elif topk is not None and topk < n:
             support = torch.unique(torch.topk(Z, topk, dim=-1).indices)
             solve_op = op.restrict(support, compute)
-            logXS, _, _, iterations, converged = _solve_exact(Z[:, support], solve_op, lam, float(tol), max_iter,
-                                                              float(theta0), safeguard)
+            logXS, _, _, iterations, converged = _solve_exact(
+                Z[:, support], solve_op, lam, float(tol), max_iter, float(theta0), safeguard
+            )
             XS = logXS.exp()
             X = torch.zeros_like(Z)
             X[:, support] = XS
@@ -582,8 +619,9 @@ def graphmax(z, A, lam: float = 1.0, solver: str = "exact", *, tol: float = 1e-6
             gap, f = _certify(X, Z, op, lam)
         else:
             solve_op = op
-            logX, gap, f, iterations, converged = _solve_exact(Z, op, lam, float(tol), max_iter,
-                                                               float(theta0), safeguard)
+            logX, gap, f, iterations, converged = _solve_exact(
+                Z, op, lam, float(tol), max_iter, float(theta0), safeguard
+            )
             X = logX.exp()
     if solver == "exact" and z.requires_grad:
         z_rows = rows.to(compute)
@@ -596,7 +634,14 @@ def graphmax(z, A, lam: float = 1.0, solver: str = "exact", *, tol: float = 1e-6
     if not return_info:
         return probs
     squeeze = (lambda t: t[0]) if z.dim() == 1 else (lambda t: t)
-    info = GraphmaxInfo(solver=solver, iterations=squeeze(iterations), gap=squeeze(gap),
-                        relative_gap=squeeze(gap / f.abs().clamp_min(1.0)), objective=squeeze(f - shift),
-                        converged=squeeze(converged), log_probs=logX.reshape(z.shape), support=support)
+    info = GraphmaxInfo(
+        solver=solver,
+        iterations=squeeze(iterations),
+        gap=squeeze(gap),
+        relative_gap=squeeze(gap / f.abs().clamp_min(1.0)),
+        objective=squeeze(f - shift),
+        converged=squeeze(converged),
+        log_probs=logX.reshape(z.shape),
+        support=support,
+    )
     return probs, info

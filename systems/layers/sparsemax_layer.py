@@ -1,4 +1,5 @@
 """The sparsemax output layer: the model's logits projected onto the simplex."""
+
 from __future__ import annotations
 
 import torch
