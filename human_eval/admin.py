@@ -14,11 +14,14 @@ from statistics import median
 from flask import Blueprint, Response, redirect, render_template, request, session, url_for
 from sqlalchemy import select, update
 
-from .app import error_response, get_db
-from .db import hash_token, write_transaction
+from .db import get_db, hash_token, write_transaction
+from .error_pages import error_response
 from .export import long_format_rows, rows_to_csv, rows_to_json
 from .forms import ActionForm, AdminLoginForm
 from .models import Annotator, Study, utcnow
+from .ratings import ratings_from_records
+from .results import Scale
+from .statistics import agreement
 
 bp = Blueprint("admin", __name__)
 
@@ -115,38 +118,25 @@ def annotator_summaries(study: Study) -> list[dict]:
 def agreement_so_far(rows: list[dict], criteria: list[str], scale_min: int, scale_max: int) -> list[dict]:
     """Krippendorff's alpha per criterion, ordinal level over the rubric's value domain.
 
-    Units are rated texts (item, system); ratings flagged attention_failed or revoked are
-    left out. Alpha is undefined until some text has two ratings: said, not guessed.
+    The report's own computation (human_eval.statistics.agreement), without its bootstrap
+    interval, so the admin page and ``maxbench report`` give the same alpha. Units are rated
+    texts (item, system); ratings flagged attention_failed or revoked are left out. Alpha
+    is undefined until some text has two ratings: said, not guessed.
     """
-    import krippendorff
-    import numpy as np
-
-    kept = [r for r in rows if not r["flags"]]
-    annotators = sorted({r["annotator"] for r in kept})
-    units = sorted({(r["item"], r["system"]) for r in kept})
-    a_index = {a: i for i, a in enumerate(annotators)}
-    u_index = {u: i for i, u in enumerate(units)}
+    kept = ratings_from_records([r for r in rows if not r["flags"]], "the admin view").rows
+    domain = tuple(float(v) for v in range(scale_min, scale_max + 1))
+    scale = Scale(float(scale_min), float(scale_max), domain, "the study's rubric")
     out = []
     for criterion in criteria:
-        data = np.full((len(annotators), len(units)), np.nan)
-        for r in kept:
-            if r["criterion"] == criterion:
-                data[a_index[r["annotator"]], u_index[(r["item"], r["system"])]] = r["value"]
-        pairable = int((np.sum(~np.isnan(data), axis=0) >= 2).sum()) if units else 0
-        alpha, note = None, ""
-        if pairable == 0:
-            note = "undefined: no text has two ratings yet"
-        else:
-            value = krippendorff.alpha(
-                reliability_data=data,
-                level_of_measurement="ordinal",
-                value_domain=list(range(scale_min, scale_max + 1)),
-            )
-            if np.isnan(value):
-                note = "undefined: every rating so far has the same value"
-            else:
-                alpha = round(float(value), 3)
-        out.append({"criterion": criterion, "alpha": alpha, "units": pairable, "note": note})
+        ratings = [r for r in kept if r.criterion == criterion]
+        if not ratings:
+            out.append({"criterion": criterion, "alpha": None, "units": 0, "note": "undefined: no ratings yet"})
+            continue
+        result = agreement(criterion, ratings, scale, n_boot=0, seed=0)
+        alpha = None if result.ordinal is None else round(result.ordinal, 3)
+        out.append(
+            {"criterion": criterion, "alpha": alpha, "units": result.n_pairable_units, "note": result.undefined_reason}
+        )
     return out
 
 
@@ -187,31 +177,98 @@ def export(slug: str, fmt: str):
     )
 
 
-@bp.post("/study/<slug>/close")
+def _confirmed(study: Study, question: str, consequence: str, button: str):
+    """None when the POST carries the confirmation; else the page that asks for it.
+
+    Acting on a button alone would let one stray click close a study or cut an
+    annotator off; a second page (no JavaScript needed) asks first.
+    """
+    form = ActionForm()
+    if request.method == "POST":
+        if not form.validate_on_submit():
+            return error_response(400)
+        if request.form.get("confirm") == "yes":
+            return None
+    page = render_template(
+        "admin/confirm.html",
+        study=study,
+        question=question,
+        consequence=consequence,
+        button=button,
+        action=request.path,
+        form=form,
+    )
+    return page, 200
+
+
+def _set_closed(study: Study, closed: bool) -> None:
+    db = get_db()
+    with write_transaction(db):
+        if closed:
+            db.execute(update(Study).where(Study.id == study.id, Study.closed_at.is_(None)).values(closed_at=utcnow()))
+        else:
+            db.execute(update(Study).where(Study.id == study.id).values(closed_at=None))
+        db.commit()
+
+
+@bp.route("/study/<slug>/close", methods=["GET", "POST"])
 def close(slug: str):
+    study = _admin_study(slug)
+    ask = _confirmed(
+        study,
+        f"Close the study {study.slug}?",
+        "Annotators can no longer rate; every rating so far is kept. "
+        "You can reopen it later (here or with maxbench study reopen).",
+        "Close the study",
+    )
+    if ask is not None:
+        return ask
+    _set_closed(study, True)
+    return redirect(url_for(".study", slug=slug), code=303)
+
+
+@bp.post("/study/<slug>/reopen")
+def reopen(slug: str):
     study = _admin_study(slug)
     if not ActionForm().validate_on_submit():
         return error_response(400)
-    db = get_db()
-    with write_transaction(db):
-        db.execute(update(Study).where(Study.id == study.id, Study.closed_at.is_(None)).values(closed_at=utcnow()))
-        db.commit()
+    _set_closed(study, False)
     return redirect(url_for(".study", slug=slug), code=303)
 
 
 def _own_annotator(study: Study, label: str) -> Annotator:
     annotator = get_db().scalar(select(Annotator).where(Annotator.study_id == study.id, Annotator.label == label))
     if annotator is None:
-        raise _NotAllowed()
+        # The admin is logged in to this study: say what is wrong instead of a login page.
+        raise _UnknownAnnotator(study, label)
     return annotator
 
 
-@bp.post("/study/<slug>/annotator/<label>/revoke")
+class _UnknownAnnotator(Exception):
+    def __init__(self, study: Study, label: str):
+        self.slug, self.label = study.slug, label
+
+
+@bp.errorhandler(_UnknownAnnotator)
+def _unknown_annotator(exc: _UnknownAnnotator):
+    return error_response(
+        404, f"Study {exc.slug} has no annotator {exc.label!r}: go back to the study page, which lists its annotators."
+    )
+
+
+@bp.route("/study/<slug>/annotator/<label>/revoke", methods=["GET", "POST"])
 def revoke(slug: str, label: str):
     study = _admin_study(slug)
     annotator = _own_annotator(study, label)
-    if not ActionForm().validate_on_submit():
-        return error_response(400)
+    ask = _confirmed(
+        study,
+        f"Revoke the link of annotator {label}?",
+        "Their link stops working at once and their ratings so far are flagged as revoked in the export. "
+        "A new link (New link) lets them continue.",
+        "Revoke the link",
+    )
+    if ask is not None:
+        return ask
     db = get_db()
     with write_transaction(db):
         db.execute(
@@ -223,13 +280,20 @@ def revoke(slug: str, label: str):
     return redirect(url_for(".study", slug=slug), code=303)
 
 
-@bp.post("/study/<slug>/annotator/<label>/reissue")
+@bp.route("/study/<slug>/annotator/<label>/reissue", methods=["GET", "POST"])
 def reissue(slug: str, label: str):
     """A new link for the same annotator and assignments; the old link stops working."""
     study = _admin_study(slug)
     annotator = _own_annotator(study, label)
-    if not ActionForm().validate_on_submit():
-        return error_response(400)
+    ask = _confirmed(
+        study,
+        f"Give annotator {label} a new link?",
+        "Their current link stops working at once; the new one, shown once on the next page, "
+        "continues where they left off.",
+        "Make a new link",
+    )
+    if ask is not None:
+        return ask
     token = secrets.token_urlsafe(18)
     db = get_db()
     with write_transaction(db):

@@ -1,680 +1,37 @@
-"""Statistics for human ratings: from long-format rows to tests, effect sizes and agreement.
+"""From long-format ratings to an Analysis: study selection, scales, exclusions, then per aspect
+the descriptive statistics, the tests against the reference and the agreement.
 
-Input is the rating app's long format (one row per study, item, system, annotator and
-criterion). Everything here is computed by scipy and the krippendorff package; what is
-hand-written (Holm's step-down correction, rank-biserial correlations and their
-bootstrap) is checked against a hand-worked case and against scipy in the tests.
-
-Conventions, stated once because every table depends on them:
-- an *aspect* is a rubric criterion; each aspect is analysed on its own scale;
-- a *unit* (for agreement) is one text: an (item, system) pair;
-- comparisons are "reference vs other": a positive rank-biserial r and the alternative
-  ``greater`` both mean the reference is rated higher than the other system;
-- Holm's correction runs over the comparisons of one aspect (one family per test).
+The parts live in their own modules: reading and validating ratings in ``human_eval/ratings.py``,
+the statistics in ``human_eval/statistics.py`` (with the conventions every table follows), the
+result objects in ``human_eval/results.py``. This module decides what is computed on which rows
+and collects the warnings a reader must see.
 """
 
 from __future__ import annotations
 
-import csv
-import hashlib
-import io
-import json
-import math
-import zlib
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from core.errors import MaxbenchError
 
-REQUIRED_COLUMNS = ("study", "item", "system", "annotator", "criterion", "value")
-OPTIONAL_COLUMNS = ("position", "seconds", "flags", "scale_min", "scale_max")
-ALTERNATIVES = ("two-sided", "greater", "less")
-DESIGNS = ("auto", "paired", "unpaired")
-DEFAULT_EXCLUDE_FLAGS = ("attention_failed",)
-CONFIDENCE = 0.95
-# Per-item means are averages of a few integers; rounding their differences makes
-# differences that are equal as fractions (11/3 - 3 and 3 - 7/3) tie exactly in ranks.
-DIFFERENCE_DECIMALS = 9
-
-
-# --------------------------------------------------------------------------- input
-
-
-@dataclass(frozen=True)
-class Rating:
-    study: str
-    item: str
-    system: str
-    annotator: str
-    criterion: str
-    value: float | None  # None: the row holds no rating (empty cell)
-    position: float | None
-    seconds: float | None
-    flags: tuple[str, ...]
-    scale_min: float | None
-    scale_max: float | None
-    where: str  # "line 12" of a file, "record 3" of JSON or a database export
-
-    @property
-    def unit(self) -> tuple[str, str]:
-        return (self.item, self.system)
-
-
-@dataclass(frozen=True)
-class Ratings:
-    rows: tuple[Rating, ...]
-    source: str  # file name or "study <id>": never an absolute path (reports stay portable)
-    sha256: str
-    sha256_of: str = "the file's bytes"  # or "the exported rows as canonical JSON"
-
-
-def load_ratings(path: str | Path) -> Ratings:
-    """Read a long-format CSV, JSON (a list of rows, or {"ratings": [...]}) or JSON Lines file."""
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise MaxbenchError(f"ratings file {path} does not exist; pass the CSV/JSON the rating app exported") from None
-    except IsADirectoryError:
-        raise MaxbenchError(f"ratings file {path} is a directory; pass the exported CSV or JSON file") from None
-    try:
-        text = data.decode("utf-8-sig")  # a BOM is what spreadsheet programs write
-    except UnicodeDecodeError as exc:
-        raise MaxbenchError(
-            f"{path.name} is not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); re-save it as UTF-8"
-        ) from None
-    sha = hashlib.sha256(data).hexdigest()
-    suffix = path.suffix.lower()
-    if suffix in (".json", ".jsonl", ".ndjson"):
-        records = _json_records(text, path.name, lines=suffix != ".json")
-    else:
-        records = _csv_records(text, path.name)
-    return ratings_from_records(records, source=path.name, sha256=sha)
-
-
-def _csv_records(text: str, name: str) -> list[tuple[str, dict]]:
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    if reader.fieldnames is None:
-        raise MaxbenchError(f"{name} is empty; it needs a header row with {','.join(REQUIRED_COLUMNS)}")
-    reader.fieldnames = [f.strip() for f in reader.fieldnames]
-    _check_columns(reader.fieldnames, name)
-    records = []
-    try:
-        for row in reader:
-            if None in row:
-                raise MaxbenchError(
-                    f"{name} line {reader.line_num} has more fields than the header; quote fields that contain commas"
-                )
-            records.append((f"line {reader.line_num}", row))
-    except csv.Error as exc:
-        raise MaxbenchError(f"{name} line {reader.line_num} is not valid CSV ({exc})") from None
-    return records
-
-
-def _json_records(text: str, name: str, lines: bool) -> list[tuple[str, dict]]:
-    try:
-        if lines:
-            raw = [json.loads(line) for line in text.splitlines() if line.strip()]
-        else:
-            raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise MaxbenchError(
-            f"{name} is not valid JSON ({exc.msg} at line {exc.lineno}); export it again from the rating app"
-        ) from None
-    if isinstance(raw, dict) and isinstance(raw.get("ratings"), list):
-        raw = raw["ratings"]
-    if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
-        raise MaxbenchError(f'{name} must hold a list of rating objects (or {{"ratings": [...]}})')
-    columns = set().union(*(r.keys() for r in raw)) if raw else set()
-    _check_columns(columns, name, per_row=raw)
-    return [(f"record {i + 1}", r) for i, r in enumerate(raw)]
-
-
-def _check_columns(columns: Iterable[str], name: str, per_row: list[dict] | None = None) -> None:
-    missing = [c for c in REQUIRED_COLUMNS if c not in set(columns)]
-    if missing:
-        raise MaxbenchError(
-            f"{name} lacks required column(s) {', '.join(missing)}; the long format needs {','.join(REQUIRED_COLUMNS)}"
-        )
-    for i, row in enumerate(per_row or []):
-        lacking = [c for c in REQUIRED_COLUMNS if c not in row]
-        if lacking:
-            raise MaxbenchError(f"{name} record {i + 1} lacks {', '.join(lacking)}")
-
-
-def ratings_from_records(records: Sequence[tuple[str, dict] | dict], source: str, sha256: str | None = None) -> Ratings:
-    """Parse dict rows (as the rating app's export gives them) into validated Ratings."""
-    rows = []
-    for n, rec in enumerate(records):
-        where, rec = rec if isinstance(rec, tuple) else (f"record {n + 1}", rec)
-        rows.append(_parse_row(rec, where, source))
-    if sha256 is None:
-        canonical = json.dumps(
-            [r if not isinstance(r, tuple) else r[1] for r in records], sort_keys=True, ensure_ascii=False, default=str
-        )
-        return Ratings(
-            tuple(rows), source, hashlib.sha256(canonical.encode("utf-8")).hexdigest(), "the rows as canonical JSON"
-        )
-    return Ratings(tuple(rows), source, sha256)
-
-
-def _text(rec: dict, key: str, where: str, source: str) -> str:
-    value = rec.get(key)
-    text = "" if value is None else str(value).strip()
-    if not text:
-        raise MaxbenchError(f"{source} {where}: column {key} is empty; every row needs {key}")
-    return text
-
-
-def _number(rec: dict, key: str, where: str, source: str) -> float | None:
-    value = rec.get(key)
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
-    if isinstance(value, bool):
-        raise MaxbenchError(f"{source} {where}: {key} is {value!r}, not a number")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise MaxbenchError(f"{source} {where}: {key} is {value!r}, not a number") from None
-    if not math.isfinite(number):
-        raise MaxbenchError(f"{source} {where}: {key} is {value!r}; give a finite number or leave it empty")
-    return number
-
-
-def _parse_row(rec: dict, where: str, source: str) -> Rating:
-    flags = rec.get("flags")
-    if isinstance(flags, (list, tuple)):
-        flag_list = [str(f).strip() for f in flags]
-    else:
-        flag_list = [] if flags is None else [f.strip() for f in str(flags).split(";")]
-    return Rating(
-        study=_text(rec, "study", where, source),
-        item=_text(rec, "item", where, source),
-        system=_text(rec, "system", where, source),
-        annotator=_text(rec, "annotator", where, source),
-        criterion=_text(rec, "criterion", where, source),
-        value=_number(rec, "value", where, source),
-        position=_number(rec, "position", where, source),
-        seconds=_number(rec, "seconds", where, source),
-        flags=tuple(sorted({f for f in flag_list if f})),
-        scale_min=_number(rec, "scale_min", where, source),
-        scale_max=_number(rec, "scale_max", where, source),
-        where=where,
-    )
-
-
-# --------------------------------------------------------------------------- options
-
-
-@dataclass(frozen=True)
-class ReportOptions:
-    reference: str | None = None
-    study: str | None = None  # which study to keep when the input holds several
-    scale: tuple[float, float] | None = None  # overrides the per-row scale columns
-    min_seconds: float | None = None
-    exclude_flags: tuple[str, ...] = DEFAULT_EXCLUDE_FLAGS
-    alternative: str = "two-sided"
-    alpha: float = 0.05  # significance level
-    design: str = "auto"
-    n_boot: int = 2000
-    seed: int = 0
-
-    def __post_init__(self):
-        if self.alternative not in ALTERNATIVES:
-            raise MaxbenchError(f"--alternative must be one of {', '.join(ALTERNATIVES)}")
-        if self.design not in DESIGNS:
-            raise MaxbenchError(f"--design must be one of {', '.join(DESIGNS)}")
-        if not 0 < self.alpha < 1:
-            raise MaxbenchError(f"--alpha {self.alpha} is not a significance level in (0, 1); POSG used 0.1")
-        if self.n_boot < 100:
-            raise MaxbenchError(f"--n-boot {self.n_boot} is too few for a {CONFIDENCE:.0%} interval; use >= 100")
-        if self.min_seconds is not None and self.min_seconds < 0:
-            raise MaxbenchError("--min-seconds must be >= 0")
-        if self.scale is not None and not self.scale[0] < self.scale[1]:
-            raise MaxbenchError(f"--scale {self.scale[0]:g}:{self.scale[1]:g} is empty; give MIN:MAX with MIN < MAX")
-
-
-def parse_scale(text: str) -> tuple[float, float]:
-    """``"1:5"`` -> (1.0, 5.0)."""
-    parts = text.split(":")
-    try:
-        low, high = (float(p) for p in parts)
-    except ValueError:
-        raise MaxbenchError(f"--scale {text!r} is not MIN:MAX (for example 1:5 or 0:2)") from None
-    if not low < high:
-        raise MaxbenchError(f"--scale {text!r} is empty; give MIN:MAX with MIN < MAX")
-    return (low, high)
-
-
-# --------------------------------------------------------------------------- results
-
-
-@dataclass(frozen=True)
-class Scale:
-    low: float
-    high: float
-    domain: tuple[float, ...]  # the ordered values krippendorff's ordinal metric uses
-    source: str  # "--scale", "scale columns" or "observed values"
-
-
-@dataclass(frozen=True)
-class Exclusions:
-    rows_in: int
-    rows_kept: int
-    by_rule: tuple[tuple[str, int], ...]  # (rule, rows it matched); a row may match several
-    by_annotator: tuple[tuple[str, int], ...]
-
-
-@dataclass(frozen=True)
-class Descriptive:
-    aspect: str
-    system: str
-    n: int
-    n_items: int
-    n_annotators: int
-    mean: float | None
-    sd: float | None  # sample standard deviation (ddof 1); None for n < 2
-    median: float | None
-    distribution: tuple[tuple[float, int], ...]  # (scale value, count) over the whole domain
-
-
-@dataclass(frozen=True)
-class Design:
-    kind: str  # "paired" or "unpaired"
-    n_common_items: int
-    n_reference_items: int
-    n_other_items: int
-    statement: str
-
-
-@dataclass(frozen=True)
-class TestResult:
-    """One test in scipy's style: statistic and p-value, plus what was assumed."""
-
-    test: str  # "mannwhitneyu" or "wilcoxon"
-    statistic: float | None  # U of the reference sample, or W (scipy's min(T+, T-)/T+ convention)
-    pvalue: float | None
-    alternative: str
-    method: str  # "exact", "asymptotic" or "permutation": what scipy's method="auto" picks
-    n_reference: int
-    n_other: int
-    effect_size: float | None  # rank-biserial r, positive: reference rated higher
-    effect_ci: tuple[float, float] | None
-    assumes: str
-    pvalue_holm: float | None = None
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class Comparison:
-    aspect: str
-    reference: str
-    other: str
-    design: Design
-    primary: str  # which test gives the stars
-    mannwhitney: TestResult | None
-    wilcoxon: TestResult | None
-
-    @property
-    def primary_result(self) -> TestResult | None:
-        return self.wilcoxon if self.primary == "wilcoxon" else self.mannwhitney
-
-
-@dataclass(frozen=True)
-class AgreementResult:
-    aspect: str
-    ordinal: float | None
-    ordinal_ci: tuple[float, float] | None
-    interval: float | None
-    n_units: int
-    n_pairable_units: int  # units with two or more ratings
-    n_annotators: int
-    n_boot_valid: int
-    value_domain: tuple[float, ...]
-    undefined_reason: str = ""
-
-
-@dataclass(frozen=True)
-class AnnotatorSummary:
-    annotator: str
-    n: int
-    n_items: int
-    mean: float | None
-    sd: float | None
-    offset: float | None  # mean of (own rating - mean of the others on the same unit and aspect)
-    drift: float | None  # second-half minus first-half mean, by presentation position
-    median_seconds: float | None
-    check_failures: int  # texts carrying one of the excluded flags
-    excluded: int
-    flags: tuple[str, ...]  # every flag on this annotator's rows
-
-
-@dataclass(frozen=True)
-class Analysis:
-    source: str
-    sha256: str
-    sha256_of: str
-    study: str
-    options: ReportOptions
-    reference: str | None
-    systems: tuple[str, ...]
-    aspects: tuple[str, ...]
-    scales: dict[str, Scale]
-    exclusions: Exclusions
-    descriptives: tuple[Descriptive, ...]
-    comparisons: tuple[Comparison, ...]
-    agreement: tuple[AgreementResult, ...]
-    annotators: tuple[AnnotatorSummary, ...]
-    annotator_units: str  # "rating points" or "fraction of the scale"
-    warnings: tuple[str, ...]
-
-    def descriptive(self, aspect: str, system: str) -> Descriptive:
-        return next(d for d in self.descriptives if d.aspect == aspect and d.system == system)
-
-    def comparison(self, aspect: str, other: str) -> Comparison | None:
-        return next((c for c in self.comparisons if c.aspect == aspect and c.other == other), None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return _plain(asdict(self))
-
-
-def _plain(obj: Any) -> Any:
-    """JSON-ready: NaN/inf become None, tuples lists, numpy scalars Python numbers."""
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    if isinstance(obj, (np.floating, float)):
-        value = float(obj)
-        return value if math.isfinite(value) else None
-    if isinstance(obj, np.integer):
-        return int(obj)
-    return obj
-
-
-# --------------------------------------------------------------------------- hand-written statistics
-
-
-def holm(pvalues: Sequence[float | None]) -> list[float | None]:
-    """Holm's step-down adjusted p-values (plain Holm, not statsmodels' default Holm-Sidak).
-
-    The i-th smallest of m p-values becomes max over j <= i of min(1, (m - j + 1) p_(j)).
-    None entries (tests that could not be run) are not counted in m and stay None.
-    """
-    present = [(p, i) for i, p in enumerate(pvalues) if p is not None and math.isfinite(p)]
-    m = len(present)
-    adjusted: list[float | None] = [None] * len(pvalues)
-    running = 0.0
-    for rank, (p, i) in enumerate(sorted(present)):
-        running = max(running, min(1.0, (m - rank) * p))
-        adjusted[i] = running
-    return adjusted
-
-
-def rank_biserial_unpaired(reference: Sequence[float], other: Sequence[float]) -> float:
-    """P(reference > other) - P(reference < other) over all pairs; equals 2U/(n1 n2) - 1."""
-    ref = np.asarray(reference, dtype=float)
-    oth = np.sort(np.asarray(other, dtype=float))
-    below = np.searchsorted(oth, ref, side="left").sum()
-    above = (len(oth) - np.searchsorted(oth, ref, side="right")).sum()
-    return float((below - above) / (len(ref) * len(oth)))
-
-
-def rank_biserial_paired(differences: Sequence[float]) -> float | None:
-    """Matched-pairs rank-biserial (T+ - T-) / (T+ + T-), zero differences dropped (scipy's 'wilcox')."""
-    d = np.asarray(differences, dtype=float)
-    d = d[d != 0]
-    if d.size == 0:
-        return None
-    from scipy.stats import rankdata
-
-    ranks = rankdata(np.abs(d))
-    return float((ranks[d > 0].sum() - ranks[d < 0].sum()) / ranks.sum())
-
-
-def _percentile_ci(values: np.ndarray) -> tuple[float, float] | None:
-    values = values[np.isfinite(values)]
-    if values.size == 0:
-        return None
-    tail = (1 - CONFIDENCE) / 2 * 100
-    low, high = np.percentile(values, [tail, 100 - tail])
-    return (float(low), float(high))
-
-
-def _rng(seed: int, *names: str) -> np.random.Generator:
-    # One stream per (aspect, system, purpose): a result does not change when other
-    # systems or aspects are added to the study.
-    return np.random.default_rng([seed, *(zlib.crc32(n.encode("utf-8")) for n in names)])
-
-
-def bootstrap_rank_biserial_unpaired(
-    ref_counts: np.ndarray, other_counts: np.ndarray, domain: Sequence[float], n_boot: int, rng: np.random.Generator
-) -> tuple[float, float] | None:
-    """Percentile CI of the unpaired rank-biserial r, resampling items within each system.
-
-    ``*_counts`` are (items, len(domain)) histograms: an item's ratings are resampled
-    together, because ratings of one text by several annotators are not independent.
-    """
-    dom = np.asarray(domain, dtype=float)
-    sign = np.sign(dom[:, None] - dom[None, :])
-    boot_ref = _resampled_totals(ref_counts, n_boot, rng)
-    boot_other = _resampled_totals(other_counts, n_boot, rng)
-    n_pairs = boot_ref.sum(axis=1) * boot_other.sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = np.einsum("bi,ij,bj->b", boot_ref, sign, boot_other) / n_pairs
-    return _percentile_ci(r)
-
-
-def _resampled_totals(counts: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    n = counts.shape[0]
-    picks = rng.integers(0, n, size=(n_boot, n))
-    weights = np.bincount((picks + np.arange(n_boot)[:, None] * n).ravel(), minlength=n_boot * n).reshape(n_boot, n)
-    return weights @ counts
-
-
-def bootstrap_rank_biserial_paired(
-    differences: np.ndarray, n_boot: int, rng: np.random.Generator
-) -> tuple[float, float] | None:
-    """Percentile CI of the matched-pairs rank-biserial r, resampling items (pairs)."""
-    from scipy.stats import rankdata
-
-    d = np.asarray(differences, dtype=float)
-    n = d.size
-    sample = d[rng.integers(0, n, size=(n_boot, n))]
-    ranks = rankdata(np.abs(sample), axis=1)
-    # Zeros rank below every non-zero |d|, so dropping them shifts the other ranks by their count.
-    zeros = (sample == 0).sum(axis=1, keepdims=True)
-    ranks = ranks - zeros
-    plus = np.where(sample > 0, ranks, 0).sum(axis=1)
-    minus = np.where(sample < 0, ranks, 0).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = (plus - minus) / (plus + minus)
-    return _percentile_ci(r)
-
-
-# --------------------------------------------------------------------------- scipy tests
-
-
-def mann_whitney(reference: Sequence[float], other: Sequence[float], alternative: str) -> TestResult:
-    """scipy.stats.mannwhitneyu(reference, other) with the method scipy's 'auto' would pick, named."""
-    from scipy.stats import mannwhitneyu
-
-    ref = np.asarray(reference, dtype=float)
-    oth = np.asarray(other, dtype=float)
-    ties = np.unique(np.concatenate([ref, oth])).size < ref.size + oth.size
-    method = "asymptotic" if (ref.size > 8 and oth.size > 8) or ties else "exact"
-    res = mannwhitneyu(ref, oth, alternative=alternative, method=method)
-    assumes = "independent ratings (each rating one observation); " + (
-        "normal approximation with tie and continuity correction"
-        if method == "asymptotic"
-        else "exact null distribution (no ties, small samples)"
-    )
-    return TestResult(
-        "mannwhitneyu",
-        float(res.statistic),
-        float(res.pvalue),
-        alternative,
-        method,
-        int(ref.size),
-        int(oth.size),
-        rank_biserial_unpaired(ref, oth),
-        None,
-        assumes,
-    )
-
-
-def wilcoxon_paired(reference_means: Sequence[float], other_means: Sequence[float], alternative: str) -> TestResult:
-    """scipy.stats.wilcoxon on per-item mean differences (reference - other), zero_method 'wilcox'."""
-    from scipy.stats import wilcoxon
-
-    d = np.round(np.asarray(reference_means, dtype=float) - np.asarray(other_means, dtype=float), DIFFERENCE_DECIMALS)
-    n = int(d.size)
-    nonzero = d[d != 0]
-    has_ties = np.unique(np.abs(nonzero)).size < nonzero.size
-    if n > 50:
-        method = "asymptotic"
-    elif not has_ties and nonzero.size == n:
-        method = "exact"
-    elif n <= 13:
-        method = "permutation"
-    else:
-        method = "asymptotic"
-    assumes = (
-        "paired by item: one mean per item and system, differences symmetric about their "
-        "median under H0; zero differences dropped (zero_method='wilcox'); "
-        + {
-            "exact": "exact null distribution",
-            "permutation": "exhaustive permutation distribution (ties or zeros, n <= 13)",
-            "asymptotic": "normal approximation with tie correction",
-        }[method]
-    )
-    if nonzero.size == 0:
-        return TestResult(
-            "wilcoxon",
-            None,
-            None,
-            alternative,
-            method,
-            n,
-            n,
-            None,
-            None,
-            assumes,
-            note="every item has the same mean for both systems: no test",
-        )
-    import warnings
-
-    with warnings.catch_warnings():
-        # scipy warns about the normal approximation for n < 10 with zeros; the method is reported.
-        warnings.simplefilter("ignore", UserWarning)
-        res = wilcoxon(d, zero_method="wilcox", alternative=alternative, method="auto")
-    return TestResult(
-        "wilcoxon",
-        float(res.statistic),
-        float(res.pvalue),
-        alternative,
-        method,
-        n,
-        n,
-        rank_biserial_paired(d),
-        None,
-        assumes,
-    )
-
-
-# --------------------------------------------------------------------------- agreement
-
-
-def krippendorff_alpha(value_counts: np.ndarray, domain: Sequence[float], level: str) -> float | None:
-    """krippendorff.alpha from a (units, values) count matrix; None where alpha is undefined."""
-    import krippendorff
-
-    if (value_counts.sum(axis=1) >= 2).sum() == 0:
-        return None
-    with np.errstate(invalid="ignore", divide="ignore"):
-        value = float(
-            krippendorff.alpha(value_counts=value_counts, value_domain=list(domain), level_of_measurement=level)
-        )
-    return value if math.isfinite(value) else None
-
-
-def reliability_matrix(rows: Sequence[Rating]) -> tuple[list[str], list[tuple[str, str]], np.ndarray]:
-    """(annotators, units, matrix annotators x units with NaN where a unit was not rated)."""
-    annotators = sorted({r.annotator for r in rows})
-    units = sorted({r.unit for r in rows})
-    a_index = {a: i for i, a in enumerate(annotators)}
-    u_index = {u: j for j, u in enumerate(units)}
-    matrix = np.full((len(annotators), len(units)), np.nan)
-    for r in rows:
-        matrix[a_index[r.annotator], u_index[r.unit]] = r.value
-    return annotators, units, matrix
-
-
-def agreement(aspect: str, rows: Sequence[Rating], scale: Scale, n_boot: int, seed: int) -> AgreementResult:
-    annotators, units, matrix = reliability_matrix(rows)
-    domain = np.asarray(scale.domain)
-    counts = np.stack([(matrix == v).sum(axis=0) for v in domain], axis=1).astype(float)
-    pairable = int((counts.sum(axis=1) >= 2).sum())
-    base = dict(
-        aspect=aspect,
-        n_units=len(units),
-        n_pairable_units=pairable,
-        n_annotators=len(annotators),
-        value_domain=tuple(scale.domain),
-    )
-    if len(annotators) < 2:
-        who = annotators[0] if annotators else "nobody"
-        return AgreementResult(
-            ordinal=None,
-            ordinal_ci=None,
-            interval=None,
-            n_boot_valid=0,
-            undefined_reason=f"undefined: only one annotator ({who}) rated this aspect; alpha needs two or more",
-            **base,
-        )
-    if pairable == 0:
-        return AgreementResult(
-            ordinal=None,
-            ordinal_ci=None,
-            interval=None,
-            n_boot_valid=0,
-            undefined_reason="undefined: no text was rated by two or more annotators",
-            **base,
-        )
-    ordinal = krippendorff_alpha(counts, domain, "ordinal")
-    interval = krippendorff_alpha(counts, domain, "interval")
-    if ordinal is None:
-        return AgreementResult(
-            ordinal=None,
-            ordinal_ci=None,
-            interval=None,
-            n_boot_valid=0,
-            undefined_reason="undefined: all pairable ratings have the same value (no variation to agree on)",
-            **base,
-        )
-    # Resample items, each bringing all of its texts (one per system), as in a new study
-    # drawing other prompts.
-    items = sorted({u[0] for u in units})
-    by_item = defaultdict(list)
-    for j, u in enumerate(units):
-        by_item[u[0]].append(j)
-    rng = _rng(seed, "alpha", aspect)
-    replicates = np.empty(n_boot)
-    for b in range(n_boot):
-        picked = rng.integers(0, len(items), size=len(items))
-        columns = [j for i in picked for j in by_item[items[i]]]
-        value = krippendorff_alpha(counts[columns], domain, "ordinal")
-        replicates[b] = np.nan if value is None else value
-    valid = int(np.isfinite(replicates).sum())
-    return AgreementResult(
-        ordinal=ordinal, ordinal_ci=_percentile_ci(replicates), interval=interval, n_boot_valid=valid, **base
-    )
-
+from .options import ReportOptions
+from .ratings import Rating, Ratings, StudyProgress
+from .results import Analysis, AnnotatorSummary, Comparison, Descriptive, Exclusions, Scale
+from .statistics import (
+    DIFFERENCE_DECIMALS,
+    agreement,
+    bootstrap_rank_biserial_paired,
+    bootstrap_rank_biserial_unpaired,
+    detect_design,
+    holm,
+    mann_whitney,
+    seeded_rng,
+    wilcoxon_paired,
+)
 
 # --------------------------------------------------------------------------- the analysis
 
@@ -685,6 +42,9 @@ def analyse(ratings: Ratings, options: ReportOptions) -> Analysis:
     if not rows:
         raise MaxbenchError(f"{ratings.source} holds no ratings; nothing to report")
     rows, study = _select_study(rows, ratings.source, options.study)
+    progress = ratings.progress
+    if progress is not None and not progress.complete:
+        warnings.append(_incomplete_text(progress))
     aspects = tuple(dict.fromkeys(r.criterion for r in rows))
     scales = _scales(rows, aspects, options.scale, ratings.source, warnings)
     _check_values(rows, scales, ratings.source)
@@ -703,15 +63,7 @@ def analyse(ratings: Ratings, options: ReportOptions) -> Analysis:
         )
 
     all_systems = sorted({r.system for r in rows})
-    reference = options.reference
-    if reference is not None and reference not in all_systems:
-        raise MaxbenchError(
-            f"reference system {reference!r} has no ratings in {ratings.source}; "
-            f"systems present: {', '.join(all_systems)}"
-        )
-    if reference is None and len(all_systems) > 1:
-        reference = all_systems[0]
-        warnings.append(f"no --reference given: comparing against {reference!r}, the first system by name")
+    reference, reference_rule = _choose_reference(all_systems, options.reference, ratings, warnings)
     systems = tuple([reference] + [s for s in all_systems if s != reference]) if reference else tuple(all_systems)
     if len(systems) == 1:
         warnings.append(f"only one system ({systems[0]}) was rated: no comparisons")
@@ -752,8 +104,10 @@ def analyse(ratings: Ratings, options: ReportOptions) -> Analysis:
         sha256=ratings.sha256,
         sha256_of=ratings.sha256_of,
         study=study,
+        progress=progress,
         options=options,
         reference=reference,
+        reference_rule=reference_rule,
         systems=systems,
         aspects=aspects,
         scales=scales,
@@ -764,6 +118,37 @@ def analyse(ratings: Ratings, options: ReportOptions) -> Analysis:
         annotators=annotators,
         annotator_units=units_label,
         warnings=tuple(warnings),
+    )
+
+
+def _choose_reference(
+    systems: Sequence[str], asked: str | None, ratings: Ratings, warnings: list[str]
+) -> tuple[str | None, str]:
+    """The reference system and how it was chosen: --reference, else the run's baseline recorded
+    with the study, else the first system by name (said in a warning)."""
+    if asked is not None:
+        if asked not in systems:
+            raise MaxbenchError(
+                f"reference system {asked!r} has no ratings in {ratings.source}; systems present: {', '.join(systems)}"
+            )
+        return asked, "given with --reference"
+    if len(systems) < 2:
+        return None, "none: a single system"
+    if ratings.baseline in systems:
+        return ratings.baseline, "the run's baseline, recorded when the study was created"
+    if ratings.baseline is not None:
+        warnings.append(f"the run's baseline {ratings.baseline!r} has no ratings in {ratings.source}")
+    warnings.append(f"no --reference given: comparing against {systems[0]!r}, the first system by name")
+    return systems[0], "the first system by name"
+
+
+def _incomplete_text(p: StudyProgress) -> str:
+    unrated = p.texts_assigned - p.texts_rated
+    stopped = f", {p.texts_unrated_stopped} of them by stopped annotators" if p.texts_unrated_stopped else ""
+    state = "closed" if p.closed else "open"
+    return (
+        f"incomplete study ({state}): {p.texts_rated} of {p.texts_assigned} assigned texts are rated "
+        f"({unrated} unrated{stopped}); every number below covers the rated texts only"
     )
 
 
@@ -920,43 +305,6 @@ def _describe(aspect: str, system: str, rows: list[Rating], scale: Scale) -> Des
     )
 
 
-def detect_design(
-    reference_items: set[str], other_items: set[str], reference: str, other: str, forced: str = "auto"
-) -> Design:
-    """Paired when every item was rated for both systems; a forced design is stated as forced."""
-    common = reference_items & other_items
-    counts = (len(common), len(reference_items), len(other_items))
-    if forced == "paired":
-        return Design(
-            "paired",
-            *counts,
-            f"paired (forced by --design): the {len(common)} items rated for both "
-            f"{reference!r} and {other!r} are compared item by item",
-        )
-    if forced == "unpaired":
-        return Design(
-            "unpaired", *counts, f"unpaired (forced by --design); {len(common)} items were rated for both systems"
-        )
-    if common and reference_items == other_items:
-        return Design(
-            "paired", *counts, f"paired: all {len(common)} items were rated for both {reference!r} and {other!r}"
-        )
-    if not common:
-        return Design(
-            "unpaired",
-            *counts,
-            f"unpaired: no item was rated for both {reference!r} "
-            f"({len(reference_items)} items) and {other!r} ({len(other_items)} items)",
-        )
-    return Design(
-        "unpaired",
-        *counts,
-        f"unpaired: only {len(common)} of the items were rated for both "
-        f"{reference!r} ({len(reference_items)} items) and {other!r} "
-        f"({len(other_items)} items); --design paired would use those",
-    )
-
-
 def _item_histograms(rows: list[Rating], domain: Sequence[float]) -> tuple[list[str], np.ndarray]:
     items = sorted({r.item for r in rows})
     index = {item: i for i, item in enumerate(items)}
@@ -1001,9 +349,9 @@ def _compare_aspect(
         _, ref_hist = _item_histograms(ref_rows, scale.domain)
         _, other_hist = _item_histograms(other_rows, scale.domain)
         ci = bootstrap_rank_biserial_unpaired(
-            ref_hist, other_hist, scale.domain, options.n_boot, _rng(options.seed, "mannwhitneyu", aspect, other)
+            ref_hist, other_hist, scale.domain, options.n_boot, seeded_rng(options.seed, "mannwhitneyu", aspect, other)
         )
-        mwu = _replace(mwu, effect_ci=ci)
+        mwu = replace(mwu, effect_ci=ci)
         wil = None
         if design.kind == "paired":
             ref_means, other_means = _item_means(ref_rows), _item_means(other_rows)
@@ -1016,10 +364,10 @@ def _compare_aspect(
                 )
                 if wil.pvalue is not None:
                     d = np.round(np.array([ref_means[i] - other_means[i] for i in common]), DIFFERENCE_DECIMALS)
-                    wil = _replace(
+                    wil = replace(
                         wil,
                         effect_ci=bootstrap_rank_biserial_paired(
-                            d, options.n_boot, _rng(options.seed, "wilcoxon", aspect, other)
+                            d, options.n_boot, seeded_rng(options.seed, "wilcoxon", aspect, other)
                         ),
                     )
         primary = "wilcoxon" if design.kind == "paired" and wil is not None else "mannwhitneyu"
@@ -1030,14 +378,8 @@ def _compare_aspect(
         adjusted = holm([t.pvalue if t is not None else None for t in tests])
         for k, (c, t, p) in enumerate(zip(results, tests, adjusted)):
             if t is not None:
-                results[k] = _replace(c, **{test: _replace(t, pvalue_holm=p)})
+                results[k] = replace(c, **{test: replace(t, pvalue_holm=p)})
     return results
-
-
-def _replace(obj, **changes):
-    from dataclasses import replace
-
-    return replace(obj, **changes)
 
 
 def _annotator_summaries(

@@ -13,12 +13,12 @@ from __future__ import annotations
 import time
 
 from flask import Blueprint, abort, jsonify, redirect, render_template, request, session, url_for
-from sqlalchemy import insert, select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import joinedload
 
-from .app import error_response, get_db
-from .db import hash_token, write_transaction
+from .db import get_db, hash_token, write_transaction
+from .error_pages import error_response
 from .forms import FIELD_PREFIX, ConsentForm, check_form, expected_fields, rating_form
 from .models import Annotator, Assignment, Rating, Study, utcnow
 from .rubrics import Rubric
@@ -68,6 +68,15 @@ def _pages(annotator: Annotator) -> list[tuple[int, str, bool]]:
         .all()
     )
     return [(p, pid, bool(done)) for p, pid, done in rows]
+
+
+def _n_texts(annotator: Annotator) -> int:
+    """Texts to rate: the annotator's pages without the attention checks."""
+    return get_db().scalar(
+        select(func.count(Assignment.id)).where(
+            Assignment.annotator_id == annotator.id, Assignment.item_id.is_not(None)
+        )
+    )
 
 
 def _due(pages) -> str | None:
@@ -126,15 +135,20 @@ def next_page():
 def welcome():
     annotator, study = current_annotator()
     form = ConsentForm()
+
+    def page(status=200):
+        return render_template(
+            "annotator/welcome.html",
+            study=study,
+            rubric=study_rubric(study),
+            form=form,
+            n_texts=_n_texts(annotator),
+            n_pages=len(_pages(annotator)),
+        ), status
+
     if request.method == "POST":
         if not form.validate_on_submit():
-            return render_template(
-                "annotator/welcome.html",
-                study=study,
-                rubric=study_rubric(study),
-                form=form,
-                n_pages=len(_pages(annotator)),
-            ), 400
+            return page(400)
         db = get_db()
         with write_transaction(db):
             db.execute(
@@ -144,9 +158,7 @@ def welcome():
             )
             db.commit()
         return redirect(url_for(".next_page"), code=303)
-    return render_template(
-        "annotator/welcome.html", study=study, rubric=study_rubric(study), form=form, n_pages=len(_pages(annotator))
-    )
+    return page()
 
 
 @bp.route("/check", methods=["GET", "POST"])

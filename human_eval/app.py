@@ -12,40 +12,31 @@ Configuration comes from the environment, then from ``config`` (a dict, for test
 - ``MAXBENCH_PROXY_FIX=1``: trust one proxy's X-Forwarded-For/-Proto/-Host headers
   (werkzeug ProxyFix); only when a reverse proxy sets them.
 
+The layout is Flask's tutorial's: this factory imports the blueprints (human_eval.annotator,
+human_eval.admin), and they and the factory import the helpers (human_eval.db for the
+request's database session, human_eval.error_pages for error pages), never this module.
+
 Production: ``gunicorn -w 4 -b 127.0.0.1:8000 'human_eval.app:create_app()'`` (see README).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import secrets
 import tempfile
 
-from flask import Flask, g, jsonify, render_template, request
-from flask_wtf.csrf import CSRFError, CSRFProtect
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
-from sqlalchemy.orm import sessionmaker
-from werkzeug.exceptions import HTTPException
+from flask import Flask, request
+from flask_wtf.csrf import CSRFProtect
 
+from core.errors import MaxbenchError
 from systems.assets import maxbench_home
 
-from .db import DatabaseBusy, DatabaseGone, database_url, engine_for
+from . import db, error_pages
+from .admin import bp as admin_bp
+from .annotator import bp as annotator_bp
+from .db import database_url
 
 csrf = CSRFProtect()
-log = logging.getLogger("maxbench.human_eval")
-
-MESSAGES = {
-    400: "The request could not be understood. Go back, reload the page and try again.",
-    403: "You do not have access to this page.",
-    404: "This page does not exist. If you followed your personal link, check that you copied all of it.",
-    405: "This page cannot be used that way.",
-    409: "This page is out of date. Continue with the current item.",
-    413: "What was sent is too large.",
-    500: "Something went wrong on the server. Your earlier ratings are saved; please try again in a minute.",
-    503: "The rating database is busy or unavailable right now. Your earlier ratings are saved; "
-    "please try again in a minute.",
-}
 
 
 def _env_flag(name: str) -> bool:
@@ -55,20 +46,31 @@ def _env_flag(name: str) -> bool:
 def _persistent_secret_key() -> str:
     """One random key per MAXBENCH_HOME, created atomically so concurrent workers agree."""
     path = maxbench_home() / "human_eval" / "secret_key"
-    if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".secret_key.")
-        try:
-            os.write(fd, secrets.token_hex(32).encode())
-            os.close(fd)
-            os.chmod(tmp, 0o600)
+    try:
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".secret_key.")
             try:
-                os.link(tmp, path)  # fails if another worker won the race: use its key
-            except FileExistsError:
-                pass
-        finally:
-            os.unlink(tmp)
-    return path.read_text().strip()
+                os.write(fd, secrets.token_hex(32).encode())
+                os.close(fd)
+                os.chmod(tmp, 0o600)
+                try:
+                    os.link(tmp, path)  # fails if another worker won the race: use its key
+                except FileExistsError:
+                    pass
+            finally:
+                os.unlink(tmp)
+        key = path.read_text().strip()
+    except OSError as exc:
+        raise MaxbenchError(
+            f"cannot keep the app's secret key in {path} ({exc.strerror}): set MAXBENCH_SECRET_KEY "
+            "or point MAXBENCH_HOME at a writable folder"
+        ) from None
+    if not key:
+        raise MaxbenchError(
+            f"the secret key file {path} is empty: delete it (a new key is made) or set MAXBENCH_SECRET_KEY"
+        )
+    return key
 
 
 def create_app(config: dict | None = None) -> Flask:
@@ -96,35 +98,13 @@ def create_app(config: dict | None = None) -> Flask:
 
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=1, x_proto=1, x_host=1)
 
-    engine = engine_for(app.config["DB_URL"], create=True)
-    app.extensions["maxbench_sessionmaker"] = sessionmaker(bind=engine, expire_on_commit=False)
+    db.init_app(app)
     csrf.init_app(app)
-
-    from .admin import bp as admin_bp
-    from .annotator import bp as annotator_bp
-
     app.register_blueprint(annotator_bp)
     app.register_blueprint(admin_bp, url_prefix="/admin")
-
-    app.teardown_appcontext(_close_db)
     app.after_request(_security_headers)
-    _register_error_handlers(app)
+    error_pages.init_app(app)
     return app
-
-
-def get_db():
-    """The request's database session (opened on first use, closed at teardown)."""
-    if "db" not in g:
-        from flask import current_app
-
-        g.db = current_app.extensions["maxbench_sessionmaker"]()
-    return g.db
-
-
-def _close_db(_exc=None) -> None:
-    db = g.pop("db", None)
-    if db is not None:
-        db.close()  # rolls back anything not committed: only commits were acknowledged
 
 
 def _security_headers(response):
@@ -140,47 +120,3 @@ def _security_headers(response):
     if not request.path.startswith("/static/"):
         response.headers["Cache-Control"] = "no-store"
     return response
-
-
-def _wants_json() -> bool:
-    return request.path.endswith(".json")
-
-
-def error_response(code: int, message: str | None = None):
-    message = message or MESSAGES.get(code, MESSAGES[500])
-    if _wants_json():
-        return jsonify(error=message), code
-    return render_template("error.html", code=code, message=message), code
-
-
-def _register_error_handlers(app: Flask) -> None:
-    @app.errorhandler(CSRFError)
-    def _csrf(exc):
-        return error_response(
-            400, "This form has expired or did not come from this site. Go back, reload the page and submit again."
-        )
-
-    @app.errorhandler(HTTPException)
-    def _http(exc):
-        return error_response(exc.code or 500)
-
-    @app.errorhandler(OperationalError)
-    def _db_unavailable(exc):
-        log.error("database unavailable: %s", exc.orig)
-        return error_response(503)
-
-    @app.errorhandler(DatabaseBusy)
-    @app.errorhandler(DatabaseGone)
-    def _db_busy(exc):
-        log.error("%s", exc)
-        return error_response(503)
-
-    @app.errorhandler(SQLAlchemyError)
-    def _db_error(exc):
-        log.exception("database error")
-        return error_response(500)
-
-    @app.errorhandler(Exception)
-    def _unexpected(exc):
-        log.exception("unexpected error")  # the trace goes to the server log, never the page
-        return error_response(500)

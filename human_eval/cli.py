@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from core.errors import MaxbenchError
 
@@ -27,10 +27,14 @@ def register(subparsers) -> None:
     serve.add_argument(
         "--db", help="SQLAlchemy database URL (default $MAXBENCH_DB_URL or SQLite under $MAXBENCH_HOME/human_eval)"
     )
-    serve.add_argument("--access-log", action="store_true", help="log every request to stderr")
+    serve.add_argument(
+        "--access-log",
+        action="store_true",
+        help="log every request to stderr, like every other line (tokens and query values redacted)",
+    )
     serve.set_defaults(func=cmd_serve)
 
-    study = subparsers.add_parser("study", help="create, list, export and close rating studies")
+    study = subparsers.add_parser("study", help="create, list, export, close and reopen rating studies")
     study_sub = study.add_subparsers(dest="study_command", metavar="ACTION", required=True)
 
     create = study_sub.add_parser(
@@ -104,6 +108,11 @@ def register(subparsers) -> None:
     close.add_argument("--db", help="database URL")
     close.set_defaults(func=cmd_study_close)
 
+    reopen = study_sub.add_parser("reopen", help="reopen a closed study: annotators can rate again")
+    reopen.add_argument("study_id", metavar="STUDY")
+    reopen.add_argument("--db", help="database URL")
+    reopen.set_defaults(func=cmd_study_reopen)
+
     rubric = study_sub.add_parser("rubric", help="check and show a rubric preset or TOML file")
     rubric.add_argument(
         "rubric", metavar="NAME|FILE.toml", nargs="?", help="rubric to show (default: list the presets)"
@@ -111,71 +120,41 @@ def register(subparsers) -> None:
     rubric.set_defaults(func=cmd_study_rubric)
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
-    from gunicorn.app.base import BaseApplication
-
-    from .db import database_url, dispose_engines, engine_for
+    from .server import serve
 
     if args.db:
         os.environ["MAXBENCH_DB_URL"] = args.db  # the workers build their app from the environment
-    url = database_url()
-    engine_for(url, create=True)  # fail here, with a message, rather than in every worker
-    dispose_engines()  # no pooled connection may cross the fork into the workers
-    if args.workers < 1 or args.threads < 1:
-        raise MaxbenchError("--workers and --threads must be at least 1")
-    if not _is_loopback(args.host) and os.environ.get("MAXBENCH_SECURE_COOKIES") != "1":
-        print(
-            "maxbench: warning: serving on a non-loopback address with plain-HTTP cookies; put the app "
-            "behind an HTTPS reverse proxy and set MAXBENCH_SECURE_COOKIES=1 (see human_eval/README.md)",
-            file=sys.stderr,
-        )
-
-    options = {
-        "bind": f"{args.host}:{args.port}",
-        "workers": args.workers,
-        "threads": args.threads,
-        "worker_class": "gthread" if args.threads > 1 else "sync",
-        "timeout": 30,
-        "graceful_timeout": 10,
-        "accesslog": "-" if args.access_log else None,
-        "errorlog": "-",
-        "loglevel": "info",
-        # gunicorn's runtime control socket is one fixed path per user: two servers
-        # on one machine would fight over it, and nothing here uses it.
-        "control_socket_disable": True,
-    }
-
-    class RatingServer(BaseApplication):
-        def load_config(self):
-            for key, value in options.items():
-                if value is not None:
-                    self.cfg.set(key, value)
-
-        def load(self):
-            from .app import create_app
-
-            return create_app()
-
-    shown = url if not url.startswith("postgresql") else url.split("@")[-1]
-    print(
-        f"maxbench: rating app on http://{args.host}:{args.port}/ (admin: /admin/login), database {shown}",
-        file=sys.stderr,
-        flush=True,
-    )
-    RatingServer().run()
+    serve(args.host, args.port, args.workers, args.threads, args.access_log)
     return 0
 
 
-def _print_created(created, base_url: str, links_out: Path | None) -> None:
+def _check_base_url(base_url: str) -> None:
+    parts = urlsplit(base_url)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+        raise MaxbenchError(
+            f"--base-url {base_url!r} is not an http(s) address for the links: give e.g. https://rate.example.org"
+        )
+
+
+def _open_links_file(path: Path) -> tuple[int, bool]:
+    """(descriptor, whether it was created) of the links CSV, opened before the study exists.
+
+    The links are the annotators' only credentials: a file that cannot be written must stop
+    the command before the study is made, not after. An existing file is truncated only
+    once the study exists.
+    """
+    existed = path.exists()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise MaxbenchError(
+            f"cannot write --links-out {path} ({exc.strerror}): choose a file in a writable folder"
+        ) from None
+    return fd, not existed
+
+
+def _print_created(created, base_url: str, links_fd: int | None, links_out: Path | None) -> None:
     links = created.links(base_url)
     print(f"study: {created.slug}")
     print(f"texts: {created.n_items}; pages per annotator: {', '.join(str(n) for n in created.n_pages)}")
@@ -184,9 +163,10 @@ def _print_created(created, base_url: str, links_out: Path | None) -> None:
     print("annotator links (one per person; a link is the annotator's only credential):")
     for (label, link), pages in zip(links, created.n_pages):
         print(f"  {label}  {link}  ({pages} pages)")
-    if links_out is not None:
-        fd = os.open(links_out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+    if links_fd is not None:
+        os.ftruncate(links_fd, 0)
+        os.fchmod(links_fd, 0o600)
+        with os.fdopen(links_fd, "w", encoding="utf-8") as f:
             f.write("annotator,link,pages\n")
             for (label, link), pages in zip(links, created.n_pages):
                 f.write(f"{label},{link},{pages}\n")
@@ -198,33 +178,43 @@ def cmd_study_create(args: argparse.Namespace) -> int:
     from .rubrics import load_rubric
     from .study import create_study
 
+    _check_base_url(args.base_url)
     rubric = load_rubric(args.rubric)
     consent = None
     if args.consent_file:
         try:
             consent = args.consent_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise MaxbenchError(f"cannot read --consent-file {args.consent_file}: {exc.strerror}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or "not UTF-8 text"
+            raise MaxbenchError(f"cannot read --consent-file {args.consent_file}: {reason}") from None
         if not consent:
             raise MaxbenchError(f"--consent-file {args.consent_file} is empty")
-    with database_errors(args.db), session_for(args.db, create=True) as session:
-        created = create_study(
-            session,
-            args.run_dir,
-            rubric,
-            systems=args.systems,
-            items_per_system=args.items_per_system,
-            raters_per_item=args.raters_per_item,
-            annotators=args.annotators,
-            paired=not args.independent,
-            seed=args.seed,
-            attention_rate=args.attention_rate,
-            attention_fail_limit=args.attention_fail_limit,
-            completion_code=args.completion_code,
-            title=args.title,
-            consent_text=consent,
-        )
-    _print_created(created, args.base_url, args.links_out)
+    links_fd, links_created = _open_links_file(args.links_out) if args.links_out else (None, False)
+    try:
+        with database_errors(args.db), session_for(args.db, create=True) as session:
+            created = create_study(
+                session,
+                args.run_dir,
+                rubric,
+                systems=args.systems,
+                items_per_system=args.items_per_system,
+                raters_per_item=args.raters_per_item,
+                annotators=args.annotators,
+                paired=not args.independent,
+                seed=args.seed,
+                attention_rate=args.attention_rate,
+                attention_fail_limit=args.attention_fail_limit,
+                completion_code=args.completion_code,
+                title=args.title,
+                consent_text=consent,
+            )
+    except BaseException:
+        if links_fd is not None:
+            os.close(links_fd)
+            if links_created:
+                args.links_out.unlink(missing_ok=True)
+        raise
+    _print_created(created, args.base_url, links_fd, args.links_out)
     return 0
 
 
@@ -254,25 +244,48 @@ def cmd_study_export(args: argparse.Namespace) -> int:
         rows = long_format_rows(session, args.study_id, blind=args.blind)
     body = rows_to_csv(rows) if args.format == "csv" else rows_to_json(rows)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(body, encoding="utf-8")
+        try:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(body, encoding="utf-8")
+        except OSError as exc:
+            raise MaxbenchError(
+                f"cannot write --out {args.out} ({exc.strerror}): choose a file in a writable folder, "
+                "or leave --out out to write to stdout; the ratings stay in the database"
+            ) from None
         print(f"{len(rows)} ratings written to {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(body)
     return 0
 
 
-def cmd_study_close(args: argparse.Namespace) -> int:
+def _set_closed(args: argparse.Namespace, closed: bool):
     from .db import database_errors, session_for, write_transaction
     from .models import utcnow
     from .study import find_study
 
     with database_errors(args.db), session_for(args.db) as session, write_transaction(session):
         study = find_study(session, args.study_id)
-        if study.closed_at is None:
+        was_closed = study.closed_at
+        if closed and study.closed_at is None:
             study.closed_at = utcnow()
+        elif not closed:
+            study.closed_at = None
         session.commit()
-        print(f"study {study.slug} closed at {study.closed_at} UTC")
+        return study.slug, was_closed, study.closed_at
+
+
+def cmd_study_close(args: argparse.Namespace) -> int:
+    slug, _, closed_at = _set_closed(args, True)
+    print(f"study {slug} closed at {closed_at} UTC (maxbench study reopen {slug} opens it again)")
+    return 0
+
+
+def cmd_study_reopen(args: argparse.Namespace) -> int:
+    slug, was_closed, _ = _set_closed(args, False)
+    if was_closed is None:
+        print(f"study {slug} was open; nothing changed")
+    else:
+        print(f"study {slug} reopened (closed since {was_closed} UTC): annotators can rate again")
     return 0
 
 

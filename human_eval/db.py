@@ -15,6 +15,9 @@ Public entry points:
   On SQLite it queues writers (WriteGate) and takes the write lock at BEGIN
   (``BEGIN IMMEDIATE``), so concurrent writers wait their turn instead of failing on a
   stale read snapshot or sleeping in SQLite's busy handler.
+- In the app (as in Flask's tutorial): ``init_app(app)`` opens ``app.config["DB_URL"]``,
+  creating the tables; ``get_db()`` is the request's session, closed by ``close_db`` at
+  teardown.
 
 Durability: a rating is acknowledged only after ``commit()`` returns. SQLite runs in WAL
 mode with ``synchronous=FULL``: the WAL is fsynced at every commit, so an acknowledged
@@ -27,13 +30,14 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import logging
 import os
+import re
 import threading
 import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
+from flask import Flask, current_app, g
 from sqlalchemy import create_engine, event, inspect
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
@@ -42,10 +46,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from core.errors import MaxbenchError
 from systems.assets import maxbench_home
 
+from .logs import log
 from .models import Base
 
 DEFAULT_BUSY_TIMEOUT_MS = 5000
-log = logging.getLogger("maxbench.human_eval")
 _SYNCHRONOUS_MODES = {"FULL", "NORMAL", "EXTRA"}
 _engines: dict[tuple, Engine] = {}
 _gates: dict[Engine, WriteGate] = {}  # SQLite files only
@@ -58,6 +62,19 @@ def default_sqlite_path() -> Path:
 
 def database_url(url: str | None = None) -> str:
     return url or os.environ.get("MAXBENCH_DB_URL") or f"sqlite:///{default_sqlite_path()}"
+
+
+def shown_url(url: str) -> str:
+    """``url`` without its password, for messages and logs."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return re.sub(r"//([^/@:]*):[^/@]*@", r"//\1:***@", url)
+
+
+def _one_line(exc: BaseException) -> str:
+    """A driver's message (psycopg's span several lines) as one line."""
+    return " ".join(str(getattr(exc, "orig", None) or exc).split())
 
 
 def hash_token(token: str) -> str:
@@ -103,12 +120,59 @@ def _configure_sqlite(engine: Engine, busy_timeout_ms: int, synchronous: str) ->
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
+def _busy_timeout_ms() -> int:
+    text = os.environ.get("MAXBENCH_DB_BUSY_TIMEOUT_MS", str(DEFAULT_BUSY_TIMEOUT_MS))
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise MaxbenchError(
+            f"MAXBENCH_DB_BUSY_TIMEOUT_MS={text!r} is not a whole number of milliseconds: "
+            f"set it to e.g. {DEFAULT_BUSY_TIMEOUT_MS} or unset it"
+        )
+    return value
+
+
+def _memory_database(url: str) -> bool:
+    parsed = make_url(url)
+    return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
+
+
+def _prepare_sqlite_file(path: Path) -> None:
+    """Make the folder of a new SQLite file, or say in one line why the file cannot be there."""
+    fix = "name a file in a writable folder with --db sqlite:////path/ratings.sqlite3 or MAXBENCH_DB_URL"
+    if path.is_dir():
+        raise MaxbenchError(f"database path {path} is a folder, not a file: {fix}")
+    if path.exists() and not path.is_file():
+        raise MaxbenchError(f"database path {path} is not a regular file (a device, pipe or socket): {fix}")
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            raise MaxbenchError(f"database path {path} cannot exist: {parent} is a file, not a folder; {fix}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise MaxbenchError(
+            f"cannot create the folder {path.parent} for the database ({exc.strerror}): {fix}"
+        ) from None
+    # SQLite writes its -wal and -shm files beside the database, so the folder must be writable too.
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise MaxbenchError(f"the folder {path.parent} of the database is not writable: {fix}")
+    if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+        raise MaxbenchError(f"the database {path} is not readable and writable by this user: {fix}")
+
+
 def engine_for(
     url: str | None = None, create: bool = False, busy_timeout_ms: int | None = None, synchronous: str | None = None
 ) -> Engine:
+    """The cached Engine for ``url``; ``create=True`` makes the SQLite file and the tables.
+
+    A new database must outlive the process, so ``create=True`` refuses an in-memory
+    SQLite URL (``sqlite://``): the study or ratings stored there would vanish at exit.
+    """
     url = database_url(url)
     if busy_timeout_ms is None:
-        busy_timeout_ms = int(os.environ.get("MAXBENCH_DB_BUSY_TIMEOUT_MS", DEFAULT_BUSY_TIMEOUT_MS))
+        busy_timeout_ms = _busy_timeout_ms()
     synchronous = (synchronous or os.environ.get("MAXBENCH_SQLITE_SYNCHRONOUS", "FULL")).upper()
     if synchronous not in _SYNCHRONOUS_MODES:
         raise MaxbenchError(
@@ -127,12 +191,17 @@ def engine_for(
             sqlite_file = _sqlite_file(url)
         except ArgumentError:
             raise MaxbenchError(
-                f"database URL {url!r} is not a valid SQLAlchemy URL "
+                f"database URL {shown_url(url)!r} is not a valid SQLAlchemy URL "
                 "(e.g. sqlite:////path/ratings.sqlite3 or postgresql://user@host/db)"
             ) from None
+        if create and _memory_database(url):
+            raise MaxbenchError(
+                f"database URL {shown_url(url)!r} is an in-memory database, lost when the program ends: "
+                "name a file (sqlite:////path/ratings.sqlite3) or a server (postgresql://user@host/db)"
+            )
         if sqlite_file is not None:
             if create:
-                sqlite_file.parent.mkdir(parents=True, exist_ok=True)
+                _prepare_sqlite_file(sqlite_file)
             elif not sqlite_file.is_file():
                 raise MaxbenchError(
                     f"no rating database at {sqlite_file}: create a study first "
@@ -141,15 +210,21 @@ def engine_for(
         try:
             engine = create_engine(_with_installed_driver(url), pool_pre_ping=sqlite_file is None)
         except (ArgumentError, ImportError) as exc:
-            raise MaxbenchError(f"cannot open database {url!r}: {exc}") from None
+            raise MaxbenchError(f"cannot open database {shown_url(url)!r}: {_one_line(exc)}") from None
         if engine.dialect.name == "sqlite":
             _configure_sqlite(engine, busy_timeout_ms, synchronous)
         gate = WriteGate(engine, sqlite_file, busy_timeout_ms / 1000) if sqlite_file is not None else None
         if create:
             # Several worker processes may start on a new database at once: one creates the
             # tables, holding the gate and SQLite's write lock; the others then find them.
-            with gate.held(check_file=False) if gate else nullcontext():
-                _create_schema(engine)
+            try:
+                with gate.held(check_file=False) if gate else nullcontext():
+                    _create_schema(engine)
+            except OSError as exc:  # the gate's lock file beside the database
+                raise MaxbenchError(
+                    f"cannot create the rating database {sqlite_file} ({exc.strerror}): "
+                    "name a file in a writable folder with --db or MAXBENCH_DB_URL"
+                ) from None
             if gate:
                 gate.reset_identity()
         else:
@@ -167,7 +242,7 @@ def _create_schema(engine: Engine) -> None:
             conn.commit()
     except OperationalError as exc:
         raise MaxbenchError(
-            f"cannot create the rating tables ({exc.orig}): check that the database "
+            f"cannot create the rating tables ({_one_line(exc)}): check that the database "
             "is reachable, writable and not locked by another program"
         ) from None
 
@@ -177,12 +252,12 @@ def _check_schema(engine: Engine, url: str) -> None:
         tables = set(inspect(engine).get_table_names())
     except SQLAlchemyError as exc:
         raise MaxbenchError(
-            f"cannot read database {url!r} ({getattr(exc, 'orig', exc)}): check that it is reachable and not locked"
+            f"cannot read database {shown_url(url)!r} ({_one_line(exc)}): check that it is reachable and not locked"
         ) from None
     missing = set(Base.metadata.tables) - tables
     if missing:
         raise MaxbenchError(
-            f"database {url!r} has no rating tables ({', '.join(sorted(missing))} missing): "
+            f"database {shown_url(url)!r} has no rating tables ({', '.join(sorted(missing))} missing): "
             "create a study first (maxbench study create)"
         )
 
@@ -190,6 +265,26 @@ def _check_schema(engine: Engine, url: str) -> None:
 def session_for(url: str | None = None, create: bool = False) -> Session:
     """A new Session on the ratings database (see the module docstring)."""
     return sessionmaker(bind=engine_for(url, create=create), expire_on_commit=False)()
+
+
+def init_app(app: Flask) -> None:
+    """Open ``app.config["DB_URL"]`` (creating the tables) and close each request's session."""
+    engine = engine_for(app.config["DB_URL"], create=True)
+    app.extensions["maxbench_sessionmaker"] = sessionmaker(bind=engine, expire_on_commit=False)
+    app.teardown_appcontext(close_db)
+
+
+def get_db() -> Session:
+    """The request's database session (opened on first use, closed at teardown)."""
+    if "db" not in g:
+        g.db = current_app.extensions["maxbench_sessionmaker"]()
+    return g.db
+
+
+def close_db(_exc: BaseException | None = None) -> None:
+    db = g.pop("db", None)
+    if db is not None:
+        db.close()  # rolls back anything not committed: only commits were acknowledged
 
 
 class DatabaseBusy(MaxbenchError):
@@ -361,9 +456,8 @@ def database_errors(url: str | None = None):
     try:
         yield
     except OperationalError as exc:
-        shown = database_url(url).split("@")[-1]
         raise MaxbenchError(
-            f"database {shown} is locked or unreachable ({exc.orig}): retry when the "
+            f"database {shown_url(database_url(url))} is locked or unreachable ({_one_line(exc)}): retry when the "
             "program holding it is done, or check the URL; nothing was changed"
         ) from None
 

@@ -21,6 +21,9 @@ analysis (``maxbench report --study ID``) reads; open the session with
 Attention-check pages are not exported as ratings; their results are in the admin view.
 Rows are sorted by annotator, position and the rubric's criterion order, so the same
 database gives the same rows.
+
+Beyond the ratings the report reads ``study_baseline`` (the run's baseline, recorded when the
+study was created) and ``study_progress`` (how many of the assigned texts are rated).
 """
 
 from __future__ import annotations
@@ -29,10 +32,11 @@ import csv
 import io
 import json
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, joinedload
 
 from .models import Annotator, Assignment, Item, Rating
+from .ratings import StudyProgress
 from .study import find_study
 
 COLUMNS = [
@@ -86,6 +90,35 @@ def long_format_rows(session: Session, study_id: str | int, blind: bool = False)
         )
     rows.sort(key=lambda r: (r["annotator"], r["position"], order.get(r["criterion"], len(order))))
     return rows
+
+
+def study_baseline(session: Session, study_id: str | int) -> str | None:
+    """The run's baseline recorded when the study was created: the report's default reference.
+
+    None for a study created from an unscored run, or before baselines were recorded.
+    """
+    return (find_study(session, study_id).design or {}).get("baseline")
+
+
+def study_progress(session: Session, study_id: str | int) -> StudyProgress:
+    """How many of the study's rating pages (attention checks not counted) are rated."""
+    study = find_study(session, study_id)
+    texts = (
+        select(func.count())
+        .select_from(Assignment)
+        .join(Annotator, Assignment.annotator_id == Annotator.id)
+        .where(Annotator.study_id == study.id, Assignment.item_id.is_not(None))
+    )
+    # Rated means holding a rating row, so the counts agree with the exported rows.
+    unrated = texts.where(~select(Rating.id).where(Rating.assignment_id == Assignment.id).exists())
+    stopped = Annotator.revoked_at.is_not(None) | Annotator.excluded_at.is_not(None)
+    assigned = session.scalar(texts)
+    return StudyProgress(
+        texts_assigned=assigned,
+        texts_rated=assigned - session.scalar(unrated),
+        texts_unrated_stopped=session.scalar(unrated.where(stopped)),
+        closed=study.closed_at is not None,
+    )
 
 
 def rows_to_csv(rows: list[dict]) -> str:

@@ -17,6 +17,13 @@ from datetime import UTC, datetime
 from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+# Column widths that input is checked against before it is stored (PostgreSQL enforces
+# them, SQLite does not): a study's slug is "<rubric name>-YYYYMMDD-xxxxxx".
+SLUG_MAX = 64
+SLUG_SUFFIX = len("-20261123-abcdef")
+TITLE_MAX = 200
+COMPLETION_CODE_MAX = 100
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
@@ -29,8 +36,8 @@ class Base(DeclarativeBase):
 class Study(Base):
     __tablename__ = "study"
     id: Mapped[int] = mapped_column(primary_key=True)
-    slug: Mapped[str] = mapped_column(String(64), unique=True)
-    title: Mapped[str] = mapped_column(String(200))
+    slug: Mapped[str] = mapped_column(String(SLUG_MAX), unique=True)
+    title: Mapped[str] = mapped_column(String(TITLE_MAX))
     # Large columns load on first access: the rating path reads the rubric from a
     # per-process cache (annotator.study_rubric) and never needs the others.
     rubric: Mapped[dict] = mapped_column(JSON, deferred=True)  # Rubric.to_json(), frozen at creation
@@ -41,7 +48,7 @@ class Study(Base):
     design: Mapped[dict] = mapped_column(JSON, deferred=True)  # parameters and seed of the assignment
     attention_rate: Mapped[float] = mapped_column(Float, default=0.0)
     attention_fail_limit: Mapped[int] = mapped_column(Integer, default=2)
-    completion_code: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    completion_code: Mapped[str | None] = mapped_column(String(COMPLETION_CODE_MAX), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     closed_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
 

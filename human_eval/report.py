@@ -1,93 +1,31 @@
 """Turn an Analysis into report.md, report.html (self-contained), report.json and figures.
 
-The markdown and the HTML are rendered from one list of sections, so they always say the
-same thing. Nothing in the output depends on the clock, the path of the input or the
-order of a hash set: the same input and options give byte-identical files, and the
-input's sha256 and the package versions are recorded instead of a timestamp.
+The markdown and the HTML are rendered from one list of sections (the document model of
+``core/document.py``), so they always say the same thing. Nothing in the output depends on
+the clock, the path of the input or the order of a hash set: the same input and options
+give byte-identical files, and the input's sha256 and the package versions are recorded
+instead of a timestamp.
 """
 
 from __future__ import annotations
 
-import base64
-import html
 import io
 import json
 import os
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.document import Cell, Figure, Para, Section, Table, num, render_html, render_markdown
 from core.errors import MaxbenchError
+from core.intervals import ConfidenceInterval
 from core.provenance import versions
 
-from .analysis import CONFIDENCE, Analysis, Comparison, Scale
+from .options import CONFIDENCE
+from .results import Analysis, Comparison, Scale
 
 REPORT_FORMAT_VERSION = 1
-TEMPLATE = Path(__file__).parent / "templates" / "report.html.j2"
 MAX_LIKERT_POINTS = 11  # beyond this a "scale" is a slider: no stacked bars, no count columns
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-
-
-# --------------------------------------------------------------------------- document model
-
-
-@dataclass(frozen=True)
-class Para:
-    """My text with {} placeholders; the arguments are user data, escaped per output format."""
-
-    template: str
-    args: tuple = ()
-
-    def markdown(self) -> str:
-        return self.template.format(*(md_escape(str(a)) for a in self.args))
-
-    def html(self) -> str:
-        return html.escape(self.template).format(*(html.escape(str(a)) for a in self.args))
-
-
-@dataclass(frozen=True)
-class Cell:
-    text: str
-    mark: str = ""  # a significance star, kept outside the escaping
-    escape: bool = True  # False only for text this module wrote (numbers, intervals, test names)
-
-
-def num(text: str, mark: str = "") -> Cell:
-    return Cell(text, mark, escape=False)
-
-
-@dataclass(frozen=True)
-class Table:
-    columns: tuple[str, ...]
-    rows: tuple[tuple[Cell, ...], ...]
-    caption: Para | None = None
-    align: str = ""  # one letter per column, "l" text or "r" numbers; default: first l, rest r
-
-    def right_aligned(self, index: int) -> bool:
-        return (self.align[index] if self.align else "lr"[index > 0]) == "r"
-
-
-@dataclass(frozen=True)
-class Figure:
-    path: str  # relative to the report folder
-    png: bytes
-    alt: str
-
-
-@dataclass
-class Section:
-    title: str
-    level: int = 2
-    paragraphs: list[Para] = field(default_factory=list)
-    tables: list[Table] = field(default_factory=list)
-    bullets: list[Para] = field(default_factory=list)
-    figures: list[Figure] = field(default_factory=list)
-
-
-def md_escape(text: str) -> str:
-    text = text.replace("\r", " ").replace("\n", " ")
-    return re.sub(r"([\\`*_\[\]<>|#!])", r"\\\1", text)
 
 
 # --------------------------------------------------------------------------- formatting
@@ -107,7 +45,7 @@ def fmt_value(v: float) -> str:
     return f"{v:g}"
 
 
-def fmt_ci(ci: tuple[float, float] | None, digits: int = 2) -> str:
+def fmt_ci(ci: ConfidenceInterval | None, digits: int = 2) -> str:
     return "–" if ci is None else f"[{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
 
 
@@ -153,10 +91,12 @@ def build_sections(analysis: Analysis, figures: dict[str, Figure]) -> list[Secti
             (a.study, a.source, a.sha256, a.exclusions.rows_in, a.exclusions.rows_kept),
         )
     )
+    if a.progress is not None and a.progress.complete:
+        intro.paragraphs.append(Para(f"Complete study: all {a.progress.texts_assigned} assigned texts are rated."))
     if a.reference is not None:
         intro.paragraphs.append(
             Para(
-                "Reference system: {}. Significance: Holm-adjusted p < "
+                f"Reference system: {{}} ({a.reference_rule}). Significance: Holm-adjusted p < "
                 f"{o.alpha:g} "
                 f"({_alternative_text(a)}), Holm's correction over the comparisons of each aspect.",
                 (a.reference,),
@@ -602,57 +542,6 @@ def _short(text: str, limit: int = 40) -> str:
 def _slug(text: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40]
     return slug or "aspect"
-
-
-# --------------------------------------------------------------------------- rendering
-
-
-def render_markdown(sections: Sequence[Section]) -> str:
-    out = []
-    for s in sections:
-        out.append("#" * s.level + " " + md_escape(s.title))
-        out.append("")
-        for p in s.paragraphs:
-            out += [p.markdown(), ""]
-        for t in s.tables:
-            out += _markdown_table(t)
-        if s.bullets:
-            out += ["- " + b.markdown() for b in s.bullets] + [""]
-        for f in s.figures:
-            out += [f"![{md_escape(f.alt)}]({f.path})", ""]
-    return "\n".join(out).rstrip("\n") + "\n"
-
-
-def _markdown_table(t: Table) -> list[str]:
-    def cell(c: Cell) -> str:
-        return (md_escape(c.text) if c.escape else c.text) + c.mark
-
-    lines = []
-    if t.caption is not None:
-        lines += [t.caption.markdown(), ""]
-    lines.append("| " + " | ".join(md_escape(c) if c else " " for c in t.columns) + " |")
-    lines.append("|" + "|".join("---:" if t.right_aligned(i) else "---" for i in range(len(t.columns))) + "|")
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in t.rows]
-    return lines + [""]
-
-
-def render_html(sections: Sequence[Section], title: str) -> str:
-    import jinja2
-    import markupsafe
-
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATE.parent)),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-    )
-    template = env.get_template(TEMPLATE.name)
-    return template.render(
-        title=title,
-        sections=sections,
-        markup=lambda p: markupsafe.Markup(p.html()),  # Para.html() escaped the data
-        image=lambda f: "data:image/png;base64," + base64.b64encode(f.png).decode("ascii"),
-    )
 
 
 def write_report(analysis: Analysis, out_dir: str | Path, name: str) -> Path:

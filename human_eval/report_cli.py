@@ -34,7 +34,8 @@ def register(subparsers) -> None:
     p.add_argument(
         "--reference",
         metavar="SYSTEM",
-        help="system every other one is tested against (default: the first by name, stated in the report)",
+        help="system every other one is tested against (default: with --study, the run's baseline when the "
+        "study recorded one; else the first by name; the report states which)",
     )
     p.add_argument("--out", metavar="DIR", default="results/reports", help="parent folder (default: %(default)s)")
     p.add_argument("--name", help="report folder name (default: the study id)")
@@ -82,7 +83,9 @@ def register(subparsers) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from .analysis import DEFAULT_EXCLUDE_FLAGS, ReportOptions, analyse, load_ratings, parse_scale
+    from .analysis import analyse
+    from .options import DEFAULT_EXCLUDE_FLAGS, ReportOptions, parse_scale
+    from .ratings import load_ratings
     from .report import write_report
 
     if args.select_study and not args.ratings:
@@ -121,19 +124,20 @@ def ratings_from_database(study: str, url: str | None):
     """The study's rows through the rating app's export contract, imported only when asked for."""
     try:
         from .db import session_for
-        from .export import long_format_rows
+        from .export import long_format_rows, study_baseline, study_progress
     except ImportError as exc:
         raise MaxbenchError(
             f"the rating app's database export is not available ({exc}); "
             "export the ratings as CSV and pass --ratings FILE"
         ) from None
-    from .analysis import ratings_from_records
+    from .ratings import ratings_from_records
 
     with session_for(url, create=False) as session:
         records = long_format_rows(session, study)
+        baseline, progress = study_baseline(session, study), study_progress(session, study)
     if not records:
         raise MaxbenchError(f"study {study!r} has no ratings yet; nothing to report")
-    return ratings_from_records(records, source="the rating database")
+    return ratings_from_records(records, source="the rating database", baseline=baseline, progress=progress)
 
 
 def _folder_name(text: str) -> str:

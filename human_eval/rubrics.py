@@ -40,11 +40,15 @@ from typing import Any
 
 from core.errors import MaxbenchError
 
+from .models import SLUG_MAX, SLUG_SUFFIX, TITLE_MAX
+
 PRESET_DIR = Path(__file__).resolve().parent / "rubrics"
 # A scale with more points than this is no longer a rating scale a person can use.
 MAX_SCALE_POINTS = 11
 _CRITERION_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
-_RUBRIC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+# The rubric's name starts each study's slug.
+RUBRIC_NAME_MAX = SLUG_MAX - SLUG_SUFFIX
+_RUBRIC_NAME = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.-]{{0,{RUBRIC_NAME_MAX - 1}}}$")
 
 
 @dataclass(frozen=True)
@@ -196,8 +200,13 @@ def parse_rubric(data: dict[str, Any], where: str = "<rubric>") -> Rubric:
     unknown = sorted(set(data) - known)
     _require(not unknown, where, f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known))}")
     name = _text(data, "name", where)
-    _require(bool(_RUBRIC_NAME.match(name)), where, f"name {name!r} may hold only letters, digits, '.', '-', '_'")
+    _require(
+        bool(_RUBRIC_NAME.match(name)),
+        where,
+        f"name {name!r} may hold only letters, digits, '.', '-', '_' (at most {RUBRIC_NAME_MAX})",
+    )
     title = _text(data, "title", where)
+    _require(len(title) <= TITLE_MAX, where, f"title is {len(title)} characters long; at most {TITLE_MAX}")
     instructions = _text(data, "instructions", where)
 
     scale = data.get("scale")

@@ -25,7 +25,7 @@ from core.errors import MaxbenchError
 
 from .db import hash_token, write_transaction
 from .design import build_design, interleaved_sequence, paired_sequence
-from .models import Annotator, Assignment, Item, Study, StudySystem
+from .models import COMPLETION_CODE_MAX, TITLE_MAX, Annotator, Assignment, Item, Study, StudySystem
 from .rubrics import Rubric
 
 DEFAULT_CONSENT = (
@@ -72,28 +72,37 @@ def resolve_run_dir(run: str | Path) -> Path:
 
 
 def read_generations(run_dir: Path) -> list[dict]:
+    path = run_dir / "generations.jsonl"
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.readlines()
+    except OSError as exc:
+        raise MaxbenchError(f"cannot read {path} ({exc.strerror}): check its permissions") from None
+    except UnicodeDecodeError as exc:
+        raise MaxbenchError(
+            f"{path} is not UTF-8 text (byte {exc.start}): give the generations.jsonl a run wrote"
+        ) from None
     records = []
     required = {"system": str, "prompt_id": str, "prompt": str, "text": str}
-    with open(run_dir / "generations.jsonl", encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            # A run killed mid-write may leave a torn last line; the runner resumes past it.
+            if not line.endswith("\n"):
                 continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                # A run killed mid-write may leave a torn last line; the runner resumes past it.
-                if not line.endswith("\n"):
-                    continue
-                raise MaxbenchError(
-                    f"{run_dir}/generations.jsonl line {lineno} is not JSON: repair or regenerate the run"
-                ) from None
-            for key, typ in required.items():
-                if not isinstance(rec.get(key), typ):
-                    raise MaxbenchError(
-                        f"{run_dir}/generations.jsonl line {lineno}: field {key!r} missing or not a {typ.__name__}"
-                    )
-            rec.setdefault("sample", 0)
-            records.append(rec)
+            raise MaxbenchError(f"{path} line {lineno} is not JSON: repair or regenerate the run") from None
+        if not isinstance(rec, dict):
+            raise MaxbenchError(f"{path} line {lineno} is not a JSON object: repair or regenerate the run")
+        for key, typ in required.items():
+            if not isinstance(rec.get(key), typ):
+                raise MaxbenchError(f"{path} line {lineno}: field {key!r} missing or not a {typ.__name__}")
+        rec.setdefault("sample", 0)
+        if not isinstance(rec["sample"], int) or isinstance(rec["sample"], bool) or rec["sample"] < 0:
+            raise MaxbenchError(f"{path} line {lineno}: field 'sample' must be a whole number of 0 or more")
+        records.append(rec)
     if not records:
         raise MaxbenchError(f"{run_dir}/generations.jsonl holds no generations")
     return records
@@ -104,6 +113,15 @@ def _run_id(run_dir: Path) -> str:
         return str(json.loads((run_dir / "manifest.json").read_text())["run_id"])
     except (OSError, ValueError, KeyError, TypeError):
         return run_dir.name
+
+
+def _run_baseline(run_dir: Path, systems: list[str]) -> str | None:
+    """The baseline the run was scored against (its scores.json), when the study rates it."""
+    try:
+        baseline = json.loads((run_dir / "scores.json").read_text())["comparisons"]["baseline"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return baseline if baseline in systems else None
 
 
 def create_study(
@@ -134,6 +152,12 @@ def create_study(
         raise MaxbenchError("--items-per-system must be at least 1")
     if attention_fail_limit < 1:
         raise MaxbenchError("--attention-fail-limit must be at least 1")
+    if title is not None and not title.strip():
+        raise MaxbenchError("--title is empty: give a title, or leave --title out to use the rubric's")
+    if title is not None and len(title) > TITLE_MAX:
+        raise MaxbenchError(f"--title is {len(title)} characters long: shorten it to {TITLE_MAX} or fewer")
+    if completion_code is not None and not (0 < len(completion_code.strip()) <= COMPLETION_CODE_MAX):
+        raise MaxbenchError(f"--completion-code must have 1 to {COMPLETION_CODE_MAX} characters")
     annotators = raters_per_item if annotators is None else annotators
 
     # One text per (system, prompt): the lowest sample index, so reruns pick the same text.
@@ -184,6 +208,7 @@ def create_study(
     design_record = {
         "paired": paired,
         "systems": systems,
+        "baseline": _run_baseline(run_dir, systems),  # the report's default reference
         "items_per_system": items_per_system,
         "raters_per_item": raters_per_item,
         "annotators": annotators,

@@ -93,11 +93,17 @@ def start_server(
     env: dict | None = None,
     log_path: Path | None = None,
     timeout: float = 60,
+    access_log: bool = False,
+    stdout_path: Path | None = None,
 ) -> Server:
-    """``maxbench serve`` (gunicorn) on 127.0.0.1, in its own process group; waits until it answers."""
+    """``maxbench serve`` (gunicorn) on 127.0.0.1, in its own process group; waits until it answers.
+
+    stderr goes to ``log_path``; stdout too, unless ``stdout_path`` names a file of its own.
+    """
     port = port or free_port()
     full_env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
-    out = open(log_path, "ab") if log_path else subprocess.DEVNULL
+    err = open(log_path, "ab") if log_path else subprocess.DEVNULL
+    out = open(stdout_path, "ab") if stdout_path else err
     process = subprocess.Popen(
         [
             sys.executable,
@@ -114,11 +120,12 @@ def start_server(
             str(threads),
             "--db",
             db_url,
+            *(["--access-log"] if access_log else []),
         ],
         cwd=ROOT,
         env=full_env,
         stdout=out,
-        stderr=out,
+        stderr=err,
         start_new_session=True,
     )
     server = Server(process, port)

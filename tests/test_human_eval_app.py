@@ -215,9 +215,10 @@ def test_admin_progress_agreement_export_close(study):
         == "study,item,system,annotator,criterion,value,position,seconds,flags,scale_min,scale_max"
     )
     assert len(csv_text.splitlines()) == len(rows) + 1 and json_rows == rows
-    # Closing stops annotators; what was rated stays.
-    close_form = csrf_token(page.text)
-    assert admin.post(f"/admin/study/{created.slug}/close", data={"csrf_token": close_form}).status_code == 303
+    # Closing (confirmed) stops annotators; what was rated stays.
+    confirm = admin.get(f"/admin/study/{created.slug}/close")
+    data = {"csrf_token": csrf_token(confirm.text), "confirm": "yes"}
+    assert admin.post(f"/admin/study/{created.slug}/close", data=data).status_code == 303
     again = app.test_client()
     r = again.get(path_of(created.links("http://x")[0][1]))
     assert r.status_code == 403 and "closed" in r.text
@@ -231,13 +232,14 @@ def test_admin_revoke_and_reissue_links(study):
     first = enter(annotator, created, 0)
     rate(annotator, first)
     admin = admin_client(app, created)
-    token = csrf_token(admin.get(f"/admin/study/{created.slug}").text)
-    admin.post(f"/admin/study/{created.slug}/annotator/a01/revoke", data={"csrf_token": token})
+    token = csrf_token(admin.get(f"/admin/study/{created.slug}/annotator/a01/revoke").text)
+    confirmed = {"csrf_token": token, "confirm": "yes"}
+    admin.post(f"/admin/study/{created.slug}/annotator/a01/revoke", data=confirmed)
     r = annotator.get("/next")
     assert r.status_code == 403 and "withdrawn" in r.text
     r = app.test_client().get(path_of(created.links("http://x")[0][1]))
     assert r.status_code == 403 and "withdrawn" in r.text
-    page = admin.post(f"/admin/study/{created.slug}/annotator/a01/reissue", data={"csrf_token": token})
+    page = admin.post(f"/admin/study/{created.slug}/annotator/a01/reissue", data=confirmed)
     new_link = re.search(r'class="new-link">([^<]+)<', page.text).group(1)
     assert app.test_client().get(path_of(created.links("http://x")[0][1])).status_code == 404  # old link dead
     fresh = app.test_client()

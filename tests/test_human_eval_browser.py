@@ -115,3 +115,81 @@ def test_annotator_rates_leaves_resumes_in_chromium(tmp_path, artifacts_dir):
         done = s.scalar(select(func.count(Assignment.id)).where(Assignment.completed_at.is_not(None)))
         positions = s.scalars(select(Assignment.position).order_by(Assignment.completed_at)).all()
     assert done == total and positions == list(range(1, total + 1))
+
+
+ELEVEN_POINTS = """
+name = "eleven"
+title = "Eleven points"
+instructions = "Rate how well the text reads."
+[scale]
+min = 0
+max = 10
+labels = {"0" = "not at all", "5" = "halfway", "10" = "completely"}
+[[criteria]]
+name = "readability"
+label = "Readability"
+question = "How well does it read?"
+anchors = {"0" = "unreadable, incomprehensible", "10" = "effortless throughout"}
+[[criteria]]
+name = "coherence"
+label = "Coherence"
+question = "Does it hang together?"
+"""
+
+# Per criterion: the boxes of its scale points, in document order, and what the page overflows.
+SCALE_LAYOUT = """() => ({
+  rows: [...document.querySelectorAll('.choices')].map(group =>
+    [...group.querySelectorAll('.choice')].map(choice => {
+      const box = choice.getBoundingClientRect();
+      const value = choice.querySelector('.value').getBoundingClientRect();
+      return {text: choice.querySelector('.value').textContent, top: box.top, left: box.left, right: box.right,
+              valueLeft: value.left, valueRight: value.right};
+    })),
+  scrollWidth: document.documentElement.scrollWidth,
+  width: window.innerWidth,
+})"""
+
+
+@pytest.mark.parametrize("rubric_name", ["graphmax", "eleven-point"])
+def test_rating_scale_is_one_row_in_order_on_a_390px_phone(tmp_path, artifacts_dir, rubric_name):
+    from playwright.sync_api import sync_playwright
+
+    if rubric_name == "eleven-point":
+        source = tmp_path / "eleven.toml"
+        source.write_text(ELEVEN_POINTS)
+        rubric_name = str(source)
+    rubric = load_rubric(rubric_name)
+    url, created, _ = make_study(
+        tmp_path, rubric=rubric_name, n_prompts=2, items_per_system=2, raters_per_item=1, annotators=1, attention_rate=0
+    )
+    server = start_server(
+        url, workers=1, threads=2, log_path=tmp_path / "server.log", env={"MAXBENCH_HOME": str(tmp_path / "home")}
+    )
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+            page = browser.new_page(viewport={"width": 390, "height": 844}, device_scale_factor=1)
+            page.goto(created.links(server.base_url)[0][1])
+            page.get_by_label("I have read the information above").check()
+            page.get_by_role("button", name="Start").click()
+            check = rubric.comprehension_check()
+            page.get_by_label(check.options[check.answer], exact=True).check()
+            page.get_by_role("button", name="Continue").click()
+            page.wait_for_load_state("load")  # the stylesheet applied
+            assert "/item/" in page.url
+            layout = page.evaluate(SCALE_LAYOUT)
+            page.screenshot(path=str(artifacts_dir / f"rating_page_390px_{rubric.name}.png"), full_page=True)
+            browser.close()
+    finally:
+        server.stop()
+    dispose_engines()
+    assert layout["width"] == 390 and layout["scrollWidth"] <= 390  # nothing sticks out sideways
+    assert len(layout["rows"]) == len(rubric.criteria)
+    for row in layout["rows"]:
+        assert [int(c["text"]) for c in row] == rubric.values  # every point, lowest first
+        assert max(c["top"] for c in row) - min(c["top"] for c in row) < 1  # one row
+        lefts = [c["left"] for c in row]
+        assert lefts == sorted(lefts) and len(set(lefts)) == len(lefts)  # left to right
+        assert row[-1]["right"] <= 390
+        for c in row:  # each number is inside its own box
+            assert c["left"] <= c["valueLeft"] and c["valueRight"] <= c["right"]

@@ -23,7 +23,9 @@ def _open_new_database(url, barrier, results):
 def test_workers_starting_together_on_a_new_database(tmp_path):
     """gunicorn workers each run create_app(): the first creates the tables, none fails."""
     url = f"sqlite:///{tmp_path / 'new' / 'ratings.sqlite3'}"
-    ctx = multiprocessing.get_context("fork")
+    # Forked from a fresh single-threaded server, as gunicorn forks workers from its master:
+    # a plain fork here would copy this process's background threads' locks mid-use.
+    ctx = multiprocessing.get_context("forkserver")
     barrier, results = ctx.Barrier(4), ctx.Queue()
     procs = [ctx.Process(target=_open_new_database, args=(url, barrier, results)) for _ in range(4)]
     for p in procs:

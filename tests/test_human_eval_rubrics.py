@@ -115,3 +115,13 @@ def test_cli_rubric_command(cli, tmp_path):
     assert rc == 0 and "kerbs-dialogue\t0..2" in out
     rc, out, err = cli("study", "rubric", write(tmp_path, GOOD.replace("max = 7", "max = 0")))
     assert rc == 2 and "maxbench: error: rubric" in err and "Traceback" not in err
+
+
+def test_rubric_name_and_title_fit_the_study_columns(tmp_path):
+    # The name starts every study's slug (64 characters); the title is shown as the study's (200).
+    fits = GOOD.replace('name = "mine"', f'name = "{"n" * 48}"')
+    assert load_rubric(write(tmp_path, fits)).name == "n" * 48
+    with pytest.raises(MaxbenchError, match="at most 48"):
+        load_rubric(write(tmp_path, GOOD.replace('name = "mine"', f'name = "{"n" * 49}"')))
+    with pytest.raises(MaxbenchError, match="at most 200"):
+        load_rubric(write(tmp_path, GOOD.replace('title = "My study"', f'title = "{"t" * 201}"')))

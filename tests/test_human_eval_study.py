@@ -239,3 +239,96 @@ def test_cli_errors_for_missing_run_database_and_study(cli, tmp_path):
     assert not (tmp_path / "gone.sqlite3").exists()
     rc, _, err = cli("study", "export", "nosuch", "--db", f"sqlite:///{tmp_path / 'a.sqlite3'}")
     assert rc == 2 and "no study 'nosuch'" in err
+
+
+def _create_argv(tmp_path, *extra):
+    run = write_run(tmp_path / "runs" / "r1", SYSTEMS, 5)
+    db = f"sqlite:///{tmp_path / 'db.sqlite3'}"
+    return db, ["study", "create", run, "--items-per-system", 2, "--raters-per-item", 1, "--rubric", "fluency"] + [
+        "--db",
+        db,
+        *extra,
+    ]
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--base-url", "rate.example.org"], "--base-url 'rate.example.org' is not an http(s) address"),
+        (["--base-url", "ftp://rate.example.org"], "is not an http(s) address"),
+        (["--title", "t" * 201], "--title is 201 characters long"),
+        (["--title", "  "], "--title is empty"),
+        (["--completion-code", "c" * 101], "--completion-code must have 1 to 100 characters"),
+    ],
+)
+def test_cli_study_create_checks_links_title_and_code_before_storing(cli, tmp_path, extra, message):
+    db, argv = _create_argv(tmp_path, *extra)
+    rc, out, err = cli(*argv)
+    assert rc == 2 and message in err and "Traceback" not in err and "adm-" not in out
+    if (tmp_path / "db.sqlite3").exists():
+        rc, out, _ = cli("study", "list", "--db", db)
+        assert "no studies yet" in out
+
+
+def test_cli_links_file_that_cannot_be_written_stops_before_the_study(cli, tmp_path):
+    (tmp_path / "afile").write_text("x")
+    for target in (tmp_path / "afile" / "links.csv", tmp_path):
+        db, argv = _create_argv(tmp_path, "--links-out", target)
+        rc, out, err = cli(*argv)
+        assert rc == 2 and "cannot write --links-out" in err and "adm-" not in out
+    assert not (tmp_path / "db.sqlite3").exists()  # nothing was created: no links lost
+
+
+def test_cli_links_file_is_kept_when_the_study_cannot_be_made(cli, tmp_path):
+    links = tmp_path / "links.csv"
+    links.write_text("annotator,link,pages\na01,https://x/a/earlier,3\n")
+    db, argv = _create_argv(tmp_path, "--links-out", links, "--annotators", 99)
+    rc, _, err = cli(*argv)
+    assert rc == 2 and "leaves some with nothing" in err
+    assert "earlier" in links.read_text()  # an earlier study's links are not wiped by a failed create
+    (tmp_path / "fresh.csv").unlink(missing_ok=True)
+    db, argv = _create_argv(tmp_path, "--links-out", tmp_path / "fresh.csv", "--annotators", 99)
+    assert cli(*argv)[0] == 2 and not (tmp_path / "fresh.csv").exists()
+
+
+def test_cli_export_to_an_unwritable_place_is_one_line(cli, tmp_path):
+    db, argv = _create_argv(tmp_path)
+    rc, out, _ = cli(*argv)
+    slug = out.split("study: ")[1].split()[0]
+    (tmp_path / "afile").write_text("x")
+    for target in (tmp_path / "afile" / "ratings.csv", tmp_path):
+        rc, _, err = cli("study", "export", slug, "--out", target, "--db", db)
+        assert rc == 2 and "cannot write --out" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (b"\xff\xfe{}\n", "is not UTF-8 text"),
+        (b"[1, 2]\n", "line 1 is not a JSON object"),
+        (b'{"system": "s", "prompt_id": "p", "prompt": "x", "text": "y", "sample": "zero"}\n', "field 'sample'"),
+    ],
+)
+def test_cli_study_create_on_a_malformed_run_is_one_line(cli, tmp_path, content, message):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "generations.jsonl").write_bytes(content)
+    argv = ["study", "create", run, "--items-per-system", 1, "--raters-per-item", 1, "--rubric", "fluency"]
+    rc, _, err = cli(*argv, "--db", f"sqlite:///{tmp_path / 'db.sqlite3'}")
+    assert rc == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_consent_file_that_is_not_text_is_one_line(cli, tmp_path):
+    (tmp_path / "consent.txt").write_bytes(b"\xff\xfe\x00c")
+    db, argv = _create_argv(tmp_path, "--consent-file", tmp_path / "consent.txt")
+    rc, _, err = cli(*argv)
+    assert rc == 2 and "not UTF-8 text" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://maxbench:hunter2@127.0.0.1:1/ratings", "postgresql+nodriver://maxbench:hunter2@h/ratings"]
+)
+def test_database_errors_never_show_the_password_and_stay_one_line(cli, url):
+    rc, _, err = cli("study", "list", "--db", url)
+    assert rc == 2 and "hunter2" not in err and "maxbench:***@" in err
+    assert len(err.strip().splitlines()) == 1

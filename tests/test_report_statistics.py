@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -11,20 +12,25 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from human_eval.analysis import (
+import human_eval.analysis
+import human_eval.options
+import human_eval.ratings
+import human_eval.results
+import human_eval.statistics
+from core.intervals import ConfidenceInterval
+from human_eval.analysis import analyse
+from human_eval.options import ReportOptions
+from human_eval.ratings import load_ratings, ratings_from_records
+from human_eval.statistics import (
     DIFFERENCE_DECIMALS,
-    ReportOptions,
     agreement,
-    analyse,
     bootstrap_rank_biserial_paired,
     bootstrap_rank_biserial_unpaired,
     detect_design,
     holm,
-    load_ratings,
     mann_whitney,
     rank_biserial_paired,
     rank_biserial_unpaired,
-    ratings_from_records,
     wilcoxon_paired,
 )
 
@@ -241,7 +247,7 @@ def test_alpha_equals_krippendorff_on_its_documented_example():
         if not math.isnan(v)
     ]
     ratings = ratings_from_records(records, "doc")
-    from human_eval.analysis import Scale
+    from human_eval.results import Scale
 
     result = agreement("q", ratings.rows, Scale(1, 5, tuple(FIVE), "test"), n_boot=200, seed=0)
     assert round(result.ordinal, 3) == 0.815  # the value in krippendorff.alpha's docstring
@@ -250,7 +256,7 @@ def test_alpha_equals_krippendorff_on_its_documented_example():
 
 
 def _table(path: Path, min_seconds=None) -> pd.DataFrame:
-    """The fixture read independently of human_eval.analysis, with the report's exclusions."""
+    """The fixture read independently of human_eval.ratings, with the report's exclusions."""
     df = pd.read_csv(path, keep_default_na=False)
     df = df[~df["flags"].astype(str).str.contains("attention_failed")]
     if min_seconds is not None:
@@ -314,12 +320,12 @@ def test_every_statistic_equals_scipy_and_krippendorff_paired(paired):
 
 def test_alpha_bootstrap_equals_loop_over_resampled_items(paired):
     result, df = paired
-    from human_eval.analysis import _rng
+    from human_eval.statistics import seeded_rng
 
     at = df[df.criterion == "fluency"]
     wide = at.pivot_table(index="annotator", columns=["item", "system"], values="value")
     items = sorted(set(wide.columns.get_level_values(0)))
-    rng = _rng(0, "alpha", "fluency")
+    rng = seeded_rng(0, "alpha", "fluency")
     reps = []
     for _ in range(200):
         picked = rng.integers(0, len(items), size=len(items))
@@ -351,6 +357,30 @@ def test_every_statistic_equals_scipy_unpaired():
         )
 
 
+def test_every_interval_is_a_confidence_interval_written_as_a_pair(paired):
+    result, _ = paired
+    intervals = [t.effect_ci for c in result.comparisons for t in (c.mannwhitney, c.wilcoxon)]
+    intervals += [g.ordinal_ci for g in result.agreement]
+    assert intervals and all(type(ci) is ConfidenceInterval and ci.low <= ci.high for ci in intervals)
+    data = result.to_dict()
+    ci = result.comparisons[0].wilcoxon.effect_ci
+    assert data["comparisons"][0]["wilcoxon"]["effect_ci"] == [ci.low, ci.high]
+    assert json.loads(json.dumps(data))["agreement"][0]["ordinal_ci"] == list(result.agreement[0].ordinal_ci)
+
+
+def test_no_class_of_the_analysis_is_named_like_a_pytest_test_class():
+    # pytest collects classes named Test* from any test module that imports them, and warns
+    for module in (
+        human_eval.analysis,
+        human_eval.options,
+        human_eval.ratings,
+        human_eval.results,
+        human_eval.statistics,
+    ):
+        classes = [n for n, obj in vars(module).items() if isinstance(obj, type) and n.startswith("Test")]
+        assert classes == [], module.__name__
+
+
 def test_annotator_drift_offset_and_check_failures(paired):
     result, df = paired
     a02 = next(a for a in result.annotators if a.annotator == "a02")
@@ -378,7 +408,7 @@ def test_alpha_without_variation_is_undefined_and_said():
         for i in range(4)
         for a in ("x", "y")
     ]
-    from human_eval.analysis import Scale
+    from human_eval.results import Scale
 
     result = agreement(
         "q", ratings_from_records(records, "flat").rows, Scale(1, 5, tuple(FIVE), "test"), n_boot=200, seed=0
