@@ -2,8 +2,9 @@
 
 Each module in COMMAND_MODULES has ``register(subparsers)``, adding its subcommands with
 ``set_defaults(func=...)``. Heavy imports (torch, transformers) happen inside the command
-functions so that ``--help`` stays fast. A MaxbenchError becomes one line on stderr and
-exit status 2; an interrupt exits 130 after the command has flushed what it wrote.
+functions so that ``--help`` stays fast. A MaxbenchError, or an operating-system error no
+command turned into one, becomes one line on stderr and exit status 2; an interrupt exits 130
+after the command has flushed what it wrote.
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ import importlib
 import sys
 
 from core.errors import MaxbenchError
+from core.fileio import os_error
 
 COMMAND_MODULES = [
     "benchmark.commands",
     "human_eval.report_cli",
     "human_eval.cli",
-    "systems.graph_cli",
+    "benchmark.graph_cli",
     "benchmark.metrics.cli",
-    "systems.heads_cli",
+    "benchmark.heads_cli",
 ]
 
 
@@ -43,6 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     except MaxbenchError as exc:
         print(f"maxbench: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:
+        # the operating system's answer about a path no command anticipated: still one line
+        err = os_error(exc.filename, exc, "use") if exc.filename else MaxbenchError(exc.strerror or str(exc))
+        print(f"maxbench: error: {err}", file=sys.stderr)
+        return err.exit_code
     except KeyboardInterrupt:
         print("maxbench: interrupted; what was written so far is kept", file=sys.stderr)
         return 130

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 from pathlib import Path
 
 from core.errors import MaxbenchError
+from core.fileio import plain_name
 
 DEFAULT_RUNS = Path("results") / "runs"
 
@@ -35,18 +37,36 @@ def register(sub) -> None:
 
     p = sub.add_parser(
         "generate",
-        help="generate continuations for a suite with one system",
-        description="Generate continuations of a suite's prompts with one base model, output layer "
-        "and decoding setting; writes results/runs/<run-id>/generations.jsonl and "
-        "manifest.json, resuming an interrupted run.",
+        help="generate continuations for a suite with one or more systems",
+        description="Generate continuations of a suite's prompts with one or more systems (base model, "
+        "output layer, decoding setting) into one run; writes results/runs/<run-id>/generations.jsonl "
+        "and manifest.json, resuming an interrupted run. Every system, path and limit is checked "
+        "before the first token.",
     )
     p.add_argument("--model", default="smollm2-135m", help="built-in name, local directory or hub id")
     p.add_argument("--suite", default="smoke", help="built-in suite name or a suite .toml manifest")
-    p.add_argument("--layer", default="softmax", help="output layer, with parameters: e.g. 'graphmax(lam=1.0)'")
+    p.add_argument(
+        "--layer",
+        action="append",
+        help="output layer, with parameters: e.g. 'graphmax(lam=1.0)'; repeat it for several layers of "
+        "--model in one run (default: softmax, unless --system is given)",
+    )
+    p.add_argument(
+        "--system",
+        action="append",
+        help="a full system string MODEL/LAYER(key=value,...)/DECODING, e.g. "
+        "'smollm2-135m/graphmax(lam=1.0)/top_p=0.9'; repeatable, and combines with --layer",
+    )
     p.add_argument(
         "--decoding",
         default="top_p=0.9",
-        help="greedy | sample | temp=T,top_k=K,top_p=P[,max_new_tokens=N] (default top_p=0.9)",
+        help="greedy | sample | temp=T,top_k=K,top_p=P[,max_new_tokens=N] (default top_p=0.9), for --layer",
+    )
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="tokens to generate per text, for every system (default: the decoding setting's, 64)",
     )
     p.add_argument("--corpus", default="food-reviews", help="fitting corpus for layers that need one")
     p.add_argument("--samples", type=int, default=1, help="samples per prompt")
@@ -74,22 +94,60 @@ def cmd_suites(args) -> int:
     return 0
 
 
+def run_id(given: str | None, *parts: str) -> str:
+    """``--run-id`` if given (one plain folder name: it cannot climb out of --runs-dir), else a name
+    made of ``parts`` with every other character replaced by '_', shortened with a hash if long."""
+    if given is not None:
+        return plain_name(given, "--run-id")
+    name = "-".join("".join(c if c.isascii() and (c.isalnum() or c in "._=") else "_" for c in p) for p in parts)
+    if len(name) > 100 or not name[:1].isalnum():
+        name = f"run-{name[:80]}-{hashlib.sha256(name.encode()).hexdigest()[:12]}"
+    return plain_name(name, "the run directory name")
+
+
+def generate_systems(args) -> list:
+    """The systems of one ``generate``: each --layer of --model with --decoding, then each --system;
+    --max-new-tokens applies to all of them."""
+    import dataclasses
+
+    from systems.decoding import DecodingSetting
+    from systems.registry import parse_system
+
+    layers = args.layer or ([] if args.system else ["softmax"])
+    systems = [parse_system(f"{args.model}/{layer}/{args.decoding}") for layer in layers]
+    systems += [parse_system(text) for text in args.system or []]
+    if args.max_new_tokens is not None:
+        default = DecodingSetting().max_new_tokens
+        for s in systems:
+            if s.decoding.max_new_tokens not in (default, args.max_new_tokens):
+                raise MaxbenchError(
+                    f"system '{s.name}' sets max_new_tokens={s.decoding.max_new_tokens} but --max-new-tokens is "
+                    f"{args.max_new_tokens}; give it in one place"
+                )
+        systems = [
+            dataclasses.replace(s, decoding=dataclasses.replace(s.decoding, max_new_tokens=args.max_new_tokens))
+            for s in systems
+        ]
+    names = [s.name for s in systems]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice:
+        raise MaxbenchError(f"system '{twice}' is given twice; name each system once")
+    return systems
+
+
 def cmd_generate(args) -> int:
     from benchmark.runner import RunPlan, generate_run, parse_shard
     from benchmark.suites import load_suite
-    from systems.registry import parse_system
 
     if args.samples < 1 or args.batch_size < 1:
         raise MaxbenchError("--samples and --batch-size must be >= 1")
-    system = parse_system(f"{args.model}/{args.layer}/{args.decoding}")
+    systems = generate_systems(args)
     suite = load_suite(args.suite)
-    run_id = args.run_id or "-".join(
-        "".join(c if c.isalnum() or c in "._=" else "_" for c in part) for part in (suite.name, system.name)
-    )
+    names = [s.name for s in systems]
     plan = RunPlan(
-        run_dir=Path(args.runs_dir) / run_id,
+        run_dir=Path(args.runs_dir) / run_id(args.run_id, suite.name, *names),
         suite=suite,
-        systems=[system],
+        systems=systems,
         samples=args.samples,
         seed=args.seed,
         batch_size=args.batch_size,
@@ -110,13 +168,20 @@ def register_assets(sub) -> None:
         "($MAXBENCH_HOME, default ~/.cache/maxbench), checksummed, once.",
     )
     p.add_argument("action", choices=["fetch", "list"], help="fetch: download+verify+unpack all; list: show state")
+    p.add_argument("name", nargs="?", help="fetch only this model or asset, e.g. gemma3-270m (never fetched otherwise)")
     p.set_defaults(func=cmd_assets)
 
 
 def cmd_assets(args) -> int:
     from systems.assets import ASSETS, fetch, maxbench_home
+    from systems.models import fetch_named
 
+    if args.action == "fetch" and args.name:
+        print(f"{args.name:<14} ok  {fetch_named(args.name)}")
+        return 0
     for name, asset in ASSETS.items():
+        if args.action == "fetch" and asset.on_request:
+            continue
         if args.action == "fetch":
             path = fetch(name)
             print(f"{name:<14} ok  {path}")
@@ -138,6 +203,8 @@ def cmd_assets(args) -> int:
 
 
 def register_run(sub) -> None:
+    from benchmark.metrics.cli import add_evaluator_option
+
     p = sub.add_parser(
         "run",
         help="run a registry of systems on a suite: fit, generate, score, leaderboard",
@@ -162,6 +229,7 @@ def register_run(sub) -> None:
     )
     p.add_argument("--metrics", default=None, help="comma-separated metrics (default: the registry's)")
     p.add_argument("--n-resamples", type=int, default=1000, help="bootstrap / permutation resamples")
+    add_evaluator_option(p, "the registry's evaluator, else smollm2-135m")
     p.add_argument("--no-progress", action="store_true")
     add_model_options(p)
     p.set_defaults(func=cmd_run)
@@ -173,6 +241,12 @@ def register_run(sub) -> None:
     )
     p.add_argument("run_dirs", nargs="+", help="run directories (each scored: scores.json)")
     p.add_argument("--out", default="results", help="output folder (default results/)")
+    p.add_argument(
+        "--mixed",
+        action="store_true",
+        help="allow runs on different suites, prompt counts, seeds or sample counts, or runs sharing a "
+        "system, in one table: rows then name their run and suite, and the best value is marked per suite",
+    )
     p.set_defaults(func=cmd_leaderboard)
 
 
@@ -191,13 +265,16 @@ def _shard_arg(text):
 def cmd_run(args) -> int:
     import os
 
-    from benchmark.leaderboard import load_registry, render
+    from benchmark.leaderboard import render
+    from benchmark.lineup import load_lineup
     from benchmark.metrics.base import parse_metric_list
     from benchmark.metrics.scoring import ScoringOptions, score_run
     from benchmark.runner import PhaseTimer, RunPlan, generate_run
     from benchmark.suites import load_suite
 
-    reg = load_registry(args.registry)
+    if args.n_resamples < 0:
+        raise MaxbenchError(f"--n-resamples must be >= 0 (0: no intervals or tests), got {args.n_resamples}")
+    reg = load_lineup(args.registry)
     suite = load_suite(args.suite or reg.suite)
     metrics = parse_metric_list(args.metrics or ",".join(reg.metrics) or None)
     shard = _shard_arg(args.shard)
@@ -207,7 +284,8 @@ def cmd_run(args) -> int:
 
         if torch.cuda.is_available():
             device = f"cuda:{os.environ['LOCAL_RANK']}"
-    run_dir = Path(args.runs_dir) / (args.run_id or f"{reg.name}-{suite.name}")
+    run_dir = Path(args.runs_dir) / run_id(args.run_id, reg.name, suite.name)
+    out_dir = Path(args.out) if args.out else (Path("results") if reg.name == "default" else Path("results") / reg.name)
     plan = RunPlan(
         run_dir=run_dir,
         suite=suite,
@@ -220,7 +298,13 @@ def cmd_run(args) -> int:
     )
     timer = PhaseTimer(run_dir, shard)
     out = generate_run(
-        plan, device=device, threads=args.threads, shard=shard, progress=not args.no_progress, timer=timer
+        plan,
+        device=device,
+        threads=args.threads,
+        shard=shard,
+        progress=not args.no_progress,
+        timer=timer,
+        outputs=() if shard is not None else ((out_dir, "--out"),),
     )
     if shard is not None:
         print(f"wrote {out}; when every shard is done, run the same command without --shard to merge and score")
@@ -232,13 +316,13 @@ def cmd_run(args) -> int:
             ScoringOptions(
                 metrics=metrics,
                 n_resamples=args.n_resamples,
+                evaluator=args.evaluator or reg.evaluator,
                 device=device,
                 threads=args.threads,
                 progress=not args.no_progress,
             ),
             baseline=reg.baseline,
         )
-    out_dir = Path(args.out) if args.out else (Path("results") if reg.name == "default" else Path("results") / reg.name)
     with timer.phase("render"):
         written = render([run_dir], out_dir)
     for path in written:
@@ -250,6 +334,6 @@ def cmd_run(args) -> int:
 def cmd_leaderboard(args) -> int:
     from benchmark.leaderboard import render
 
-    for path in render([Path(r) for r in args.run_dirs], Path(args.out)):
+    for path in render([Path(r) for r in args.run_dirs], Path(args.out), mixed=args.mixed):
         print(f"wrote {path}")
     return 0

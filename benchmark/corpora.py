@@ -15,13 +15,13 @@ import hashlib
 import html
 import json
 import lzma
-import os
 import re
-import tempfile
 import warnings
 from dataclasses import dataclass, field
 
 from core.errors import MaxbenchError
+from core.fileio import atomic_write
+from core.registry import closest
 from systems.assets import ASSETS, fetch, maxbench_home
 
 CORPUS_VERSION = "1"
@@ -137,10 +137,18 @@ def _extract(name: str) -> tuple[list[str], dict]:
     return texts, meta
 
 
+def check_corpus(name: str) -> str:
+    """``name`` if it is a known corpus, else one line with the closest known name (nothing is read)."""
+    if name not in CORPORA:
+        near = closest(name, CORPORA)
+        guess = f": did you mean '{near}'?" if near else ";"
+        raise MaxbenchError(f"unknown corpus '{name}'{guess} known corpora: {', '.join(CORPORA)}")
+    return name
+
+
 def load_corpus(name: str) -> Corpus:
     """Return the cleaned, split corpus ``name``, extracting it once into the cache."""
-    if name not in CORPORA:
-        raise MaxbenchError(f"unknown corpus '{name}'; known corpora: {', '.join(CORPORA)}")
+    check_corpus(name)
     root = maxbench_home() / "corpora"
     data, meta_path = root / f"{name}.jsonl", root / f"{name}.json"
     meta = None
@@ -158,12 +166,8 @@ def load_corpus(name: str) -> Corpus:
             json.dumps({"text": t, "split": "test" if is_test(t) else "fit"}, ensure_ascii=False) + "\n" for t in texts
         ).encode()
         meta["sha256"] = hashlib.sha256(body).hexdigest()
-        root.mkdir(parents=True, exist_ok=True)
         for path, content in ((data, body), (meta_path, json.dumps(meta, indent=1).encode())):
-            fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{path.name}.")
-            with os.fdopen(fd, "wb") as f:
-                f.write(content)
-            os.replace(tmp, path)
+            atomic_write(path, content)
     fit, test = [], []
     for line in body.decode().splitlines():
         row = json.loads(line)

@@ -1,29 +1,32 @@
-"""Registries of systems, and the leaderboard rendered from scored runs.
+"""The leaderboard rendered from scored runs (the lineups of systems they ran are
+``benchmark/lineup.py``'s).
 
-A registry is a TOML file (``benchmark/registries/<name>.toml`` or any path) naming a suite, a
-fitting corpus, seeds, samples, the baseline and the systems as system strings. The
-leaderboard reads ``scores.json`` (and the generations, for per-step statistics) of one or
+The leaderboard reads ``scores.json`` (and the generations, for per-step statistics) of one or
 more run directories and writes ``leaderboard.md``, ``.csv``, ``.html`` and PNG plots; it
 never generates, so ``maxbench leaderboard RUN_DIR...`` re-renders without a model. Output is a
-pure function of its inputs (no timestamps), so the same runs give byte-identical files.
+pure function of its inputs (no timestamps), so the same runs give byte-identical files. The md
+and the HTML page are rendered from one list of sections of the document model
+(``core/document.py``), as the significance report is.
+
+Only numbers of the same prompts are ranked together: runs on different suites, prompt counts,
+seeds or sample counts, and runs that share a system string, are refused unless ``mixed`` is
+asked for; then each row names its run and suite and the best value is marked per suite. A row
+whose scores cover only part of its suite says how many prompts it covers.
 """
 
 from __future__ import annotations
 
-import base64
 import csv
-import hashlib
-import html
 import io
 import json
 import math
-import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from core.document import Cell, Code, Figure, Para, Section, Table, num, render_html, render_markdown
 from core.errors import MaxbenchError
+from core.fileio import atomic_open, atomic_write, ensure_dir
 
-REGISTRY_DIR = Path(__file__).parent / "registries"
 #: score columns in display order; scores not listed follow in their own order
 PREFERRED = [
     "bleu-2",
@@ -55,98 +58,156 @@ PREFERRED = [
 PLOT_FILES = ("tradeoff.png", "lambda.png", "steps.png")
 
 
+# ---------------------------------------------------------------- reading runs
+@dataclass(eq=False)
+class ScoredRun:
+    """One scored run directory as the leaderboard reads it: its ``scores.json``, what its
+    manifest says about the prompts (suite, seed, samples) and its per-step statistics."""
+
+    path: Path
+    run_id: str
+    registry: str | None
+    suite: dict  # name, version, sha256, n_items
+    seed: int | None
+    samples: int | None
+    systems: dict  # system -> the scores.json entry (n_prompts, partial, scores, ...)
+    comparisons: dict  # {"baseline": str | None, "systems": {system: {score: {"p_value": ...}}}}
+    steps: dict  # system -> {"entropy": [...], "support": [...]}
+    prompts: dict  # system -> prompts its generations cover (for scores.json files that do not say)
+
+    def setting(self) -> dict:
+        """What must agree for two runs' numbers to be comparable."""
+        return {
+            "suite": f"{self.suite.get('name')} v{self.suite.get('version')} ({str(self.suite.get('sha256'))[:12]})",
+            "prompts": self.suite.get("n_items"),
+            "seed": self.seed,
+            "samples": self.samples,
+        }
+
+
 @dataclass
-class Registry:
-    name: str
-    suite: str
-    systems: list  # [SystemSpec]
-    corpus: str | None = None
-    samples: int = 1
-    seed: int = 1234
-    batch_size: int = 16
-    baseline: str | None = None
-    metrics: list = field(default_factory=list)
-    path: Path | None = None
+class Row:
+    run: ScoredRun
+    system: str
+    label: str  # what the row is called: the system, or the system and its run when it appears twice
+
+    @property
+    def entry(self) -> dict:
+        return self.run.systems[self.system]
+
+    @property
+    def scores(self) -> dict:
+        return self.entry.get("scores") or {}
+
+    @property
+    def p_values(self) -> dict:
+        return self.run.comparisons.get("systems", {}).get(self.system, {})
+
+    @property
+    def coverage(self) -> tuple[int | None, int | None]:
+        """(prompts this row's scores cover, prompts of its suite)."""
+        e = self.entry
+        return e.get("n_prompts", self.run.prompts.get(self.system)), e.get(
+            "suite_prompts", self.run.suite.get("n_items")
+        )
+
+    @property
+    def partial(self) -> bool:
+        covered, of = self.coverage
+        return bool(self.entry.get("partial", covered is not None and of is not None and covered < of))
 
 
-def load_registry(name_or_path: str) -> Registry:
-    from systems.registry import parse_system
-
-    path = REGISTRY_DIR / f"{name_or_path}.toml"
-    if not path.is_file():
-        path = Path(name_or_path).expanduser()
-        if not path.is_file():
-            known = ", ".join(p.stem for p in sorted(REGISTRY_DIR.glob("*.toml")))
-            raise MaxbenchError(
-                f"unknown registry '{name_or_path}'; built-in registries: {known} "
-                f"(or give the path of a registry .toml file)"
-            )
+def _read_json(path: Path, run_dir: Path) -> dict:
     try:
-        spec = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise MaxbenchError(f"registry {path} is malformed: {exc}") from None
-    allowed = {"name", "suite", "corpus", "samples", "seed", "batch_size", "baseline", "metrics", "systems"}
-    unknown = sorted(set(spec) - allowed)
-    if unknown:
-        raise MaxbenchError(f"registry {path}: unknown key '{unknown[0]}' (known: {', '.join(sorted(allowed))})")
-    if not spec.get("systems") or not isinstance(spec["systems"], list):
-        raise MaxbenchError(f"registry {path} needs a non-empty 'systems' list of system strings")
-    systems = [parse_system(s) for s in spec["systems"]]
-    for s in systems:
-        s.build_layer()  # an unknown parameter fails here, before anything runs
-    names = [s.name for s in systems]
-    if len(set(names)) != len(names):
-        raise MaxbenchError(f"registry {path} lists a system twice")
-    baseline = spec.get("baseline")
-    if baseline is not None:
-        baseline = parse_system(baseline).name
-        if baseline not in names:
-            raise MaxbenchError(f"registry {path}: baseline '{baseline}' is not one of its systems")
-    return Registry(
-        name=spec.get("name", path.stem),
-        suite=spec.get("suite", "food-reviews"),
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise MaxbenchError(f"{path} is not valid JSON; rescore the run (maxbench score {run_dir})") from None
+    if not isinstance(doc, dict):
+        raise MaxbenchError(f"{path} is not a maxbench file (expected a JSON object); rescore the run")
+    return doc
+
+
+def load_scored_run(run_dir: Path) -> ScoredRun:
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise MaxbenchError(
+            f"{run_dir} is not a run directory (no such folder); make and score one first (maxbench run), "
+            f"or name a folder under results/runs/"
+        )
+    path = run_dir / "scores.json"
+    if not path.is_file():
+        raise MaxbenchError(f"{run_dir} has no scores.json; score it first (maxbench score {run_dir})")
+    doc = _read_json(path, run_dir)
+    systems = doc.get("systems")
+    if not isinstance(systems, dict) or not all(
+        isinstance(e, dict)
+        and isinstance(e.get("scores", {}), dict)
+        and all(isinstance(v, dict) for v in e.get("scores", {}).values())
+        for e in systems.values()
+    ):
+        raise MaxbenchError(f"{path} has no 'systems' table of scores; rescore the run (maxbench score {run_dir})")
+    manifest = _read_json(run_dir / "manifest.json", run_dir) if (run_dir / "manifest.json").is_file() else {}
+    ident = manifest.get("identity") or {}
+    suite = ident.get("suite") or manifest.get("suite") or doc.get("suite") or {}
+    steps, prompts = _from_generations(run_dir)
+    return ScoredRun(
+        path=run_dir,
+        run_id=manifest.get("run_id") or doc.get("run_id") or run_dir.name,
+        registry=ident.get("registry"),
+        suite=suite,
+        seed=ident.get("seed", manifest.get("seed")),
+        samples=ident.get("samples", manifest.get("samples")),
         systems=systems,
-        corpus=spec.get("corpus"),
-        samples=int(spec.get("samples", 1)),
-        seed=int(spec.get("seed", 1234)),
-        batch_size=int(spec.get("batch_size", 16)),
-        baseline=baseline,
-        metrics=list(spec.get("metrics", [])),
-        path=path,
+        comparisons=doc.get("comparisons") or {},
+        steps=steps,
+        prompts=prompts,
     )
 
 
-# ---------------------------------------------------------------- reading runs
-def _load_runs(run_dirs: list[Path]) -> tuple[dict, dict, dict]:
-    """systems -> score entries, systems -> comparison entries, systems -> per-step means."""
-    scores, comps, steps, order = {}, {}, {}, []
-    baseline = None
-    for run_dir in run_dirs:
-        path = Path(run_dir) / "scores.json"
-        if not path.exists():
-            raise MaxbenchError(f"{run_dir} has no scores.json; score it first (maxbench score {run_dir})")
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
-            raise MaxbenchError(f"{path} is not valid JSON; rescore the run (maxbench score {run_dir})") from None
-        for system, entry in doc.get("systems", {}).items():
-            if system in scores:
-                continue
-            order.append(system)
-            scores[system] = entry["scores"]
-        c = doc.get("comparisons") or {}
-        baseline = baseline or c.get("baseline")
-        for system, entry in c.get("systems", {}).items():
-            comps.setdefault(system, entry)
-        steps.update({k: v for k, v in _step_means(Path(run_dir)).items() if k not in steps})
-    return {s: scores[s] for s in order}, {"baseline": baseline, "systems": comps}, steps
+def _rows(runs: list[ScoredRun], mixed: bool) -> list[Row]:
+    """One row per (run, system). Numbers of different prompts, seeds or sample counts do not
+    belong in one ranking, nor does one system string twice: both are refused unless ``mixed``."""
+    seen: dict[str, ScoredRun] = {}
+    for run in runs:
+        if run.path.resolve() in {r.path.resolve() for r in runs[: runs.index(run)]}:
+            raise MaxbenchError(f"run directory {run.path} is given twice; name each run once")
+        for system in run.systems:
+            if system in seen and not mixed:
+                raise MaxbenchError(
+                    f"system '{system}' is in both {seen[system].path} and {run.path}; pass --mixed for one "
+                    f"row per run, or leave one run out"
+                )
+            seen.setdefault(system, run)
+    first = runs[0].setting()
+    for run in runs[1:]:
+        differ = [k for k, v in run.setting().items() if v != first[k]]
+        if differ and not mixed:
+            what = "; ".join(f"{k} {first[k]} in {runs[0].path} but {run.setting()[k]} in {run.path}" for k in differ)
+            raise MaxbenchError(
+                f"these runs are not comparable ({what}); pass --mixed to show them in one table with a "
+                f"suite column and the best value marked per suite"
+            )
+    counts: dict[str, int] = {}
+    for run in runs:
+        for system in run.systems:
+            counts[system] = counts.get(system, 0) + 1
+    return [
+        Row(run, system, system if counts[system] == 1 else f"{system} [{run.run_id}]")
+        for run in runs
+        for system in run.systems
+    ]
 
 
-def _step_means(run_dir: Path, max_steps: int = 64) -> dict:
+def _from_generations(run_dir: Path, max_steps: int = 64) -> tuple[dict, dict]:
+    """Per system: the mean entropy and support size at each decoding step, and the prompts covered."""
     from benchmark.runner import GENERATIONS, read_rows
 
     acc: dict = {}
+    prompts: dict = {}
     for row in read_rows(run_dir / GENERATIONS):
+        if not isinstance(row, dict) or "system" not in row:
+            continue  # not a generated row; the scores, not this file, say what was scored
+        prompts.setdefault(row["system"], set()).add(row.get("prompt_id"))
         st = row.get("stats") or {}
         a = acc.setdefault(row["system"], {})
         for key in ("entropy", "support"):
@@ -156,12 +217,13 @@ def _step_means(run_dir: Path, max_steps: int = 64) -> dict:
                 if v is not None:
                     sums[i][0] += v
                     sums[i][1] += 1
-    return {s: {k: [t / n for t, n in v if n] for k, v in a.items()} for s, a in acc.items()}
+    steps = {s: {k: [t / n for t, n in v if n] for k, v in a.items()} for s, a in acc.items()}
+    return steps, {s: len(ids) for s, ids in prompts.items()}
 
 
 # ---------------------------------------------------------------- rendering
-def _columns(scores: dict) -> list[str]:
-    present = list(dict.fromkeys(k for entry in scores.values() for k in entry))
+def _columns(rows: list[Row]) -> list[str]:
+    present = list(dict.fromkeys(k for row in rows for k in row.scores))
     return [c for c in PREFERRED if c in present] + [c for c in present if c not in PREFERRED]
 
 
@@ -173,14 +235,23 @@ def _fmt(v, col: str) -> str:
     return f"{v:.0f}" if col == "uniq" else f"{v:.2f}"
 
 
-def _best(scores: dict, col: str) -> set[str]:
-    """The systems holding the best value of a column (all of them on a tie)."""
-    vals = [(s, e[col]["value"]) for s, e in scores.items() if col in e and e[col]["value"] is not None]
-    if not vals:
-        return set()
-    hib = next(e[col]["higher_is_better"] for e in scores.values() if col in e)
-    top = (max if hib else min)(v for _, v in vals)
-    return {s for s, v in vals if v == top}
+def _best(rows: list[Row], col: str) -> set[int]:
+    """Indices of the rows holding the best value of a column among rows of the same setting
+    (all of them on a tie): a best value is only meaningful among numbers of the same prompts."""
+    best: set[int] = set()
+    groups: dict[str, list[int]] = {}
+    for i, row in enumerate(rows):
+        groups.setdefault(json.dumps(row.run.setting(), sort_keys=True), []).append(i)
+    for members in groups.values():
+        vals = [
+            (i, rows[i].scores[col]["value"]) for i in members if rows[i].scores.get(col, {}).get("value") is not None
+        ]
+        if not vals:
+            continue
+        hib = next(rows[i].scores[col].get("higher_is_better", True) for i, _ in vals)
+        top = (max if hib else min)(v for _, v in vals)
+        best |= {i for i, v in vals if v == top}
+    return best
 
 
 def _stars(p) -> str:
@@ -189,111 +260,133 @@ def _stars(p) -> str:
     return "**" if p < 0.01 else "*" if p < 0.05 else ""
 
 
-def _table(scores: dict, comps: dict) -> tuple[list[str], list[list[dict]]]:
-    cols = _columns(scores)
-    best = {c: _best(scores, c) for c in cols}
-    rows = []
-    for system, entry in scores.items():
-        cells = []
-        for c in cols:
-            e = entry.get(c)
-            if e is None:
-                cells.append({"text": "", "best": False})
-                continue
-            p = comps["systems"].get(system, {}).get(c, {}).get("p_value")
-            ci = "" if e["ci_low"] is None else f" [{_fmt(e['ci_low'], c)}, {_fmt(e['ci_high'], c)}]"
-            cells.append(
-                {"value": _fmt(e["value"], c), "ci": ci, "stars": _stars(p), "best": system in best[c], "p": p}
-            )
-        rows.append(cells)
-    return cols, rows
+@dataclass
+class _Layout:
+    """The extra columns a table needs: the run and suite of each row when the runs differ or share
+    a system, and the prompts covered when not every row covers its whole suite."""
+
+    run: bool
+    suite: bool
+    prompts: bool
+
+    @classmethod
+    def of(cls, runs: list[ScoredRun], rows: list[Row]) -> _Layout:
+        several = (
+            len({r.label for r in rows}) != len({r.system for r in rows})
+            or len({json.dumps(r.setting(), sort_keys=True) for r in runs}) > 1
+        )
+        return cls(run=several, suite=several, prompts=any(row.partial for row in rows))
 
 
-def _title(run_dirs: list[Path]) -> str:
+def _coverage_text(row: Row) -> str:
+    covered, of = row.coverage
+    text = "?" if covered is None else str(covered) if of is None or covered == of else f"{covered} of {of}"
+    return text + (" (partial)" if row.partial else "")
+
+
+def _suite_text(run: ScoredRun) -> str:
+    s = run.setting()
+    return f"{run.suite.get('name')} ({s['prompts']} prompts, seed {s['seed']}, samples {s['samples']})"
+
+
+def _title(runs: list[ScoredRun]) -> str:
     """Named after the first run's registry and suite, so a re-render gives the same page."""
-    try:
-        ident = json.loads((Path(run_dirs[0]) / "manifest.json").read_text())["identity"]
-        return f"maxbench leaderboard: {ident['registry'] or 'generate'} on {ident['suite']['name']}"
-    except (OSError, ValueError, KeyError, TypeError):
+    suites = {r.suite.get("name") for r in runs}
+    if len(suites) > 1:
+        return "maxbench leaderboard: runs on several suites"
+    first = runs[0]
+    if not first.suite.get("name"):
         return "maxbench leaderboard"
+    return f"maxbench leaderboard: {first.registry or 'generate'} on {first.suite['name']}"
 
 
-def render(run_dirs: list[Path], out_dir: Path) -> list[Path]:
-    from benchmark.runner import atomic_write
-
-    title = _title(run_dirs)
-    scores, comps, steps = _load_runs([Path(r) for r in run_dirs])
-    if not scores:
-        raise MaxbenchError("the runs hold no scored systems")
-    out_dir = Path(out_dir)
-    (out_dir / "plots").mkdir(parents=True, exist_ok=True)
-    cols, rows = _table(scores, comps)
-    plots = _plots(scores, steps, out_dir / "plots")
-    systems = list(scores)
-    baseline = comps.get("baseline")
-    note = (
+def _note(runs: list[ScoredRun]) -> Para:
+    text = (
         "Scores x100 except sacreBLEU, PPL, KLD and Uniq; [95% bootstrap interval over prompts]; "
         "bold = best in column (by the metric's direction); * p < 0.05, ** p < 0.01: paired permutation "
-        f"test over prompts against the baseline `{baseline}`."
+        "test over prompts against "
     )
-    # markdown
-    md = [f"# {title}", "", note, "", "| system | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
-    for system, cells in zip(systems, rows):
-        md.append(
-            f"| `{system}` | "
-            + " | ".join(
-                (f"**{c['value']}**" if c["best"] else c["value"]) + c["stars"] + c["ci"] if "value" in c else ""
-                for c in cells
-            )
-            + " |"
-        )
-    md += ["", "Sources: " + ", ".join(f"`{Path(r).as_posix()}`" for r in run_dirs), ""]
-    md += [f"![{p.stem}](plots/{p.name})" for p in plots] + [""]
-    written = [out_dir / "leaderboard.md"]
-    atomic_write(written[0], "\n".join(md))
-    # csv
+    baselines = list(dict.fromkeys(r.comparisons.get("baseline") for r in runs))
+    if len(baselines) == 1 and baselines[0] is not None:
+        return Para(text + "the baseline {}.", (Code(baselines[0]),))
+    if len(baselines) == 1:
+        return Para(text + "a baseline (these runs name none, so no row has a test).")
+    each = [r for r in runs if r.comparisons.get("baseline")]
+    return Para(
+        text + "each run's own baseline: " + ", ".join("{} in {}" for _ in each) + ".",
+        tuple(x for r in each for x in (Code(r.comparisons["baseline"]), Code(r.run_id))),
+    )
+
+
+def build_sections(runs: list[ScoredRun], rows: list[Row], figures: list[Figure]) -> list[Section]:
+    """The leaderboard page as document sections (``core/document.py``): markdown and HTML alike."""
+    cols = _columns(rows)
+    layout = _Layout.of(runs, rows)
+    best = {c: _best(rows, c) for c in cols}
+    header = ["system"] + ["run"] * layout.run + ["suite"] * layout.suite + ["prompts"] * layout.prompts + cols
+    body = []
+    for i, row in enumerate(rows):
+        cells = [Cell(row.system, code=True)]
+        cells += [Cell(row.run.run_id, code=True)] * layout.run
+        cells += [Cell(_suite_text(row.run))] * layout.suite
+        cells += [num(_coverage_text(row))] * layout.prompts
+        for c in cols:
+            e = row.scores.get(c)
+            if e is None:
+                cells.append(Cell(""))
+                continue
+            ci = "" if e.get("ci_low") is None else f"[{_fmt(e['ci_low'], c)}, {_fmt(e.get('ci_high'), c)}]"
+            p = row.p_values.get(c, {}).get("p_value")
+            cells.append(num(_fmt(e.get("value"), c), mark=_stars(p), detail=ci, best=i in best[c]))
+        body.append(tuple(cells))
+    extra = len(header) - len(cols)
+    table = Table(columns=tuple(header), rows=tuple(body), align="l" * extra + "r" * len(cols), md_align=False)
+    sources = Para("Sources: " + ", ".join("{}" for _ in runs), tuple(Code(r.path.as_posix()) for r in runs))
+    return [
+        Section(_title(runs), level=1, paragraphs=[_note(runs)], tables=[table]),
+        Section("", paragraphs=[sources], figures=figures, figure_row=True),
+    ]
+
+
+def render(run_dirs: list[Path], out_dir: Path, mixed: bool = False) -> list[Path]:
+    """Write leaderboard.md, .csv, .html and plots/ for ``run_dirs`` into ``out_dir``; returns the files."""
+    if not run_dirs:
+        raise MaxbenchError("give at least one scored run directory")
+    runs = [load_scored_run(Path(r)) for r in run_dirs]
+    rows = _rows(runs, mixed)
+    if not rows:
+        raise MaxbenchError("the runs hold no scored systems; score them first (maxbench score RUN_DIR)")
+    out_dir = Path(out_dir)
+    ensure_dir(out_dir / "plots", "--out")
+    plots = _plots(rows, out_dir / "plots")
+    figures = [Figure(f"plots/{p.name}", p.read_bytes(), p.stem) for p in plots]
+    sections = build_sections(runs, rows, figures)
+    written = [out_dir / "leaderboard.md", out_dir / "leaderboard.csv", out_dir / "leaderboard.html"]
+    atomic_write(written[0], render_markdown(sections))
+    atomic_write(written[1], _csv(rows, _Layout.of(runs, rows)))
+    atomic_write(written[2], render_html(sections, sections[0].title))
+    return written + plots
+
+
+def _csv(rows: list[Row], layout: _Layout) -> str:
+    cols = _columns(rows)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["system"] + [f"{c}{suffix}" for c in cols for suffix in ("", "_ci_low", "_ci_high", "_p_vs_baseline")])
-    for system in systems:
-        line = [system]
+    extra = ["run"] * layout.run + ["suite", "suite_prompts"] * layout.suite + ["prompts", "partial"] * layout.prompts
+    w.writerow(
+        ["system", *extra] + [f"{c}{suffix}" for c in cols for suffix in ("", "_ci_low", "_ci_high", "_p_vs_baseline")]
+    )
+    for row in rows:
+        covered, of = row.coverage
+        line = [row.system] + [row.run.run_id] * layout.run
+        line += [row.run.suite.get("name"), row.run.suite.get("n_items")] * layout.suite
+        line += [covered, str(row.partial).lower()] * layout.prompts
         for c in cols:
-            e = scores[system].get(c) or {}
-            p = comps["systems"].get(system, {}).get(c, {}).get("p_value")
+            e = row.scores.get(c) or {}
+            p = row.p_values.get(c, {}).get("p_value")
             line += [_num(e.get("value")), _num(e.get("ci_low")), _num(e.get("ci_high")), _num(p)]
         w.writerow(line)
-    written.append(out_dir / "leaderboard.csv")
-    atomic_write(written[-1], buf.getvalue())
-    # html (self-contained; every name escaped)
-    esc = html.escape
-    head = "".join(f"<th>{esc(c)}</th>" for c in cols)
-    body = []
-    for system, cells in zip(systems, rows):
-        tds = "".join(
-            f'<td class="{"best" if c["best"] else ""}">{esc(c["value"])}{esc(c["stars"])}'
-            f"<small>{esc(c['ci'])}</small></td>"
-            if "value" in c
-            else "<td></td>"
-            for c in cells
-        )
-        body.append(f'<tr><th scope="row"><code>{esc(system)}</code></th>{tds}</tr>')
-    imgs = "".join(
-        f'<figure><img alt="{esc(p.stem)}" src="data:image/png;base64,'
-        f'{base64.b64encode(p.read_bytes()).decode()}"></figure>'
-        for p in plots
-    )
-    page = (
-        f'<!doctype html><html lang="en"><meta charset="utf-8"><title>{esc(title)}</title><style>'
-        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
-        "padding:4px 6px;text-align:right;white-space:nowrap}td small{color:#666;display:block}"
-        ".best{font-weight:bold;background:#eef6ee}img{max-width:48em}</style>"
-        f"<h1>{esc(title)}</h1><p>{esc(note)}</p><table><thead><tr><th>system</th>{head}</tr></thead><tbody>"
-        + "".join(body)
-        + f"</tbody></table>{imgs}</html>\n"
-    )
-    written.append(out_dir / "leaderboard.html")
-    atomic_write(written[-1], page)
-    return written + plots
+    return buf.getvalue()
 
 
 def _num(v) -> str:
@@ -302,7 +395,7 @@ def _num(v) -> str:
     return "" if v is None else f"{float(v):.12g}"
 
 
-def _plots(scores: dict, steps: dict, plot_dir: Path) -> list[Path]:
+def _plots(rows: list[Row], plot_dir: Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -310,6 +403,13 @@ def _plots(scores: dict, steps: dict, plot_dir: Path) -> list[Path]:
 
     from systems.registry import parse_system
 
+    scores = {row.label: row.scores for row in rows}
+    system_of = {row.label: row.system for row in rows}
+    label_of = {(row.run, row.system): row.label for row in rows}
+    steps: dict = {}
+    for run in dict.fromkeys(row.run for row in rows):
+        for system, st in run.steps.items():
+            steps.setdefault(label_of.get((run, system), system), st)
     plt.rcParams.update({"svg.hashsalt": "maxbench", "figure.dpi": 100})
     meta = {"Software": None}  # no version string or date: the same data gives the same bytes
     written = []
@@ -318,13 +418,16 @@ def _plots(scores: dict, steps: dict, plot_dir: Path) -> list[Path]:
 
     def save(fig, name):
         path = plot_dir / name
-        fig.savefig(path, format="png", metadata=meta, bbox_inches="tight")
+        with atomic_open(path) as f:
+            fig.savefig(f, format="png", metadata=meta, bbox_inches="tight")
         plt.close(fig)
         written.append(path)
 
-    def short(system):
+    def short(label):
+        system = system_of.get(label, label)
         spec = parse_system(system)
-        return spec.layer + (f"({','.join(f'{k}={v}' for k, v in spec.params)})" if spec.params else "")
+        name = spec.layer + (f"({','.join(f'{k}={v}' for k, v in spec.params)})" if spec.params else "")
+        return name + label[len(system) :]  # a row's run, where one system appears in several runs
 
     pts = [
         (s, e["bleu-4"]["value"], e["self-bleu-4"]["value"])
@@ -343,7 +446,7 @@ def _plots(scores: dict, steps: dict, plot_dir: Path) -> list[Path]:
         save(fig, "tradeoff.png")
     sweep = []
     for s, e in scores.items():
-        spec = parse_system(s)
+        spec = parse_system(system_of[s])
         lam = dict(spec.params).get("lam") if spec.layer == "graphmax" else None
         if lam is not None and dict(spec.params).get("solver", "exact") == "exact":
             sweep.append((float(lam), e))
@@ -381,7 +484,3 @@ def _plots(scores: dict, steps: dict, plot_dir: Path) -> list[Path]:
         fig.suptitle("Per-step distribution statistics")
         save(fig, "steps.png")
     return written
-
-
-def registry_sha256(reg: Registry) -> str:
-    return hashlib.sha256(reg.path.read_bytes()).hexdigest() if reg.path else ""

@@ -12,22 +12,25 @@ Sharding (``--shard i/n``) hands out whole batches round-robin, numbered across 
 in registry order (so n can exceed the batches of one system), and every row is decoded in
 the same batch as in a single process; shard i writes ``generations.shard-i-of-n.jsonl``
 and ``merge_shards`` joins the shards into the same ``generations.jsonl``.
+
+Before the first token, ``preflight`` checks everything a run can be refused for (systems,
+models, corpus, folders, limits of the model and the machine, disk space), so a mistake costs
+seconds and leaves no half-made run directory.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import os
 import platform
-import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.errors import MaxbenchError
+from core.fileio import atomic_write, check_output_dir, ensure_dir, free_bytes, os_error
 from core.provenance import versions
 
 MANIFEST = "manifest.json"
@@ -54,7 +57,7 @@ class PhaseTimer:
 
     def add(self, name: str, seconds: float) -> None:
         self.phases.append((name, seconds))
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        ensure_dir(self.path.parent, "run directory")
         _append(
             self.path,
             [{"invocation": self.invocation, "shard": self.shard, "phase": name, "seconds": round(seconds, 2)}],
@@ -72,30 +75,6 @@ def derive_seed(base: int, prompt_id: str, sample: int) -> int:
     draws from the same random stream for the same prompt (common random numbers make
     paired comparisons between systems less noisy)."""
     return int.from_bytes(hashlib.sha256(f"{base}:{prompt_id}:{sample}".encode()).digest()[:4], "big")
-
-
-def atomic_write(path: Path, data: bytes | str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise _disk_error(path, exc) from None
-
-
-def _disk_error(path: Path, exc: OSError) -> MaxbenchError:
-    if exc.errno == errno.ENOSPC:
-        return MaxbenchError(
-            f"disk full while writing {path}; everything written before is kept: "
-            f"free some space and run the same command again to resume"
-        )
-    return MaxbenchError(f"cannot write {path}: {exc.strerror or exc}")
 
 
 RUN_PACKAGES = (
@@ -135,11 +114,14 @@ def read_rows(path: Path, repair: bool = False) -> list[dict]:
     crash) is removed from the file; otherwise it is ignored."""
     if not path.exists():
         return []
-    data = path.read_bytes()
-    end = data.rfind(b"\n") + 1
-    if end < len(data) and repair:
-        with open(path, "r+b") as f:
-            f.truncate(end)
+    try:
+        data = path.read_bytes()
+        end = data.rfind(b"\n") + 1
+        if end < len(data) and repair:
+            with open(path, "r+b") as f:
+                f.truncate(end)
+    except OSError as exc:
+        raise os_error(path, exc, "read") from None
     rows = []
     for n, line in enumerate(data[:end].splitlines(), 1):
         if line.strip():
@@ -198,20 +180,31 @@ class RunPlan:
         return order
 
 
+def existing_manifest(plan: RunPlan) -> dict | None:
+    """The run directory's manifest if there is one; refused when another run made it."""
+    path = plan.run_dir / MANIFEST
+    if not path.exists():
+        return None
+    ident = plan.identity()
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise MaxbenchError(f"{path} is unreadable; this run directory is damaged") from None
+    if not isinstance(old, dict) or old.get("identity") != ident:
+        recorded = old.get("identity") if isinstance(old, dict) and isinstance(old.get("identity"), dict) else {}
+        diff = [k for k in ident if recorded.get(k) != ident[k]]
+        raise MaxbenchError(
+            f"run directory {plan.run_dir} was made by a different run (differs in: "
+            f"{', '.join(diff)}); pick another --run-id or delete that directory"
+        )
+    return old
+
+
 def check_or_write_manifest(plan: RunPlan, extra: dict) -> dict:
     path = plan.run_dir / MANIFEST
     ident = plan.identity()
-    if path.exists():
-        try:
-            old = json.loads(path.read_text())
-        except (OSError, ValueError):
-            raise MaxbenchError(f"{path} is unreadable; this run directory is damaged") from None
-        if old.get("identity") != ident:
-            diff = [k for k in ident if old.get("identity", {}).get(k) != ident[k]]
-            raise MaxbenchError(
-                f"run directory {plan.run_dir} was made by a different run (differs in: "
-                f"{', '.join(diff)}); pick another --run-id or delete that directory"
-            )
+    old = existing_manifest(plan)
+    if old is not None:
         return old
     manifest = {
         "run_id": plan.run_dir.name,
@@ -245,7 +238,7 @@ def _append(path: Path, rows: list[dict]) -> None:
             f.flush()
             os.fsync(f.fileno())
     except OSError as exc:
-        raise _disk_error(path, exc) from None
+        raise os_error(path, exc) from None
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -286,6 +279,144 @@ class ReferenceStateCache:
         return st
 
 
+#: bytes a generated row takes per new token (token id, text, per-step statistics; about 60 with
+#: graphmax's two extra statistics) and beyond its prompt, reference and tokens: upper estimates
+ROW_BYTES_PER_TOKEN = 96
+ROW_BYTES_FIXED = 1024
+#: room kept free for the manifest, timings, scores and the leaderboard
+DISK_MARGIN = 64 << 20
+#: rows one run may hold: the runner keeps each row's key (and builds its job list) in memory
+MAX_ROWS = 10_000_000
+
+
+@dataclass
+class Preflight:
+    """What ``preflight`` checked and loaded, for ``generate_run`` to use."""
+
+    layers: list  # one OutputLayer per system, unfitted
+    todo: list  # per system, the batches (lists of (item, sample)) that still lack rows
+    done: set  # keys of the rows already written
+    models: dict = field(default_factory=dict)  # model name -> LoadedModel, for systems with work
+    load_seconds: dict = field(default_factory=dict)
+
+
+def preflight(
+    plan: RunPlan,
+    device: str | None = None,
+    threads: int | None = None,
+    shard: tuple[int, int] | None = None,
+    outputs: tuple[tuple[Path, str], ...] = (),
+) -> Preflight:
+    """Everything a run can be refused for, checked before the first token and before anything is
+    written, so that a mistake anywhere in a lineup costs seconds and leaves no half-made run
+    directory: every system's layer and parameters, its model name (``systems.models.check_model``,
+    no network), the fitting corpus, the run directory and the other ``outputs`` ((folder, option)
+    pairs: writable folders, not files or devices), a run directory made by another run, then each
+    model with work to do is loaded and every prompt is checked against its context and a batch
+    against free memory (``systems.decoding.check_limits``), and last the free disk space."""
+    from benchmark.corpora import check_corpus
+    from systems.decoding import check_limits
+    from systems.models import check_model, load_model
+
+    layers = [s.build_layer() for s in plan.systems]
+    for name in dict.fromkeys(s.model for s in plan.systems):
+        check_model(name)
+        _check_hub_reachable(name)
+    if plan.corpus is not None:
+        check_corpus(plan.corpus)
+    for system, layer in zip(plan.systems, layers):
+        if layer.needs_fit and not plan.corpus:
+            raise MaxbenchError(f"system '{system.name}' needs a fitting corpus; pass --corpus")
+    for folder, what in ((plan.run_dir, "run directory"), *outputs):
+        check_output_dir(folder, what)
+    existing_manifest(plan)
+    total = len(plan.suite.items) * plan.samples * len(plan.systems)
+    if total > MAX_ROWS:
+        raise MaxbenchError(
+            f"this run would hold {total:,} rows (prompts x samples x systems); a run keeps a key per row in "
+            f"memory and is meant for at most {MAX_ROWS:,}: split it into several runs"
+        )
+    out = shard_file(plan.run_dir, shard)
+    done = {row_key(r) for r in read_rows(out)}
+    if shard is None:
+        for other in plan.run_dir.glob("generations.shard-*.jsonl"):
+            done |= {row_key(r) for r in read_rows(other)}
+    todo, unit = [], 0  # (system, batch) units are handed to shards round-robin across all systems
+    for system in plan.systems:
+        batches = plan.batches(system)
+        mine = [b for bi, b in enumerate(batches, start=unit) if shard is None or bi % shard[1] == shard[0]]
+        unit += len(batches)
+        todo.append([b for b in mine if any((system.name, it.id, s) not in done for it, s in b)])
+    pre = Preflight(layers=layers, todo=todo, done=done)
+    for system, layer, batches in zip(plan.systems, layers, todo):
+        if not batches:
+            continue
+        if system.model not in pre.models:
+            t0 = time.perf_counter()
+            pre.models[system.model] = load_model(system.model, device=device, threads=threads)
+            pre.load_seconds[system.model] = time.perf_counter() - t0
+        items = list(dict.fromkeys(it for batch in batches for it, _ in batch))
+        check_limits(
+            pre.models[system.model],
+            [it.prompt for it in items],
+            system.decoding,
+            plan.batch_size,
+            ids=[it.id for it in items],
+            references=[it.reference for it in items] if plan.reference_ppl else None,
+            hidden_states=layer.needs_hidden,
+        )
+    rows = [(it, system) for system, batches in zip(plan.systems, todo) for batch in batches for it, _ in batch]
+    new = sum(
+        ROW_BYTES_FIXED
+        + 2 * (len(it.prompt.encode()) + len(it.reference.encode()))
+        + ROW_BYTES_PER_TOKEN * system.decoding.max_new_tokens
+        for it, system in rows
+    )
+    if new:
+        have = out.stat().st_size if out.exists() else 0
+        need = have + 2 * new + DISK_MARGIN  # the finished file is rewritten once beside the old one
+        free = free_bytes(plan.run_dir)
+        if need > free:
+            raise MaxbenchError(
+                f"this run needs about {need / 2**20:,.0f} MiB in {plan.run_dir} ({len(rows)} rows to generate), "
+                f"but only {free / 2**20:,.0f} MiB are free there; free some space or choose another --runs-dir"
+            )
+    return pre
+
+
+def _check_hub_reachable(name: str) -> None:
+    """A hub id that is neither a local folder nor in the local Hugging Face cache needs the hub:
+    refuse it at once when HF_HUB_OFFLINE is set or the hub's host cannot be reached, instead of a
+    minute of download retries (when a proxy is set, the loader is left to find out)."""
+    from systems.models import MODELS
+
+    if name in MODELS or Path(name).expanduser().is_dir():
+        return
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    try:
+        if isinstance(try_to_load_from_cache(name, "config.json"), str):
+            return
+    except ValueError as exc:  # huggingface_hub's check of the id's shape (no '..', '--', ...)
+        raise MaxbenchError(f"model '{name}' is not a valid Hugging Face hub id: {exc}") from None
+    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else None
+    if why is None and not any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        try:
+            socket.create_connection((host, 443), timeout=3).close()
+        except OSError:
+            why = f"{host} cannot be reached"
+    if why:
+        raise MaxbenchError(
+            f"cannot load model '{name}': it is not a built-in or a local model directory, it is not in the "
+            f"Hugging Face cache, and {why}; download it on a connected machine (huggingface-cli download "
+            f"{name} --local-dir DIR) and pass DIR"
+        )
+
+
 def generate_run(
     plan: RunPlan,
     device: str | None = None,
@@ -293,44 +424,34 @@ def generate_run(
     shard: tuple[int, int] | None = None,
     progress: bool = True,
     timer: PhaseTimer | None = None,
+    outputs: tuple[tuple[Path, str], ...] = (),
 ) -> Path:
-    """Generate every missing row of the plan (or of one shard of it); returns the file."""
+    """Generate every missing row of the plan (or of one shard of it); returns the file. Nothing is
+    written before ``preflight`` has passed; ``outputs`` are further folders it checks."""
     from tqdm import tqdm
 
     from benchmark.corpora import load_corpus
     from systems.decoding import decode, reference_logprobs
     from systems.layers.base import FitContext
-    from systems.models import load_model
 
-    layers = [s.build_layer() for s in plan.systems]  # bad parameters fail before any work
+    pre = preflight(plan, device=device, threads=threads, shard=shard, outputs=outputs)
     timer = timer or PhaseTimer(plan.run_dir, shard)
+    for name, seconds in pre.load_seconds.items():
+        timer.add(f"load {name}", seconds)
     out = shard_file(plan.run_dir, shard)
-    done = {row_key(r) for r in read_rows(out, repair=True)}
-    if shard is None:
-        for other in plan.run_dir.glob("generations.shard-*.jsonl"):
-            done |= {row_key(r) for r in read_rows(other)}
-    models: dict = {}
+    read_rows(out, repair=True)  # a line cut by a crash goes; its row is decoded again
+    done = pre.done
     ref_states = ReferenceStateCache()
-    manifest_written = False
-    unit = 0  # (system, batch) units are handed to shards round-robin across all systems
-    for system, layer in zip(plan.systems, layers):
-        batches = plan.batches(system)
-        mine = [b for bi, b in enumerate(batches, start=unit) if shard is None or bi % shard[1] == shard[0]]
-        unit += len(batches)
-        todo = [b for b in mine if any((system.name, it.id, s) not in done for it, s in b)]
+    first = next(iter(pre.models.values()), None)
+    check_or_write_manifest(
+        plan, {"versions": run_versions(), "machine": machine(first.device if first else device or "cpu")}
+    )
+    for system, layer, todo in zip(plan.systems, pre.layers, pre.todo):
         if not todo:
             continue
-        if system.model not in models:
-            with timer.phase(f"load {system.model}"):
-                models[system.model] = load_model(system.model, device=device, threads=threads)
-        lm = models[system.model]
-        if not manifest_written:
-            check_or_write_manifest(plan, {"versions": run_versions(), "machine": machine(lm.device)})
-            manifest_written = True
+        lm = pre.models[system.model]
         update_manifest(plan, "models", {system.model: lm.describe()})
         if layer.needs_fit:
-            if not plan.corpus:
-                raise MaxbenchError(f"system '{system.name}' needs a fitting corpus; pass --corpus")
             with timer.phase(f"fit {system.name}"):
                 layer.fit(FitContext(model=lm, corpus=load_corpus(plan.corpus), options={"progress": progress}))
             update_manifest(plan, "resources", {system.name: layer.resource_hashes()})
@@ -377,8 +498,6 @@ def generate_run(
         for what, seconds in spent.items():
             if seconds:
                 timer.add(f"{what} {system.name}", seconds)
-    if not manifest_written:
-        check_or_write_manifest(plan, {"versions": run_versions(), "machine": machine(device or "cpu")})
     _canonicalise(plan, out, shard)
     return out
 

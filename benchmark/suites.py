@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import MaxbenchError
+from core.fileio import os_error
 
 SUITE_DIR = Path(__file__).parent / "suites"
 
@@ -63,11 +64,26 @@ def builtin_suites() -> dict[str, Path]:
     return {p.stem: p for p in sorted(SUITE_DIR.glob("*.toml"))}
 
 
-def _read_items(path: Path, fmt: str, spec: dict, name: str) -> list[SuiteItem]:
+def _bytes(path: Path) -> bytes:
     try:
-        text = path.read_bytes().decode("utf-8")
+        return path.read_bytes()
+    except OSError as exc:
+        raise os_error(path, exc, "read") from None
+
+
+def _text(path: Path, what: str) -> str:
+    """A file's text as UTF-8, with the byte-order mark that spreadsheet programs write dropped."""
+    data = _bytes(path)
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise MaxbenchError(f"{what} {path} is not UTF-8 text (it starts like UTF-16); save it as UTF-8")
+    try:
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise MaxbenchError(f"suite file {path} is not UTF-8 text (byte {exc.start})") from None
+        raise MaxbenchError(f"{what} {path} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+
+
+def _read_items(path: Path, fmt: str, spec: dict, name: str) -> list[SuiteItem]:
+    text = _text(path, "suite file")
     pf, rf, idf = (
         spec.get("prompt_field", "prompt"),
         spec.get("reference_field", "reference"),
@@ -86,10 +102,16 @@ def _read_items(path: Path, fmt: str, spec: dict, name: str) -> list[SuiteItem]:
                 raise MaxbenchError(f"{path}:{n}: expected a JSON object with a '{pf}' field")
             rows.append((n, row))
     elif fmt == "csv":
+        # a prompt may be longer than the csv module's default field limit (128 KiB); the model's
+        # context, checked before generating, is the limit that matters
+        csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))
         reader = csv.DictReader(io.StringIO(text))
-        if reader.fieldnames is None or pf not in reader.fieldnames:
-            raise MaxbenchError(f"{path}: CSV has no '{pf}' column (columns: {reader.fieldnames})")
-        rows = [(n, row) for n, row in enumerate(reader, 2)]
+        try:
+            if reader.fieldnames is None or pf not in reader.fieldnames:
+                raise MaxbenchError(f"{path}: CSV has no '{pf}' column (columns: {reader.fieldnames})")
+            rows = [(n, row) for n, row in enumerate(reader, 2)]
+        except csv.Error as exc:
+            raise MaxbenchError(f"{path}:{reader.line_num}: not valid CSV ({exc})") from None
     elif fmt == "txt":
         rows = [(n, {pf: line}) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     else:
@@ -102,6 +124,11 @@ def _read_items(path: Path, fmt: str, spec: dict, name: str) -> list[SuiteItem]:
         ref = row.get(rf) or ""
         if not isinstance(ref, str):
             raise MaxbenchError(f"{path}:{n}: reference ('{rf}') must be text")
+        for field, value in ((pf, prompt), (rf, ref)):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:  # a JSON escape such as \ud800 that names half a character
+                raise MaxbenchError(f"{path}:{n}: '{field}' holds an invalid character (a lone surrogate)") from None
         item_id = str(row.get(idf) or f"{name}-{n:05d}")
         if item_id in seen:
             raise MaxbenchError(f"{path}:{n}: duplicate item id '{item_id}'")
@@ -125,16 +152,17 @@ def load_suite(name_or_path: str) -> Suite:
                 f"(or give the path of a suite's .toml manifest; see 'maxbench suites')"
             )
     try:
-        spec = tomllib.loads(manifest.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        spec = tomllib.loads(_text(manifest, "suite manifest"))
+    except tomllib.TOMLDecodeError as exc:
         raise MaxbenchError(f"suite manifest {manifest} is malformed: {exc}") from None
     for key in ("name", "file"):
         if not isinstance(spec.get(key), str):
             raise MaxbenchError(f"suite manifest {manifest} needs a '{key}' string")
     data = (manifest.parent / spec["file"]).resolve()
     if not data.is_file():
-        raise MaxbenchError(f"suite manifest {manifest} names {spec['file']}, which does not exist")
-    digest = hashlib.sha256(data.read_bytes()).hexdigest()
+        what = "is not a file" if data.exists() else "does not exist"
+        raise MaxbenchError(f"suite manifest {manifest} names {spec['file']}, which {what}")
+    digest = hashlib.sha256(_bytes(data)).hexdigest()
     if spec.get("sha256") and spec["sha256"] != digest:
         raise MaxbenchError(
             f"suite '{spec['name']}': {data.name} has sha256 {digest[:12]}..., but its manifest "

@@ -9,6 +9,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from core.errors import MaxbenchError
+from core.fileio import atomic_write
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 
@@ -246,10 +247,10 @@ def cmd_study_export(args: argparse.Namespace) -> int:
     if args.out:
         try:
             args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(body, encoding="utf-8")
-        except OSError as exc:
+            atomic_write(args.out, body)
+        except (OSError, MaxbenchError) as exc:
             raise MaxbenchError(
-                f"cannot write --out {args.out} ({exc.strerror}): choose a file in a writable folder, "
+                f"cannot write --out {args.out} ({getattr(exc, 'strerror', None) or exc}): choose a file in a writable folder, "
                 "or leave --out out to write to stdout; the ratings stay in the database"
             ) from None
         print(f"{len(rows)} ratings written to {args.out}", file=sys.stderr)

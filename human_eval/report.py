@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 from pathlib import Path
 
 from core.document import Cell, Figure, Para, Section, Table, num, render_html, render_markdown
 from core.errors import MaxbenchError
+from core.fileio import atomic_write
 from core.intervals import ConfidenceInterval
 from core.provenance import versions
 
@@ -583,9 +583,7 @@ def write_report(analysis: Analysis, out_dir: str | Path, name: str) -> Path:
 
 
 def _write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        atomic_write(path, data)
     except OSError as exc:
         raise MaxbenchError(f"cannot write {path} ({exc.strerror}); check the --out folder") from None

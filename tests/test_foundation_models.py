@@ -75,6 +75,25 @@ def test_tiny_random_is_deterministic():
     assert a.tokenizer.decode(ids) == "héllo"
 
 
+def test_a_misspelled_model_fails_before_any_download(monkeypatch):
+    import transformers
+
+    from systems.models import check_model, load_model
+
+    def no_network(*a, **k):
+        raise AssertionError("the hub was asked for a name that cannot be a model")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", no_network)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_network)
+    with pytest.raises(MaxbenchError, match="did you mean 'smollm2-135m'"):
+        load_model("smollm2-13m")
+    with pytest.raises(MaxbenchError, match="unknown base model './nowhere/model'"):
+        load_model("./nowhere/model")
+    # a hub id and an existing directory are names a model can have: they pass the check
+    assert check_model("HuggingFaceTB/SmolLM2-135M") == "HuggingFaceTB/SmolLM2-135M"
+    assert check_model(".") == "."
+
+
 def test_stats_and_finish(tiny):
     res = decode(tiny, SoftmaxLayer(), ["abc", "a much longer prompt"], DecodingSetting(max_new_tokens=5), [1, 2])
     for row in res:

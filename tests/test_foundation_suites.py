@@ -94,3 +94,42 @@ def test_suites_command_lists_hashes(cli):
     rows = json.loads(out)
     assert rc == 0 and {r["name"] for r in rows} >= {"smoke", "food-reviews"}
     assert all(len(r["sha256"]) == 64 for r in rows)
+
+
+def test_spreadsheet_csv_and_toml_with_a_byte_order_mark_read(tmp_path):
+    """Spreadsheet programs (and Windows editors) start UTF-8 files with a BOM; it is not part of the
+    first column's name or the first TOML key."""
+    (tmp_path / "p.csv").write_bytes("id,prompt,reference\na,Hello there,friend\n".encode("utf-8-sig"))
+    m = tmp_path / "s.toml"
+    m.write_bytes('name = "bom"\nfile = "p.csv"\n'.encode("utf-8-sig"))
+    suite = load_suite(str(m))
+    assert [(it.id, it.prompt, it.reference) for it in suite.items] == [("a", "Hello there", "friend")]
+
+
+def test_utf16_suite_file_says_to_save_it_as_utf8(tmp_path):
+    (tmp_path / "p.txt").write_text("Hello there\n", encoding="utf-16")
+    m = tmp_path / "s.toml"
+    m.write_text('name = "x"\nfile = "p.txt"\n')
+    with pytest.raises(MaxbenchError, match=r"not UTF-8 text \(it starts like UTF-16\); save it as UTF-8"):
+        load_suite(str(m))
+
+
+def test_lone_surrogate_in_a_prompt_is_refused_with_its_line(tmp_path):
+    """A JSON escape naming half a character cannot be written back as UTF-8 (nor tokenised)."""
+    m = _write(tmp_path, "p.jsonl", '{"prompt": "fine"}\n{"prompt": "bad \\ud800 half"}\n')
+    with pytest.raises(MaxbenchError, match=r"p.jsonl:2: 'prompt' holds an invalid character"):
+        load_suite(str(m))
+
+
+def test_csv_prompt_longer_than_the_csv_modules_field_limit_reads(tmp_path):
+    """The csv module stops at 128 KiB per field by default; the model's context is the real limit,
+    checked before generating (tests/test_new_user.py)."""
+    m = _write(tmp_path, "p.csv", "prompt,reference\n" + "a" * 200_000 + ",x\n")
+    assert len(load_suite(str(m)).items[0].prompt) == 200_000
+
+
+def test_manifest_naming_a_folder_says_so(tmp_path):
+    m = tmp_path / "s.toml"
+    m.write_text('name = "x"\nfile = "."\n')
+    with pytest.raises(MaxbenchError, match="names ., which is not a file"):
+        load_suite(str(m))

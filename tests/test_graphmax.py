@@ -1,5 +1,6 @@
-"""graphmax operator: reference values and properties from ../shared/facts.md, checked against
-dense numpy/scipy computations that share no code with the solver."""
+"""graphmax operator: reference values of small graphs solved independently, optimality
+conditions, the paper's claims and Algorithm 1, checked against dense numpy/scipy computations
+that share no code with the solver; the output layer and its validation."""
 
 import numpy as np
 import pytest
@@ -367,6 +368,30 @@ def test_bad_arguments(kwargs, message):
     A = random_graph(10)
     with pytest.raises(MaxbenchError, match=message):
         graphmax(torch.zeros(10), A, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"lam": -1.0},
+        {"lam": float("inf")},
+        {"lam": True},
+        {"solver": "fast"},
+        {"tol": -1.0},
+        {"max_iter": -1},
+        {"max_iter": 2.5},
+        {"topk": 0},
+        {"solver": "paper", "topk": 3},
+    ],
+)
+def test_layer_refuses_what_the_operator_refuses_in_the_same_words(kwargs):
+    from systems.layers.graphmax_layer import GraphmaxLayer
+
+    with pytest.raises(MaxbenchError) as by_operator:
+        graphmax(torch.zeros(10), random_graph(10), **kwargs)
+    with pytest.raises(MaxbenchError) as by_layer:
+        GraphmaxLayer(**kwargs)
+    assert str(by_layer.value) == str(by_operator.value)
 
 
 def test_non_finite_scores_and_size_mismatch():

@@ -14,18 +14,9 @@ from core.errors import MaxbenchError
 from systems import hidden_cache as hc
 from systems.decoding import DecodingSetting, decode
 from systems.layers.base import FitContext
-from systems.layers.kerbs import (
-    KerBSConfig,
-    KerBSHead,
-    KerBSLayer,
-    Reallocator,
-    TrainData,
-    fit_kerbs,
-    grouped_logsumexp,
-    kernel,
-    normalisation_a,
-    train_head,
-)
+from systems.layers.kerbs import KerBSHead, grouped_logsumexp, kernel, normalisation_a
+from systems.layers.kerbs_fit import KerBSConfig, Reallocator, TrainData, fit_kerbs, train_head
+from systems.layers.kerbs_layer import KerBSLayer
 from systems.layers.softmax import SoftmaxLayer
 
 WORDS = "the a good bad tasty coffee tea dog food is was very not really".split()
@@ -263,7 +254,7 @@ def test_head_for_another_model_is_refused(tiny, home):
 
 def test_half_written_head_is_never_loaded(tiny, home, monkeypatch):
     corpus = tiny_corpus()
-    import systems.layers.kerbs as kerbs_mod
+    import systems.layers.kerbs_fit as kerbs_mod
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt

@@ -1,4 +1,4 @@
-"""maxbench run: registry validation, kill -9 and resume, shards, re-rendering the leaderboard."""
+"""maxbench run: lineup validation, kill -9 and resume, shards, re-rendering the leaderboard."""
 
 import json
 import signal
@@ -122,14 +122,22 @@ def test_leaderboard_rerenders_without_generating(tmp_path, cli):
     "systems, extra, words",
     [
         (["tiny-random/nosuch/greedy"], "", "unknown output layer 'nosuch'"),
-        (["tiny-random/graphmax(lamb=1.0)/greedy"], "", "has no parameter 'lamb'"),
+        (["tiny-random/grapmax/greedy"], "", "unknown output layer 'grapmax': did you mean 'graphmax'?"),
+        (["tiny-random/graphmax(lamb=1.0)/greedy"], "", "has no parameter 'lamb': did you mean 'lam'?"),
         (["tiny-random/graphmax(lam=-1.0)/greedy"], "", "lam"),
         (["tiny-random/softmax/greedy", "tiny-random/softmax/greedy"], "", "lists a system twice"),
+        # a misspelled model in the second system fails before the first one generates
+        (["tiny-random/softmax/greedy", "tiny-randon/softmax/greedy"], "", "did you mean 'tiny-random'?"),
         (SYSTEMS, "colour = 3\n", "unknown key 'colour'"),
+        (SYSTEMS, "smaples = 3\n", "unknown key 'smaples': did you mean 'samples'?"),
+        (SYSTEMS, "seed = 'one'\n", "'seed' must be a whole number >= 0"),
+        (SYSTEMS, "", "unknown metric 'rouge': did you mean 'rouge-l'?"),
     ],
 )
 def test_bad_registries_exit_2(tmp_path, cli, systems, extra, words):
     reg = _registry(tmp_path, systems, extra)
+    if "rouge" in words:
+        reg.write_text(reg.read_text().replace('"rouge-l"]', '"rouge"]'))
     if "twice" in words:
         reg.write_text(reg.read_text().replace(f'baseline = "{systems[0]}"\n', ""))
     rc, _, err = cli("run", "--registry", reg, "--runs-dir", tmp_path / "runs", "--out", tmp_path / "lb")
@@ -158,14 +166,16 @@ def test_run_dir_of_another_registry_is_refused(tmp_path, cli):
     assert (tmp_path / "runs" / "r" / "generations.jsonl").read_bytes() == before
 
 
-def test_default_registry_is_valid():
-    from benchmark.leaderboard import load_registry
+def test_builtin_lineups_are_valid():
+    from benchmark.lineup import builtin_lineups, load_lineup
 
-    reg = load_registry("default")
+    assert list(builtin_lineups()) == ["base-lms", "default", "lambda-sweep"]  # benchmark/registries/*.toml
+    reg = load_lineup("default")
     layers = [s.layer for s in reg.systems]
     assert layers == ["softmax", "sparsemax", "graphmax", "graphmax", "kerbs", "posg"]
     assert reg.baseline == reg.systems[0].name and reg.suite == "food-reviews"
-    sweep = load_registry("lambda-sweep")
+    assert reg.name == "default" and reg.samples == 1 and reg.batch_size == 48 and "ms-jaccard" in reg.metrics
+    sweep = load_lineup("lambda-sweep")
     assert sorted({dict(s.params).get("lam") for s in sweep.systems if s.layer == "graphmax"}) == [
         0.3,
         1.0,

@@ -10,6 +10,7 @@ import scipy.stats
 
 from benchmark.metrics.base import TextBatch, get_metric
 from benchmark.metrics.stats import bootstrap_ci, mean_stats, paired_test
+from core.intervals import ConfidenceInterval
 
 
 def test_mean_stats_value_and_per_prompt():
@@ -26,8 +27,10 @@ def test_bootstrap_of_a_mean_equals_scipy_on_the_values():
     want = scipy.stats.bootstrap(
         (values,), np.mean, n_resamples=1000, method="percentile", rng=np.random.default_rng(7)
     ).confidence_interval
-    assert ci.low == pytest.approx(want.low, abs=1e-12) and ci.high == pytest.approx(want.high, abs=1e-12)
-    assert ci.low < values.mean() < ci.high
+    low, high = ci.confidence_interval
+    assert isinstance(ci.confidence_interval, ConfidenceInterval)
+    assert low == pytest.approx(want.low, abs=1e-12) and high == pytest.approx(want.high, abs=1e-12)
+    assert low < values.mean() < high
     assert bootstrap_ci(stats, n_resamples=1000, seed=7) == ci  # seeded: reproducible
     assert bootstrap_ci(stats, n_resamples=1000, seed=8) != ci
 
@@ -42,19 +45,27 @@ def test_bootstrap_of_a_corpus_score_reweights_prompts():
     # q alone: {a} / 2
     assert score.stats.evaluate(np.array([[0.0, 1.0, 0.0]]))[0] == pytest.approx(1 / 2)
     # type counts are not bootstrapped (a duplicated prompt adds no type, so every resample would
-    # score below the data); the jackknife interval is centred on the value
-    ci = bootstrap_ci(score.stats, n_resamples=200, seed=0)
-    assert "jackknife" in ci.method
-    assert ci.low < score.value < ci.high and ci.high - score.value == pytest.approx(score.value - ci.low)
+    # score below the data); the jackknife interval is centred on the value, and clipped to the
+    # score's range: leaving out p, q, r gives 3/4, 4/4, 2/4, se = sqrt(2/3 * 1/8), and
+    # 4/6 + 1.96 se = 1.23 is above any Distinct-1 there can be
+    half = scipy.stats.norm.ppf(0.975) * np.sqrt(2 / 3 / 8)
+    unclipped = bootstrap_ci(score.stats, n_resamples=200, seed=0).confidence_interval
+    assert "jackknife" in bootstrap_ci(score.stats).method
+    assert unclipped == pytest.approx((4 / 6 - half, 4 / 6 + half), abs=1e-12)
+    ci = bootstrap_ci(score.stats, n_resamples=200, seed=0, bounds=score.range)
+    assert score.range == (0.0, 1.0)
+    assert ci.confidence_interval == pytest.approx((4 / 6 - half, 1.0), abs=1e-12)
+    assert ci.method.endswith("clipped to the score's range [0, 1]")
 
 
 def test_jackknife_interval_by_hand():
     # uniq of 'a b' | 'c' | 'c d e' is 5; leaving out one prompt gives 3, 5, 3 (mean 11/3)
     # se = sqrt(2/3 * ((2/3)^2 + (4/3)^2 + (2/3)^2)) = sqrt(2/3 * 24/9) = 4/3
     score = get_metric("uniq").compute(TextBatch(["a b", "c", "c d e"], ["p", "q", "r"])).scores["uniq"]
-    ci = bootstrap_ci(score.stats, level=0.95)
+    ci = bootstrap_ci(score.stats, level=0.95, bounds=score.range)
     half = scipy.stats.norm.ppf(0.975) * 4 / 3
-    assert ci.low == pytest.approx(5 - half, abs=1e-12) and ci.high == pytest.approx(5 + half, abs=1e-12)
+    assert ci.confidence_interval == pytest.approx((5 - half, 5 + half), abs=1e-12)  # inside [0, inf): unchanged
+    assert ci.method.endswith("clipped to the score's range [0, inf)")
 
 
 def test_paired_permutation_test_is_exact_for_few_prompts():
@@ -70,7 +81,7 @@ def test_paired_permutation_test_is_exact_for_few_prompts():
     want = np.mean(np.abs(null) >= abs(d.mean()) - 1e-12)
     assert res.difference == pytest.approx(d.mean())
     assert res.p_value == pytest.approx(want, abs=1e-12)
-    assert res.ci_low < res.difference < res.ci_high
+    assert res.confidence_interval.low < res.difference < res.confidence_interval.high
 
 
 def test_paired_test_on_corpus_counts_with_different_vocabularies():

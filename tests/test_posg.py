@@ -12,18 +12,9 @@ from benchmark.corpora import Corpus
 from core.errors import MaxbenchError
 from systems.decoding import DecodingSetting, decode
 from systems.layers.base import FitContext
-from systems.layers.posg import (
-    CATCH_ALL,
-    EOS_TAG,
-    SPACE_TAG,
-    POSGConfig,
-    POSGHead,
-    POSGLayer,
-    char_tags,
-    fit_posg,
-    load_tagger,
-    span_tag,
-)
+from systems.layers.posg import CATCH_ALL, POSGHead
+from systems.layers.posg_fit import EOS_TAG, SPACE_TAG, POSGConfig, char_tags, fit_posg, load_tagger, span_tag
+from systems.layers.posg_layer import POSGLayer
 
 ADJ, NOUN, DET, VERB = "good bad tasty sweet".split(), "coffee tea dog food".split(), ["the", "a"], ["is", "was"]
 RULES = {**{w: "JJ" for w in ADJ}, **{w: "NN" for w in NOUN}, **{w: "DT" for w in DET}, **{w: "VBZ" for w in VERB}}
@@ -282,6 +273,16 @@ def test_without_catch_all_unseen_tokens_get_zero(tiny, home):
     assert meta["test_zero_probability_events"] == meta["test_outside_every_tag_vocabulary"]
     if meta["test_zero_probability_events"]:
         assert meta["test_ppl_posg"] is None and math.isfinite(meta["test_eps_ppl_posg"])
+
+
+def test_held_out_figures_are_computed_by_the_ref_ppl_metrics_own_function():
+    # One computation of (epsilon-)perplexity: the one the metric uses lives below benchmark,
+    # so fitting needs nothing from the metrics package.
+    import benchmark.metrics.perplexity as metric
+    from systems.layers import perplexity, posg_fit
+
+    assert metric.reference_perplexity is perplexity.reference_perplexity is posg_fit.reference_perplexity
+    assert metric.DEFAULT_EPSILON == posg_fit.DEFAULT_EPSILON
 
 
 def test_missing_tagger_is_a_clear_error(monkeypatch, cli, home):

@@ -92,11 +92,14 @@ def test_all_neg_inf_row_is_uniform_and_neg_inf_entries_get_zero():
     assert not torch.isnan(p).any()
 
 
-def test_gradcheck():
+@pytest.mark.parametrize("dim", [-3, -2, -1, 0, 1, 2])
+def test_gradcheck_along_every_dim(dim):
     gen = torch.Generator().manual_seed(4)
-    for _ in range(5):
-        z = (torch.randn(3, 6, generator=gen, dtype=torch.float64)).requires_grad_()
-        assert torch.autograd.gradcheck(sparsemax, (z,), eps=1e-6, atol=1e-8)
+    for _ in range(3):
+        z = (torch.randn(3, 4, 6, generator=gen, dtype=torch.float64) * 2).requires_grad_()
+        p = sparsemax(z, dim=dim)
+        assert (p == 0).any() and (p.sum(dim) - 1).abs().max() < 1e-12  # zeros exercised, slices along dim
+        assert torch.autograd.gradcheck(lambda t: sparsemax(t, dim=dim), (z,), eps=1e-6, atol=1e-8)
 
 
 def test_backward_matches_dense_jacobian():

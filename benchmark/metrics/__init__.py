@@ -1,7 +1,7 @@
 """Automatic metrics: quality against references, diversity, perplexity, and their statistics.
 
 - ``base``: the Metric / MetricResult / Score objects, TextBatch (what a metric is given) and the
-  registry (``get_metric``, ``metric_names``, ``@register_metric``).
+  registry of metric names, ``METRICS`` (``get_metric``, ``metric_names``; ``core/registry.py``).
 - ``reference``: sacrebleu, bleu-n, rouge-l, meteor, bertscore, kld, ms-jaccard.
 - ``diversity``: self-bleu, rep, seq-rep, distinct, uniq.
 - ``perplexity``: ppl (evaluator LM) and ``reference_perplexity`` / ref-ppl (a system's own).

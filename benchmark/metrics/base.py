@@ -3,21 +3,27 @@
 A metric (as in sacreBLEU) is an object with a ``name`` (the command-line name), a ``variant``
 (which of the definitions in circulation it computes), a ``signature`` string that says
 exactly what was computed (tokenisation, n, smoothing, references, model, library
-versions), and ``higher_is_better``. ``compute(batch)`` returns a ``MetricResult`` carrying
-that signature and one or more named ``Score`` s (BLEU-2..5 come from one computation); each
-score keeps its per-prompt statistics for bootstrap intervals and paired tests, and its
-per-text values where the metric has them.
+versions), ``higher_is_better`` and ``score_ranges``: the names of the scores it returns
+(BLEU-2..5 come from one computation) with the range each can take. As in sacreBLEU's
+``bleu.py``, the signature is built from the same attributes the computation reads.
+``compute(batch)`` (the base class's, once for every metric) checks that the batch has what
+the metric needs, then calls the subclass's ``_compute``; it returns a ``MetricResult`` with
+that signature and one ``Score`` per name, each keeping its per-prompt statistics for
+bootstrap intervals and paired tests, and its per-text values where the metric has them.
+A score that cannot be computed is None with the reason why, never a number that looks valid.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
 
 from core.errors import MaxbenchError
+from core.registry import Registry
 
 from .stats import PromptStats, mean_stats
 from .tokenize import word_tokens
@@ -77,15 +83,32 @@ class TextBatch:
         """Each text's own prompt's reference."""
         return [self.references[p] for p in self.prompt_ids]
 
+    @cached_property
+    def n_empty_references(self) -> int:
+        return sum(1 for r in self.reference_list if not r.strip())
+
+
+#: the range of a score: fractions and F-measures, counts, divergences, perplexities
+UNIT = (0.0, 1.0)
+NONNEGATIVE = (0.0, math.inf)
+PERPLEXITY = (1.0, math.inf)
+
 
 @dataclass(frozen=True)
 class Score:
-    """One number of a metric, with what is needed for intervals and tests."""
+    """One number of a metric, with what is needed for intervals and tests.
+
+    ``value`` is None where the score is undefined, and ``reason`` then says why; ``stats`` is
+    None only when the metric could not run at all. ``range`` is the interval every value of
+    the score lies in (its intervals are kept inside it).
+    """
 
     name: str
     value: float | None
-    stats: PromptStats
+    stats: PromptStats | None
     per_text: np.ndarray | None = None
+    reason: str | None = None
+    range: tuple[float, float] = UNIT
 
 
 def finite_or_none(x: float) -> float | None:
@@ -93,11 +116,18 @@ def finite_or_none(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
 
 
-def mean_score(batch: TextBatch, name: str, per_text) -> Score:
+def stats_score(name: str, stats: PromptStats, per_text=None, undefined: str = "") -> Score:
+    """The score whose value is ``stats``' value; ``undefined`` says why, should it be NaN or infinite."""
+    value = finite_or_none(stats.value())
+    reason = (undefined or "undefined on these texts") if value is None else None
+    return Score(name, value, stats, None if per_text is None else np.asarray(per_text), reason)
+
+
+def mean_score(batch: TextBatch, name: str, per_text, undefined: str = "") -> Score:
     """A score that is the mean of per-text values (NaN marks a text where it is undefined)."""
     per_text = np.asarray(per_text, dtype=np.float64)
     stats = mean_stats(batch.prompt_order, batch.prompt_index, per_text)
-    return Score(name, finite_or_none(stats.value()), stats, per_text)
+    return stats_score(name, stats, per_text, undefined or "no text has a defined value")
 
 
 @dataclass(frozen=True)
@@ -108,10 +138,12 @@ class MetricResult:
     higher_is_better: bool
     scores: dict[str, Score]
     notes: str = ""
+    not_applicable: str | None = None  # why the metric could not score the input at all
 
 
 class Metric:
-    """Base class: subclasses set the class attributes and implement ``compute``."""
+    """Base class: subclasses set the class attributes, ``variant``, ``signature`` and
+    ``score_ranges``, and implement ``_compute``."""
 
     name: str = ""
     higher_is_better: bool = True
@@ -126,70 +158,108 @@ class Metric:
     def signature(self) -> str:
         raise NotImplementedError
 
+    @property
+    def score_ranges(self) -> dict[str, tuple[float, float]]:
+        """The names of the scores ``compute`` returns, in order, each with its range."""
+        return {self.name: UNIT}
+
+    def unavailable(self, batch: TextBatch) -> str | None:
+        """Why this metric cannot score ``batch`` at all, or None when it can."""
+        if self.needs_references and batch.references is None:
+            return (
+                "needs references and this input has none (a suite without references, such as a TXT "
+                "suite, or --generations without --references)"
+            )
+        return None
+
+    def require(self, batch: TextBatch) -> None:
+        """The one-line error of ``unavailable``, if there is one."""
+        why = self.unavailable(batch)
+        if why:
+            raise MaxbenchError(f"metric '{self.name}' {why}; leave it out of --metrics")
+
     def compute(self, batch: TextBatch) -> MetricResult:
+        """Check the batch once, here for every metric, then compute (``_compute``)."""
+        self.require(batch)
+        result = self._compute(batch)
+        if self.needs_references and batch.n_empty_references:
+            note = (
+                f"{batch.n_empty_references} of {len(batch.prompt_order)} prompts have an empty reference, "
+                f"which matches nothing"
+            )
+            result = replace(result, notes="; ".join(filter(None, (result.notes, note))))
+        return result
+
+    def not_applicable(self, reason: str) -> MetricResult:
+        """Every score of the metric as None with ``reason``: what a run records instead of a
+        number when the metric cannot score it (e.g. reference metrics on a suite without references)."""
+        return replace(
+            self.result([Score(name, None, None, reason=reason) for name in self.score_ranges]), not_applicable=reason
+        )
+
+    def _compute(self, batch: TextBatch) -> MetricResult:
         raise NotImplementedError
 
-    def check(self, batch: TextBatch) -> None:
-        if self.needs_references and batch.references is None:
-            raise MaxbenchError(
-                f"metric '{self.name}' needs references: give --references FILE (or score a run, whose rows carry them)"
-            )
-
     def result(self, scores: Sequence[Score], notes: str = "") -> MetricResult:
+        ranges = self.score_ranges
+        names = [s.name for s in scores]
+        if names != list(ranges):
+            raise RuntimeError(f"metric '{self.name}' computed scores {names}, but declares {list(ranges)}")
         return MetricResult(
-            self.name, self.variant, self.signature, self.higher_is_better, {s.name: s for s in scores}, notes
+            self.name,
+            self.variant,
+            self.signature,
+            self.higher_is_better,
+            {s.name: replace(s, range=ranges[s.name]) for s in scores},
+            notes,
         )
 
 
-# name -> metric class; filled by @register_metric in the modules listed below
-METRICS: dict[str, type[Metric]] = {}
-_METRIC_MODULES = ("benchmark.metrics.reference", "benchmark.metrics.diversity", "benchmark.metrics.perplexity")
-
-
-def register_metric(name: str) -> Callable[[type[Metric]], type[Metric]]:
-    def add(cls: type[Metric]) -> type[Metric]:
-        if name in METRICS and METRICS[name] is not cls:
-            raise ValueError(f"metric name '{name}' registered twice")
-        cls.name = name
-        METRICS[name] = cls
-        return cls
-
-    return add
-
-
-def _load_builtin() -> None:
-    import importlib
-
-    for module in _METRIC_MODULES:
-        importlib.import_module(module)
+#: the metrics by command-line name; each class's ``name`` is its key here
+METRICS: Registry[type[Metric]] = Registry(
+    "metric",
+    {
+        "sacrebleu": "benchmark.metrics.reference:SacreBLEU",
+        "bleu-n": "benchmark.metrics.reference:PoolBLEU",
+        "rouge-l": "benchmark.metrics.reference:RougeL",
+        "meteor": "benchmark.metrics.reference:Meteor",
+        "bertscore": "benchmark.metrics.reference:BERTScore",
+        "kld": "benchmark.metrics.reference:UnigramKL",
+        "ms-jaccard": "benchmark.metrics.reference:MSJaccard",
+        "self-bleu": "benchmark.metrics.diversity:SelfBLEU",
+        "rep": "benchmark.metrics.diversity:Repetition",
+        "seq-rep": "benchmark.metrics.diversity:SeqRep",
+        "distinct": "benchmark.metrics.diversity:Distinct",
+        "uniq": "benchmark.metrics.diversity:Uniq",
+        "ppl": "benchmark.metrics.perplexity:Perplexity",
+        "ref-ppl": "benchmark.metrics.perplexity:ReferencePPL",
+    },
+    base=Metric,
+)
 
 
 def metric_names() -> list[str]:
-    _load_builtin()
-    return list(METRICS)
+    return METRICS.names()
 
 
 def get_metric(name: str, **options) -> Metric:
     """The metric registered as ``name``, built with the options it accepts (others ignored)."""
-    _load_builtin()
-    if name not in METRICS:
-        raise MaxbenchError(f"unknown metric '{name}'; known metrics: {', '.join(METRICS)}")
-    cls = METRICS[name]
     import inspect
 
+    cls = METRICS.get(name)
+    if cls.name != name:
+        raise MaxbenchError(f"metric '{name}' is registered as a class named '{cls.name}'")
     accepted = inspect.signature(cls.__init__).parameters
     return cls(**{k: v for k, v in options.items() if k in accepted and v is not None})
 
 
 def parse_metric_list(text: str | None) -> list[str]:
-    """Comma-separated metric names; unknown names are an error naming the metric."""
-    known = metric_names()
+    """Comma-separated metric names; an unknown name is an error naming it and the closest known one."""
     names = [t.strip() for t in (text or "").split(",") if t.strip()]
     if not names:
         raise MaxbenchError("--metrics is empty; give metric names separated by commas")
     for n in names:
-        if n not in known:
-            raise MaxbenchError(f"unknown metric '{n}' in --metrics; known metrics: {', '.join(known)}")
+        METRICS.check(n)
     return list(dict.fromkeys(names))
 
 

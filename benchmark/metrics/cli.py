@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 
 from core.errors import MaxbenchError
+from core.fileio import check_output_file
 
 # The command-line metric names, in the order results are listed; ref-ppl joins by itself
 # when a run's rows carry the systems' reference log-probabilities.
@@ -58,16 +60,28 @@ def register(sub) -> None:
         metavar="SYSTEM",
         help="system the others are tested against (default: the run's one softmax system)",
     )
-    p.add_argument(
-        "--ppl-model",
-        default="smollm2-135m",
-        metavar="NAME",
-        help="evaluator model of the ppl metric (built-in name, local directory or hub id)",
-    )
+    add_evaluator_option(p)
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N for model-based metrics")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads for model-based metrics")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=cmd_score)
+
+
+def add_evaluator_option(p: argparse.ArgumentParser, default_text: str = "smollm2-135m") -> None:
+    """``--evaluator`` (also ``--ppl-model``): the model under which the ppl metric scores texts; for
+    ``maxbench score`` and ``maxbench run``. Texts of different base models are comparable only under
+    one evaluator, which the metric's signature names (model and weights hash). Left out, the metric's
+    own default applies (benchmark/metrics/perplexity.py: DEFAULT_EVALUATOR), which ``default_text``
+    names for the help."""
+    p.add_argument(
+        "--evaluator",
+        "--ppl-model",
+        dest="evaluator",
+        default=None,
+        metavar="MODEL",
+        help="evaluator model of the ppl metric: built-in name (e.g. gemma3-270m), local directory or hub id "
+        f"(default: {default_text})",
+    )
 
 
 def _options(args):
@@ -90,7 +104,7 @@ def _options(args):
         n_resamples=args.bootstrap,
         seed=args.seed,
         level=args.confidence,
-        ppl_model=args.ppl_model,
+        evaluator=args.evaluator,
         device=args.device,
         threads=args.threads,
         progress=not args.quiet,
@@ -106,10 +120,36 @@ def _fmt(x) -> str:
 def _table(scores: dict) -> str:
     lines = [f"{'score':<22} {'value':>10}  interval"]
     for name, s in scores.items():
+        if s["value"] is None:
+            lines.append(f"{name:<22} {'n/a':>10}  {s.get('reason') or ''}")
+            continue
         ci = f"[{_fmt(s['ci_low'])}, {_fmt(s['ci_high'])}]" if s["ci_low"] is not None else ""
         arrow = "higher better" if s["higher_is_better"] else "lower better"
         lines.append(f"{name:<22} {_fmt(s['value']):>10}  {ci:<24} {arrow}")
     return "\n".join(lines)
+
+
+def warning_lines(doc: dict) -> list[str]:
+    """One line for the systems of a partial run, one for metrics that could not score the run."""
+    out = []
+    partial = [
+        f"{s} has {e['n_prompts']} of {e['suite_prompts']} prompts ({e['n_texts']} texts)"
+        for s, e in doc["systems"].items()
+        if e["partial"]
+    ]
+    if partial:
+        suite = (doc.get("suite") or {}).get("name")
+        out.append(
+            f"partial run of suite '{suite}': {'; '.join(partial)}; "
+            f"its scores are not comparable with those of a complete run"
+        )
+    na = {}
+    for entry in doc["systems"].values():
+        for metric, why in entry["not_applicable"].items():
+            na.setdefault(metric, why)
+    if na:
+        out.append("not applicable (n/a): " + "; ".join(f"{m} {why}" for m, why in na.items()))
+    return out
 
 
 def cmd_score(args) -> int:
@@ -126,17 +166,22 @@ def cmd_score(args) -> int:
         doc = score_files(args.generations, args.references, options)
         print(json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) if args.json else _table(doc["scores"]))
         return 0
+    check_output_file(Path(args.run_dir) / "scores.json", "scores file")  # refused before minutes of scoring
     doc = score_run(Path(args.run_dir), options, baseline=args.baseline)
+    for line in warning_lines(doc):
+        print(f"maxbench: warning: {line}", file=sys.stderr)
     if args.json:
         print(json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False))
         return 0
     for system, entry in doc["systems"].items():
-        print(f"{system}  ({entry['n_texts']} texts, {entry['n_prompts']} prompts)")
+        of = f" of {entry['suite_prompts']}: partial" if entry["partial"] else ""
+        print(f"{system}  ({entry['n_texts']} texts, {entry['n_prompts']} prompts{of})")
         print(_table(entry["scores"]))
         print()
     comp = doc.get("comparisons")
     if comp:
-        print(f"paired tests against {comp['baseline']}:")
+        against = comp["baseline"] or "each system's own base model's softmax"
+        print(f"paired tests against {against}:")
         for system, rows in comp["systems"].items():
             sig = [
                 f"{k} {_fmt(v['difference'])} (p={_fmt(v['p_value'])})"

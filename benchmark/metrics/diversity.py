@@ -13,15 +13,21 @@ import numpy as np
 
 from core.provenance import package_version
 
-from .base import Metric, Score, TextBatch, finite_or_none, mean_score, register_metric, signature
+from .base import NONNEGATIVE, UNIT, Metric, TextBatch, mean_score, signature, stats_score
 from .ngrams import count_blocks, hashed_counts, ngrams
-from .sentence_bleu import self_bleu
+from .sentence_bleu import SMOOTHING_ID, self_bleu
 from .stats import PromptStats
 from .tokenize import TOKENIZER_ID
 
+# Holtzman et al.'s loop test (``repetition_loop``): the Rep metric's signature reads these
+LOOP_MAX_PHRASE = 90  # longest phrase looked for
+LOOP_MIN_PHRASE = 3  # shortest phrase whose repeats count as a loop ...
+LOOP_MIN_REPEATS = 2  # ... once it is repeated back to back this many times at the end
+LOOP_MANY = 50  # or any phrase repeated more often than this
 
-@register_metric("self-bleu")
+
 class SelfBLEU(Metric):
+    name = "self-bleu"
     higher_is_better = False
     variant = (
         "Self-BLEU-n (Zhu et al. 2018, Texygen), leave-one-out: each text against all the system's "
@@ -38,26 +44,29 @@ class SelfBLEU(Metric):
             tok=TOKENIZER_ID,
             n=",".join(map(str, self.orders)),
             weights="uniform(1/n)",
-            smooth="nltk-method1(eps=0.1)",
+            smooth=SMOOTHING_ID,
             refs="all-other-texts(leave-one-out,exact)",
             avg="mean-over-texts",
             ci="pool-fixed",
             nltk=package_version("nltk"),
         )
 
-    def compute(self, batch: TextBatch):
+    @property
+    def score_ranges(self):
+        return {f"self-bleu-{n}": UNIT for n in self.orders}
+
+    def _compute(self, batch: TextBatch):
+        names = list(self.score_ranges)
         if len(batch.texts) < 2:
+            why = "Self-BLEU needs at least two texts"
             nan = np.full(len(batch.texts), np.nan)
-            return self.result(
-                [mean_score(batch, f"self-bleu-{n}", nan) for n in self.orders],
-                notes="Self-BLEU needs at least two texts",
-            )
+            return self.result([mean_score(batch, name, nan, why) for name in names], notes=why)
         values = self_bleu(batch.tokens, self.orders)
-        return self.result([mean_score(batch, f"self-bleu-{n}", values[n]) for n in self.orders])
+        return self.result([mean_score(batch, name, values[n]) for n, name in zip(self.orders, names)])
 
 
 def repetition_loop(
-    tokens: Sequence[str], max_phrase: int = 90, min_phrase: int = 3, many: int = 50
+    tokens: Sequence[str], max_phrase: int = LOOP_MAX_PHRASE, min_phrase: int = LOOP_MIN_PHRASE, many: int = LOOP_MANY
 ) -> tuple[int, int] | None:
     """Holtzman et al. (2020)'s test: does the text end in a repetition loop?
 
@@ -75,13 +84,13 @@ def repetition_loop(
             repeats += 1
         if repeats > best_repeats:
             best_n, best_repeats = n, repeats
-    if best_repeats > 1 and (best_n >= min_phrase or best_repeats > many):
+    if best_repeats >= LOOP_MIN_REPEATS and (best_n >= min_phrase or best_repeats > many):
         return best_n, best_repeats
     return None
 
 
-@register_metric("rep")
 class Repetition(Metric):
+    name = "rep"
     higher_is_better = False
     variant = (
         "Rep (Holtzman et al. 2020, as POSG reports it): share of texts that end in a repetition "
@@ -94,20 +103,20 @@ class Repetition(Metric):
         return signature(
             "rep",
             tok=TOKENIZER_ID,
-            max_phrase=90,
-            min_phrase=3,
-            min_repeats=2,
-            or_repeats_over=50,
+            max_phrase=LOOP_MAX_PHRASE,
+            min_phrase=LOOP_MIN_PHRASE,
+            min_repeats=LOOP_MIN_REPEATS,
+            or_repeats_over=LOOP_MANY,
             unit="fraction-of-texts",
         )
 
-    def compute(self, batch: TextBatch):
+    def _compute(self, batch: TextBatch):
         values = [0.0 if repetition_loop(t) is None else 1.0 for t in batch.tokens]
         return self.result([mean_score(batch, "rep", values)])
 
 
-@register_metric("seq-rep")
 class SeqRep(Metric):
+    name = "seq-rep"
     higher_is_better = False
     variant = (
         "seq-rep-n (Welleck et al. 2020): per text 1 - unique n-grams / n-grams, mean over texts that have an n-gram"
@@ -120,16 +129,21 @@ class SeqRep(Metric):
     def signature(self) -> str:
         return signature("seq-rep", tok=TOKENIZER_ID, n=self.n, avg="mean-over-texts(with>=1 n-gram)")
 
-    def compute(self, batch: TextBatch):
+    @property
+    def score_ranges(self):
+        return {f"seq-rep-{self.n}": UNIT}
+
+    def _compute(self, batch: TextBatch):
         values = []
         for toks in batch.tokens:
             grams = ngrams(toks, self.n)
             values.append(1.0 - len(set(grams)) / len(grams) if grams else math.nan)
-        return self.result([mean_score(batch, f"seq-rep-{self.n}", values)])
+        (name,) = self.score_ranges
+        return self.result([mean_score(batch, name, values, f"no text has {self.n} tokens")])
 
 
-@register_metric("distinct")
 class Distinct(Metric):
+    name = "distinct"
     variant = (
         "Distinct-n in two variants: per-text (unique n-grams / n-grams of each text, mean over texts "
         "with an n-gram; POSG) and corpus (unique n-grams / n-grams over all texts; Li et al. 2016, GEM)"
@@ -144,13 +158,19 @@ class Distinct(Metric):
             "distinct", tok=TOKENIZER_ID, n=",".join(map(str, self.orders)), variants="per-text(mean),corpus"
         )
 
-    def compute(self, batch: TextBatch):
+    @property
+    def score_ranges(self):
+        return {f"distinct-{n}-{variant}": UNIT for n in self.orders for variant in ("per-text", "corpus")}
+
+    def _compute(self, batch: TextBatch):
         scores = []
         n_prompts = len(batch.prompt_order)
+        names = iter(self.score_ranges)
         for n in self.orders:
+            undefined = f"no text has {n} tokens"
             counts = hashed_counts(batch.tokens, n)
             per_text = [len(c) / sum(c.values()) if c else math.nan for c in counts]
-            scores.append(mean_score(batch, f"distinct-{n}-per-text", per_text))
+            scores.append(mean_score(batch, next(names), per_text, undefined))
             keys, (matrix,) = count_blocks([(batch.prompt_index, counts)], n_prompts)
             stats = PromptStats(
                 tuple(batch.prompt_order),
@@ -159,19 +179,23 @@ class Distinct(Metric):
                 (keys,),
                 bootstrap_ok=False,
             )
-            scores.append(Score(f"distinct-{n}-corpus", finite_or_none(stats.value()), stats))
+            scores.append(stats_score(next(names), stats, undefined=undefined))
         return self.result(scores)
 
 
-@register_metric("uniq")
 class Uniq(Metric):
+    name = "uniq"
     variant = "Uniq (POSG): number of distinct word tokens over all the system's texts (grows with their number)"
 
     @property
     def signature(self) -> str:
         return signature("uniq", tok=TOKENIZER_ID, unit="types")
 
-    def compute(self, batch: TextBatch):
+    @property
+    def score_ranges(self):
+        return {"uniq": NONNEGATIVE}
+
+    def _compute(self, batch: TextBatch):
         keys, (matrix,) = count_blocks([(batch.prompt_index, hashed_counts(batch.tokens, 1))], len(batch.prompt_order))
         stats = PromptStats(
             tuple(batch.prompt_order),
@@ -180,4 +204,4 @@ class Uniq(Metric):
             (keys,),
             bootstrap_ok=False,
         )
-        return self.result([Score("uniq", stats.value(), stats)])
+        return self.result([stats_score("uniq", stats)])

@@ -1,9 +1,11 @@
 """Perplexity, both ways round.
 
-- ``ppl``: how likely an evaluator language model (default: the embedded smollm2-135m) finds
+- ``ppl``: how likely an evaluator language model (default: the embedded smollm2-135m; any
+  model by ``--evaluator``, e.g. gemma3-270m, named with its weights hash in the signature) finds
   the generated texts, each conditioned on its prompt. Corpus perplexity:
   exp(total negative log-likelihood / total scored tokens), tokens of the evaluator's tokeniser.
-- ``reference_perplexity`` / ``ref-ppl``: how likely a *system* finds the human references,
+  Texts of several base models are comparable only under one evaluator.
+- ``ref-ppl`` (``reference_perplexity`` in systems/layers/perplexity.py): how likely a *system* finds the human references,
   from the probabilities its own output layer gave each reference token (what KerBS reports).
   A sparse layer (sparsemax, POSG) gives some reference tokens probability 0, so plain
   perplexity is infinite; epsilon-perplexity (Martins et al. 2020) adds epsilon to every
@@ -14,20 +16,18 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from core.errors import MaxbenchError
 from core.provenance import package_version
+from systems.layers.perplexity import DEFAULT_EPSILON, reference_perplexity
 
-from .base import Metric, Score, TextBatch, finite_or_none, register_metric, signature
+from .base import PERPLEXITY, UNIT, Metric, Score, TextBatch, finite_or_none, signature, stats_score
 from .stats import PromptStats
 
 DEFAULT_EVALUATOR = "smollm2-135m"
-DEFAULT_EPSILON = 1e-6
 
 
 def token_nll(
@@ -79,8 +79,8 @@ def token_nll(
     return nll, counts
 
 
-@register_metric("ppl")
 class Perplexity(Metric):
+    name = "ppl"
     higher_is_better = False
     variant = (
         "perplexity of the generated texts under an evaluator LM, each conditioned on its prompt: "
@@ -110,6 +110,10 @@ class Perplexity(Metric):
             transformers=package_version("transformers"),
         )
 
+    @property
+    def score_ranges(self):
+        return {"ppl": PERPLEXITY}
+
     def load(self):
         if self._loaded is None:
             try:
@@ -122,11 +126,13 @@ class Perplexity(Metric):
                 raise MaxbenchError(f"metric 'ppl' cannot load evaluator model '{self.model}': {exc}") from None
         return self._loaded
 
-    def compute(self, batch: TextBatch):
+    def _compute(self, batch: TextBatch):
         loaded = self.load()
         tok = loaded.tokenizer
         prompts = batch.prompts or {}
-        contexts = [tok(prompts.get(p, ""))["input_ids"] if prompts.get(p) else [] for p in batch.prompt_ids]
+        # with the tokenizer's own prefix, as the text was generated: Gemma's BOS (also before a text
+        # without prompt, so its first token is scored too); SmolLM2 adds none
+        contexts = [tok(prompts.get(p, ""))["input_ids"] for p in batch.prompt_ids]
         conts = [tok(t, add_special_tokens=False)["input_ids"] if t else [] for t in batch.texts]
         nll, counts = token_nll(loaded.model, contexts, conts, self.batch_size)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -136,54 +142,13 @@ class Perplexity(Metric):
         np.add.at(rows, batch.prompt_index, np.column_stack([nll, counts]))
         stats = PromptStats(tuple(batch.prompt_order), (rows,), lambda agg: np.exp(agg[0][:, 0] / agg[0][:, 1]))
         return self.result(
-            [Score("ppl", finite_or_none(stats.value()), stats, per_text)],
+            [stats_score("ppl", stats, per_text, "no evaluator token was scored (every text is empty)")],
             notes=f"{int(counts.sum())} evaluator tokens scored",
         )
 
 
-@dataclass(frozen=True)
-class ReferencePerplexity:
-    """Perplexity of references under a system's own distribution."""
-
-    ppl: float  # exp(mean NLL); infinite when some reference token had probability 0
-    eps_ppl: float  # the same with p' = (p + epsilon) / (1 + epsilon * vocab_size)
-    epsilon: float
-    vocab_size: int
-    n_tokens: int
-    n_zero: int  # reference tokens the system gave probability exactly 0
-    rows: np.ndarray  # per reference: [sum log p', tokens, zero tokens, sum log p over nonzero tokens]
-
-
-def _row_stats(logprobs, epsilon: float, vocab_size: int) -> list[float]:
-    lp = np.array([-np.inf if v is None else v for v in logprobs], dtype=np.float64)
-    if np.any(lp > 1e-9) or np.any(np.isnan(lp)):
-        raise ValueError("log-probabilities must be <= 0 (use None or -inf for probability 0)")
-    # log((p + eps) / (1 + eps V)) computed without leaving log space
-    mixed = np.logaddexp(lp, math.log(epsilon)) - math.log1p(epsilon * vocab_size)
-    zero = np.isneginf(lp)
-    return [float(mixed.sum()), float(lp.size), float(zero.sum()), float(lp[~zero].sum())]
-
-
-def reference_perplexity(
-    logprob_rows: Sequence[Sequence[float | None]], vocab_size: int, epsilon: float = DEFAULT_EPSILON
-) -> ReferencePerplexity:
-    """Perplexity and epsilon-perplexity of references from the system's per-token log-probabilities.
-
-    ``logprob_rows`` holds, for each reference text, the natural-log probability the system
-    gave each of its tokens (teacher-forced); probability 0 is None or -inf.
-    """
-    if vocab_size < 1 or not epsilon > 0:
-        raise ValueError("vocab_size must be >= 1 and epsilon > 0")
-    rows = np.array([_row_stats(r, epsilon, vocab_size) for r in logprob_rows], dtype=np.float64).reshape(-1, 4)
-    total = rows.sum(axis=0)
-    n, zeros = int(total[1]), int(total[2])
-    ppl = math.inf if zeros else (math.exp(-total[3] / n) if n else math.nan)
-    eps_ppl = math.exp(-total[0] / n) if n else math.nan
-    return ReferencePerplexity(ppl, eps_ppl, epsilon, vocab_size, n, zeros, rows)
-
-
-@register_metric("ref-ppl")
 class ReferencePPL(Metric):
+    name = "ref-ppl"
     higher_is_better = False
     variant = (
         "perplexity of the references under the system's own output distribution (teacher-forced), "
@@ -204,18 +169,40 @@ class ReferencePPL(Metric):
             refs="prompt-reference",
         )
 
-    def compute(self, batch: TextBatch):
+    @property
+    def score_ranges(self):
+        return {"ref-eps-ppl": PERPLEXITY, "ref-ppl": PERPLEXITY, "ref-zero-frac": UNIT}
+
+    def _logprob_rows(self, batch: TextBatch) -> list:
+        # the runner records none for an empty reference, which has no token to score
+        return [
+            batch.reference_logprobs.get(p, [] if batch.references and not batch.references[p].strip() else None)
+            for p in batch.prompt_order
+        ]
+
+    def unavailable(self, batch: TextBatch) -> str | None:
         if not batch.reference_logprobs or batch.vocab_size is None:
-            raise MaxbenchError(
-                "metric 'ref-ppl' needs the system's log-probabilities of each reference token "
-                "('reference_logprobs' in the run rows) and the vocabulary size; this input has none"
+            return (
+                "needs the system's log-probabilities of each reference token ('reference_logprobs' in "
+                "the run rows) and the vocabulary size; this input has none"
             )
-        missing = [p for p in batch.prompt_order if p not in batch.reference_logprobs]
+        rows = self._logprob_rows(batch)
+        missing = [p for p, row in zip(batch.prompt_order, rows) if row is None]
         if missing:
-            raise MaxbenchError(f"metric 'ref-ppl': no reference log-probabilities for prompt '{missing[0]}'")
-        result = reference_perplexity(
-            [batch.reference_logprobs[p] for p in batch.prompt_order], batch.vocab_size, self.epsilon
-        )
+            return (
+                f"has no reference log-probabilities for {len(missing)} of {len(rows)} prompts "
+                f"(e.g. '{missing[0]}'); generate them again"
+            )
+        return None
+
+    def _compute(self, batch: TextBatch):
+        try:
+            result = reference_perplexity(self._logprob_rows(batch), int(batch.vocab_size), self.epsilon)
+        except (TypeError, ValueError) as exc:
+            raise MaxbenchError(
+                f"metric 'ref-ppl': the rows' reference log-probabilities or vocabulary size are not valid ({exc}); "
+                f"the run file is damaged: generate the run again"
+            ) from None
         ids = tuple(batch.prompt_order)
         rows = result.rows
         eps = PromptStats(ids, (rows,), lambda agg: np.exp(-agg[0][:, 0] / agg[0][:, 1]))
@@ -223,11 +210,14 @@ class ReferencePPL(Metric):
             ids, (rows,), lambda agg: np.where(agg[0][:, 2] > 0, np.inf, np.exp(-agg[0][:, 3] / agg[0][:, 1]))
         )
         zero = PromptStats(ids, (rows,), lambda agg: agg[0][:, 2] / agg[0][:, 1])
+        none_tokens = "no reference token to score (every reference is empty)" if not result.n_tokens else None
+        infinite = "infinite: some reference tokens had probability 0" if result.n_zero else None
         return self.result(
             [
-                Score("ref-eps-ppl", finite_or_none(result.eps_ppl), eps),
-                Score("ref-ppl", finite_or_none(result.ppl), plain),
-                Score("ref-zero-frac", finite_or_none(zero.value()), zero),
+                # the values as reference_perplexity sums them, to the last bit
+                Score("ref-eps-ppl", finite_or_none(result.eps_ppl), eps, reason=none_tokens),
+                Score("ref-ppl", finite_or_none(result.ppl), plain, reason=none_tokens or infinite),
+                stats_score("ref-zero-frac", zero, undefined=none_tokens),
             ],
             notes=f"{result.n_zero} of {result.n_tokens} reference tokens had probability 0",
         )

@@ -4,7 +4,7 @@ sacreBLEU, ROUGE-L, METEOR and BERTScore compare each text with its own prompt's
 BLEU-n compares each text with the whole reference set (Texygen, the graphmax papers); KLD
 and MS-Jaccard compare the n-gram statistics of all texts with those of all references.
 Every number comes from the field's library where one exists (sacrebleu, nltk, rouge-score,
-bert-score); tests/test_metrics_reference.py checks equality with direct library calls.
+bert-score); tests/test_metrics_library_equality.py checks equality with direct library calls.
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ import numpy as np
 from core.errors import MaxbenchError
 from core.provenance import package_version
 
-from .base import Metric, Score, TextBatch, finite_or_none, mean_score, register_metric, signature
+from .base import NONNEGATIVE, UNIT, Metric, TextBatch, mean_score, signature, stats_score
 from .ngrams import count_blocks, hashed_counts
-from .sentence_bleu import pool_bleu
+from .sentence_bleu import SMOOTHING_ID, pool_bleu
 from .stats import PromptStats
 from .tokenize import TOKENIZER_ID
 
 
-@register_metric("sacrebleu")
 class SacreBLEU(Metric):
+    name = "sacrebleu"
     needs_references = True
     variant = "corpus BLEU of all texts, each against its own prompt's reference (sacreBLEU defaults), 0-100"
 
@@ -38,8 +38,11 @@ class SacreBLEU(Metric):
     def signature(self) -> str:
         return f"sacrebleu|{self._bleu.get_signature()}|refs:prompt-reference|scale:0-100"
 
-    def compute(self, batch: TextBatch):
-        self.check(batch)
+    @property
+    def score_ranges(self):
+        return {"sacrebleu": (0.0, 100.0)}
+
+    def _compute(self, batch: TextBatch):
         from sacrebleu.metrics import BLEU
 
         rows = []
@@ -70,11 +73,11 @@ class SacreBLEU(Metric):
             )
 
         stats = PromptStats(tuple(batch.prompt_order), (per_prompt,), finalize)
-        return self.result([Score("sacrebleu", stats.value(), stats)])
+        return self.result([stats_score("sacrebleu", stats)])
 
 
-@register_metric("bleu-n")
 class PoolBLEU(Metric):
+    name = "bleu-n"
     needs_references = True
     variant = (
         "Texygen BLEU-n: each text against the whole reference set (all prompts' references) "
@@ -91,20 +94,23 @@ class PoolBLEU(Metric):
             tok=TOKENIZER_ID,
             n=",".join(map(str, self.orders)),
             weights="uniform(1/n)",
-            smooth="nltk-method1(eps=0.1)",
+            smooth=SMOOTHING_ID,
             refs="whole-reference-set",
             avg="mean-over-texts",
             nltk=package_version("nltk"),
         )
 
-    def compute(self, batch: TextBatch):
-        self.check(batch)
+    @property
+    def score_ranges(self):
+        return {f"bleu-{n}": UNIT for n in self.orders}
+
+    def _compute(self, batch: TextBatch):
         values = pool_bleu(batch.tokens, batch.reference_tokens, self.orders)
-        return self.result([mean_score(batch, f"bleu-{n}", values[n]) for n in self.orders])
+        return self.result([mean_score(batch, name, values[n]) for n, name in zip(self.orders, self.score_ranges)])
 
 
-@register_metric("rouge-l")
 class RougeL(Metric):
+    name = "rouge-l"
     needs_references = True
     variant = "ROUGE-L (sentence-level LCS) F/P/R of each text against its prompt's reference, mean over texts"
 
@@ -122,8 +128,11 @@ class RougeL(Metric):
             rouge_score=package_version("rouge-score"),
         )
 
-    def compute(self, batch: TextBatch):
-        self.check(batch)
+    @property
+    def score_ranges(self):
+        return {"rouge-l-f": UNIT, "rouge-l-p": UNIT, "rouge-l-r": UNIT}
+
+    def _compute(self, batch: TextBatch):
         from rouge_score import rouge_scorer
 
         scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=self.use_stemmer)
@@ -137,10 +146,15 @@ class RougeL(Metric):
         )
 
 
-@register_metric("meteor")
 class Meteor(Metric):
+    name = "meteor"
     needs_references = True
     variant = "METEOR (nltk, WordNet 3.0 synonyms, Porter stems) of each text against its prompt's reference"
+    # nltk's meteor_score parameters (its defaults); the signature and the call both read these
+    lowercase = True
+    alpha = 0.9
+    beta = 3
+    gamma = 0.5
 
     @property
     def signature(self) -> str:
@@ -149,18 +163,17 @@ class Meteor(Metric):
         return signature(
             "meteor",
             tok=TOKENIZER_ID,
-            lowercase="yes",
-            alpha=0.9,
-            beta=3,
-            gamma=0.5,
+            lowercase="yes" if self.lowercase else "no",
+            alpha=self.alpha,
+            beta=self.beta,
+            gamma=self.gamma,
             wordnet=f"3.0({ASSETS['wordnet'].spec})",
             refs="prompt-reference",
             avg="mean-over-texts",
             nltk=package_version("nltk"),
         )
 
-    def compute(self, batch: TextBatch):
-        self.check(batch)
+    def _compute(self, batch: TextBatch):
         from systems.assets import wordnet_ready
 
         data = "the WordNet cache"
@@ -168,8 +181,16 @@ class Meteor(Metric):
             data = wordnet_ready()
             from nltk.translate.meteor_score import meteor_score
 
+            settings = {
+                "preprocess": str.lower if self.lowercase else str,
+                "alpha": self.alpha,
+                "beta": self.beta,
+                "gamma": self.gamma,
+            }
             ref_tokens = dict(zip(batch.prompt_order, batch.reference_tokens))
-            values = [meteor_score([ref_tokens[p]], toks) for toks, p in zip(batch.tokens, batch.prompt_ids)]
+            values = [
+                meteor_score([ref_tokens[p]], toks, **settings) for toks, p in zip(batch.tokens, batch.prompt_ids)
+            ]
         except MaxbenchError as exc:
             raise MaxbenchError(f"metric 'meteor' needs WordNet: {exc}") from None
         except (LookupError, OSError) as exc:
@@ -182,14 +203,19 @@ class Meteor(Metric):
         return self.result([mean_score(batch, "meteor", values)])
 
 
-@register_metric("bertscore")
 class BERTScore(Metric):
+    name = "bertscore"
     needs_references = True
     variant = (
         "BERTScore F1/P/R (bert-score) of each text against its prompt's reference with the local "
         "all-MiniLM-L6-v2 encoder; an empty text or reference scores 0, as bert-score intends"
     )
     MODEL_ASSET = "minilm"
+    MODEL_NAME = "all-MiniLM-L6-v2"
+    # BERTScorer's settings; the signature and the scorer both read these
+    num_layers = 6
+    idf = False
+    rescale_with_baseline = False
 
     def __init__(self, batch_size: int = 32):
         self.batch_size = batch_size
@@ -202,18 +228,22 @@ class BERTScore(Metric):
         asset = ASSETS[self.MODEL_ASSET]
         return signature(
             "bertscore",
-            model=f"all-MiniLM-L6-v2({asset.spec},sha256:{asset.sha256[:12]})",
-            layers=6,
-            idf="no",
-            rescale="no",
+            model=f"{self.MODEL_NAME}({asset.spec},sha256:{asset.sha256[:12]})",
+            layers=self.num_layers,
+            idf="yes" if self.idf else "no",
+            rescale="yes" if self.rescale_with_baseline else "no",
             refs="prompt-reference",
             avg="mean-over-texts",
             bert_score=package_version("bert-score"),
             transformers=package_version("transformers"),
         )
 
-    def compute(self, batch: TextBatch):
-        self.check(batch)
+    @property
+    def score_ranges(self):
+        # cosine similarities: without baseline rescaling they stay in [-1, 1]
+        return {"bertscore-f1": (-1.0, 1.0), "bertscore-p": (-1.0, 1.0), "bertscore-r": (-1.0, 1.0)}
+
+    def _compute(self, batch: TextBatch):
         from systems.assets import fetch
 
         try:
@@ -232,7 +262,12 @@ class BERTScore(Metric):
         if scorable:
             if self._scorer is None:
                 self._scorer = BERTScorer(
-                    model_type=str(model_dir), num_layers=6, lang="en", batch_size=self.batch_size
+                    model_type=str(model_dir),
+                    num_layers=self.num_layers,
+                    idf=self.idf,
+                    rescale_with_baseline=self.rescale_with_baseline,
+                    lang="en",
+                    batch_size=self.batch_size,
                 )
             got = self._scorer.score([batch.texts[i] for i in scorable], [refs[i] for i in scorable])
             p[scorable], r[scorable], f[scorable] = (x.double().numpy() for x in got)
@@ -245,8 +280,8 @@ class BERTScore(Metric):
         )
 
 
-@register_metric("kld")
 class UnigramKL(Metric):
+    name = "kld"
     needs_references = True
     higher_is_better = False
     variant = (
@@ -268,8 +303,11 @@ class UnigramKL(Metric):
             refs="whole-reference-set",
         )
 
-    def compute(self, batch: TextBatch):
-        self.check(batch)
+    @property
+    def score_ranges(self):
+        return {"kld": NONNEGATIVE}
+
+    def _compute(self, batch: TextBatch):
         n_prompts = len(batch.prompt_order)
         keys, (gen, ref) = count_blocks(
             [
@@ -289,7 +327,7 @@ class UnigramKL(Metric):
             return np.where(present, pf * np.log(pf / pg), 0.0).sum(axis=1)
 
         stats = PromptStats(tuple(batch.prompt_order), (gen, ref), finalize, (keys, keys), bootstrap_ok=False)
-        return self.result([Score("kld", finite_or_none(stats.value()), stats)])
+        return self.result([stats_score("kld", stats)])
 
 
 def ms_jaccard_from_counts(
@@ -305,8 +343,8 @@ def ms_jaccard_from_counts(
     return np.exp(log_sum / len(gen))
 
 
-@register_metric("ms-jaccard")
 class MSJaccard(Metric):
+    name = "ms-jaccard"
     needs_references = True
     variant = (
         "MS-Jaccard-n (Montahaei et al. 2019): per order k, n-gram counts of all texts and of all "
@@ -328,8 +366,11 @@ class MSJaccard(Metric):
             refs="whole-reference-set",
         )
 
-    def compute(self, batch: TextBatch):
-        self.check(batch)
+    @property
+    def score_ranges(self):
+        return {f"ms-jaccard-{n}": UNIT for n in range(1, self.max_n + 1)}
+
+    def _compute(self, batch: TextBatch):
         n_prompts = len(batch.prompt_order)
         blocks, keys = [], []
         for k in range(1, self.max_n + 1):
@@ -344,7 +385,7 @@ class MSJaccard(Metric):
             keys += [key, key]
         sizes = np.column_stack([np.bincount(batch.prompt_index, minlength=n_prompts), np.ones(n_prompts)])
         scores = []
-        for n in range(1, self.max_n + 1):
+        for n, name in enumerate(self.score_ranges, 1):
 
             def finalize(agg, n=n):
                 sizes_agg = agg[-1]
@@ -357,5 +398,5 @@ class MSJaccard(Metric):
                 tuple(keys[: 2 * n]) + (None,),
                 bootstrap_ok=False,
             )
-            scores.append(Score(f"ms-jaccard-{n}", finite_or_none(stats.value()), stats))
+            scores.append(stats_score(name, stats))
         return self.result(scores)

@@ -6,15 +6,23 @@
      "bootstrap": {"n_resamples", "seed", "level", "method"},
      "versions": {...},
      "metrics": {<metric>: {"variant", "signature", "higher_is_better", "scores": [<score>...]}},
-     "systems": {<system>: {"n_texts", "n_prompts", "n_empty", "notes": {<metric>: str},
-                            "scores": {<score>: {"metric", "value", "ci_low", "ci_high", "ci_method",
-                                                 "higher_is_better", "signature",
+     "systems": {<system>: {"n_texts", "n_prompts", "suite_prompts", "partial", "n_empty",
+                            "notes": {<metric>: str}, "not_applicable": {<metric>: reason},
+                            "scores": {<score>: {"metric", "value", "reason", "ci_low", "ci_high",
+                                                 "ci_method", "higher_is_better", "signature",
                                                  "per_prompt": {<prompt_id>: value}}}}},
      "comparisons": {"baseline", "method", "systems": {<system>: {<score>: {"difference",
                      "ci_low", "ci_high", "ci_method", "p_value", "n_prompts"}}}}}
 
-Undefined numbers (a perplexity of no tokens, an infinite perplexity) are null. Texts are
-grouped by system; references by prompt id; a prompt's samples share its reference.
+In a run over several base models, ``baseline`` is null and ``comparisons.baselines`` gives each
+system's own baseline, the softmax of its base model with the same decoding (``model_baselines``).
+
+A number that is not there is null with a ``reason``: undefined (a perplexity of no tokens,
+an infinite perplexity) or not applicable (reference metrics on a suite without references:
+the run's other metrics are still scored). ``suite_prompts`` is the suite's number of prompts
+and ``partial`` says whether the system lacks some of its prompts or samples (null when the
+run has no manifest to tell). Texts are grouped by system; references by prompt id; a
+prompt's samples share its reference.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from pathlib import Path
 from core.errors import MaxbenchError
 from core.provenance import versions
 
-from .base import MetricResult, TextBatch, get_metric
+from .base import Metric, MetricResult, TextBatch, get_metric
 from .stats import (
     CI_METHOD,
     DEFAULT_LEVEL,
@@ -51,7 +59,7 @@ class ScoringOptions:
     n_resamples: int = DEFAULT_RESAMPLES
     seed: int = DEFAULT_SEED
     level: float = DEFAULT_LEVEL
-    ppl_model: str | None = None
+    evaluator: str | None = None  # the model of the ppl metric (None: DEFAULT_EVALUATOR)
     device: str | None = None
     threads: int | None = None
     progress: bool = True
@@ -162,8 +170,16 @@ def load_run(run_dir: Path) -> tuple[dict, dict[str, TextBatch]]:
         if row.get("reference_logprobs") is not None:
             g["ref_lp"][pid] = row["reference_logprobs"]
             g["vocab"] = row.get("vocab_size", g["vocab"])
+    # a suite without references (a TXT file) stores empty ones: scored, they would look like real zeros
     batches = {
-        s: TextBatch(g["texts"], g["ids"], g["refs"], g["prompts"] or None, g["ref_lp"] or None, g["vocab"])
+        s: TextBatch(
+            g["texts"],
+            g["ids"],
+            g["refs"] if any(r.strip() for r in g["refs"].values()) else None,
+            g["prompts"] or None,
+            g["ref_lp"] or None,
+            g["vocab"],
+        )
         for s, g in groups.items()
     }
     return manifest, batches
@@ -174,17 +190,22 @@ def load_run(run_dir: Path) -> tuple[dict, dict[str, TextBatch]]:
 
 def build_metrics(options: ScoringOptions) -> list:
     return [
-        get_metric(name, model=options.ppl_model, device=options.device, threads=options.threads)
+        get_metric(name, model=options.evaluator, device=options.device, threads=options.threads)
         for name in options.metrics
     ]
 
 
-def score_batch(batch: TextBatch, metrics: Sequence, options: ScoringOptions, label: str) -> list[MetricResult]:
+def score_batch(
+    batch: TextBatch, metrics: Sequence[Metric], options: ScoringOptions, label: str, not_applicable: bool = False
+) -> list[MetricResult]:
+    """Every metric on ``batch``. A metric that cannot score it stops with its one-line error, or,
+    with ``not_applicable``, gives its scores as None with the reason, and the others go on."""
     results = []
     for metric in metrics:
         t0 = time.perf_counter()
-        results.append(metric.compute(batch))
-        _log(options, f"  {label}: {metric.name} ({time.perf_counter() - t0:.1f} s)")
+        why = metric.unavailable(batch) if not_applicable else None
+        results.append(metric.not_applicable(why) if why else metric.compute(batch))
+        _log(options, f"  {label}: {metric.name} ({f'n/a: {why}' if why else f'{time.perf_counter() - t0:.1f} s'})")
     return results
 
 
@@ -195,6 +216,7 @@ def _score_entries(results: list[MetricResult], options: ScoringOptions) -> dict
             entry = {
                 "metric": res.metric,
                 "value": score.value,
+                "reason": score.reason if score.value is None else None,
                 "ci_low": None,
                 "ci_high": None,
                 "ci_method": None,
@@ -202,9 +224,10 @@ def _score_entries(results: list[MetricResult], options: ScoringOptions) -> dict
                 "signature": res.signature,
             }
             if options.n_resamples > 0 and score.value is not None:
-                ci = bootstrap_ci(score.stats, options.n_resamples, options.seed, options.level)
-                entry["ci_low"], entry["ci_high"], entry["ci_method"] = ci.low, ci.high, ci.method
-            entry["per_prompt"] = score.stats.per_prompt()
+                ci = bootstrap_ci(score.stats, options.n_resamples, options.seed, options.level, score.range)
+                entry["ci_low"], entry["ci_high"] = ci.confidence_interval or (None, None)
+                entry["ci_method"] = ci.method
+            entry["per_prompt"] = score.stats.per_prompt() if score.stats is not None else {}
             out[name] = entry
     return out
 
@@ -227,8 +250,8 @@ def _bootstrap_info(options: ScoringOptions) -> dict:
         "seed": options.seed,
         "level": options.level,
         "method": CI_METHOD,
-        "method_for_type_counts": JACKKNIFE_METHOD + " (distinct-n-corpus, uniq, kld, ms-jaccard: duplicated "
-        "prompts in a bootstrap resample add no n-gram types)",
+        "method_for_type_counts": JACKKNIFE_METHOD + ", clipped to the score's range (distinct-n-corpus, uniq, "
+        "kld, ms-jaccard: duplicated prompts in a bootstrap resample add no n-gram types)",
     }
 
 
@@ -249,10 +272,51 @@ def score_versions() -> dict:
     return versions(SCORE_PACKAGES)
 
 
+def coverage(manifest: dict, batch: TextBatch) -> dict:
+    """How much of the run's suite a system's texts cover: the suite's prompt count and whether
+    some prompt or sample is missing (None for both when the manifest does not say)."""
+    suite_prompts = (manifest.get("suite") or {}).get("n_items")
+    samples = manifest.get("samples", 1)
+    if not isinstance(suite_prompts, int) or not isinstance(samples, int):
+        return {"suite_prompts": None, "partial": None}
+    partial = len(batch.prompt_order) < suite_prompts or len(batch.texts) < suite_prompts * samples
+    return {"suite_prompts": suite_prompts, "partial": partial}
+
+
 def default_baseline(manifest: dict, systems: Sequence[str]) -> str | None:
     """The one softmax system of the run, if there is exactly one."""
     soft = [s for s in systems if manifest.get("systems", {}).get(s, {}).get("layer") == "softmax"]
     return soft[0] if len(soft) == 1 else None
+
+
+def model_baselines(manifest: dict, systems: Sequence[str]) -> dict[str, str]:
+    """Each system's baseline in a run over several base models: the softmax system of its own base
+    model with the same decoding setting, or that model's only softmax system when none has the
+    same decoding. A layer is then tested against its own model's plain distribution, never against
+    another model's. Systems whose model has no such softmax system get no baseline."""
+    info = manifest.get("systems", {})
+    soft = [s for s in systems if info.get(s, {}).get("layer") == "softmax"]
+    out = {}
+    for system in systems:
+        model, decoding = info.get(system, {}).get("model"), info.get(system, {}).get("decoding")
+        own = [b for b in soft if info[b].get("model") == model]
+        same = [b for b in own if info[b].get("decoding") == decoding]
+        pick = same if len(same) == 1 else own if len(own) == 1 else []
+        if pick and pick[0] != system:
+            out[system] = pick[0]
+    return out
+
+
+def baselines_of(manifest: dict, systems: Sequence[str], baseline: str | None) -> tuple[str | None, dict[str, str]]:
+    """(the run's one baseline or None, each system's baseline). A baseline that is given, or a run
+    of one base model, compares every system with one baseline (by default the run's one softmax
+    system); a run of several base models compares each system with its own model's softmax
+    (``model_baselines``)."""
+    models = {manifest.get("systems", {}).get(s, {}).get("model") for s in systems}
+    if baseline is None and len(models) > 1:
+        return None, model_baselines(manifest, systems)
+    baseline = baseline or default_baseline(manifest, systems)
+    return baseline, {s: baseline for s in systems if baseline is not None and s != baseline}
 
 
 def score_run(run_dir: str | Path, options: ScoringOptions, baseline: str | None = None) -> dict:
@@ -263,7 +327,7 @@ def score_run(run_dir: str | Path, options: ScoringOptions, baseline: str | None
     manifest, batches = load_run(run_dir)
     if baseline is not None and baseline not in batches:
         raise MaxbenchError(f"--baseline '{baseline}' is not a system of this run; systems: {', '.join(batches)}")
-    baseline = baseline or default_baseline(manifest, list(batches))
+    baseline, baselines = baselines_of(manifest, list(batches), baseline)
     metrics = build_metrics(options)
     if any(b.reference_logprobs for b in batches.values()) and "ref-ppl" not in options.metrics:
         metrics.append(get_metric("ref-ppl"))
@@ -281,30 +345,33 @@ def score_run(run_dir: str | Path, options: ScoringOptions, baseline: str | None
     all_results = {}
     for system, batch in batches.items():
         _log(options, f"scoring {system} ({len(batch.texts)} texts, {len(batch.prompt_order)} prompts)")
-        results = score_batch(batch, [m for m in metrics if not _skip(m, batch)], options, system)
+        results = score_batch(batch, metrics, options, system, not_applicable=True)
         all_results[system] = results
         doc["metrics"].update(_metric_table(results))
         doc["systems"][system] = {
             "n_texts": len(batch.texts),
             "n_prompts": len(batch.prompt_order),
+            **coverage(manifest, batch),
             "n_empty": sum(1 for t in batch.texts if not t.strip()),
             "notes": {r.metric: r.notes for r in results if r.notes},
+            "not_applicable": {r.metric: r.not_applicable for r in results if r.not_applicable},
             "scores": _score_entries(results, options),
         }
-    if baseline is not None and len(batches) > 1:
-        doc["comparisons"] = compare(all_results, baseline, options)
+    if baselines:
+        doc["comparisons"] = compare(all_results, baselines, options, baseline)
     atomic_write(run_dir / "scores.json", json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n")
     return doc
 
 
-def _skip(metric, batch: TextBatch) -> bool:
-    """ref-ppl only where the rows carry the system's reference log-probabilities."""
-    return metric.name == "ref-ppl" and not batch.reference_logprobs
-
-
-def compare(all_results: dict[str, list[MetricResult]], baseline: str, options: ScoringOptions) -> dict:
-    """Each system against the baseline, score by score, on the prompts both have."""
-    base = {name: s for r in all_results[baseline] for name, s in r.scores.items()}
+def compare(
+    all_results: dict[str, list[MetricResult]],
+    baselines: dict[str, str],
+    options: ScoringOptions,
+    baseline: str | None = None,
+) -> dict:
+    """Each system against its baseline (``baselines``: system -> baseline system), score by score,
+    on the prompts both have. ``baseline`` names the one baseline of them all, if there is one;
+    otherwise the result lists each system's own under ``baselines``."""
     out = {
         "baseline": baseline,
         "method": TEST_METHOD,
@@ -313,9 +380,12 @@ def compare(all_results: dict[str, list[MetricResult]], baseline: str, options: 
         "level": options.level,
         "systems": {},
     }
+    if baseline is None:
+        out["baselines"] = dict(baselines)
     for system, results in all_results.items():
-        if system == baseline:
+        if system not in baselines:
             continue
+        base = {name: s for r in all_results[baselines[system]] for name, s in r.scores.items()}
         rows = {}
         for r in results:
             for name, score in r.scores.items():
@@ -331,10 +401,11 @@ def compare(all_results: dict[str, list[MetricResult]], baseline: str, options: 
                     )
                 except ValueError:  # no shared prompt
                     continue
+                ci_low, ci_high = c.confidence_interval or (None, None)
                 rows[name] = {
                     "difference": c.difference,
-                    "ci_low": c.ci_low,
-                    "ci_high": c.ci_high,
+                    "ci_low": ci_low,
+                    "ci_high": ci_high,
                     "ci_method": c.ci_method,
                     "p_value": c.p_value,
                     "n_prompts": c.n_prompts,
@@ -357,15 +428,14 @@ def score_files(generations: str | Path, references: str | Path | None, options:
                 f"give exactly one reference per generated text, in the same order"
             )
         refs = [r["text"] for r in ref_rows]
+        if not any(r.strip() for r in refs):
+            raise MaxbenchError(f"{references} holds only empty references; give the reference texts")
     metrics = build_metrics(options)
-    needing = [m.name for m in metrics if m.needs_references]
-    if refs is None and needing:
-        raise MaxbenchError(
-            f"metric '{needing[0]}' needs references: give --references FILE (or leave it out of --metrics)"
-        )
     ids = [str(i) for i in range(1, len(gen_rows) + 1)]  # one prompt per line: resampling is over lines
     prompts = {i: r["prompt"] for i, r in zip(ids, gen_rows) if isinstance(r.get("prompt"), str)}
     batch = TextBatch([r["text"] for r in gen_rows], ids, dict(zip(ids, refs)) if refs else None, prompts or None)
+    for metric in metrics:  # every refusal before any metric spends time
+        metric.require(batch)
     results = score_batch(batch, metrics, options, generations.name)
     scores = _score_entries(results, options)
     for entry in scores.values():

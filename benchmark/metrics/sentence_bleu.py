@@ -13,7 +13,7 @@ Leaving text i out changes it only for n-grams where text i holds that largest c
 the second-largest count takes its place (equal to the largest on a tie). The closest
 reference length is found the same way: text i's own length drops out of the candidates
 only if no other text has it. Everything else is counting with numpy. The equality with nltk
-to 1e-9 is tested in tests/test_metrics_bleu.py and measured in benchmarks/self_bleu.py.
+to 1e-9 is tested in tests/test_metrics_library_equality.py and measured in benchmarks/self_bleu.py.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import numpy as np
 
 # nltk SmoothingFunction().method1: a zero n-gram match count becomes epsilon / denominator.
 METHOD1_EPSILON = 0.1
+#: how the signatures of BLEU-n and Self-BLEU name this smoothing
+SMOOTHING_ID = f"nltk-method1(eps={METHOD1_EPSILON})"
 
 
 class _NgramIndex:

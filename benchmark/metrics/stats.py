@@ -9,6 +9,8 @@ row goes where, so neither needs the metric recomputed and corpus-level scores g
 computed the same way as averages. The resampling itself is scipy's (``scipy.stats.bootstrap``,
 ``scipy.stats.permutation_test``), with a vectorised statistic. Scores that count distinct
 n-grams get a leave-one-prompt-out jackknife interval instead (see ``PromptStats.bootstrap_ok``).
+Intervals are ``core.intervals.ConfidenceInterval``; a percentile interval lies inside the
+score's range by construction, a normal (jackknife) one is clipped to it, and says so.
 """
 
 from __future__ import annotations
@@ -22,11 +24,14 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.stats
 
+from core.intervals import ConfidenceInterval
+
 DEFAULT_RESAMPLES = 1000
 DEFAULT_SEED = 0
 DEFAULT_LEVEL = 0.95
 CI_METHOD = "percentile bootstrap over prompts (scipy.stats.bootstrap)"
 JACKKNIFE_METHOD = "normal interval, leave-one-prompt-out jackknife standard error"
+NO_INTERVAL_METHOD = "none (fewer than two prompts)"
 TEST_METHOD = (
     "paired permutation test over prompts, swapping the two systems' outputs per prompt "
     "(scipy.stats.permutation_test, permutation_type='samples', two-sided)"
@@ -167,19 +172,21 @@ def _batch(stats: PromptStats, n_resamples: int) -> int:
 
 def _interval(
     evaluate, n: int, value: float, bootstrap_ok: bool, n_resamples: int, seed: int, level: float, batch: int
-) -> tuple[float | None, float | None, str]:
-    """(low, high, method) for a statistic given as a function of prompt weights (R, n) -> (R,)."""
-    if n < 2 or not math.isfinite(value):
-        return None, None, "none"
+) -> tuple[ConfidenceInterval | None, str]:
+    """(interval, method) for a statistic given as a function of prompt weights (R, n) -> (R,)."""
+    if n < 2:
+        return None, NO_INTERVAL_METHOD
+    if not math.isfinite(value):
+        return None, "none"
     if not bootstrap_ok:
         leave_one_out = np.ones((n, n)) - np.eye(n)
         vals = np.concatenate([evaluate(leave_one_out[i : i + batch]) for i in range(0, n, batch)])
         vals = vals[np.isfinite(vals)]
         if vals.size < 2:
-            return None, None, JACKKNIFE_METHOD
+            return None, JACKKNIFE_METHOD
         se = math.sqrt((vals.size - 1) / vals.size * float(np.sum((vals - vals.mean()) ** 2)))
         z = float(scipy.stats.norm.ppf(0.5 + level / 2))
-        return value - z * se, value + z * se, JACKKNIFE_METHOD
+        return ConfidenceInterval(value - z * se, value + z * se), JACKKNIFE_METHOD
 
     def statistic(idx, axis=-1):
         return evaluate(_weights(idx, n))
@@ -203,15 +210,28 @@ def _interval(
         dist = dist[np.isfinite(dist)]
         alpha = (1 - level) / 2
         if not dist.size:
-            return None, None, CI_METHOD
+            return None, CI_METHOD
         low, high = float(np.quantile(dist, alpha)), float(np.quantile(dist, 1 - alpha))
-    return low, high, CI_METHOD
+    return ConfidenceInterval(low, high), CI_METHOD
+
+
+def clip_to_range(ci: ConfidenceInterval, bounds: tuple[float, float]) -> ConfidenceInterval:
+    """``ci`` with each end moved inside ``bounds`` (a normal interval knows no range)."""
+    lo, hi = bounds
+    return ConfidenceInterval(min(max(ci.low, lo), hi), min(max(ci.high, lo), hi))
+
+
+def _range_text(bounds: tuple[float, float]) -> str:
+    lo, hi = (f"{b:g}" if math.isfinite(b) else "inf" for b in bounds)
+    return f"[{lo}, {hi}" + (")" if hi == "inf" else "]")
 
 
 @dataclass(frozen=True)
-class Interval:
-    low: float | None
-    high: float | None
+class IntervalEstimate:
+    """A score's confidence interval with how it was computed (as scipy's ``BootstrapResult``
+    carries its ``confidence_interval``); ``confidence_interval`` is None where there is none."""
+
+    confidence_interval: ConfidenceInterval | None
     level: float
     n_resamples: int
     seed: int
@@ -219,12 +239,18 @@ class Interval:
 
 
 def bootstrap_ci(
-    stats: PromptStats, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED, level: float = DEFAULT_LEVEL
-) -> Interval:
+    stats: PromptStats,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    level: float = DEFAULT_LEVEL,
+    bounds: tuple[float, float] = (-math.inf, math.inf),
+) -> IntervalEstimate:
     """Interval of the score over prompts: percentile bootstrap (prompts resampled with
     replacement), or the jackknife where the score is not ``bootstrap_ok``. None where the
-    score is undefined or there are fewer than two prompts."""
-    low, high, method = _interval(
+    score is undefined or there are fewer than two prompts. ``bounds`` is the score's range:
+    percentile intervals stay inside it by construction, normal (jackknife) intervals are
+    clipped to it, which the method then says."""
+    ci, method = _interval(
         stats.evaluate,
         stats.n_prompts,
         stats.value(),
@@ -234,7 +260,12 @@ def bootstrap_ci(
         level,
         _batch(stats, n_resamples),
     )
-    return Interval(low, high, level, n_resamples, seed, method)
+    if ci is not None:
+        clipped = clip_to_range(ci, bounds)
+        if method == JACKKNIFE_METHOD and bounds != (-math.inf, math.inf):
+            method += f", clipped to the score's range {_range_text(bounds)}"
+        ci = clipped
+    return IntervalEstimate(ci, level, n_resamples, seed, method)
 
 
 @dataclass(frozen=True)
@@ -242,8 +273,7 @@ class PairedComparison:
     """System A minus system B on the prompts both were scored on."""
 
     difference: float
-    ci_low: float | None
-    ci_high: float | None
+    confidence_interval: ConfidenceInterval | None
     p_value: float | None
     n_prompts: int
     n_resamples: int
@@ -282,7 +312,7 @@ def paired_test(
     n = len(common)
     diff = a.value() - b.value()
     if not math.isfinite(diff):
-        return PairedComparison(diff, None, None, None, n, n_resamples, seed, level)
+        return PairedComparison(diff, None, None, n, n_resamples, seed, level)
     both = _stack(a, b)
     batch = _batch(both, n_resamples)
 
@@ -300,7 +330,7 @@ def paired_test(
             batch=batch,
             rng=np.random.default_rng(seed),
         )
-    low, high, ci_method = _interval(
+    ci, ci_method = _interval(
         lambda w: a.evaluate(w) - b.evaluate(w),
         n,
         diff,
@@ -312,5 +342,5 @@ def paired_test(
     )
     p = float(perm.pvalue)
     return PairedComparison(
-        diff, low, high, p if math.isfinite(p) else None, n, n_resamples, seed, level, TEST_METHOD, ci_method
+        diff, ci, p if math.isfinite(p) else None, n, n_resamples, seed, level, TEST_METHOD, ci_method
     )

@@ -80,7 +80,7 @@ from core.errors import MaxbenchError
 
 from .sparsemax import project_to_simplex
 
-__all__ = ["graphmax", "GraphmaxInfo", "GraphOperator", "SOLVERS"]
+__all__ = ["graphmax", "check_graphmax_args", "GraphmaxInfo", "GraphOperator", "SOLVERS"]
 
 SOLVERS = ("exact", "paper")
 # Largest step of the safeguarded solver: measured on SmolLM2 logits with the food and movie
@@ -518,7 +518,26 @@ class _ImplicitGraphmax(torch.autograd.Function):
 # --------------------------------------------------------------------------------------
 
 
-def _check_args(z, lam, solver, tol, max_iter, topk, theta0, alpha, T):
+def check_graphmax_args(
+    lam: float = 1.0,
+    solver: str = "exact",
+    tol: float = 1e-6,
+    max_iter: int = 100,
+    topk: int | None = None,
+    theta0: float = 0.7,
+    alpha: float = 1e-4,
+    T: int = 20,
+) -> None:
+    """Check the options of :func:`graphmax` (same names and defaults) before any scores exist.
+
+    The output layer calls it when it is built, so a bad system string fails before a model
+    loads; :func:`graphmax` calls it on every call.
+
+    Raises
+    ------
+    MaxbenchError
+        One line naming the first bad option and what it accepts.
+    """
     if solver not in SOLVERS:
         raise MaxbenchError(f"graphmax: unknown solver '{solver}'; use one of {', '.join(SOLVERS)}")
     if not isinstance(lam, (int, float)) or isinstance(lam, bool) or not math.isfinite(lam) or lam < 0:
@@ -535,6 +554,9 @@ def _check_args(z, lam, solver, tol, max_iter, topk, theta0, alpha, T):
         raise MaxbenchError(f"graphmax: theta0 must be in (0, 1], got {theta0!r}")
     if not (alpha > 0 and isinstance(T, int) and T >= 1):
         raise MaxbenchError(f"graphmax: the paper solver needs alpha > 0 and an integer T >= 1, got {alpha!r}, {T!r}")
+
+
+def _check_scores(z: torch.Tensor) -> None:
     if z.dim() not in (1, 2) or z.shape[-1] == 0:
         raise MaxbenchError(f"graphmax: z must have shape (N,) or (B, N), got {tuple(z.shape)}")
     if not torch.isfinite(z).all():
@@ -562,20 +584,65 @@ def graphmax(
     backend: str | None = None,
     return_info: bool = False,
 ):
-    """Graph-regularised softmax of scores ``z`` (shape (N,) or (B, N)) over graph ``A``.
+    """Graph-regularised softmax: argmin over the simplex of -<x, z> + <x, log x> + lam ||x - A x||^2.
 
-    ``A`` is the row-normalised N x N graph: a scipy sparse matrix, a torch (sparse) tensor,
-    a :class:`systems.graph.CorpusGraph` or a :class:`GraphOperator` (prepare one with
-    ``GraphOperator.prepare(A, device)`` to reuse it across calls). ``lam`` >= 0 weighs the
-    graph total variation (lam = 0 gives softmax). See the module docstring for the solvers;
-    ``tol``, ``max_iter``, ``topk``, ``theta0``, ``safeguard`` belong to "exact", ``alpha``,
-    ``T``, ``paper_stop``, ``log_floor`` to "paper".
+    Parameters
+    ----------
+    z : torch.Tensor or array-like
+        Scores, shape (N,) or (B, N), finite. Integer scores are taken as the default float
+        dtype. Differentiable with ``solver="exact"`` (implicit backward, see the module docstring).
+    A : graph
+        The row-normalised N x N graph: a scipy sparse matrix, a torch (sparse) tensor, a
+        :class:`systems.graph.CorpusGraph` or a :class:`GraphOperator` (prepare one with
+        ``GraphOperator.prepare(A, device)`` to reuse it across calls).
+    lam : float
+        Weight of the graph total variation, finite and >= 0; 0 gives softmax.
+    solver : {"exact", "paper"}
+        "exact": the certified fixed point; "paper": the paper's Algorithm 1 as printed, which
+        does not reach the optimum (module docstring).
+    tol : float
+        exact: a row stops when its relative duality gap is <= tol (>= 0).
+    max_iter : int
+        exact: at most this many steps per row, rejected steps included (>= 0).
+    topk : int, optional
+        exact: restrict the support to the union over the batch of each row's ``topk`` largest
+        scores (>= 1); the reported gap stays that of the full problem.
+    theta0 : float
+        exact: the first step size of each row, in (0, 1].
+    safeguard : bool
+        exact: take back steps that increase the objective and halve that row's step; False
+        runs the plain damped iteration with step ``theta0``.
+    alpha : float
+        paper: the gradient step size (> 0).
+    T : int
+        paper: the iteration bound of Algorithm 1 (T - 1 updates; an integer >= 1).
+    paper_stop : float
+        paper: stop when ||x^{t+1} - x^t||_2 falls below this.
+    log_floor : float
+        paper: log x is taken as log(max(x, log_floor)).
+    backend : {"scipy", "torch"}, optional
+        How graph products run (default: scipy on the CPU, torch on CUDA).
+    return_info : bool
+        Also return a :class:`GraphmaxInfo`.
 
-    Returns probabilities of z's shape on z's device and dtype, and with ``return_info=True``
-    also a :class:`GraphmaxInfo` (iterations, certified gap, objective per row).
+    Returns
+    -------
+    torch.Tensor
+        Probabilities of z's shape on z's device and dtype (each row sums to 1). Float64 scores
+        are solved in float64, all others in float32.
+    GraphmaxInfo
+        Only with ``return_info=True``: iterations, certified gap, objective, convergence and
+        log-probabilities per row.
+
+    Raises
+    ------
+    MaxbenchError
+        For a bad option (:func:`check_graphmax_args`), non-finite scores, scores whose length
+        is not the graph's size, or gradients asked of the paper solver.
     """
     z = z if torch.is_tensor(z) else torch.as_tensor(z)
-    _check_args(z, lam, solver, tol, max_iter, topk, theta0, alpha, T)
+    check_graphmax_args(lam, solver, tol, max_iter, topk, theta0, alpha, T)
+    _check_scores(z)
     lam = float(lam)
     op = GraphOperator.prepare(A, z.device, backend=backend)
     if op.n != z.shape[-1]:

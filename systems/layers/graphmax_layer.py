@@ -15,7 +15,7 @@ import torch
 from core.errors import MaxbenchError
 
 from .base import FitContext, OutputLayer, require_finite_logits
-from .graphmax import SOLVERS, GraphOperator, graphmax
+from .graphmax import GraphOperator, check_graphmax_args, graphmax
 
 
 class GraphmaxLayer(OutputLayer):
@@ -31,18 +31,7 @@ class GraphmaxLayer(OutputLayer):
         topk: int | None = None,
         ngram: int = 1,
     ):
-        if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not lam >= 0 or lam == float("inf"):
-            raise MaxbenchError(f"graphmax: lam must be a finite number >= 0, got {lam!r}")
-        if solver not in SOLVERS:
-            raise MaxbenchError(f"graphmax: unknown solver '{solver}'; use one of {', '.join(SOLVERS)}")
-        if not (isinstance(tol, (int, float)) and tol >= 0):
-            raise MaxbenchError(f"graphmax: tol must be >= 0, got {tol!r}")
-        if not (isinstance(max_iter, int) and max_iter >= 0):
-            raise MaxbenchError(f"graphmax: max_iter must be an integer >= 0, got {max_iter!r}")
-        if topk is not None and not (isinstance(topk, int) and topk >= 1):
-            raise MaxbenchError(f"graphmax: topk must be a positive integer, got {topk!r}")
-        if topk is not None and solver == "paper":
-            raise MaxbenchError("graphmax: topk applies to solver=exact only")
+        check_graphmax_args(lam, solver, tol, max_iter, topk)
         if ngram not in (1, 2):
             raise MaxbenchError(f"graphmax: ngram must be 1 (A) or 2 (A + A^2), got {ngram!r}")
         self.lam, self.solver, self.tol, self.max_iter, self.topk, self.ngram = (

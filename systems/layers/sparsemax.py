@@ -95,10 +95,26 @@ def _sparsemax_forward(z: torch.Tensor, dim: int) -> torch.Tensor:
 def project_to_simplex(
     a: torch.Tensor, start: torch.Tensor | None = None, dim: int = -1
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """sparsemax along ``dim`` of a finite float tensor, and each slice's threshold tau (``dim``
-    kept with size 1) in a's own coordinates (p = max(a - tau, 0)). ``start`` is a guess of tau,
-    such as the threshold of a nearby earlier input; it only saves passes (see ``_threshold``),
-    the result does not depend on it beyond rounding."""
+    """sparsemax with its threshold, for solvers that project repeatedly (graphmax's paper solver).
+
+    Parameters
+    ----------
+    a : torch.Tensor
+        Finite float scores of any shape, projected in their own dtype.
+    start : torch.Tensor, optional
+        A guess of each slice's threshold (``dim`` kept with size 1, in a's coordinates), such
+        as the threshold of a nearby earlier input. It only saves passes (see ``_threshold``);
+        the result does not depend on it beyond rounding. A guess at or above the slice's
+        maximum, or NaN, is ignored.
+    dim : int
+        The dimension whose slices are projected (default the last).
+
+    Returns
+    -------
+    (torch.Tensor, torch.Tensor)
+        The projection p = max(a - tau, 0) in a's shape and dtype, and the threshold tau
+        of each slice (``dim`` kept with size 1) in a's own coordinates.
+    """
     row_max = a.amax(dim=dim, keepdim=True)
     z = a - row_max
     tau = _threshold(z, None if start is None else start - row_max, dim)
@@ -126,11 +142,23 @@ class SparsemaxFunction(torch.autograd.Function):
 
 
 def sparsemax(z: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Project ``z`` onto the probability simplex along ``dim`` (differentiable).
+    """sparsemax: the Euclidean projection of ``z`` onto the probability simplex along ``dim``.
 
-    Returns a tensor of z's shape and dtype whose slices along ``dim`` are probability
-    vectors, possibly with exact zeros. See the module docstring for the handling of
-    half precision and of rows that are entirely ``-inf``.
+    Parameters
+    ----------
+    z : torch.Tensor or array-like
+        Scores of any shape. Integer scores are taken as the default float dtype; float16 and
+        bfloat16 are computed in float32. ``-inf`` entries get probability 0, a slice of only
+        ``-inf`` becomes uniform, a slice holding NaN or ``+inf`` gives NaN.
+    dim : int
+        The dimension whose slices are projected (default the last).
+
+    Returns
+    -------
+    torch.Tensor
+        z's shape and (floating) dtype; every slice along ``dim`` is a probability vector,
+        possibly with exact zeros. Differentiable: the backward pass is the sparse
+        Jacobian-vector product (module docstring).
     """
     if not torch.is_tensor(z):
         z = torch.as_tensor(z)

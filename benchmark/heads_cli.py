@@ -27,7 +27,7 @@ def register(sub) -> None:
         type=int,
         default=None,
         help="training positions taken from the fitting split (default 60000; validation gets a "
-        "tenth of it and the held-out test part a fifth); larger budgets train longer",
+        "tenth of it and the held-out test part another tenth); larger budgets train longer",
     )
     p.add_argument(
         "--epochs",
@@ -97,7 +97,7 @@ def cmd_fit(args) -> int:
     if args.lr is not None and not args.lr > 0:
         raise MaxbenchError(f"--lr must be > 0, got {args.lr}")
     if args.layer == "posg":
-        from systems.layers.posg import load_tagger
+        from systems.layers.posg_fit import load_tagger
 
         tagger = load_tagger()  # a missing tagger fails here, before any model work
     threads = args.threads if args.threads is not None else _default_threads()
@@ -109,12 +109,12 @@ def cmd_fit(args) -> int:
     opts = {"epochs": args.epochs, "lr": args.lr, "seed": args.seed}
     progress = not args.quiet
     if args.layer == "kerbs":
-        from systems.layers.kerbs import config_from_options, fit_kerbs
+        from systems.layers.kerbs_fit import config_from_options, fit_kerbs
 
         cfg = config_from_options(dict(opts, senses=args.senses, active_vocab=args.active_vocab))
         _, meta = fit_kerbs(lm, corpus, args.budget_tokens, cfg, progress=progress, retrain=args.retrain)
     else:
-        from systems.layers.posg import config_from_options, fit_posg
+        from systems.layers.posg_fit import config_from_options, fit_posg
 
         cfg = config_from_options(dict(opts, catch_all=not args.no_catch_all, lm_prior=not args.no_lm_prior))
         _, meta = fit_posg(lm, corpus, args.budget_tokens, cfg, tagger=tagger, progress=progress, retrain=args.retrain)
