@@ -306,6 +306,8 @@ def _note(runs: list[ScoredRun]) -> Para:
         "bold = best in column (by the metric's direction); * p < 0.05, ** p < 0.01: paired permutation "
         "test over prompts against "
     )
+    if all(r.comparisons.get("baselines") for r in runs):  # runs over several base models
+        return Para(text + "the softmax of the row's own base model with the same decoding.")
     baselines = list(dict.fromkeys(r.comparisons.get("baseline") for r in runs))
     if len(baselines) == 1 and baselines[0] is not None:
         return Para(text + "the baseline {}.", (Code(baselines[0]),))
