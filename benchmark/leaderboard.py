@@ -12,6 +12,11 @@ Only numbers of the same prompts are ranked together: runs on different suites, 
 seeds or sample counts, and runs that share a system string, are refused unless ``mixed`` is
 asked for; then each row names its run and suite and the best value is marked per suite. A row
 whose scores cover only part of its suite says how many prompts it covers.
+
+Runs over several base models (the ``base-lms`` lineup) are shown in the papers' table shape: rows
+grouped by base model under a first "base model" column, each model's softmax first, then its
+layers, and the best value marked within each base model, since each layer is tested against its
+own model's softmax and the question the table answers is which layer is best on a given model.
 """
 
 from __future__ import annotations
@@ -90,6 +95,18 @@ class Row:
     run: ScoredRun
     system: str
     label: str  # what the row is called: the system, or the system and its run when it appears twice
+
+    @property
+    def model(self) -> str:
+        from systems.registry import parse_system
+
+        return parse_system(self.system).model
+
+    @property
+    def layer(self) -> str:
+        from systems.registry import parse_system
+
+        return parse_system(self.system).layer
 
     @property
     def entry(self) -> dict:
@@ -191,11 +208,19 @@ def _rows(runs: list[ScoredRun], mixed: bool) -> list[Row]:
     for run in runs:
         for system in run.systems:
             counts[system] = counts.get(system, 0) + 1
-    return [
+    rows = [
         Row(run, system, system if counts[system] == 1 else f"{system} [{run.run_id}]")
         for run in runs
         for system in run.systems
     ]
+    return _by_base_model(rows) if len({row.model for row in rows}) > 1 else rows
+
+
+def _by_base_model(rows: list[Row]) -> list[Row]:
+    """Rows grouped by base model in order of first appearance, each group's softmax rows first and
+    the rest in their given order (the papers' shape: base model, then base model + method)."""
+    order = {model: i for i, model in enumerate(dict.fromkeys(row.model for row in rows))}
+    return sorted(rows, key=lambda row: (order[row.model], row.layer != "softmax"))
 
 
 def _from_generations(run_dir: Path, max_steps: int = 64) -> tuple[dict, dict]:
@@ -235,13 +260,15 @@ def _fmt(v, col: str) -> str:
     return f"{v:.0f}" if col == "uniq" else f"{v:.2f}"
 
 
-def _best(rows: list[Row], col: str) -> set[int]:
+def _best(rows: list[Row], col: str, per_model: bool = False) -> set[int]:
     """Indices of the rows holding the best value of a column among rows of the same setting
-    (all of them on a tie): a best value is only meaningful among numbers of the same prompts."""
+    (all of them on a tie): a best value is only meaningful among numbers of the same prompts.
+    ``per_model``: among rows of the same base model too."""
     best: set[int] = set()
     groups: dict[str, list[int]] = {}
     for i, row in enumerate(rows):
-        groups.setdefault(json.dumps(row.run.setting(), sort_keys=True), []).append(i)
+        key = row.run.setting() | ({"model": row.model} if per_model else {})
+        groups.setdefault(json.dumps(key, sort_keys=True), []).append(i)
     for members in groups.values():
         vals = [
             (i, rows[i].scores[col]["value"]) for i in members if rows[i].scores.get(col, {}).get("value") is not None
@@ -262,12 +289,14 @@ def _stars(p) -> str:
 
 @dataclass
 class _Layout:
-    """The extra columns a table needs: the run and suite of each row when the runs differ or share
-    a system, and the prompts covered when not every row covers its whole suite."""
+    """The extra columns a table needs: the base model first when the rows hold several, the run and
+    suite of each row when the runs differ or share a system, and the prompts covered when not every
+    row covers its whole suite."""
 
     run: bool
     suite: bool
     prompts: bool
+    model: bool = False
 
     @classmethod
     def of(cls, runs: list[ScoredRun], rows: list[Row]) -> _Layout:
@@ -275,7 +304,8 @@ class _Layout:
             len({r.label for r in rows}) != len({r.system for r in rows})
             or len({json.dumps(r.setting(), sort_keys=True) for r in runs}) > 1
         )
-        return cls(run=several, suite=several, prompts=any(row.partial for row in rows))
+        models = len({row.model for row in rows}) > 1
+        return cls(run=several, suite=several, prompts=any(row.partial for row in rows), model=models)
 
 
 def _coverage_text(row: Row) -> str:
@@ -300,10 +330,11 @@ def _title(runs: list[ScoredRun]) -> str:
     return f"maxbench leaderboard: {first.registry or 'generate'} on {first.suite['name']}"
 
 
-def _note(runs: list[ScoredRun]) -> Para:
+def _note(runs: list[ScoredRun], per_model: bool = False) -> Para:
+    best = "best in column among the rows of the same base model" if per_model else "best in column"
     text = (
         "Scores x100 except sacreBLEU, PPL, KLD and Uniq; [95% bootstrap interval over prompts]; "
-        "bold = best in column (by the metric's direction); * p < 0.05, ** p < 0.01: paired permutation "
+        f"bold = {best} (by the metric's direction); * p < 0.05, ** p < 0.01: paired permutation "
         "test over prompts against "
     )
     if all(r.comparisons.get("baselines") for r in runs):  # runs over several base models
@@ -324,11 +355,20 @@ def build_sections(runs: list[ScoredRun], rows: list[Row], figures: list[Figure]
     """The leaderboard page as document sections (``core/document.py``): markdown and HTML alike."""
     cols = _columns(rows)
     layout = _Layout.of(runs, rows)
-    best = {c: _best(rows, c) for c in cols}
-    header = ["system"] + ["run"] * layout.run + ["suite"] * layout.suite + ["prompts"] * layout.prompts + cols
+    best = {c: _best(rows, c, layout.model) for c in cols}
+    header = (
+        ["base model"] * layout.model
+        + ["system"]
+        + ["run"] * layout.run
+        + ["suite"] * layout.suite
+        + ["prompts"] * layout.prompts
+        + cols
+    )
     body = []
     for i, row in enumerate(rows):
-        cells = [Cell(row.system, code=True)]
+        # the model names its group once, on the group's first row, as the papers' tables do
+        first = i == 0 or rows[i - 1].model != row.model
+        cells = [Cell(row.model if first else "", code=first)] * layout.model + [Cell(row.system, code=True)]
         cells += [Cell(row.run.run_id, code=True)] * layout.run
         cells += [Cell(_suite_text(row.run))] * layout.suite
         cells += [num(_coverage_text(row))] * layout.prompts
@@ -345,7 +385,7 @@ def build_sections(runs: list[ScoredRun], rows: list[Row], figures: list[Figure]
     table = Table(columns=tuple(header), rows=tuple(body), align="l" * extra + "r" * len(cols), md_align=False)
     sources = Para("Sources: " + ", ".join("{}" for _ in runs), tuple(Code(r.path.as_posix()) for r in runs))
     return [
-        Section(_title(runs), level=1, paragraphs=[_note(runs)], tables=[table]),
+        Section(_title(runs), level=1, paragraphs=[_note(runs, layout.model)], tables=[table]),
         Section("", paragraphs=[sources], figures=figures, figure_row=True),
     ]
 
@@ -376,11 +416,13 @@ def _csv(rows: list[Row], layout: _Layout) -> str:
     w = csv.writer(buf, lineterminator="\n")
     extra = ["run"] * layout.run + ["suite", "suite_prompts"] * layout.suite + ["prompts", "partial"] * layout.prompts
     w.writerow(
-        ["system", *extra] + [f"{c}{suffix}" for c in cols for suffix in ("", "_ci_low", "_ci_high", "_p_vs_baseline")]
+        ["base_model"] * layout.model
+        + ["system", *extra]
+        + [f"{c}{suffix}" for c in cols for suffix in ("", "_ci_low", "_ci_high", "_p_vs_baseline")]
     )
     for row in rows:
         covered, of = row.coverage
-        line = [row.system] + [row.run.run_id] * layout.run
+        line = [row.model] * layout.model + [row.system] + [row.run.run_id] * layout.run
         line += [row.run.suite.get("name"), row.run.suite.get("n_items")] * layout.suite
         line += [covered, str(row.partial).lower()] * layout.prompts
         for c in cols:

@@ -309,19 +309,18 @@ def preflight(
 ) -> Preflight:
     """Everything a run can be refused for, checked before the first token and before anything is
     written, so that a mistake anywhere in a lineup costs seconds and leaves no half-made run
-    directory: every system's layer and parameters, its model name (``systems.models.check_model``,
-    no network), the fitting corpus, the run directory and the other ``outputs`` ((folder, option)
+    directory: every system's layer and parameters, its model name and, for a hub id not cached,
+    the hub (``systems.models.check_model_reachable``), the fitting corpus, the run directory and the other ``outputs`` ((folder, option)
     pairs: writable folders, not files or devices), a run directory made by another run, then each
     model with work to do is loaded and every prompt is checked against its context and a batch
     against free memory (``systems.decoding.check_limits``), and last the free disk space."""
     from benchmark.corpora import check_corpus
     from systems.decoding import check_limits
-    from systems.models import check_model, load_model
+    from systems.models import check_model_reachable, load_model
 
     layers = [s.build_layer() for s in plan.systems]
     for name in dict.fromkeys(s.model for s in plan.systems):
-        check_model(name)
-        _check_hub_reachable(name)
+        check_model_reachable(name)
     if plan.corpus is not None:
         check_corpus(plan.corpus)
     for system, layer in zip(plan.systems, layers):
@@ -382,39 +381,6 @@ def preflight(
                 f"but only {free / 2**20:,.0f} MiB are free there; free some space or choose another --runs-dir"
             )
     return pre
-
-
-def _check_hub_reachable(name: str) -> None:
-    """A hub id that is neither a local folder nor in the local Hugging Face cache needs the hub:
-    refuse it at once when HF_HUB_OFFLINE is set or the hub's host cannot be reached, instead of a
-    minute of download retries (when a proxy is set, the loader is left to find out)."""
-    from systems.models import MODELS
-
-    if name in MODELS or Path(name).expanduser().is_dir():
-        return
-    import socket
-    from urllib.parse import urlparse
-
-    from huggingface_hub import constants, try_to_load_from_cache
-
-    try:
-        if isinstance(try_to_load_from_cache(name, "config.json"), str):
-            return
-    except ValueError as exc:  # huggingface_hub's check of the id's shape (no '..', '--', ...)
-        raise MaxbenchError(f"model '{name}' is not a valid Hugging Face hub id: {exc}") from None
-    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
-    why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else None
-    if why is None and not any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        try:
-            socket.create_connection((host, 443), timeout=3).close()
-        except OSError:
-            why = f"{host} cannot be reached"
-    if why:
-        raise MaxbenchError(
-            f"cannot load model '{name}': it is not a built-in or a local model directory, it is not in the "
-            f"Hugging Face cache, and {why}; download it on a connected machine (huggingface-cli download "
-            f"{name} --local-dir DIR) and pass DIR"
-        )
 
 
 def generate_run(

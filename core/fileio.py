@@ -5,6 +5,8 @@ temporary file in the destination's folder, flushes and fsyncs it, gives it the 
 ``open()`` would (``0o666`` less the umask: colleagues sharing a results folder can read it, where
 ``tempfile.mkstemp`` alone leaves ``0o600``) unless a ``mode`` is asked for, and renames it over the
 destination with ``os.replace``. A crash leaves the old file or the new one, never a mix.
+``atomic_dir`` does the same for a folder of files (a converted model, a cache), with the mode
+``mkdir`` gives (``mkdtemp`` alone leaves ``0o700``).
 
 Operating-system failures become one-line ``MaxbenchError``s naming the path (``os_error``).
 ``check_output_dir`` answers, before anything is computed, whether a folder is or can become a
@@ -19,6 +21,7 @@ import errno
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -104,6 +107,45 @@ def atomic_write(path: str | Path, data: bytes | str, mode: int | None = None) -
     """Replace ``path`` with ``data`` (text is written as UTF-8) atomically; see ``atomic_open``."""
     with atomic_open(path, mode) as f:
         f.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """A temporary folder beside ``path`` that replaces it when the ``with`` block ends without an
+    exception (and is removed otherwise); the caller writes its completion marker last, inside the
+    block. The folder, and everything in it, gets the mode ``mkdir`` and ``open()`` would give
+    (``mkdtemp`` leaves ``0o700``, and libraries that write through temporary files, such as
+    transformers' ``save_pretrained``, leave ``0o600``); executables keep their execute bits."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{path.name}-", dir=path.parent))
+    except OSError as exc:
+        raise os_error(path, exc) from None
+    try:
+        yield tmp
+        _umask_modes(tmp)
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise os_error(path, exc) from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    _fsync_dir(path.parent)
+
+
+def _umask_modes(folder: Path) -> None:
+    mask = umask()
+    os.chmod(folder, 0o777 & ~mask)
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            p = os.path.join(root, name)
+            st = os.lstat(p)
+            if stat.S_ISDIR(st.st_mode):
+                os.chmod(p, 0o777 & ~mask)
+            elif stat.S_ISREG(st.st_mode):  # a link's mode is its target's business
+                os.chmod(p, (0o777 if st.st_mode & stat.S_IXUSR else 0o666) & ~mask)
 
 
 def _fsync_dir(folder: Path) -> None:

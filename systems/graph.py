@@ -15,9 +15,9 @@ renormalise it, so neither does this module: rows of ``A + A^2`` sum to about 2.
 
 A graph is stored as CSR for both A and A^T (graphmax multiplies by both) and cached under
 ``$MAXBENCH_HOME/graphs/<key>.npz``, the key being a hash of (corpus sha256, tokenizer
-hash, vocabulary size, eps, ngram). The file is written atomically (temporary file, then
-``os.replace``) and carries the sha256 of its content, which is verified on every load: a
-corrupt or truncated cache is reported on one line of stderr and rebuilt, never used.
+hash, vocabulary size, eps, ngram). The file is written atomically (``core.fileio.atomic_open``:
+temporary file, then ``os.replace``) and carries the sha256 of its content, which is verified on
+every load: a corrupt or truncated cache is reported on one line of stderr and rebuilt, never used.
 """
 
 from __future__ import annotations
@@ -25,9 +25,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from core.errors import MaxbenchError
+from core.fileio import atomic_open
 
 from .assets import maxbench_home
 
@@ -213,24 +212,15 @@ def cache_path(corpus_sha256: str, tokenizer_hash: str, vocab_size: int, eps: fl
 def save_graph(graph: CorpusGraph, path: Path) -> Path:
     """Write atomically: a reader sees the old file or the complete new one, never a part."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     meta = dict(graph.metadata(), sha256=graph.sha256)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(
-                f,
-                indptr=graph.A.indptr,
-                indices=graph.A.indices,
-                data=graph.A.data,
-                metadata=np.array(json.dumps(meta, sort_keys=True)),
-            )
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_open(path) as f:
+        np.savez(
+            f,
+            indptr=graph.A.indptr,
+            indices=graph.A.indices,
+            data=graph.A.data,
+            metadata=np.array(json.dumps(meta, sort_keys=True)),
+        )
     graph.path = path
     return path
 

@@ -34,10 +34,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import MaxbenchError
+from core.fileio import atomic_dir
 
 from .assets import maxbench_home, sha256_file
 
@@ -69,18 +68,10 @@ def atomic_directory(final: Path):
 
     The caller writes every file, then :func:`write_complete_marker` last. On an error or
     interrupt the temporary directory is removed and ``final`` is untouched."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
-    try:
+    with atomic_dir(final) as tmp:
         yield tmp
         if not (tmp / "complete.json").exists():
             raise RuntimeError("atomic_directory: complete.json was not written")
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_complete_marker(directory: Path) -> dict:

