@@ -94,15 +94,21 @@ def cmd_suites(args) -> int:
     return 0
 
 
-def run_id(given: str | None, *parts: str) -> str:
-    """``--run-id`` if given (one plain folder name: it cannot climb out of --runs-dir), else a name
-    made of ``parts`` with every other character replaced by '_', shortened with a hash if long."""
+def run_id(given: str | None, *parts: str, keep: str = "._=") -> str:
+    """``--run-id`` if given (one plain folder name: it cannot climb out of --runs-dir), else ``parts``
+    joined by '-', every character that is not alphanumeric or in ``keep`` replaced by '_' (the names
+    earlier versions gave: ``generate`` keeps "._=", ``run`` also '-'), shortened with a hash if long."""
     if given is not None:
         return plain_name(given, "--run-id")
-    name = "-".join("".join(c if c.isascii() and (c.isalnum() or c in "._=") else "_" for c in p) for p in parts)
+    name = "-".join("".join(c if c.isascii() and (c.isalnum() or c in keep) else "_" for c in p) for p in parts)
     if len(name) > 100 or not name[:1].isalnum():
         name = f"run-{name[:80]}-{hashlib.sha256(name.encode()).hexdigest()[:12]}"
     return plain_name(name, "the run directory name")
+
+
+def lineup_run_id(given: str | None, lineup: str, suite: str) -> str:
+    """The run directory of ``maxbench run``: ``<lineup>-<suite>``, e.g. ``default-food-reviews``."""
+    return run_id(given, lineup, suite, keep="._=-")
 
 
 def generate_systems(args) -> list:
@@ -284,7 +290,7 @@ def cmd_run(args) -> int:
 
         if torch.cuda.is_available():
             device = f"cuda:{os.environ['LOCAL_RANK']}"
-    run_dir = Path(args.runs_dir) / run_id(args.run_id, reg.name, suite.name)
+    run_dir = Path(args.runs_dir) / lineup_run_id(args.run_id, reg.name, suite.name)
     out_dir = Path(args.out) if args.out else (Path("results") if reg.name == "default" else Path("results") / reg.name)
     plan = RunPlan(
         run_dir=run_dir,

@@ -528,3 +528,13 @@ def test_an_operating_system_error_no_command_expected_is_one_line(cli, monkeypa
 
     monkeypatch.setattr(benchmark.commands, "cmd_suites", refused)
     _one_line_exit_2(cli("suites"), "cannot use /some/where: permission denied")
+
+
+def test_run_directory_names_are_those_earlier_versions_gave():
+    # Resuming an existing run, and the README's examples, depend on these names staying put.
+    from benchmark.commands import lineup_run_id, run_id
+
+    assert lineup_run_id(None, "default", "food-reviews") == "default-food-reviews"
+    assert run_id(None, "food-reviews", "smollm2-135m/softmax/top_p=0.9") == (
+        "food_reviews-smollm2_135m_softmax_top_p=0.9"
+    )
