@@ -324,4 +324,7 @@ def test_posg_single_class_on_smollm2_equals_softmax(smollm2):
     layer.set_head(head)
     scores = layer.scores(logits, h)
     torch.testing.assert_close(torch.softmax(scores, -1), torch.softmax(logits, -1), atol=1e-7, rtol=1e-5)
-    assert math.isclose(float(torch.softmax(scores, -1).sum()), 1.0, rel_tol=1e-5)
+    # one class holding every token: the scores are the logits shifted by one constant (a float32
+    # sum of 49k probabilities is only good to ~1e-5, so compare the shift rather than the sum)
+    shift = (scores - logits).double()
+    assert float(shift.max() - shift.min()) < 1e-4
