@@ -154,3 +154,22 @@ def test_an_encoder_that_cannot_load_offline_is_one_line_naming_what_to_do(tmp_p
     doc = json.loads((run / "scores.json").read_text())
     assert doc["systems"]["smollm2-135m/softmax/min_p=0.1"]["scores"]["diversity"]["value"] is not None
     embedding._encoder.cache_clear()
+
+
+def test_a_run_scored_with_mauve_and_diversity_gets_their_columns_and_plot(tmp_path, capsys):
+    run = _run(tmp_path, 24)
+    rows = [json.loads(line) for line in (run / "generations.jsonl").read_text().splitlines()]
+    other = [dict(r, system="smollm2-135m/softmax/top_p=0.9", text=r["text"] + " is it?") for r in rows]
+    (run / "generations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows + other))
+    base = ["--baseline", "smollm2-135m/softmax/top_p=0.9"]
+    assert main(["score", str(run), "--metrics", "mauve,diversity", "--bootstrap", "50", "--quiet", *base]) == 0
+    doc = json.loads((run / "scores.json").read_text())
+    mv = doc["systems"]["smollm2-135m/softmax/min_p=0.1"]["scores"]["mauve"]
+    assert mv["ci_low"] <= mv["value"] <= mv["ci_high"] and "k-means seeds" in mv["ci_method"]
+    paired = doc["comparisons"]["systems"]["smollm2-135m/softmax/min_p=0.1"]
+    assert mv["per_prompt"] == {} and "mauve" not in paired and "diversity" in paired
+    out = tmp_path / "board"
+    assert main(["leaderboard", str(run), "--out", str(out)]) == 0
+    header = (out / "leaderboard.md").read_text().split("\n| system")[1].split("\n")[0]
+    assert "mauve" in header and "diversity" in header
+    assert (out / "plots" / "mauve-diversity.png").stat().st_size > 1000
