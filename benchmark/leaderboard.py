@@ -42,6 +42,8 @@ PREFERRED = [
     "rouge-l-f",
     "meteor",
     "bertscore-f1",
+    "mauve",
+    "coherence",
     "ms-jaccard-2",
     "ms-jaccard-3",
     "ms-jaccard-4",
@@ -58,9 +60,10 @@ PREFERRED = [
     "distinct-2-corpus",
     "distinct-3-corpus",
     "distinct-4-corpus",
+    "diversity",
     "uniq",
 ]
-PLOT_FILES = ("tradeoff.png", "lambda.png", "steps.png")
+PLOT_FILES = ("tradeoff.png", "mauve-diversity.png", "lambda.png", "steps.png")
 
 
 # ---------------------------------------------------------------- reading runs
@@ -467,10 +470,13 @@ def _plots(rows: list[Row], plot_dir: Path) -> list[Path]:
         plt.close(fig)
         written.append(path)
 
+    decodings = {parse_system(row.system).decoding.label for row in rows}
+
     def short(label):
         system = system_of.get(label, label)
         spec = parse_system(system)
         name = spec.layer + (f"({','.join(f'{k}={v}' for k, v in spec.params)})" if spec.params else "")
+        name += f" {spec.decoding.label}" if len(decodings) > 1 else ""  # rows that differ in decoding say how
         return name + label[len(system) :]  # a row's run, where one system appears in several runs
 
     pts = [
@@ -488,6 +494,27 @@ def _plots(rows: list[Row], plot_dir: Path) -> list[Path]:
         ax.set_title("Quality-diversity trade-off")
         ax.grid(alpha=0.3)
         save(fig, "tradeoff.png")
+    pts = [
+        (s, e["diversity"], e["mauve"])
+        for s, e in scores.items()
+        if e.get("diversity", {}).get("value") is not None and e.get("mauve", {}).get("value") is not None
+    ]
+    if pts:
+        fig, ax = plt.subplots(figsize=(6, 4.5))
+
+        def bar(e):  # the interval around the value, as matplotlib's error bar lengths (x100)
+            low, high = e.get("ci_low"), e.get("ci_high")
+            return [[0.0], [0.0]] if low is None else [[100 * (e["value"] - low)], [100 * (high - e["value"])]]
+
+        for s, div, mv in pts:
+            x, y = 100 * div["value"], 100 * mv["value"]
+            ax.errorbar(x, y, xerr=bar(div), yerr=bar(mv), fmt="o", capsize=3)
+            ax.annotate(short(s), (x, y), fontsize=8, xytext=(4, 4), textcoords="offset points")
+        ax.set_xlabel("diversity (Su et al.: prod of 1 - rep-n, n = 2..4; x100)")
+        ax.set_ylabel("MAUVE vs the references (x100)")
+        ax.set_title("MAUVE against diversity [95% intervals]")
+        ax.grid(alpha=0.3)
+        save(fig, "mauve-diversity.png")
     sweep = []
     for s, e in scores.items():
         spec = parse_system(system_of[s])

@@ -3,7 +3,8 @@
 One forward pass per step over the whole batch (left padding, KV cache, logits of the last
 position only), then ``layer.scores`` maps logits (and hidden states, when the layer asks)
 to scores, the decoding setting is applied with Hugging Face's own logits warpers in
-``generate``'s order (temperature, top-k, top-p), and each row draws from its own
+``generate``'s order (temperature, top-k, top-p, min-p, typical, epsilon, eta; transformers'
+``_get_logits_processor``), and each row draws from its own
 ``torch.Generator`` seeded for its (prompt, sample). Because rows never share random
 numbers, a row's text does not depend on which other rows share its batch.
 """
@@ -25,7 +26,21 @@ _STAT_DIGITS = 6  # significant digits: keeps certified gaps near 1e-7 readable
 
 
 #: the keys a decoding label may set (``temp`` is short for ``temperature``)
-DECODING_KEYS = ("greedy", "sample", "temp", "temperature", "top_k", "top_p", "max_new_tokens")
+DECODING_KEYS = (
+    "greedy",
+    "sample",
+    "temp",
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "typical_p",
+    "epsilon",
+    "eta",
+    "max_new_tokens",
+)
+#: the truncation samplers after top-p, in generate's order, each with its "off" value (None: off)
+TRUNCATION_KEYS = ("min_p", "typical_p", "epsilon", "eta")
 
 
 @dataclass(frozen=True)
@@ -36,6 +51,10 @@ class DecodingSetting:
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
+    min_p: float = 0.0  # Nguyen et al. 2024: keep p >= min_p * max p (0: off)
+    typical_p: float = 1.0  # Meister et al. 2023: locally typical mass (1: off)
+    epsilon: float = 0.0  # Hewitt et al. 2022: keep p >= epsilon (0: off)
+    eta: float = 0.0  # Hewitt et al. 2022: keep p >= min(eta, sqrt(eta) exp(-entropy)) (0: off)
     max_new_tokens: int = 64
 
     def __post_init__(self):
@@ -45,6 +64,14 @@ class DecodingSetting:
             )
         if not 0 < self.top_p <= 1:
             raise MaxbenchError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.min_p <= 1:
+            raise MaxbenchError(f"min_p must be in [0, 1] (0 turns it off), got {self.min_p}")
+        if not 0 < self.typical_p <= 1:
+            raise MaxbenchError(f"typical_p must be in (0, 1] (1 turns it off), got {self.typical_p}")
+        for key in ("epsilon", "eta"):
+            # transformers' warpers take (0, 1); a cutoff near 1 removes all but the top token
+            if not 0 <= getattr(self, key) < 1:
+                raise MaxbenchError(f"{key} must be in [0, 1) (0 turns it off), got {getattr(self, key)}")
         if self.top_k < 0:
             raise MaxbenchError(f"top_k must be >= 0, got {self.top_k}")
         if self.max_new_tokens < 1:
@@ -59,6 +86,7 @@ class DecodingSetting:
             parts = [f"temp={self.temperature:g}"] if self.temperature != 1.0 else []
             parts += [f"top_k={self.top_k}"] if self.top_k else []
             parts += [f"top_p={self.top_p:g}"] if self.top_p < 1.0 else []
+            parts += [f"{k}={getattr(self, k):g}" for k in TRUNCATION_KEYS if self._truncates(k)]
             parts = parts or ["sample"]
         if self.max_new_tokens != 64:
             parts.append(f"max_new_tokens={self.max_new_tokens}")
@@ -74,33 +102,65 @@ class DecodingSetting:
             elif part == "sample":
                 kw["do_sample"] = True
             else:
-                m = re.fullmatch(r"(temp|temperature|top_k|top_p|max_new_tokens)=([0-9.eE+-]+)", part)
+                m = re.fullmatch(
+                    r"(temp|temperature|top_k|top_p|min_p|typical_p|epsilon|eta|max_new_tokens)=(.+)", part
+                )
                 if not m:
                     raise unknown_name(
                         "decoding setting",
                         part.split("=", 1)[0],
                         DECODING_KEYS,
-                        f"in '{label}'; write greedy, sample, temp=T, top_k=K, top_p=P, max_new_tokens=N",
+                        f"in '{label}'; write greedy, sample, temp=T, top_k=K, top_p=P, min_p=P, typical_p=P, "
+                        f"epsilon=E, eta=E, max_new_tokens=N",
                     )
                 key = {"temp": "temperature"}.get(m.group(1), m.group(1))
                 try:
                     kw[key] = int(m.group(2)) if key in ("top_k", "max_new_tokens") else float(m.group(2))
+                    if not math.isfinite(kw[key]):
+                        raise ValueError
                 except ValueError:
                     raise MaxbenchError(f"decoding setting '{part}': '{m.group(2)}' is not a number") from None
         return cls(**kw)
 
-    def warpers(self):
-        from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+    def _truncates(self, key: str) -> bool:
+        """Whether the truncation sampler ``key`` is on (its value is not the "off" value)."""
+        return getattr(self, key) < 1.0 if key == "typical_p" else getattr(self, key) > 0.0
 
-        procs = LogitsProcessorList()
+    def warpers(self):
+        """transformers' own warpers, in the order ``generate`` applies them (transformers 5.23
+        ``_get_logits_processor``): temperature, top-k, top-p, min-p, typical, epsilon, eta."""
+        import transformers as tf
+
+        procs = tf.LogitsProcessorList()
         if self.do_sample:
             if self.temperature != 1.0:
-                procs.append(TemperatureLogitsWarper(self.temperature))
+                procs.append(tf.TemperatureLogitsWarper(self.temperature))
             if self.top_k:
-                procs.append(TopKLogitsWarper(top_k=self.top_k, min_tokens_to_keep=1))
+                procs.append(tf.TopKLogitsWarper(top_k=self.top_k, min_tokens_to_keep=1))
             if self.top_p < 1.0:
-                procs.append(TopPLogitsWarper(top_p=self.top_p, min_tokens_to_keep=1))
+                procs.append(tf.TopPLogitsWarper(top_p=self.top_p, min_tokens_to_keep=1))
+            if self._truncates("min_p"):
+                procs.append(tf.MinPLogitsWarper(min_p=self.min_p, min_tokens_to_keep=1))
+            if self._truncates("typical_p"):
+                procs.append(tf.TypicalLogitsWarper(mass=self.typical_p, min_tokens_to_keep=1))
+            if self._truncates("epsilon"):
+                procs.append(tf.EpsilonLogitsWarper(epsilon=self.epsilon, min_tokens_to_keep=1))
+            if self._truncates("eta"):
+                procs.append(tf.EtaLogitsWarper(epsilon=self.eta, min_tokens_to_keep=1))
         return procs
+
+
+def warp_rows(warp, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """``warp(input_ids, scores)`` on the rows that have a distribution; a row of -inf only (an
+    empty POS class of POSG) has none, is left as it is, and would make eta's entropy NaN. The
+    warpers of ``DecodingSetting`` do not read ``input_ids``."""
+    alive = torch.isfinite(scores).any(-1)
+    if bool(alive.all()):
+        return warp(input_ids, scores)
+    out = scores.clone()
+    if bool(alive.any()):
+        out[alive] = warp(input_ids, scores[alive])
+    return out
 
 
 # ---------------------------------------------------------------- limits of the model and the machine
@@ -276,7 +336,7 @@ def decode(
         scores = layer.scores(logits, hidden)
         if setting.do_sample:
             # Warpers work on CPU generators' device-agnostic scores; sampling draws on CPU.
-            next_tok = layer.sample(scores, lambda s, ids=out_ids: warp(ids, s), generators).to(lm.device)
+            next_tok = layer.sample(scores, lambda s, ids=out_ids: warp_rows(warp, ids, s), generators).to(lm.device)
         else:
             next_tok = scores.argmax(-1)
         if record_stats:

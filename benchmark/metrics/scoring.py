@@ -196,15 +196,33 @@ def build_metrics(options: ScoringOptions) -> list:
 
 
 def score_batch(
-    batch: TextBatch, metrics: Sequence[Metric], options: ScoringOptions, label: str, not_applicable: bool = False
+    batch: TextBatch,
+    metrics: Sequence[Metric],
+    options: ScoringOptions,
+    label: str,
+    not_applicable: bool = False,
+    errors: list[str] | None = None,
 ) -> list[MetricResult]:
     """Every metric on ``batch``. A metric that cannot score it stops with its one-line error, or,
-    with ``not_applicable``, gives its scores as None with the reason, and the others go on."""
+    with ``not_applicable``, gives its scores as None with the reason, and the others go on. With
+    ``errors`` (a list), a metric that fails on the batch (MAUVE on too few texts, an encoder that
+    cannot be loaded) gives its scores as None with its error, which is appended there, and the
+    other metrics go on: the caller writes what was computed, then stops with the first error."""
     results = []
     for metric in metrics:
         t0 = time.perf_counter()
         why = metric.unavailable(batch) if not_applicable else None
-        results.append(metric.not_applicable(why) if why else metric.compute(batch))
+        if why:
+            results.append(metric.not_applicable(why))
+        elif errors is None:
+            results.append(metric.compute(batch))
+        else:
+            try:
+                results.append(metric.compute(batch))
+            except MaxbenchError as exc:
+                errors.append(f"{label}: {exc}")
+                why = f"not computed: {exc}"
+                results.append(metric.not_applicable(why))
         _log(options, f"  {label}: {metric.name} ({f'n/a: {why}' if why else f'{time.perf_counter() - t0:.1f} s'})")
     return results
 
@@ -223,7 +241,9 @@ def _score_entries(results: list[MetricResult], options: ScoringOptions) -> dict
                 "higher_is_better": res.higher_is_better,
                 "signature": res.signature,
             }
-            if options.n_resamples > 0 and score.value is not None:
+            if options.n_resamples > 0 and score.value is not None and score.interval is not None:
+                entry["ci_low"], entry["ci_high"], entry["ci_method"] = score.interval
+            elif options.n_resamples > 0 and score.value is not None and score.stats is not None:
                 ci = bootstrap_ci(score.stats, options.n_resamples, options.seed, options.level, score.range)
                 entry["ci_low"], entry["ci_high"] = ci.confidence_interval or (None, None)
                 entry["ci_method"] = ci.method
@@ -263,6 +283,10 @@ SCORE_PACKAGES = (
     "nltk",
     "rouge-score",
     "bert-score",
+    "mauve-text",
+    "faiss-cpu",
+    "scikit-learn",
+    "sentence-transformers",
     "torch",
     "transformers",
 )
@@ -343,9 +367,10 @@ def score_run(run_dir: str | Path, options: ScoringOptions, baseline: str | None
         "systems": {},
     }
     all_results = {}
+    errors: list[str] = []
     for system, batch in batches.items():
         _log(options, f"scoring {system} ({len(batch.texts)} texts, {len(batch.prompt_order)} prompts)")
-        results = score_batch(batch, metrics, options, system, not_applicable=True)
+        results = score_batch(batch, metrics, options, system, not_applicable=True, errors=errors)
         all_results[system] = results
         doc["metrics"].update(_metric_table(results))
         doc["systems"][system] = {
@@ -360,6 +385,9 @@ def score_run(run_dir: str | Path, options: ScoringOptions, baseline: str | None
     if baselines:
         doc["comparisons"] = compare(all_results, baselines, options, baseline)
     atomic_write(run_dir / "scores.json", json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n")
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise MaxbenchError(f"{errors[0]}{more}; every other score is written to {run_dir / 'scores.json'}")
     return doc
 
 
@@ -391,6 +419,8 @@ def compare(
             for name, score in r.scores.items():
                 if name not in base or score.value is None or base[name].value is None:
                     continue
+                if score.stats is None or base[name].stats is None:
+                    continue  # a score without per-prompt statistics (MAUVE) has no paired test
                 try:
                     c = paired_test(
                         score.stats,
