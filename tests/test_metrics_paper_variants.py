@@ -16,24 +16,15 @@ import pytest
 from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 
 from benchmark.metrics.base import METRICS, TextBatch, get_metric
+from benchmark.metrics.cli import PAPER_METRICS
 from benchmark.metrics.sentence_bleu import paired_bleu, self_bleu
 from benchmark.metrics.stats import bootstrap_ci
 from benchmark.metrics.tokenize import word_tokens
 from core.provenance import package_version
-from systems.assets import fetch
 
 TOL = 1e-9
 TOK = "tok:nltk-word(untrained-punkt)+cased"
-VARIANTS = (
-    "texygen-bleu",
-    "texygen-self-bleu",
-    "posg-bleu",
-    "posg-self-bleu",
-    "posg-kld",
-    "posg-ms-jaccard",
-    "posg-distinct",
-    "posg-rep",
-)
+VARIANTS = PAPER_METRICS
 
 
 def values(name: str, batch: TextBatch, **options) -> dict[str, float | None]:
@@ -46,17 +37,9 @@ def one_per_prompt(texts, refs=None) -> TextBatch:
 
 
 @pytest.fixture(scope="module")
-def paragraphs() -> list[str]:
-    """About 700 paragraphs (after the headline) of BBC articles, every topic."""
-    root = fetch("bbc")
-    out = []
-    for topic in sorted(p for p in root.iterdir() if p.is_dir()):
-        for path in sorted(topic.glob("*.txt"))[:60]:
-            try:
-                text = path.read_text(encoding="utf-8")
-            except UnicodeDecodeError:
-                continue
-            out += [p.strip() for p in text.split("\n\n")[1:4] if p.strip()]
+def paragraphs(bbc_paragraphs) -> list[str]:
+    """About 900 paragraphs (after the headline) of BBC articles, every topic."""
+    out = bbc_paragraphs(60)
     assert len(out) >= 600
     return out
 

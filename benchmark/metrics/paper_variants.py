@@ -57,6 +57,13 @@ def _orders_text(orders: Sequence[int]) -> str:
     return ",".join(map(str, orders))
 
 
+def _bleu_signature(metric: Metric, smooth: str, **rest) -> str:
+    """The signature of a BLEU-like variant: tokens, orders, weights, smoothing, then ``rest``."""
+    return signature(
+        metric.name, tok=TOKENIZER_ID, n=_orders_text(metric.orders), weights="uniform(1/n)", smooth=smooth, **rest
+    )
+
+
 class TexygenBLEU(PoolBLEU):
     name = "texygen-bleu"
     score_prefix = "texygen-bleu"
@@ -69,12 +76,9 @@ class TexygenBLEU(PoolBLEU):
 
     @property
     def signature(self) -> str:
-        return signature(
-            self.name,
-            tok=TOKENIZER_ID,
-            n=_orders_text(self.orders),
-            weights="uniform(1/n)",
-            smooth=SMOOTHING_ID,
+        return _bleu_signature(
+            self,
+            SMOOTHING_ID,
             refs=f"first-{self.sample_size}-references(prompt-order)",
             avg="mean-over-texts",
             nltk=package_version("nltk"),
@@ -92,12 +96,9 @@ class TexygenSelfBLEU(SelfBLEU):
 
     @property
     def signature(self) -> str:
-        return signature(
-            self.name,
-            tok=TOKENIZER_ID,
-            n=_orders_text(self.orders),
-            weights="uniform(1/n)",
-            smooth=SMOOTHING_ID,
+        return _bleu_signature(
+            self,
+            SMOOTHING_ID,
             texts=f"first-{self.sample_size}",
             refs="all-other-texts(leave-one-out,exact)",
             avg="mean-over-texts",
@@ -121,12 +122,9 @@ class PosgSelfBLEU(SelfBLEU):
 
     @property
     def signature(self) -> str:
-        return signature(
-            self.name,
-            tok=TOKENIZER_ID,
-            n=_orders_text(self.orders),
-            weights="uniform(1/n)",
-            smooth=f"zero-count->{self.zero_count:g}",
+        return _bleu_signature(
+            self,
+            f"zero-count->{self.zero_count:g}",
             refs="all-other-texts(leave-one-out,exact)",
             avg="mean-over-texts",
             ci="pool-fixed",
@@ -147,12 +145,9 @@ class PosgBLEU(Metric):
 
     @property
     def signature(self) -> str:
-        return signature(
-            self.name,
-            tok=TOKENIZER_ID,
-            n=_orders_text(self.orders),
-            weights="uniform(1/n)",
-            smooth=SMOOTHING_ID,
+        return _bleu_signature(
+            self,
+            SMOOTHING_ID,
             refs="prompt-reference",
             avg="mean-over-texts",
             nltk=package_version("nltk"),
