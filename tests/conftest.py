@@ -40,3 +40,24 @@ def artifacts_dir():
     d = ROOT / os.environ.get("MAXBENCH_TEST_ARTIFACTS", "test-artifacts")
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+@pytest.fixture(scope="session")
+def bbc_paragraphs():
+    """``bbc_paragraphs(k)``: paragraphs 2-4 (after the headline) of the first k BBC articles of each
+    topic (the ``bbc`` asset), real text for the metric tests."""
+    from systems.assets import fetch
+
+    def paragraphs(per_topic: int) -> list[str]:
+        root = fetch("bbc")
+        out = []
+        for topic in sorted(p for p in root.iterdir() if p.is_dir()):
+            for path in sorted(topic.glob("*.txt"))[:per_topic]:
+                try:
+                    text = path.read_text(encoding="utf-8")
+                except UnicodeDecodeError:
+                    continue
+                out += [p.strip() for p in text.split("\n\n")[1:4] if p.strip()]
+        return out
+
+    return paragraphs

@@ -21,17 +21,9 @@ METHOD1 = SmoothingFunction().method1
 
 
 @pytest.fixture(scope="module")
-def paragraphs() -> list[str]:
+def paragraphs(bbc_paragraphs) -> list[str]:
     """Paragraphs (after the headline) of the first articles of each BBC topic."""
-    root = fetch("bbc")
-    out = []
-    for topic in sorted(p for p in root.iterdir() if p.is_dir()):
-        for path in sorted(topic.glob("*.txt"))[:8]:
-            try:
-                text = path.read_text(encoding="utf-8")
-            except UnicodeDecodeError:
-                continue
-            out += [p.strip() for p in text.split("\n\n")[1:4] if p.strip()]
+    out = bbc_paragraphs(8)
     assert len(out) >= 90
     return out
 

@@ -103,9 +103,10 @@ def test_every_registered_layer_and_metric_is_the_class_of_that_name():
         assert layer_class(name).name == name
     for name in METRICS:
         assert get_metric(name).name == name
-    from benchmark.metrics.cli import DEFAULT_METRICS  # kept apart so that --help imports no scipy
+    from benchmark.metrics.cli import DEFAULT_METRICS, PAPER_METRICS  # kept apart: --help imports no scipy
 
-    assert sorted(DEFAULT_METRICS) == sorted(n for n in METRICS if n != "ref-ppl")
+    assert sorted(DEFAULT_METRICS + PAPER_METRICS) == sorted(n for n in METRICS if n != "ref-ppl")
+    assert not set(DEFAULT_METRICS) & set(PAPER_METRICS)
 
 
 @pytest.mark.parametrize(("label", "near"), [("top_pp=0.9", "top_p"), ("topk=3", "top_k"), ("greedyy", "greedy")])

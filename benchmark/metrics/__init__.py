@@ -5,7 +5,10 @@
 - ``reference``: sacrebleu, bleu-n, rouge-l, meteor, bertscore, kld, ms-jaccard.
 - ``diversity``: self-bleu, rep, seq-rep, distinct, uniq.
 - ``perplexity``: ppl (evaluator LM) and ``reference_perplexity`` / ref-ppl (a system's own).
-- ``sentence_bleu``: exact fast nltk sentence_bleu against a shared pool (BLEU-n, Self-BLEU).
+- ``paper_variants``: the papers' own definitions: texygen-bleu, texygen-self-bleu (Texygen as shipped),
+  posg-bleu, posg-self-bleu, posg-kld, posg-ms-jaccard, posg-distinct, posg-rep (the POSG authors' code).
+- ``sentence_bleu``: exact fast nltk sentence_bleu against a shared pool, the other texts or each
+  text's own reference (BLEU-n, Self-BLEU, the papers' variants).
 - ``stats``: bootstrap intervals over prompts and paired permutation tests.
 - ``scoring`` / ``cli``: ``maxbench score``.
 

@@ -133,6 +133,14 @@ def mean_score(batch: TextBatch, name: str, per_text, undefined: str = "") -> Sc
     return stats_score(name, stats, per_text, undefined or "no text has a defined value")
 
 
+def first_items(items: Sequence, limit: int | None, what: str) -> tuple[Sequence, str]:
+    """The first ``limit`` items (all when None), and a note saying so when some were left out
+    (Texygen's is_fast keeps the first 500 references or texts)."""
+    if limit is None or len(items) <= limit:
+        return items, ""
+    return items[:limit], f"the first {limit} of {len(items)} {what} only"
+
+
 @dataclass(frozen=True)
 class MetricResult:
     metric: str
@@ -239,6 +247,15 @@ METRICS: Registry[type[Metric]] = Registry(
         "diversity": "benchmark.metrics.diversity:SuDiversity",
         "mauve": "benchmark.metrics.embedding:Mauve",
         "coherence": "benchmark.metrics.embedding:Coherence",
+        # the papers' own definitions (benchmark/metrics/paper_variants.py)
+        "texygen-bleu": "benchmark.metrics.paper_variants:TexygenBLEU",
+        "texygen-self-bleu": "benchmark.metrics.paper_variants:TexygenSelfBLEU",
+        "posg-bleu": "benchmark.metrics.paper_variants:PosgBLEU",
+        "posg-self-bleu": "benchmark.metrics.paper_variants:PosgSelfBLEU",
+        "posg-kld": "benchmark.metrics.paper_variants:PosgKLD",
+        "posg-ms-jaccard": "benchmark.metrics.paper_variants:PosgMSJaccard",
+        "posg-distinct": "benchmark.metrics.paper_variants:PosgDistinct",
+        "posg-rep": "benchmark.metrics.paper_variants:PosgRep",
     },
     base=Metric,
 )

@@ -30,6 +30,18 @@ DEFAULT_METRICS = (
     "kld",
     "ms-jaccard",
 )
+# The papers' own definitions (benchmark/metrics/paper_variants.py): scored only when named in
+# --metrics, as `maxbench reproduce` does, beside the defaults above.
+PAPER_METRICS = (
+    "texygen-bleu",
+    "texygen-self-bleu",
+    "posg-bleu",
+    "posg-self-bleu",
+    "posg-kld",
+    "posg-ms-jaccard",
+    "posg-distinct",
+    "posg-rep",
+)
 
 
 def register(sub) -> None:
@@ -40,7 +52,8 @@ def register(sub) -> None:
         "intervals over prompts, paired tests against a baseline, metric signatures), or score "
         "external files with --generations [--references] and print the result.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="metrics: " + ", ".join(DEFAULT_METRICS) + " (default: all), and ref-ppl.\n"
+        epilog="metrics: " + ", ".join(DEFAULT_METRICS) + " (default: all), and ref-ppl; on request, the papers' "
+        "own definitions: " + ", ".join(PAPER_METRICS) + ".\n"
         "files: .jsonl/.json = one JSON object per line with a string field 'text' (and optionally "
         "'prompt', used by ppl); any other name = one text per line.",
     )

@@ -13,7 +13,7 @@ import numpy as np
 
 from core.provenance import package_version
 
-from .base import NONNEGATIVE, UNIT, Metric, TextBatch, mean_score, signature, stats_score
+from .base import NONNEGATIVE, UNIT, Metric, TextBatch, first_items, mean_score, signature, stats_score
 from .ngrams import count_blocks, hashed_counts, ngrams
 from .sentence_bleu import SMOOTHING_ID, self_bleu
 from .stats import PromptStats
@@ -34,6 +34,9 @@ class SelfBLEU(Metric):
         "other texts (every prompt and sample) with nltk sentence_bleu, averaged over texts"
     )
 
+    sample_size: int | None = None  # score only the first this many texts (None: all)
+    zero_count: float | None = None  # None: nltk method1; else a zero match count becomes this
+
     def __init__(self, orders: tuple[int, ...] = (2, 3, 4, 5)):
         self.orders = tuple(orders)
 
@@ -53,16 +56,22 @@ class SelfBLEU(Metric):
 
     @property
     def score_ranges(self):
-        return {f"self-bleu-{n}": UNIT for n in self.orders}
+        return {f"{self.name}-{n}": UNIT for n in self.orders}
 
     def _compute(self, batch: TextBatch):
         names = list(self.score_ranges)
-        if len(batch.texts) < 2:
+        scored, note = first_items(batch.tokens, self.sample_size, "texts")
+        if len(scored) < 2:
             why = "Self-BLEU needs at least two texts"
             nan = np.full(len(batch.texts), np.nan)
             return self.result([mean_score(batch, name, nan, why) for name in names], notes=why)
-        values = self_bleu(batch.tokens, self.orders)
-        return self.result([mean_score(batch, name, values[n]) for n, name in zip(self.orders, names)])
+        values = self_bleu(scored, self.orders, self.zero_count)
+        scores = []
+        for n, name in zip(self.orders, names):
+            per_text = np.full(len(batch.texts), np.nan)  # texts after the first sample_size: not scored
+            per_text[: len(scored)] = values[n]
+            scores.append(mean_score(batch, name, per_text))
+        return self.result(scores, notes=note)
 
 
 def repetition_loop(
@@ -92,18 +101,20 @@ def repetition_loop(
 class Repetition(Metric):
     name = "rep"
     higher_is_better = False
+    max_phrase = LOOP_MAX_PHRASE  # the longest phrase looked for
     variant = (
-        "Rep (Holtzman et al. 2020, as POSG reports it): share of texts that end in a repetition "
-        "loop (a phrase of >= 3 tokens repeated back to back at the end, or any phrase > 50 times), "
-        "as a fraction"
+        "Rep (Holtzman et al. 2020, their code ari-holtzman/degen metrics/repetition.py: phrases up to "
+        "90 tokens): share of texts that end in a repetition loop (a phrase of >= 3 tokens repeated "
+        "back to back at the end, or any phrase > 50 times), as a fraction; the POSG authors' code "
+        "looks for phrases up to 100 tokens (posg-rep)"
     )
 
     @property
     def signature(self) -> str:
         return signature(
-            "rep",
+            self.name,
             tok=TOKENIZER_ID,
-            max_phrase=LOOP_MAX_PHRASE,
+            max_phrase=self.max_phrase,
             min_phrase=LOOP_MIN_PHRASE,
             min_repeats=LOOP_MIN_REPEATS,
             or_repeats_over=LOOP_MANY,
@@ -111,8 +122,8 @@ class Repetition(Metric):
         )
 
     def _compute(self, batch: TextBatch):
-        values = [0.0 if repetition_loop(t) is None else 1.0 for t in batch.tokens]
-        return self.result([mean_score(batch, "rep", values)])
+        values = [0.0 if repetition_loop(t, self.max_phrase) is None else 1.0 for t in batch.tokens]
+        return self.result([mean_score(batch, self.name, values)])
 
 
 class SeqRep(Metric):
@@ -145,8 +156,10 @@ class SeqRep(Metric):
 class Distinct(Metric):
     name = "distinct"
     variant = (
-        "Distinct-n in two variants: per-text (unique n-grams / n-grams of each text, mean over texts "
-        "with an n-gram; POSG) and corpus (unique n-grams / n-grams over all texts; Li et al. 2016, GEM)"
+        "Distinct-n in two variants: per-text (Li et al. 2016's ratio on each text, unique n-grams / "
+        "n-grams, mean over texts with an n-gram; equals 1 - Welleck et al. 2020's seq-rep-n of the "
+        "text; not the POSG authors' distinct_upto, which divides by tokens: posg-distinct) and corpus "
+        "(unique n-grams / n-grams over all texts; Li et al. 2016, GEM-metrics ngrams.py)"
     )
 
     def __init__(self, orders: tuple[int, ...] = (1, 2, 3)):

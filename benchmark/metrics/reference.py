@@ -10,13 +10,14 @@ bert-score); tests/test_metrics_library_equality.py checks equality with direct 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
 from core.errors import MaxbenchError
 from core.provenance import package_version
 
-from .base import NONNEGATIVE, UNIT, Metric, TextBatch, mean_score, signature, stats_score
+from .base import NONNEGATIVE, UNIT, Metric, TextBatch, first_items, mean_score, signature, stats_score
 from .ngrams import count_blocks, hashed_counts
 from .sentence_bleu import SMOOTHING_ID, pool_bleu
 from .stats import PromptStats
@@ -84,6 +85,9 @@ class PoolBLEU(Metric):
         "with nltk sentence_bleu, averaged over texts"
     )
 
+    score_prefix = "bleu"  # the scores are <score_prefix>-<n>
+    sample_size: int | None = None  # the first this many references (None: all)
+
     def __init__(self, orders: tuple[int, ...] = (2, 3, 4, 5)):
         self.orders = tuple(orders)
 
@@ -102,11 +106,13 @@ class PoolBLEU(Metric):
 
     @property
     def score_ranges(self):
-        return {f"bleu-{n}": UNIT for n in self.orders}
+        return {f"{self.score_prefix}-{n}": UNIT for n in self.orders}
 
     def _compute(self, batch: TextBatch):
-        values = pool_bleu(batch.tokens, batch.reference_tokens, self.orders)
-        return self.result([mean_score(batch, name, values[n]) for n, name in zip(self.orders, self.score_ranges)])
+        refs, note = first_items(batch.reference_tokens, self.sample_size, "references")
+        values = pool_bleu(batch.tokens, refs, self.orders)
+        scores = [mean_score(batch, name, values[n]) for n, name in zip(self.orders, self.score_ranges)]
+        return self.result(scores, notes=note)
 
 
 class RougeL(Metric):
@@ -280,6 +286,24 @@ class BERTScore(Metric):
         )
 
 
+def text_and_reference_counts(
+    batch: TextBatch, orders: Iterable[int], count: Callable[[Sequence[Sequence[str]], int], list] = hashed_counts
+) -> tuple[list, list]:
+    """For each order k, the k-gram counts (``count``) of the texts, summed per prompt, and of the
+    references (one per prompt), over one key space: the blocks [texts_k, references_k, ...] and
+    their keys, for ``PromptStats``."""
+    n_prompts = len(batch.prompt_order)
+    blocks, keys = [], []
+    for k in orders:
+        key, pair = count_blocks(
+            [(batch.prompt_index, count(batch.tokens, k)), (np.arange(n_prompts), count(batch.reference_tokens, k))],
+            n_prompts,
+        )
+        blocks += pair
+        keys += [key, key]
+    return blocks, keys
+
+
 class UnigramKL(Metric):
     name = "kld"
     needs_references = True
@@ -308,14 +332,7 @@ class UnigramKL(Metric):
         return {"kld": NONNEGATIVE}
 
     def _compute(self, batch: TextBatch):
-        n_prompts = len(batch.prompt_order)
-        keys, (gen, ref) = count_blocks(
-            [
-                (batch.prompt_index, hashed_counts(batch.tokens, 1)),
-                (np.arange(n_prompts), hashed_counts(batch.reference_tokens, 1)),
-            ],
-            n_prompts,
-        )
+        (gen, ref), (keys, _) = text_and_reference_counts(batch, (1,))
         alpha = self.alpha
 
         def finalize(agg):
@@ -372,17 +389,7 @@ class MSJaccard(Metric):
 
     def _compute(self, batch: TextBatch):
         n_prompts = len(batch.prompt_order)
-        blocks, keys = [], []
-        for k in range(1, self.max_n + 1):
-            key, (gen, ref) = count_blocks(
-                [
-                    (batch.prompt_index, hashed_counts(batch.tokens, k)),
-                    (np.arange(n_prompts), hashed_counts(batch.reference_tokens, k)),
-                ],
-                n_prompts,
-            )
-            blocks += [gen, ref]
-            keys += [key, key]
+        blocks, keys = text_and_reference_counts(batch, range(1, self.max_n + 1))
         sizes = np.column_stack([np.bincount(batch.prompt_index, minlength=n_prompts), np.ones(n_prompts)])
         scores = []
         for n, name in enumerate(self.score_ranges, 1):

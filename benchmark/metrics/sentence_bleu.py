@@ -1,10 +1,16 @@
-"""nltk's ``sentence_bleu`` for many hypotheses against one shared pool of references, exact and fast.
+"""nltk's ``sentence_bleu`` for many hypotheses at once (a shared pool, the other texts, or each one's
+own reference), exact and fast.
 
-Two metrics use it, both Texygen-style (nltk ``sentence_bleu``, ``SmoothingFunction().method1``,
-uniform weights 1/n over orders 1..n):
+Texygen-style (nltk ``sentence_bleu``, ``SmoothingFunction().method1``, uniform weights 1/n over
+orders 1..n):
 
 - ``pool_bleu``: each generation against the whole reference set (the graphmax papers' BLEU-n);
-- ``self_bleu``: each generation against all the *other* generations (leave-one-out Self-BLEU).
+- ``self_bleu``: each generation against all the *other* generations (leave-one-out Self-BLEU);
+- ``paired_bleu``: each generation against its own reference only (the POSG authors' ``bleu_upto``).
+
+``zero_count`` switches method1 for the POSG authors' own arithmetic (util/evaluate.py
+``selfbleu``): a zero match count becomes that number (1e-100) and nothing else changes, not
+even nltk's "no unigram matches scores 0".
 
 Calling nltk once per hypothesis recounts every reference's n-grams each time: quadratic in
 the number of texts (minutes for 1,536 texts). With a shared pool, the clipping count of an
@@ -13,7 +19,8 @@ Leaving text i out changes it only for n-grams where text i holds that largest c
 the second-largest count takes its place (equal to the largest on a tie). The closest
 reference length is found the same way: text i's own length drops out of the candidates
 only if no other text has it. Everything else is counting with numpy. The equality with nltk
-to 1e-9 is tested in tests/test_metrics_library_equality.py and measured in benchmarks/self_bleu.py.
+to 1e-9 is tested in tests/test_metrics_library_equality.py (``paired_bleu`` and ``zero_count``
+in tests/test_metrics_paper_variants.py) and measured in benchmarks/self_bleu.py.
 """
 
 from __future__ import annotations
@@ -107,12 +114,19 @@ def _closest_lengths_leave_one_out(lengths: np.ndarray) -> np.ndarray:
 
 
 def _bleu_from_counts(
-    numerators: np.ndarray, denominators: np.ndarray, hyp_len: np.ndarray, ref_len: np.ndarray, orders: Sequence[int]
+    numerators: np.ndarray,
+    denominators: np.ndarray,
+    hyp_len: np.ndarray,
+    ref_len: np.ndarray,
+    orders: Sequence[int],
+    zero_count: float | None = None,
 ) -> dict[int, np.ndarray]:
-    """nltk corpus_bleu arithmetic for one hypothesis each, method1 smoothing, uniform weights."""
+    """nltk corpus_bleu arithmetic for one hypothesis each, uniform weights: method1 smoothing, or
+    with ``zero_count`` a zero match count replaced by it (no zero-unigram rule)."""
     numerators = numerators.astype(np.float64)
     denominators = denominators.astype(np.float64)
-    precision = np.where(numerators > 0, numerators, METHOD1_EPSILON) / denominators
+    zero = METHOD1_EPSILON if zero_count is None else zero_count
+    precision = np.where(numerators > 0, numerators, zero) / denominators
     log_p = np.log(precision)
     with np.errstate(divide="ignore", over="ignore"):
         bp = np.where(
@@ -121,7 +135,7 @@ def _bleu_from_counts(
     out = {}
     for n in orders:
         s = np.sum(log_p[:, :n] * (1.0 / n), axis=1)
-        out[n] = np.where(numerators[:, 0] == 0, 0.0, bp * np.exp(s))
+        out[n] = bp * np.exp(s) if zero_count is not None else np.where(numerators[:, 0] == 0, 0.0, bp * np.exp(s))
     return out
 
 
@@ -169,11 +183,14 @@ def pool_bleu(
     return _bleu_from_counts(num, den, hyp_len, ref_len, orders)
 
 
-def self_bleu(texts: Sequence[Sequence[str]], orders: Sequence[int] = (4,)) -> dict[int, np.ndarray]:
+def self_bleu(
+    texts: Sequence[Sequence[str]], orders: Sequence[int] = (4,), zero_count: float | None = None
+) -> dict[int, np.ndarray]:
     """Leave-one-out Self-BLEU-n of every text against all the other texts, for each n in ``orders``.
 
     Equals ``sentence_bleu(texts[:i] + texts[i+1:], texts[i], weights=(1/n,)*n,
-    smoothing_function=SmoothingFunction().method1)`` for every i. Needs at least two texts.
+    smoothing_function=SmoothingFunction().method1)`` for every i (with ``zero_count``: the POSG
+    authors' ``selfbleu`` instead). Needs at least two texts.
     """
     if len(texts) < 2:
         raise ValueError("self_bleu needs at least two texts")
@@ -187,4 +204,35 @@ def self_bleu(texts: Sequence[Sequence[str]], orders: Sequence[int] = (4,)) -> d
 
     every = np.arange(index.n_texts)
     num, den = _ngram_stats(index, every, max_n, other_max)
-    return _bleu_from_counts(num, den, index.lengths, _closest_lengths_leave_one_out(index.lengths), orders)
+    return _bleu_from_counts(num, den, index.lengths, _closest_lengths_leave_one_out(index.lengths), orders, zero_count)
+
+
+def paired_bleu(
+    hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[str]], orders: Sequence[int] = (4,)
+) -> dict[int, np.ndarray]:
+    """BLEU-n of every hypothesis against its own reference only, for each n in ``orders``.
+
+    Equals ``sentence_bleu([references[i]], hypotheses[i], weights=(1/n,)*n,
+    smoothing_function=SmoothingFunction().method1)`` for every i.
+    """
+    if len(hypotheses) != len(references):
+        raise ValueError("paired_bleu needs one reference per hypothesis")
+    max_n = max(orders)
+    n_h = len(hypotheses)
+    index = _NgramIndex(list(hypotheses) + list(references), max_n)
+
+    def own_reference_count(n, text, gram, count):
+        ref_text, ref_gram, ref_count = index.per_order[n - 1]
+        is_ref = ref_text >= n_h
+        if not is_ref.any():
+            return np.zeros_like(count)
+        width = max(index.n_types[n - 1], 1)
+        # rows are sorted by (text, n-gram id), so the reference rows' keys are sorted too
+        ref_keys = (ref_text[is_ref] - n_h) * width + ref_gram[is_ref]
+        keys = text * width + gram
+        at = np.minimum(np.searchsorted(ref_keys, keys), ref_keys.size - 1)
+        return np.where(ref_keys[at] == keys, ref_count[is_ref][at], 0)
+
+    hyps = np.arange(n_h)
+    num, den = _ngram_stats(index, hyps, max_n, own_reference_count)
+    return _bleu_from_counts(num, den, index.lengths[hyps], index.lengths[n_h:], orders)
