@@ -137,8 +137,69 @@ def _extract(name: str) -> tuple[list[str], dict]:
     return texts, meta
 
 
+# ---------------------------------------------------------------- fold views (cross-validation)
+_VIEW = re.compile(r"^(?P<base>[^@]+)@fold=(?P<fold>-?\d+)/(?P<k>-?\d+),seed=(?P<seed>\d+)$")
+
+
+def fold_of(text: str, k: int, seed: int) -> int:
+    """The cross-validation fold (0..k-1) of a text: a seeded hash of the text, so a text's fold
+    does not depend on the order of the corpus and never changes while the text and seed do not."""
+    return int(hashlib.sha256(f"{seed}:{text}".encode()).hexdigest()[:8], 16) % k
+
+
+def fold_view(name: str, fold: int, k: int, seed: int) -> str:
+    """The name of corpus ``name`` seen as fold ``fold`` of ``k``: its fitting split is the other k-1
+    folds of the whole corpus (fit and test splits together), its test split that fold."""
+    return f"{name}@fold={fold}/{k},seed={seed}"
+
+
+def parse_view(name: str) -> tuple[str, int, int, int] | None:
+    """(base corpus, fold, k, seed) of a fold view's name, None for a plain corpus name; a malformed
+    or impossible view is one line."""
+    if "@" not in name:
+        return None
+    m = _VIEW.match(name)
+    if m is None:
+        raise MaxbenchError(
+            f"corpus view '{name}' is malformed; write NAME@fold=I/K,seed=S (e.g. food-reviews@fold=0/5,seed=1)"
+        )
+    base, fold, k, seed = m["base"], int(m["fold"]), int(m["k"]), int(m["seed"])
+    if k < 2:
+        raise MaxbenchError(f"corpus view '{name}': the fold count must be at least 2, got {k}")
+    if not 0 <= fold < k:
+        raise MaxbenchError(f"corpus view '{name}': the fold must be between 0 and {k - 1}, got {fold}")
+    return base, fold, k, seed
+
+
+def _load_view(name: str, base: str, fold: int, k: int, seed: int) -> Corpus:
+    """A fold view of corpus ``base``. Its identity (``name`` and ``sha256``) differs from the base
+    corpus and from every other view, so graphs, hidden states and heads fitted on it are cached
+    apart; the base corpus and its caches are untouched."""
+    whole = load_corpus(base)
+    texts = whole.fit + whole.test
+    fit = [t for t in texts if fold_of(t, k, seed) != fold]
+    test = [t for t in texts if fold_of(t, k, seed) == fold]
+    digest = hashlib.sha256(f"{name}\n{whole.sha256}".encode()).hexdigest()
+    meta = dict(
+        whole.meta,
+        name=name,
+        view_of=base,
+        view_of_sha256=whole.sha256,
+        split_rule=f"test = fold {fold} of {k}: int(sha256(f'{seed}:{{text}}')[:8], 16) % {k} == {fold}",
+        sha256=digest,
+        fit=len(fit),
+        test=len(test),
+    )
+    return Corpus(name=name, fit=fit, test=test, meta=meta)
+
+
 def check_corpus(name: str) -> str:
-    """``name`` if it is a known corpus, else one line with the closest known name (nothing is read)."""
+    """``name`` if it is a known corpus or a well-formed fold view of one, else one line with the
+    closest known name (nothing is read)."""
+    view = parse_view(name)
+    if view is not None:
+        check_corpus(view[0])
+        return name
     if name not in CORPORA:
         near = closest(name, CORPORA)
         guess = f": did you mean '{near}'?" if near else ";"
@@ -147,8 +208,11 @@ def check_corpus(name: str) -> str:
 
 
 def load_corpus(name: str) -> Corpus:
-    """Return the cleaned, split corpus ``name``, extracting it once into the cache."""
+    """Return the cleaned, split corpus ``name`` (or a fold view of one), extracting it once into the cache."""
     check_corpus(name)
+    view = parse_view(name)
+    if view is not None:
+        return _load_view(name, *view)
     root = maxbench_home() / "corpora"
     data, meta_path = root / f"{name}.jsonl", root / f"{name}.json"
     meta = None
