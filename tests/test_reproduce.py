@@ -2,6 +2,7 @@
 resume after kill -9, and the report (tiny corpora and the tiny random model)."""
 
 import hashlib
+import html
 import json
 import random
 import signal
@@ -66,7 +67,7 @@ seed = 3
 prompts = 3
 batch_size = 2
 baseline = "softmax"
-metrics = ["bleu-n", "self-bleu"]
+metrics = ["bleu-n"]
 [protocol.systems]
 softmax = "softmax/top_p=0.9,max_new_tokens=6"
 graphmax = "graphmax(lam=1.0,solver=exact)/top_p=0.9,max_new_tokens=6"
@@ -88,11 +89,12 @@ paper_method = [0.6]
 [[claims]]
 id = "vs-sparsemax"
 where = "Figure 5"
-statement = "graphmax has lower Self-BLEU-4 than sparsemax"
+statement = "graphmax has higher BLEU-2 than sparsemax"
 methods = ["graphmax"]
 baseline = "sparsemax"
-scores = ["self-bleu-4"]
-direction = "lower"
+scores = ["bleu-2"]
+also = ["self-bleu-4"]
+direction = "higher"
 [[claims]]
 id = "time"
 where = "Table 3"
@@ -257,91 +259,150 @@ def test_bad_input_is_one_line_exit_2(cli, home, paper_file):
 
 
 def test_a_missing_metric_is_one_line_before_anything_is_written(cli, home, tmp_path, paper_file):
-    paper_file.write_text(PAPER.replace('metrics = ["bleu-n", "self-bleu"]', 'metrics = ["texygen-bleu"]'))
+    paper_file.write_text(PAPER.replace('metrics = ["bleu-n"]', 'metrics = ["texygen-bleu"]'))
     rc, _, err = cli("reproduce", paper_file, "--out", tmp_path / "out")
     assert rc == 2 and "needs metric 'texygen-bleu'" in err and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
 
 
-def _command(paper_file, out):
-    return [
-        sys.executable,
-        "-m",
-        "benchmark",
-        "reproduce",
-        str(paper_file),
-        "--out",
-        str(out),
-        "--threads",
-        "1",
-        "--no-progress",
-        "--n-resamples",
-        "200",
-    ]
+def _argv(paper_file, out):
+    return ["reproduce", str(paper_file), "--out", str(out), "--threads", "1", "--no-progress", "--n-resamples", "200"]
 
 
-def test_reproduction_end_to_end_resumes_after_kill_9_byte_identical(tmp_path, home, paper_file):
-    clean = subprocess.run(_command(paper_file, tmp_path / "clean"), capture_output=True, text=True)
-    assert clean.returncode == 0, clean.stderr
-    killed = tmp_path / "killed"
-    proc = subprocess.Popen(_command(paper_file, killed), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    first = killed / "runs" / "tiny-random-food-reviews-fold0of2" / "generations.jsonl"
-    deadline = time.time() + 120
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory):
+    """One uninterrupted reproduction of the toy paper (in-process), shared by the tests below."""
+    from benchmark.cli import main
+
+    root = tmp_path_factory.mktemp("repro")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MAXBENCH_HOME", str(root / "home"))
+        write_corpus(root / "home", "food-reviews", tiny_texts())
+        (root / "toy.toml").write_text(PAPER)
+        assert main(_argv(root / "toy.toml", root / "clean")) == 0
+        yield root
+
+
+RUNS = ("tiny-random-food-reviews-fold0of2-n3", "tiny-random-food-reviews-fold1of2-n3")
+
+
+def test_reproduction_resumes_after_kill_9_byte_identical(clean, monkeypatch):
+    from benchmark.cli import main
+
+    monkeypatch.setenv("MAXBENCH_HOME", str(clean / "home"))
+    killed = clean / "killed"
+    argv = [sys.executable, "-m", "benchmark", *_argv(clean / "toy.toml", killed)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = killed / "runs" / RUNS[0] / "generations.jsonl"
+    deadline = time.time() + 300
     while time.time() < deadline and (not first.exists() or first.read_bytes().count(b"\n") < 2):
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (killed / "report.md").exists(), "the kill must land before the end"
-    again = subprocess.run(_command(paper_file, killed), capture_output=True, text=True)
-    assert again.returncode == 0, again.stderr
-    for run in ("tiny-random-food-reviews-fold0of2", "tiny-random-food-reviews-fold1of2"):
-        a, b = (d / "runs" / run / "generations.jsonl" for d in (tmp_path / "clean", killed))
+    assert main(_argv(clean / "toy.toml", killed)) == 0
+    for run in RUNS:
+        a, b = (d / "runs" / run / "generations.jsonl" for d in (clean / "clean", killed))
         assert a.read_bytes() == b.read_bytes()
-    suite = "suites/food-reviews-fold0of2-seed3.jsonl"
-    assert (tmp_path / "clean" / suite).read_bytes() == (killed / suite).read_bytes()
+    suite = "suites/food-reviews-fold0of2-seed3-n3.jsonl"
+    assert (clean / "clean" / suite).read_bytes() == (killed / suite).read_bytes()
 
     def untimed(path):  # every row but the wall-time ratio, which measures this machine's clock
         return [line for line in path.read_text().splitlines() if "time-per-token-ratio" not in line]
 
-    assert untimed(tmp_path / "clean" / "report.csv") == untimed(killed / "report.csv")
-    # what the report says
-    doc = json.loads((killed / "report.json").read_text())
+    assert untimed(clean / "clean" / "report.csv") == untimed(killed / "report.csv")
+
+
+def test_the_report_has_a_table_per_claim_with_verdicts_and_provenance(clean):
+    out = clean / "clean"
+    doc = json.loads((out / "report.json").read_text())
     rows = {(r["claim"], r["score"]): r for r in doc["rows"]}
-    assert rows[("bleu", "bleu-4")]["n_folds"] == 2 and rows[("bleu", "bleu-4")]["paper_difference"] == pytest.approx(
-        0.1
-    )
-    assert rows[("vs-sparsemax", "self-bleu-4")]["n_folds"] == 1  # sparsemax runs in fold 0 only
+    bleu = rows[("bleu", "bleu-4")]
+    assert bleu["n_folds"] == 2 and bleu["paper_difference"] == pytest.approx(0.1)
+    assert bleu["paper_baseline"] == 0.5 and bleu["paper_method"] == 0.6
+    assert rows[("vs-sparsemax", "bleu-2")]["n_folds"] == 1  # sparsemax runs in fold 0 only
+    missing = rows[("vs-sparsemax", "self-bleu-4")]  # a score no metric of the protocol computes
+    assert missing["verdict"] == NOT_COMPARABLE and "'self-bleu-4' is not in the runs' scores.json" in missing["why"]
     assert rows[("mt", "")]["verdict"] == NOT_COMPARABLE and rows[("mt", "")]["why"] == "no translation corpus offline"
     assert rows[("time", "time-per-token-ratio")]["difference"] > 0
     for r in doc["rows"]:
         assert r["verdict"] in (REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE)
-    assert len(doc["runs"]) == 2 and all(len(r["manifest_sha256"]) == 64 for r in doc["runs"])
-    md = (killed / "report.md").read_text()
+    assert [r["run"] for r in doc["runs"]] == list(RUNS)
+    for r in doc["runs"]:
+        assert (
+            r["manifest_sha256"] == hashlib.sha256((out / "runs" / r["run"] / "manifest.json").read_bytes()).hexdigest()
+        )
+    md = (out / "report.md").read_text()
     assert "## Table 1: bleu" in md and "Total wall time" in md and doc["command"].startswith("maxbench reproduce ")
-    assert "bleu-2 (maxbench)" in md and "a toy protocol" in md
-    html = (killed / "report.html").read_text()
+    assert "bleu-2 (maxbench)" in md and "a toy protocol" in md and "no translation corpus offline" in md
+    html = (out / "report.html").read_text()
     assert "<table" in html and "data:image/png;base64," in html
 
 
-def test_the_paired_difference_against_another_system_matches_a_direct_test(tmp_path, home, paper_file):
+def test_the_paired_difference_against_another_system_matches_a_direct_test(clean, monkeypatch):
     """The claim table's difference against a system that is not the run's baseline is the
     paired test of the two systems' scores (the same as scores.json would hold)."""
     from benchmark.metrics.base import get_metric
     from benchmark.metrics.scoring import load_run
     from benchmark.metrics.stats import paired_test
-    from benchmark.reproduce.protocol import Options, execute, plan_runs
+    from benchmark.reproduce.protocol import Options, plan_runs
     from benchmark.reproduce.report import PairCache, claim_rows
 
-    paper = load_paper(str(paper_file))
-    runs = plan_runs(paper, Options(folds_run=1), tmp_path / "o")
-    execute(runs, ["bleu-n", "self-bleu"], device="cpu", threads=1, progress=False, n_resamples=200)
+    monkeypatch.setenv("MAXBENCH_HOME", str(clean / "home"))
+    paper = load_paper(str(clean / "toy.toml"))
+    runs = plan_runs(paper, Options(), clean / "clean")
     claim = next(c for c in paper.claims if c.id == "vs-sparsemax")
-    (row,) = claim_rows(claim, runs, PairCache(200))
+    row, _ = claim_rows(claim, runs, PairCache(200))
     _, batches = load_run(runs[0].run_dir)
-    m = get_metric("self-bleu")
-    a = m.compute(batches[runs[0].roles["graphmax"]]).scores["self-bleu-4"]
-    b = m.compute(batches[runs[0].roles["sparsemax"]]).scores["self-bleu-4"]
+    m = get_metric("bleu-n")
+    a = m.compute(batches[runs[0].roles["graphmax"]]).scores["bleu-2"]
+    b = m.compute(batches[runs[0].roles["sparsemax"]]).scores["bleu-2"]
     c = paired_test(a.stats, b.stats, 200)
     assert row.difference == pytest.approx(c.difference)
     assert (row.ci_low, row.ci_high) == pytest.approx(tuple(c.confidence_interval))
     assert row.method_mean == pytest.approx(a.value) and row.baseline_mean == pytest.approx(b.value)
+
+
+# ---------------------------------------------------------------- the POSG protocol's data
+
+
+def test_window_items_cut_consecutive_50_plus_100_word_windows():
+    from benchmark.suites import _window_items
+
+    text = " ".join(f"w{i}" for i in range(320))  # two whole windows, 20 words left over
+    items = _window_items([text, "too short"], "wiki", 10)
+    assert len(items) == 2
+    assert items[0]["prompt"].split() == [f"w{i}" for i in range(50)]
+    assert items[0]["reference"].split() == [f"w{i}" for i in range(50, 150)]
+    assert items[1]["prompt"].split()[0] == "w150" and items[1]["reference"].split()[-1] == "w299"
+    assert len(_window_items([text], "wiki", 1)) == 1
+
+
+WIKI_ARTICLE = """{{Infobox animal|name=Cat}}
+'''Cats''' are [[mammal|small mammals]].<ref name=a>A source.</ref>
+== History ==
+[[File:Cat.jpg|thumb|A cat]]They live with [[people]].<!-- hidden -->
+{| class=wikitable
+|-
+| cell one || cell two
+|}
+[[Category:Animals]]"""
+WIKI_XML = f"""<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/">
+<page><title>Cat</title><ns>0</ns><id>1</id><revision><text>{html.escape(WIKI_ARTICLE)}</text></revision></page>
+<page><title>Kitty</title><ns>0</ns><id>2</id><redirect title="Cat" /><revision><text>#REDIRECT [[Cat]]</text></revision></page>
+<page><title>Wikipedia:About</title><ns>4</ns><id>3</id><revision><text>Project page.</text></revision></page>
+</mediawiki>"""
+
+
+def test_wikipedia_articles_lose_their_markup_and_only_articles_are_kept(tmp_path, monkeypatch):
+    import bz2
+
+    import benchmark.corpora as corpora
+
+    path = tmp_path / "wiki.xml.bz2"
+    path.write_bytes(bz2.compress(WIKI_XML.encode()))
+    monkeypatch.setattr(corpora, "fetch", lambda name: path)
+    (text,) = corpora._wikipedia()
+    assert corpora.clean_text(text) == "Cats are small mammals. They live with people."
+    monkeypatch.setattr(corpora, "WIKI_PASSAGE_WORDS", 3)
+    assert corpora._wikipedia() == ["Cats are small", "mammals. They live", "with people."]

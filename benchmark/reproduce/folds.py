@@ -18,7 +18,7 @@ from pathlib import Path
 from core.errors import MaxbenchError
 from core.fileio import atomic_write
 
-BUILDERS = {"review": "_review_items", "prefix": "_prefix_items"}
+BUILDERS = {"review": "_review_items", "prefix": "_prefix_items", "windows": "_window_items"}
 
 
 def fold_items(corpus: str, fold: int, k: int, seed: int, n_prompts: int, kind: str) -> list[dict]:
@@ -36,6 +36,21 @@ def fold_items(corpus: str, fold: int, k: int, seed: int, n_prompts: int, kind: 
         raise MaxbenchError(
             f"corpus '{corpus}' is too small for {k} folds of {n_prompts} prompts: fold {fold} holds "
             f"{len(items)} usable texts; use fewer folds or fewer prompts"
+        )
+    return items
+
+
+def heldout_items(corpus: str, n_prompts: int, kind: str) -> list[dict]:
+    """The first ``n_prompts`` items (all when 0) of the corpus's own test split, in the corpus's
+    order: for protocols with a fixed held-out split (POSG's test prefixes)."""
+    from benchmark import suites
+    from benchmark.corpora import load_corpus
+
+    texts = load_corpus(corpus).test
+    items = getattr(suites, BUILDERS[kind])(texts, f"{corpus}-heldout-{kind}", n_prompts or 10**9)
+    if len(items) < max(n_prompts, 1):
+        raise MaxbenchError(
+            f"corpus '{corpus}' is too small for {n_prompts} prompts: its test split gives {len(items)}; ask for fewer"
         )
     return items
 

@@ -84,7 +84,7 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
     from benchmark.suites import load_suite
     from systems.registry import parse_system
 
-    from .folds import fold_items, suite_name, write_suite
+    from .folds import fold_items, heldout_items, suite_name, write_suite
 
     proto = paper.protocol
     models = _subset(opts.models, proto["models"], "model")
@@ -123,20 +123,35 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
         folder = out / "suites"
         folder.mkdir(parents=True, exist_ok=True)
         for (corpus, fold), items in suites.items():
-            name = suite_name(corpus, fold, k, seed)
+            name = f"{suite_name(corpus, fold, k, seed)}-n{len(items)}"  # the size too: --full writes its own
             suites[(corpus, fold)] = load_suite(
                 str(write_suite(items, name, folder, f"fold {fold} of {k} of {corpus} (seed {seed})", corpus))
             )
+    if not k:  # a fixed held-out split: a built-in suite, or one built from the corpus's test split
+        for corpus in corpora:
+            if proto["suites"][corpus] == "heldout":
+                items = heldout_items(corpus, prompts, proto.get("suite_kind", "windows"))
+                suites[(corpus, None)] = items
+        for corpus in corpora:
+            if (corpus, None) in suites:
+                name = f"{corpus}-heldout-n{len(suites[(corpus, None)])}"
+                folder = out / "suites"
+                folder.mkdir(parents=True, exist_ok=True)
+                manifest = write_suite(suites[(corpus, None)], name, folder, f"held-out split of {corpus}", corpus)
+                suites[(corpus, None)] = load_suite(str(manifest))
     runs = []
     for model, corpus, fold, roles in specs:
         from benchmark.corpora import fold_view
 
         if fold is None:
-            suite = load_suite(proto["suites"][corpus])
+            suite = suites.get((corpus, None)) or load_suite(proto["suites"][corpus])
             fit_corpus, run_id = corpus, f"{model}-{corpus}"
+            if (corpus, None) in suites:  # a suite built here: its size is part of the run's name
+                run_id += f"-n{len(suite.items)}"
         else:
             suite = suites[(corpus, fold)]
-            fit_corpus, run_id = fold_view(corpus, fold, k, seed), f"{model}-{corpus}-fold{fold}of{k}"
+            fit_corpus = fold_view(corpus, fold, k, seed)
+            run_id = f"{model}-{corpus}-fold{fold}of{k}-n{len(suite.items)}"
         systems = {role: parse_system(f"{model}/{layer}") for role, layer in roles.items()}
         plan = RunPlan(
             run_dir=out / "runs" / run_id,

@@ -196,7 +196,12 @@ def _row(claim, model, corpus, method, baseline, score, variant, i, cells, pairs
     b_mean, b_sd = _mean_sd(b_vals)
     paper_b = claim.paper_baseline[i] if i < len(claim.paper_baseline) else None
     paper_m = claim.paper_method[i] if i < len(claim.paper_method) else None
-    reason = "" if docs else "no scored run for this model and corpus yet"
+    if not docs:
+        reason = "no scored run for this model and corpus yet"
+    elif claim.kind != "ratio" and not any(_metric_of(d, score) for _, d in docs):
+        reason = f"score '{score}' is not in the runs' scores.json (is its metric in the protocol?)"
+    else:
+        reason = ""
     v = decide(
         claim.direction,
         comb.estimate,
