@@ -99,10 +99,54 @@ def _news() -> list[str]:
     return texts
 
 
+WIKI_PASSAGE_WORDS = 150
+#: wiki tags whose contents are not prose: references, tables, galleries, formulas
+_DROPPED_TAGS = {"ref", "references", "table", "gallery", "math", "timeline", "imagemap", "score", "syntaxhighlight"}
+
+
+def _wikipedia() -> list[str]:
+    """Articles (main namespace, no redirects) of the Wikipedia sample in gensim's test data, their
+    wiki markup removed by mwparserfromhell (templates, references, tables, comments, file and
+    category links dropped; link text kept) and section headings dropped, each article's prose cut
+    into consecutive passages of WIKI_PASSAGE_WORDS whitespace words (its last one shorter). The
+    passages are the corpus's texts: 106 articles split by the hash rule would leave a handful of
+    test articles, 150-word passages leave about 300 held-out passages, each one POSG prefix
+    (50 words) and continuation (100 words)."""
+    import bz2
+    import xml.etree.ElementTree as ET
+
+    import mwparserfromhell
+
+    texts = []
+    with bz2.open(fetch("gensim-wiki")) as f:
+        for _, el in ET.iterparse(f):
+            if not el.tag.endswith("}page"):
+                continue
+            ns = next((c.text for c in el if c.tag.endswith("}ns")), "0")
+            redirect = any(c.tag.endswith("}redirect") for c in el)
+            body = next((r.text for r in el.iter() if r.tag.endswith("}text")), "") or ""
+            el.clear()
+            if ns != "0" or redirect or not body:
+                continue
+            code = mwparserfromhell.parse(body)
+            for node in code.filter_headings(recursive=False):
+                code.remove(node)
+            for link in code.filter_wikilinks():
+                if str(link.title).split(":", 1)[0].strip().lower() in ("file", "image", "category"):
+                    code.remove(link)
+            for tag in code.filter_tags(recursive=False):  # strip_code keeps a tag's contents
+                if str(tag.tag).strip().lower() in _DROPPED_TAGS:
+                    code.remove(tag)
+            words = code.strip_code(normalize=True, collapse=True).split()
+            texts += [" ".join(words[i : i + WIKI_PASSAGE_WORDS]) for i in range(0, len(words), WIKI_PASSAGE_WORDS)]
+    return texts
+
+
 CORPORA = {
     "food-reviews": (_food_reviews, "modeldata", "Amazon fine food reviews, 5,000 (R modeldata 1.1.0)"),
     "movie-reviews": (_movie_reviews, "imdb", "IMDB movie reviews, 50,000 (Maas et al. 2011)"),
     "news": (_news, "bbc", "BBC news articles 2004-05, 2,225 (Greene & Cunningham 2006)"),
+    "wikipedia": (_wikipedia, "gensim-wiki", "English Wikipedia sample, 106 articles (gensim 4.4.0 test data)"),
 }
 
 
@@ -137,8 +181,69 @@ def _extract(name: str) -> tuple[list[str], dict]:
     return texts, meta
 
 
+# ---------------------------------------------------------------- fold views (cross-validation)
+_VIEW = re.compile(r"^(?P<base>[^@]+)@fold=(?P<fold>-?\d+)/(?P<k>-?\d+),seed=(?P<seed>\d+)$")
+
+
+def fold_of(text: str, k: int, seed: int) -> int:
+    """The cross-validation fold (0..k-1) of a text: a seeded hash of the text, so a text's fold
+    does not depend on the order of the corpus and never changes while the text and seed do not."""
+    return int(hashlib.sha256(f"{seed}:{text}".encode()).hexdigest()[:8], 16) % k
+
+
+def fold_view(name: str, fold: int, k: int, seed: int) -> str:
+    """The name of corpus ``name`` seen as fold ``fold`` of ``k``: its fitting split is the other k-1
+    folds of the whole corpus (fit and test splits together), its test split that fold."""
+    return f"{name}@fold={fold}/{k},seed={seed}"
+
+
+def parse_view(name: str) -> tuple[str, int, int, int] | None:
+    """(base corpus, fold, k, seed) of a fold view's name, None for a plain corpus name; a malformed
+    or impossible view is one line."""
+    if "@" not in name:
+        return None
+    m = _VIEW.match(name)
+    if m is None:
+        raise MaxbenchError(
+            f"corpus view '{name}' is malformed; write NAME@fold=I/K,seed=S (e.g. food-reviews@fold=0/5,seed=1)"
+        )
+    base, fold, k, seed = m["base"], int(m["fold"]), int(m["k"]), int(m["seed"])
+    if k < 2:
+        raise MaxbenchError(f"corpus view '{name}': the fold count must be at least 2, got {k}")
+    if not 0 <= fold < k:
+        raise MaxbenchError(f"corpus view '{name}': the fold must be between 0 and {k - 1}, got {fold}")
+    return base, fold, k, seed
+
+
+def _load_view(name: str, base: str, fold: int, k: int, seed: int) -> Corpus:
+    """A fold view of corpus ``base``. Its identity (``name`` and ``sha256``) differs from the base
+    corpus and from every other view, so graphs, hidden states and heads fitted on it are cached
+    apart; the base corpus and its caches are untouched."""
+    whole = load_corpus(base)
+    texts = whole.fit + whole.test
+    fit = [t for t in texts if fold_of(t, k, seed) != fold]
+    test = [t for t in texts if fold_of(t, k, seed) == fold]
+    digest = hashlib.sha256(f"{name}\n{whole.sha256}".encode()).hexdigest()
+    meta = dict(
+        whole.meta,
+        name=name,
+        view_of=base,
+        view_of_sha256=whole.sha256,
+        split_rule=f"test = fold {fold} of {k}: int(sha256(f'{seed}:{{text}}')[:8], 16) % {k} == {fold}",
+        sha256=digest,
+        fit=len(fit),
+        test=len(test),
+    )
+    return Corpus(name=name, fit=fit, test=test, meta=meta)
+
+
 def check_corpus(name: str) -> str:
-    """``name`` if it is a known corpus, else one line with the closest known name (nothing is read)."""
+    """``name`` if it is a known corpus or a well-formed fold view of one, else one line with the
+    closest known name (nothing is read)."""
+    view = parse_view(name)
+    if view is not None:
+        check_corpus(view[0])
+        return name
     if name not in CORPORA:
         near = closest(name, CORPORA)
         guess = f": did you mean '{near}'?" if near else ";"
@@ -147,8 +252,11 @@ def check_corpus(name: str) -> str:
 
 
 def load_corpus(name: str) -> Corpus:
-    """Return the cleaned, split corpus ``name``, extracting it once into the cache."""
+    """Return the cleaned, split corpus ``name`` (or a fold view of one), extracting it once into the cache."""
     check_corpus(name)
+    view = parse_view(name)
+    if view is not None:
+        return _load_view(name, *view)
     root = maxbench_home() / "corpora"
     data, meta_path = root / f"{name}.jsonl", root / f"{name}.json"
     meta = None

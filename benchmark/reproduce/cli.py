@@ -1,0 +1,97 @@
+"""``maxbench reproduce PAPER``: run a paper's protocol and write its reproduction report."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+from core.errors import MaxbenchError
+
+DEFAULT_OUT = Path("results") / "reproductions"
+
+
+def register(sub) -> None:
+    from benchmark.commands import add_model_options
+
+    p = sub.add_parser(
+        "reproduce",
+        help="run a method paper's protocol and compare its claims with maxbench's numbers",
+        description="Run the protocol of a method paper (graphmax, posg, kerbs: folds, systems, decoding and "
+        "metrics from benchmark/reproduce/papers/PAPER.toml) as ordinary resumable runs under "
+        "results/reproductions/PAPER/runs/, score them, and write results/reproductions/PAPER/report.{md,html,csv,json}: "
+        "one table per claim with the paper's numbers, maxbench's paired difference with a 95%% interval, "
+        "the protocol differences and a verdict. Prints a wall-time estimate first.",
+    )
+    p.add_argument("paper", help="graphmax, posg or kerbs (or a paper .toml file in their format)")
+    p.add_argument("--folds", type=int, default=None, help="cross-validation folds (default: the paper's)")
+    p.add_argument("--folds-run", type=int, default=None, help="run only the first N folds for every model")
+    p.add_argument("--prompts", type=int, default=None, help="prompts per fold (0: every usable text of the fold)")
+    p.add_argument("--models", default=None, help="comma-separated subset of the protocol's base models")
+    p.add_argument("--corpora", default=None, help="comma-separated subset of the protocol's corpora")
+    p.add_argument(
+        "--full", action="store_true", help="lift the documented subsamples (the protocol's 'full' settings)"
+    )
+    p.add_argument("--out", default=None, help="output folder (default results/reproductions/PAPER)")
+    p.add_argument("--shard", default=None, help="i/n: generate only shard i of n of every run and stop")
+    p.add_argument("--estimate", action="store_true", help="print the runs and the estimate, and stop")
+    p.add_argument("--report-only", action="store_true", help="re-render the report from the runs as they are")
+    p.add_argument("--n-resamples", type=int, default=1000, help="bootstrap / permutation resamples")
+    p.add_argument("--no-progress", action="store_true")
+    add_model_options(p)
+    p.set_defaults(func=cmd_reproduce)
+
+
+def _list(text: str | None) -> list[str] | None:
+    return [t.strip() for t in text.split(",") if t.strip()] if text else None
+
+
+def cmd_reproduce(args) -> int:
+    from benchmark.runner import parse_shard
+
+    from .papers import load_paper
+    from .protocol import Options, check_metrics, estimate_seconds, execute, plan_runs
+    from .report import write_report
+
+    paper = load_paper(args.paper)
+    if args.n_resamples < 1:
+        raise MaxbenchError(f"--n-resamples must be >= 1, got {args.n_resamples}")
+    shard = parse_shard(args.shard)
+    metrics = [] if args.estimate else check_metrics(paper)  # before any file is written
+    out = Path(args.out) if args.out else DEFAULT_OUT / paper.name
+    opts = Options(
+        models=_list(args.models),
+        corpora=_list(args.corpora),
+        folds=args.folds,
+        folds_run=args.folds_run,
+        prompts=args.prompts,
+        full=args.full,
+    )
+    runs = plan_runs(paper, opts, out)
+    est = estimate_seconds(runs)
+    print(
+        f"{paper.name}: {len(runs)} runs, {sum(len(r.plan.suite.items) * len(r.plan.systems) for r in runs)} "
+        f"generations; estimate about {est / 60:.0f} min on one CPU thread (less for cached fits)",
+        file=sys.stderr,
+    )
+    if args.estimate:
+        for r in runs:
+            print(f"  {r.run_dir}  ({len(r.plan.suite.items)} prompts x {len(r.plan.systems)} systems)")
+        return 0
+    if not args.report_only:
+        execute(
+            runs,
+            metrics,
+            device=args.device,
+            threads=args.threads,
+            shard=shard,
+            progress=not args.no_progress,
+            n_resamples=args.n_resamples,
+        )
+        if shard is not None:
+            print("shard done; when every shard is done, run the same command without --shard to score and report")
+            return 0
+    command = "maxbench " + shlex.join(sys.argv[1:] if sys.argv[1:2] == ["reproduce"] else ["reproduce", args.paper])
+    for path in write_report(paper, runs, out, command, args.n_resamples):
+        print(f"wrote {path}")
+    return 0

@@ -1,0 +1,243 @@
+"""A paper's protocol as ordinary runs of ``benchmark/runner.py``, and running them.
+
+Each (base model, corpus, fold) is one run directory under ``<out>/runs/`` (committable: not
+under the git-ignored ``results/runs/``): its suite (a fold suite written to ``<out>/suites/`` or
+a built-in one), its fitting corpus (the fold view, or the corpus itself), the protocol's systems
+(``first_fold_systems`` only in fold 0 unless ``--full``) and the paper's decoding. Generation is
+the runner's: resumable after any interruption, byte-identical when finished, and sharded with
+``--shard i/n`` (each run's batches are split the same way). Scoring is ``score_run`` with the
+protocol's metrics, skipped when ``scores.json`` already scores the same generations and metrics.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.errors import MaxbenchError
+
+from .papers import Paper
+
+#: seconds per prompt for 64 new tokens on one CPU thread (README: 16 food-review prompts, batch 16),
+#: per layer, for SmolLM2; Gemma costs GEMMA_FACTOR times as much; ref-ppl and scoring add SCORE_S
+SECONDS_PER_PROMPT = {
+    "softmax": 0.9,
+    "sparsemax": 1.0,
+    "graphmax": 1.2,
+    "graphmax-paper": 1.8,
+    "kerbs": 1.1,
+    "posg": 1.5,
+}
+GEMMA_FACTOR = 3.6
+SCORE_S = 0.6
+#: one-off fitting per (model, fitting corpus): graph, KerBS head, POS head (SmolLM2; Gemma in brackets)
+FIT_S = {"graphmax": (30, 60), "kerbs": (210, 900), "posg": (90, 600)}
+
+
+@dataclass
+class Options:
+    models: list[str] | None = None
+    corpora: list[str] | None = None
+    folds: int | None = None
+    folds_run: int | None = None
+    prompts: int | None = None
+    full: bool = False
+
+
+@dataclass
+class RunSpec:
+    """One run of the protocol: where, what, and which system plays which role."""
+
+    model: str
+    corpus: str
+    fold: int | None
+    plan: object  # benchmark.runner.RunPlan
+    roles: dict[str, str] = field(default_factory=dict)  # role -> system name
+    baseline: str = ""
+
+    @property
+    def run_dir(self) -> Path:
+        return self.plan.run_dir
+
+
+def _setting(paper: Paper, opts: Options, key: str):
+    full = paper.protocol.get("full", {}) if opts.full else {}
+    return full.get(key, paper.protocol.get(key))
+
+
+def _subset(given: list[str] | None, known: list[str], what: str) -> list[str]:
+    from core.registry import unknown_name
+
+    if not given:
+        return list(known)
+    for g in given:
+        if g not in known:
+            raise unknown_name(what, g, known)
+    return [k for k in known if k in given]
+
+
+def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
+    """Every run of the protocol (checked before anything is written but the fold suites)."""
+    from benchmark.runner import RunPlan
+    from benchmark.suites import load_suite
+    from systems.registry import parse_system
+
+    from .folds import fold_items, heldout_items, suite_name, write_suite
+
+    proto = paper.protocol
+    models = _subset(opts.models, proto["models"], "model")
+    corpora = _subset(opts.corpora, proto["corpora"], "corpus")
+    k = proto.get("folds", 0)
+    if opts.folds is not None:
+        if not k:
+            raise MaxbenchError(
+                f"the {paper.name} protocol uses the corpus's own held-out split, not folds; drop --folds"
+            )
+        k = opts.folds
+    if k and k < 2:
+        raise MaxbenchError(f"--folds must be at least 2 (cross-validation needs a held-out fold), got {k}")
+    prompts = opts.prompts if opts.prompts is not None else _setting(paper, opts, "prompts") or 0
+    if prompts < 0:
+        raise MaxbenchError(f"--prompts must be >= 0 (0: every usable text of the fold), got {prompts}")
+    per_model = _setting(paper, opts, "folds_run") or {}
+    first_only = _setting(paper, opts, "first_fold_only")
+    first_only = True if first_only is None else first_only
+    seed = proto.get("seed", 1)
+    specs: list[tuple] = []
+    for model in models:
+        n_run = min(k, opts.folds_run or per_model.get(model, k)) if k else 0
+        for corpus in corpora:
+            for fold in range(n_run) if k else [None]:
+                roles = dict(proto["systems"])
+                if fold in (0, None) or not first_only:
+                    roles |= dict(proto.get("first_fold_systems", {}))
+                specs.append((model, corpus, fold, roles))
+    suites = {}
+    if k:  # every fold suite is checked before any is written
+        for corpus in corpora:
+            for fold in sorted({f for _, c, f, _ in specs if c == corpus}):
+                items = fold_items(corpus, fold, k, seed, prompts, proto.get("suite_kind", "review"))
+                suites[(corpus, fold)] = items
+        folder = out / "suites"
+        folder.mkdir(parents=True, exist_ok=True)
+        for (corpus, fold), items in suites.items():
+            name = f"{suite_name(corpus, fold, k, seed)}-n{len(items)}"  # the size too: --full writes its own
+            suites[(corpus, fold)] = load_suite(
+                str(write_suite(items, name, folder, f"fold {fold} of {k} of {corpus} (seed {seed})", corpus))
+            )
+    if not k:  # a fixed held-out split: a built-in suite, or one built from the corpus's test split
+        for corpus in corpora:
+            if proto["suites"][corpus] == "heldout":
+                items = heldout_items(corpus, prompts, proto.get("suite_kind", "windows"))
+                suites[(corpus, None)] = items
+        for corpus in corpora:
+            if (corpus, None) in suites:
+                name = f"{corpus}-heldout-n{len(suites[(corpus, None)])}"
+                folder = out / "suites"
+                folder.mkdir(parents=True, exist_ok=True)
+                manifest = write_suite(suites[(corpus, None)], name, folder, f"held-out split of {corpus}", corpus)
+                suites[(corpus, None)] = load_suite(str(manifest))
+    runs = []
+    for model, corpus, fold, roles in specs:
+        from benchmark.corpora import fold_view
+
+        if fold is None:
+            suite = suites.get((corpus, None)) or load_suite(proto["suites"][corpus])
+            fit_corpus, run_id = corpus, f"{model}-{corpus}"
+            if (corpus, None) in suites:  # a suite built here: its size is part of the run's name
+                run_id += f"-n{len(suite.items)}"
+        else:
+            suite = suites[(corpus, fold)]
+            fit_corpus = fold_view(corpus, fold, k, seed)
+            run_id = f"{model}-{corpus}-fold{fold}of{k}-n{len(suite.items)}"
+        systems = {role: parse_system(f"{model}/{layer}") for role, layer in roles.items()}
+        plan = RunPlan(
+            run_dir=out / "runs" / run_id,
+            suite=suite,
+            systems=list(systems.values()),
+            samples=1,
+            seed=proto.get("seed", 1234),
+            batch_size=proto.get("batch_size", 16),
+            corpus=fit_corpus,
+            registry=f"reproduce-{paper.name}",
+        )
+        names = {role: s.name for role, s in systems.items()}
+        runs.append(RunSpec(model, corpus, fold, plan, names, names[proto["baseline"]]))
+    return runs
+
+
+def check_metrics(paper: Paper) -> list[str]:
+    """The protocol's metrics, each registered; a missing one is one line."""
+    from benchmark.metrics.base import METRICS
+
+    metrics = list(paper.protocol.get("metrics", []))
+    for m in metrics:
+        if m not in METRICS:
+            raise MaxbenchError(
+                f"the {paper.name} protocol needs metric '{m}', which is not registered in this installation "
+                f"(the papers' metric variants); known metrics: {', '.join(METRICS.names())}"
+            )
+    return metrics
+
+
+def estimate_seconds(runs: list[RunSpec]) -> float:
+    """A rough wall-time estimate on one thread (see SECONDS_PER_PROMPT): generation, reference
+    perplexity and scoring of every system, plus one fit per (model, fitting corpus, layer)."""
+    total, fitted = 0.0, set()
+    for run in runs:
+        gemma = GEMMA_FACTOR if "gemma" in run.model else 1.0
+        n = len(run.plan.suite.items)
+        for role, system in zip(run.roles, run.plan.systems):
+            layer = system.layer if not role.startswith("graphmax-paper") else "graphmax-paper"
+            per = SECONDS_PER_PROMPT.get(layer, 1.2) * system.decoding.max_new_tokens / 64
+            total += n * (per * gemma + SCORE_S)
+            if system.layer in FIT_S and (run.model, run.plan.corpus, system.layer) not in fitted:
+                fitted.add((run.model, run.plan.corpus, system.layer))
+                total += FIT_S[system.layer][1 if gemma > 1 else 0]
+    return total
+
+
+def scores_current(run_dir: Path, metrics: list[str]) -> bool:
+    """Whether the run's scores.json scores its present generations with these metrics."""
+    path = run_dir / "scores.json"
+    if not path.exists():
+        return False
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    gen = hashlib.sha256((run_dir / "generations.jsonl").read_bytes()).hexdigest()
+    return doc.get("generations_sha256") == gen and set(metrics) <= set(doc.get("metrics", {}))
+
+
+def execute(
+    runs: list[RunSpec],
+    metrics: list[str],
+    device: str | None = None,
+    threads: int | None = None,
+    shard: tuple[int, int] | None = None,
+    progress: bool = True,
+    n_resamples: int = 1000,
+) -> None:
+    """Generate every missing row of every run (or of one shard), then score what is not scored."""
+    from benchmark.metrics.scoring import ScoringOptions, score_run
+    from benchmark.runner import PhaseTimer, generate_run
+
+    for run in runs:
+        generate_run(run.plan, device=device, threads=threads, shard=shard, progress=progress)
+    if shard is not None:
+        return
+    for run in runs:
+        if scores_current(run.run_dir, metrics):
+            continue
+        timer = PhaseTimer(run.run_dir)
+        with timer.phase("score"):
+            score_run(
+                run.run_dir,
+                ScoringOptions(
+                    metrics=metrics, n_resamples=n_resamples, device=device, threads=threads, progress=progress
+                ),
+                baseline=run.baseline,
+            )

@@ -1,0 +1,408 @@
+"""maxbench reproduce: fold views and suites, the claim table, every verdict rule, bad input,
+resume after kill -9, and the report (tiny corpora and the tiny random model)."""
+
+import hashlib
+import html
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmark.corpora import fold_of, fold_view, load_corpus
+from benchmark.reproduce.papers import load_paper, paper_names
+from benchmark.reproduce.verdicts import (
+    NOT_COMPARABLE,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    combine_folds,
+    decide,
+    ratio_interval,
+)
+
+WORDS = (
+    "the soup was good bad great bread tea coffee taste sweet salty fresh stale price box bag my dog loved it".split()
+)
+
+
+def tiny_texts(n=60, seed=0):
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(22, 40))) + f" review {i}." for i in range(n)]
+
+
+def write_corpus(home: Path, name: str, texts: list[str]) -> None:
+    """A corpus in load_corpus's cache format, so no registry is needed (also in a subprocess)."""
+    from benchmark.corpora import CORPUS_VERSION, is_test
+
+    root = home / "corpora"
+    root.mkdir(parents=True, exist_ok=True)
+    body = "".join(json.dumps({"text": t, "split": "test" if is_test(t) else "fit"}) + "\n" for t in texts).encode()
+    (root / f"{name}.jsonl").write_bytes(body)
+    meta = {"name": name, "version": CORPUS_VERSION, "sha256": hashlib.sha256(body).hexdigest(), "texts": len(texts)}
+    (root / f"{name}.json").write_text(json.dumps(meta))
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    h = tmp_path / "home"
+    monkeypatch.setenv("MAXBENCH_HOME", str(h))
+    write_corpus(h, "food-reviews", tiny_texts())
+    return h
+
+
+PAPER = """
+paper = "toy"
+title = "A toy paper"
+source = "tests"
+[protocol]
+models = ["tiny-random"]
+corpora = ["food-reviews"]
+suite_kind = "review"
+folds = 2
+seed = 3
+prompts = 3
+batch_size = 2
+baseline = "softmax"
+metrics = ["bleu-n"]
+[protocol.systems]
+softmax = "softmax/top_p=0.9,max_new_tokens=6"
+graphmax = "graphmax(lam=1.0,solver=exact)/top_p=0.9,max_new_tokens=6"
+[protocol.first_fold_systems]
+sparsemax = "sparsemax/top_p=0.9,max_new_tokens=6"
+[differences]
+all = ["a toy protocol"]
+[[claims]]
+id = "bleu"
+where = "Table 1"
+statement = "graphmax raises BLEU-4"
+methods = ["graphmax"]
+baseline = "softmax"
+scores = ["bleu-4"]
+also = ["bleu-2"]
+direction = "higher"
+paper_baseline = [0.5]
+paper_method = [0.6]
+[[claims]]
+id = "vs-sparsemax"
+where = "Figure 5"
+statement = "graphmax has higher BLEU-2 than sparsemax"
+methods = ["graphmax"]
+baseline = "sparsemax"
+scores = ["bleu-2"]
+also = ["self-bleu-4"]
+direction = "higher"
+[[claims]]
+id = "time"
+where = "Table 3"
+statement = "graphmax is slower per token"
+methods = ["graphmax"]
+baseline = "softmax"
+scores = ["time-per-token-ratio"]
+kind = "ratio"
+direction = "higher"
+paper_effect = 14.0
+comparable = true
+[[claims]]
+id = "mt"
+where = "Table 6"
+statement = "translation"
+runnable = false
+reason = "no translation corpus offline"
+"""
+
+
+@pytest.fixture
+def paper_file(tmp_path):
+    p = tmp_path / "toy.toml"
+    p.write_text(PAPER)
+    return p
+
+
+# ---------------------------------------------------------------- folds
+
+
+def test_folds_are_disjoint_covering_deterministic_and_seeded(home):
+    whole = load_corpus("food-reviews")
+    texts = set(whole.fit + whole.test)
+    views = [load_corpus(fold_view("food-reviews", i, 4, 7)) for i in range(4)]
+    tests = [set(v.test) for v in views]
+    assert set().union(*tests) == texts and sum(map(len, tests)) == len(texts)
+    for v in views:
+        assert set(v.fit) | set(v.test) == texts and not set(v.fit) & set(v.test)
+    assert [load_corpus(fold_view("food-reviews", i, 4, 7)).test for i in range(4)] == [v.test for v in views]
+    other = [set(load_corpus(fold_view("food-reviews", i, 4, 8)).test) for i in range(4)]
+    assert other != tests  # another seed, another split
+    assert all(fold_of(t, 4, 7) == i for i, v in enumerate(views) for t in v.test)
+
+
+def test_fold_views_have_their_own_identity_and_leave_the_corpus_alone(home):
+    whole = load_corpus("food-reviews")
+    before = (home / "corpora" / "food-reviews.jsonl").read_bytes()
+    a, b = load_corpus(fold_view("food-reviews", 0, 2, 1)), load_corpus(fold_view("food-reviews", 1, 2, 1))
+    assert len({whole.sha256, a.sha256, b.sha256}) == 3 and len({whole.name, a.name, b.name}) == 3
+    assert load_corpus("food-reviews").sha256 == whole.sha256
+    assert (home / "corpora" / "food-reviews.jsonl").read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("food-reviews@fold=0/1,seed=1", "at least 2"),
+        ("food-reviews@fold=2/2,seed=1", "between 0 and 1"),
+        ("food-reviews@fold=x", "malformed"),
+        ("food-reveiws@fold=0/2,seed=1", "did you mean 'food-reviews'"),
+    ],
+)
+def test_bad_fold_views_are_one_line(name, message):
+    from benchmark.corpora import check_corpus
+    from core.errors import MaxbenchError
+
+    with pytest.raises(MaxbenchError, match=message):
+        check_corpus(name)
+
+
+# ---------------------------------------------------------------- verdict rules
+
+
+@pytest.mark.parametrize(
+    "args, verdict",
+    [
+        (("higher", 0.05, 0.01, 0.09), REPRODUCED),
+        (("lower", -0.05, -0.09, -0.01), REPRODUCED),
+        (("higher", -0.05, -0.09, -0.01), NOT_REPRODUCED),
+        (("lower", 0.05, 0.01, 0.09), NOT_REPRODUCED),
+        (("higher", 0.01, -0.02, 0.04), NOT_COMPARABLE),
+        (("higher", None, None, None), NOT_COMPARABLE),
+        (("higher", 0.05, None, None), NOT_COMPARABLE),
+    ],
+)
+def test_verdict_rules_on_the_sign(args, verdict):
+    assert decide(*args).verdict == verdict
+
+
+def test_verdict_holds_a_comparable_effect_against_the_interval():
+    # a ratio claim: null 1, paper's effect 14
+    assert decide("higher", 12.0, 10.0, 15.0, null=1.0, paper_effect=14.0, comparable=True).verdict == REPRODUCED
+    v = decide("higher", 3.0, 2.5, 3.5, null=1.0, paper_effect=14.0, comparable=True)
+    assert v.verdict == NOT_REPRODUCED and "excludes the paper's effect" in v.why
+    # not comparable effect sizes: only the sign counts
+    assert decide("higher", 3.0, 2.5, 3.5, null=1.0, paper_effect=14.0).verdict == REPRODUCED
+
+
+def test_a_claim_that_cannot_run_is_not_comparable_with_its_reason():
+    v = decide("higher", 1.0, 0.5, 1.5, runnable=False, reason="mBART is not available offline")
+    assert v.verdict == NOT_COMPARABLE and v.why == "mBART is not available offline"
+
+
+def test_folds_combine_to_the_mean_with_a_pooled_standard_error():
+    z = 1.959963984540054
+    c = combine_folds([(1.0, 1.0 - z, 1.0 + z), (3.0, 3.0 - z, 3.0 + z)])  # se 1 each
+    assert c.estimate == pytest.approx(2.0)
+    assert (c.high - c.low) / 2 == pytest.approx(z * (2**0.5) / 2)
+    assert combine_folds([(0.5, 0.1, 0.9)]).low == 0.1  # one fold keeps its interval
+    assert combine_folds([(0.5, 0.1, 0.9), (None, None, None)]).estimate is None
+
+
+def test_ratio_interval_is_geometric_with_t():
+    c = ratio_interval([10.0, 10.0, 10.0])
+    assert c.estimate == pytest.approx(10.0) and c.low == pytest.approx(10.0)
+    assert ratio_interval([10.0]).low is None
+    c = ratio_interval([8.0, 12.0, 10.0])
+    assert c.low < c.estimate < c.high and c.low > 1
+
+
+# ---------------------------------------------------------------- papers
+
+
+def test_the_three_papers_load_with_their_numbers():
+    assert paper_names() == ["graphmax", "kerbs", "posg"]
+    g = load_paper("graphmax")
+    t2 = next(c for c in g.claims if c.id == "table2-bleu")
+    assert t2.paper_method[3] == 0.660 and t2.paper_baseline[3] == 0.615
+    assert t2.paper_difference(3) == pytest.approx(0.045)
+    assert [c.id for c in g.claims if not c.runnable] == ["table6-bart-mt", "table7-mbart-mt"]
+    assert any("stand-in" in d for d in g.differences)
+    k = load_paper("kerbs")
+    assert next(c for c in k.claims if c.runnable).paper_method == (102.17,)
+    p = load_paper("posg")
+    assert next(c for c in p.claims if c.id == "table2-self-bleu-4").paper_baseline == (0.469,)
+    assert "posg-self-bleu" in p.protocol["metrics"] and "texygen-bleu" in g.protocol["metrics"]
+
+
+def test_a_claim_naming_an_unknown_role_is_refused(tmp_path):
+    from core.errors import MaxbenchError
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        PAPER.replace('methods = ["graphmax"]\nbaseline = "sparsemax"', 'methods = ["grapmax"]\nbaseline = "sparsemax"')
+    )
+    with pytest.raises(MaxbenchError, match="did you mean 'graphmax'"):
+        load_paper(str(bad))
+
+
+# ---------------------------------------------------------------- command line
+
+
+def test_bad_input_is_one_line_exit_2(cli, home, paper_file):
+    rc, _, err = cli("reproduce", "graphmaks")
+    assert rc == 2 and "did you mean 'graphmax'" in err and err.count("\n") == 1
+    rc, _, err = cli("reproduce", paper_file, "--folds", "1")
+    assert rc == 2 and "at least 2" in err and err.count("\n") == 1
+    rc, _, err = cli("reproduce", paper_file, "--folds", "20", "--prompts", "3")
+    assert rc == 2 and "too small for 20 folds" in err and err.count("\n") == 1
+    rc, _, err = cli("reproduce", "kerbs", "--folds", "3")
+    assert rc == 2 and "drop --folds" in err
+
+
+def test_a_missing_metric_is_one_line_before_anything_is_written(cli, home, tmp_path, paper_file):
+    paper_file.write_text(PAPER.replace('metrics = ["bleu-n"]', 'metrics = ["texygen-bleu"]'))
+    rc, _, err = cli("reproduce", paper_file, "--out", tmp_path / "out")
+    assert rc == 2 and "needs metric 'texygen-bleu'" in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def _argv(paper_file, out):
+    return ["reproduce", str(paper_file), "--out", str(out), "--threads", "1", "--no-progress", "--n-resamples", "200"]
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory):
+    """One uninterrupted reproduction of the toy paper (in-process), shared by the tests below."""
+    from benchmark.cli import main
+
+    root = tmp_path_factory.mktemp("repro")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MAXBENCH_HOME", str(root / "home"))
+        write_corpus(root / "home", "food-reviews", tiny_texts())
+        (root / "toy.toml").write_text(PAPER)
+        assert main(_argv(root / "toy.toml", root / "clean")) == 0
+        yield root
+
+
+RUNS = ("tiny-random-food-reviews-fold0of2-n3", "tiny-random-food-reviews-fold1of2-n3")
+
+
+def test_reproduction_resumes_after_kill_9_byte_identical(clean, monkeypatch):
+    from benchmark.cli import main
+
+    monkeypatch.setenv("MAXBENCH_HOME", str(clean / "home"))
+    killed = clean / "killed"
+    argv = [sys.executable, "-m", "benchmark", *_argv(clean / "toy.toml", killed)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = killed / "runs" / RUNS[0] / "generations.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and (not first.exists() or first.read_bytes().count(b"\n") < 2):
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "report.md").exists(), "the kill must land before the end"
+    assert main(_argv(clean / "toy.toml", killed)) == 0
+    for run in RUNS:
+        a, b = (d / "runs" / run / "generations.jsonl" for d in (clean / "clean", killed))
+        assert a.read_bytes() == b.read_bytes()
+    suite = "suites/food-reviews-fold0of2-seed3-n3.jsonl"
+    assert (clean / "clean" / suite).read_bytes() == (killed / suite).read_bytes()
+
+    def untimed(path):  # every row but the wall-time ratio, which measures this machine's clock
+        return [line for line in path.read_text().splitlines() if "time-per-token-ratio" not in line]
+
+    assert untimed(clean / "clean" / "report.csv") == untimed(killed / "report.csv")
+
+
+def test_the_report_has_a_table_per_claim_with_verdicts_and_provenance(clean):
+    out = clean / "clean"
+    doc = json.loads((out / "report.json").read_text())
+    rows = {(r["claim"], r["score"]): r for r in doc["rows"]}
+    bleu = rows[("bleu", "bleu-4")]
+    assert bleu["n_folds"] == 2 and bleu["paper_difference"] == pytest.approx(0.1)
+    assert bleu["paper_baseline"] == 0.5 and bleu["paper_method"] == 0.6
+    assert rows[("vs-sparsemax", "bleu-2")]["n_folds"] == 1  # sparsemax runs in fold 0 only
+    missing = rows[("vs-sparsemax", "self-bleu-4")]  # a score no metric of the protocol computes
+    assert missing["verdict"] == NOT_COMPARABLE and "'self-bleu-4' is not in the runs' scores.json" in missing["why"]
+    assert rows[("mt", "")]["verdict"] == NOT_COMPARABLE and rows[("mt", "")]["why"] == "no translation corpus offline"
+    assert rows[("time", "time-per-token-ratio")]["difference"] > 0
+    for r in doc["rows"]:
+        assert r["verdict"] in (REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE)
+    assert [r["run"] for r in doc["runs"]] == list(RUNS)
+    for r in doc["runs"]:
+        assert (
+            r["manifest_sha256"] == hashlib.sha256((out / "runs" / r["run"] / "manifest.json").read_bytes()).hexdigest()
+        )
+    md = (out / "report.md").read_text()
+    assert "## Table 1: bleu" in md and "Total wall time" in md and doc["command"].startswith("maxbench reproduce ")
+    assert "bleu-2 (maxbench)" in md and "a toy protocol" in md and "no translation corpus offline" in md
+    html = (out / "report.html").read_text()
+    assert "<table" in html and "data:image/png;base64," in html
+
+
+def test_the_paired_difference_against_another_system_matches_a_direct_test(clean, monkeypatch):
+    """The claim table's difference against a system that is not the run's baseline is the
+    paired test of the two systems' scores (the same as scores.json would hold)."""
+    from benchmark.metrics.base import get_metric
+    from benchmark.metrics.scoring import load_run
+    from benchmark.metrics.stats import paired_test
+    from benchmark.reproduce.protocol import Options, plan_runs
+    from benchmark.reproduce.report import PairCache, claim_rows
+
+    monkeypatch.setenv("MAXBENCH_HOME", str(clean / "home"))
+    paper = load_paper(str(clean / "toy.toml"))
+    runs = plan_runs(paper, Options(), clean / "clean")
+    claim = next(c for c in paper.claims if c.id == "vs-sparsemax")
+    row, _ = claim_rows(claim, runs, PairCache(200))
+    _, batches = load_run(runs[0].run_dir)
+    m = get_metric("bleu-n")
+    a = m.compute(batches[runs[0].roles["graphmax"]]).scores["bleu-2"]
+    b = m.compute(batches[runs[0].roles["sparsemax"]]).scores["bleu-2"]
+    c = paired_test(a.stats, b.stats, 200)
+    assert row.difference == pytest.approx(c.difference)
+    assert (row.ci_low, row.ci_high) == pytest.approx(tuple(c.confidence_interval))
+    assert row.method_mean == pytest.approx(a.value) and row.baseline_mean == pytest.approx(b.value)
+
+
+# ---------------------------------------------------------------- the POSG protocol's data
+
+
+def test_window_items_cut_consecutive_50_plus_100_word_windows():
+    from benchmark.suites import _window_items
+
+    text = " ".join(f"w{i}" for i in range(320))  # two whole windows, 20 words left over
+    items = _window_items([text, "too short"], "wiki", 10)
+    assert len(items) == 2
+    assert items[0]["prompt"].split() == [f"w{i}" for i in range(50)]
+    assert items[0]["reference"].split() == [f"w{i}" for i in range(50, 150)]
+    assert items[1]["prompt"].split()[0] == "w150" and items[1]["reference"].split()[-1] == "w299"
+    assert len(_window_items([text], "wiki", 1)) == 1
+
+
+WIKI_ARTICLE = """{{Infobox animal|name=Cat}}
+'''Cats''' are [[mammal|small mammals]].<ref name=a>A source.</ref>
+== History ==
+[[File:Cat.jpg|thumb|A cat]]They live with [[people]].<!-- hidden -->
+{| class=wikitable
+|-
+| cell one || cell two
+|}
+[[Category:Animals]]"""
+WIKI_XML = f"""<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/">
+<page><title>Cat</title><ns>0</ns><id>1</id><revision><text>{html.escape(WIKI_ARTICLE)}</text></revision></page>
+<page><title>Kitty</title><ns>0</ns><id>2</id><redirect title="Cat" /><revision><text>#REDIRECT [[Cat]]</text></revision></page>
+<page><title>Wikipedia:About</title><ns>4</ns><id>3</id><revision><text>Project page.</text></revision></page>
+</mediawiki>"""
+
+
+def test_wikipedia_articles_lose_their_markup_and_only_articles_are_kept(tmp_path, monkeypatch):
+    import bz2
+
+    import benchmark.corpora as corpora
+
+    path = tmp_path / "wiki.xml.bz2"
+    path.write_bytes(bz2.compress(WIKI_XML.encode()))
+    monkeypatch.setattr(corpora, "fetch", lambda name: path)
+    (text,) = corpora._wikipedia()
+    assert corpora.clean_text(text) == "Cats are small mammals. They live with people."
+    monkeypatch.setattr(corpora, "WIKI_PASSAGE_WORDS", 3)
+    assert corpora._wikipedia() == ["Cats are small", "mammals. They live", "with people."]
