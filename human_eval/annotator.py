@@ -249,6 +249,10 @@ def rate(public_id: str):
     rubric = study_rubric(study)
     pages = _pages(annotator)
     if _due(pages) != public_id:
+        # PostgreSQL reads each statement afresh (READ COMMITTED): a duplicate submit may have
+        # read this page as open and the page list after the first submit committed.
+        if get_db().scalar(select(Assignment.completed_at).where(Assignment.id == assignment.id)) is not None:
+            return redirect(_next_url(annotator), code=303)
         return error_response(409)
     form = rating_form(rubric)
     unexpected = set(request.form) - expected_fields(rubric)

@@ -235,9 +235,17 @@ def engine_for(
         return engine
 
 
+# Any fixed number: PostgreSQL's advisory lock that serialises schema creation.
+_SCHEMA_LOCK_KEY = 0x6D617862  # "maxb"
+
+
 def _create_schema(engine: Engine) -> None:
     try:
         with engine.connect().execution_options(sqlite_immediate=True) as conn:
+            if conn.dialect.name == "postgresql":
+                # Workers starting together on a new database: without it two see no table and
+                # both create one (a unique violation in pg_type). Released at commit.
+                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK_KEY})")
             Base.metadata.create_all(conn)
             conn.commit()
     except OperationalError as exc:
