@@ -18,6 +18,7 @@ import numpy as np
 
 from core.errors import MaxbenchError
 
+from .direct import z_scores
 from .options import ReportOptions
 from .ratings import Rating, Ratings, StudyProgress
 from .results import Analysis, AnnotatorSummary, Comparison, Descriptive, Exclusions, Scale
@@ -92,7 +93,12 @@ def analyse(ratings: Ratings, options: ReportOptions) -> Analysis:
                     )
                 )
         if reference is not None:
-            comparisons.extend(_compare_aspect(aspect, aspect_rows, reference, systems[1:], scale, options, warnings))
+            tested_rows, tested_scale = aspect_rows, scale
+            if options.z_scores:
+                tested_rows, tested_scale = _standardised(aspect, aspect_rows, warnings)
+            comparisons.extend(
+                _compare_aspect(aspect, tested_rows, reference, systems[1:], tested_scale, options, warnings)
+            )
         agreements.append(agreement(aspect, aspect_rows, scale, options.n_boot, options.seed))
     for a in agreements:
         if a.undefined_reason:
@@ -320,6 +326,20 @@ def _item_means(rows: list[Rating]) -> dict[str, float]:
     for r in rows:
         sums[r.item].append(r.value)
     return {item: float(np.mean(v)) for item, v in sums.items()}
+
+
+def _standardised(aspect: str, rows: list[Rating], warnings: list[str]) -> tuple[list[Rating], Scale]:
+    """Per-annotator z-scores of one aspect and the scale of their observed values (direct assessment)."""
+    z, undefined = z_scores(rows)
+    if undefined:
+        warnings.append(
+            f"z-scores of {aspect!r}: annotator(s) {', '.join(undefined)} gave a single rating or one value "
+            "throughout and are left out of the tests"
+        )
+    if not z:
+        raise MaxbenchError(f"no annotator's ratings of {aspect!r} vary: z-scores are undefined; drop --z-scores")
+    values = sorted({r.value for r in z})
+    return z, Scale(values[0], values[-1], tuple(values), "per-annotator z-scores")
 
 
 def _compare_aspect(

@@ -100,6 +100,11 @@ def study_baseline(session: Session, study_id: str | int) -> str | None:
     return (find_study(session, study_id).design or {}).get("baseline")
 
 
+def study_judgment(session: Session, study_id: str | int) -> str:
+    """The judgment type of the study's rubric (``likert``, ``direct``, ...)."""
+    return find_study(session, study_id).rubric.get("kind", "likert")
+
+
 def study_progress(session: Session, study_id: str | int) -> StudyProgress:
     """How many of the study's rating pages (attention checks not counted) are rated."""
     study = find_study(session, study_id)

@@ -293,6 +293,15 @@ def _test_section(a: Analysis) -> Section:
             (a.reference,),
         )
     )
+    if a.options.z_scores:
+        s.paragraphs.append(
+            Para(
+                "Direct assessment: the tests run on per-annotator z-scores (each annotator's ratings minus "
+                "that annotator's mean, divided by their sample standard deviation, per aspect), as WMT "
+                "standardises its 0-100 scores; the descriptive table shows the raw ratings.",
+                (),
+            )
+        )
     for aspect in a.aspects:
         comps = [c for c in a.comparisons if c.aspect == aspect]
         rows = [row for c in comps for row in _test_rows(a, c)]
@@ -446,6 +455,7 @@ def _options_dict(a: Analysis) -> dict[str, str]:
         "excluded flags": ", ".join(o.exclude_flags) or "none",
         "bootstrap resamples": str(o.n_boot),
         "seed": str(o.seed),
+        "z-scores": "per annotator" if o.z_scores else "off",
     }
 
 

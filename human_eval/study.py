@@ -141,6 +141,12 @@ def create_study(
     title: str | None = None,
     consent_text: str | None = None,
 ) -> CreatedStudy:
+    if rubric.kind in ("pairwise", "best-worst"):
+        raise MaxbenchError(
+            f"rubric {rubric.name!r} is a {rubric.kind} rubric: the rating app serves likert and direct "
+            "(slider) studies; pairwise and best-worst judgments are analysed by human_eval/pairwise.py "
+            "and human_eval/bestworst.py but have no rating pages yet"
+        )
     run_dir = resolve_run_dir(run_dir)
     records = read_generations(run_dir)
     available = sorted({r["system"] for r in records})
@@ -204,7 +210,9 @@ def create_study(
         sequence = interleaved_sequence(
             [[index_of[(s, p)] for p in sorted(per_system_prompts[s])] for s in systems], rng
         )
-    design = build_design(sequence, len(texts), raters_per_item, annotators, seed, attention_rate, rubric.values)
+    design = build_design(
+        sequence, len(texts), raters_per_item, annotators, seed, attention_rate, rubric.attention_values
+    )
     design_record = {
         "paired": paired,
         "systems": systems,

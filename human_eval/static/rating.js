@@ -6,3 +6,12 @@ document.addEventListener("submit", function (event) {
     setTimeout(function () { button.disabled = true; }, 0);
   }
 });
+
+// A slider shows its value beside it (the value is also read out by screen readers).
+document.addEventListener("input", function (event) {
+  var slider = event.target;
+  if (slider.type === "range") {
+    var out = document.getElementById(slider.id + "-out");
+    if (out) { out.textContent = slider.value; }
+  }
+});
