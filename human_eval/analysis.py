@@ -20,8 +20,18 @@ from core.errors import MaxbenchError
 
 from .direct import z_scores
 from .options import ReportOptions
+from .pairwise import PairJudgment, bradley_terry, pairwise_agreement, sign_tests
 from .ratings import Rating, Ratings, StudyProgress
-from .results import Analysis, AnnotatorSummary, Comparison, Descriptive, Exclusions, Scale
+from .results import (
+    Analysis,
+    AnnotatorSummary,
+    Comparison,
+    Descriptive,
+    Exclusions,
+    PairwiseAnalysis,
+    PairwiseAspect,
+    Scale,
+)
 from .statistics import (
     DIFFERENCE_DECIMALS,
     agreement,
@@ -460,3 +470,46 @@ def _drift(rows: list[Rating], norm) -> float | None:
     first = [norm(r) for r in positioned if r.position in early]
     second = [norm(r) for r in positioned if r.position in late]
     return float(np.mean(second) - np.mean(first))
+
+
+# --------------------------------------------------------------------------- pairwise studies
+
+
+def analyse_pairwise(rows: Sequence[dict], options: ReportOptions, source: str) -> PairwiseAnalysis:
+    """A pairwise study's rows (``export.pair_judgment_rows``): per criterion, Bradley-Terry
+    strengths, a sign test per pair (Holm over the pairs), and agreement."""
+    if not rows:
+        raise MaxbenchError(f"{source} holds no pairwise judgments; nothing to report")
+    excluded = [r for r in rows if set(filter(None, r["flags"].split(";"))) & set(options.exclude_flags)]
+    kept = [r for r in rows if r not in excluded]
+    if not kept:
+        raise MaxbenchError("no judgments are left after the exclusions; relax --exclude-flag")
+    systems = tuple(sorted({r["left"] for r in rows} | {r["right"] for r in rows}))
+    aspects = []
+    for criterion in dict.fromkeys(r["criterion"] for r in kept):
+        judgments = [
+            PairJudgment(r["item"], r["annotator"], r["left"], r["right"], r["winner"] or None)
+            for r in kept
+            if r["criterion"] == criterion
+        ]
+        aspects.append(
+            PairwiseAspect(
+                criterion,
+                tuple(bradley_terry(systems, judgments, options.n_boot, options.seed, criterion)),
+                tuple(sign_tests(systems, judgments)),
+                pairwise_agreement(judgments),
+                len(judgments),
+            )
+        )
+    left_counts = Counter(r["left"] for r in kept)
+    return PairwiseAnalysis(
+        study=rows[0]["study"],
+        source=source,
+        options=options,
+        systems=systems,
+        aspects=tuple(aspects),
+        rows_in=len(rows),
+        rows_kept=len(kept),
+        annotators=len({r["annotator"] for r in kept}),
+        shown_left=tuple((s, left_counts.get(s, 0)) for s in systems),
+    )

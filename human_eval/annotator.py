@@ -20,7 +20,7 @@ from sqlalchemy.orm import joinedload
 from .db import get_db, hash_token, write_transaction
 from .error_pages import error_response
 from .forms import FIELD_PREFIX, ConsentForm, check_form, expected_fields, rating_form
-from .models import Annotator, Assignment, Rating, Study, utcnow
+from .models import Annotator, Assignment, Item, PageText, Rating, Study, utcnow
 from .rubrics import Rubric
 
 bp = Blueprint("annotator", __name__)
@@ -204,8 +204,20 @@ def _own_assignment(annotator: Annotator, public_id: str) -> Assignment:
 
 def _render_item(study, rubric, assignment, pages, form, status=200):
     done = sum(1 for _, _, d in pages if d)
+    texts = []
     if assignment.item is not None:
         prompt, text = assignment.item.prompt, assignment.item.text
+        if rubric.kind == "pairwise":  # the page's texts in their places (A, B)
+            texts = (
+                get_db()
+                .scalars(
+                    select(Item.text)
+                    .join(PageText, PageText.item_id == Item.id)
+                    .where(PageText.assignment_id == assignment.id)
+                    .order_by(PageText.place)
+                )
+                .all()
+            )
     else:
         prompt, text = assignment.attention["prompt"], assignment.attention["text"]
     session["shown"] = [assignment.public_id, time.time()]
@@ -216,6 +228,7 @@ def _render_item(study, rubric, assignment, pages, form, status=200):
         form=form,
         prompt=prompt,
         text=text,
+        texts=texts,
         public_id=assignment.public_id,
         position=assignment.position,
         done=done,

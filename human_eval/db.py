@@ -47,7 +47,7 @@ from core.errors import MaxbenchError
 from systems.assets import maxbench_home
 
 from .logs import log
-from .models import Base
+from .models import OPTIONAL_TABLES, Base
 
 DEFAULT_BUSY_TIMEOUT_MS = 5000
 _SYNCHRONOUS_MODES = {"FULL", "NORMAL", "EXTRA"}
@@ -262,7 +262,7 @@ def _check_schema(engine: Engine, url: str) -> None:
         raise MaxbenchError(
             f"cannot read database {shown_url(url)!r} ({_one_line(exc)}): check that it is reachable and not locked"
         ) from None
-    missing = set(Base.metadata.tables) - tables
+    missing = set(Base.metadata.tables) - tables - OPTIONAL_TABLES
     if missing:
         raise MaxbenchError(
             f"database {shown_url(url)!r} has no rating tables ({', '.join(sorted(missing))} missing): "

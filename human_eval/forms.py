@@ -68,7 +68,7 @@ def rating_form(rubric: Rubric) -> FlaskForm:
             FIELD_PREFIX + criterion.name,
             RadioField(
                 criterion.label,
-                choices=[SelectChoice(v, str(v)) for v in rubric.values],
+                choices=[SelectChoice(v, str(v)) for v in rubric.choices],
                 coerce=int,
                 validators=[InputRequired(message="Please choose a value.")],
             ),

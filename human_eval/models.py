@@ -121,6 +121,26 @@ class Assignment(Base):
     ratings: Mapped[list[Rating]] = relationship(back_populates="assignment", order_by="Rating.id")
 
 
+class PageText(Base):
+    """The texts of a page that shows several (pairwise: places 1 and 2, as A and B; best-worst:
+    1..4), for the same prompt; ``Assignment.item_id`` is the text in place 1. A one-text page
+    (Likert, direct assessment, attention checks) has no rows here."""
+
+    __tablename__ = "page_text"
+    __table_args__ = (UniqueConstraint("assignment_id", "place"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    assignment_id: Mapped[int] = mapped_column(ForeignKey("assignment.id"), index=True)
+    place: Mapped[int] = mapped_column(Integer)
+    item_id: Mapped[int] = mapped_column(ForeignKey("item.id"))
+    item: Mapped[Item] = relationship()
+    assignment: Mapped[Assignment] = relationship()
+
+
+# Tables added after the first release: a database from before lacks them until the app
+# (which creates missing tables) opens it; readers accept their absence.
+OPTIONAL_TABLES = {"page_text"}
+
+
 class Rating(Base):
     __tablename__ = "rating"
     # One value per criterion and page: a repeated submit can never store a second rating.

@@ -120,6 +120,15 @@ def run_report(args: argparse.Namespace) -> int:
         studies = sorted({r.study for r in ratings.rows})
         default_name = options.study or (studies[0] if len(studies) == 1 else Path(args.ratings).stem)
     else:
+        pairwise = pairwise_from_database(args.db_study, args.db)
+        if pairwise is not None:
+            from .analysis import analyse_pairwise
+            from .report import write_pairwise_report
+
+            analysis = analyse_pairwise(pairwise, options, "the rating database")
+            folder = write_pairwise_report(analysis, args.out, args.name or _folder_name(analysis.study))
+            print(f"wrote {folder}/report.md, report.html and report.json")
+            return 0
         ratings = ratings_from_database(args.db_study, args.db)
         if ratings.judgment == "direct":
             options = replace(options, z_scores=True)
@@ -152,6 +161,22 @@ def ratings_from_database(study: str, url: str | None):
         ratings_from_records(records, source="the rating database", baseline=baseline, progress=progress),
         judgment=judgment,
     )
+
+
+def pairwise_from_database(study: str, url: str | None) -> list[dict] | None:
+    """A pairwise study's judgment rows (``export.pair_judgment_rows``); None for other studies."""
+    try:
+        from .db import session_for
+        from .export import pair_judgment_rows, study_judgment
+    except ImportError:
+        return None  # ratings_from_database says what is missing
+    with session_for(url, create=False) as session:
+        if study_judgment(session, study) != "pairwise":
+            return None
+        rows = pair_judgment_rows(session, study)
+    if not rows:
+        raise MaxbenchError(f"study {study!r} has no judgments yet; nothing to report")
+    return rows
 
 
 def _folder_name(text: str) -> str:

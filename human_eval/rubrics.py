@@ -111,9 +111,16 @@ class Rubric:
         return list(range(self.scale_min, self.scale_max + 1))
 
     @property
+    def choices(self) -> list[int]:
+        """The values a page offers: pairwise 1 (A better), 2 (B better) and 0 (tie, if allowed)."""
+        if self.kind == "pairwise":
+            return [1, 2, 0] if self.allow_tie else [1, 2]
+        return self.values
+
+    @property
     def attention_values(self) -> list[int]:
-        """What an instructed-response page may ask for: a slider's ends, or any scale point."""
-        return [self.scale_min, self.scale_max] if self.kind == "direct" else self.values
+        """What an instructed-response page may ask for: a slider's ends, or any choice."""
+        return [self.scale_min, self.scale_max] if self.kind == "direct" else self.choices
 
     @property
     def criterion_names(self) -> list[str]:
@@ -247,6 +254,8 @@ def parse_rubric(data: dict[str, Any], where: str = "<rubric>") -> Rubric:
         # The stored value names a text on the page (pairwise: 0 tie, 1 first, 2 second;
         # best-worst: the 1-based place of the chosen text).
         scale = {"min": 0, "max": 2 if kind == "pairwise" else 4}
+        if kind == "pairwise":
+            scale["labels"] = {"1": "A is better", "2": "B is better", "0": "about the same"}
     elif kind == "direct" and (scale is None or isinstance(scale, dict)):
         scale = {"min": SLIDER_MIN, "max": SLIDER_MAX, **(scale or {})}
     _require(isinstance(scale, dict), where, "a [scale] table with integer 'min' and 'max' is required")
