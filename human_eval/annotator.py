@@ -181,12 +181,18 @@ def check():
         values = {"check_attempts": Annotator.check_attempts + 1, "last_seen_at": utcnow()}
         if passed:
             values["check_passed_at"] = utcnow()
+        limit = (study.design or {}).get("check_attempts")
+        out_of_attempts = not passed and limit is not None and annotator.check_attempts + 1 >= limit
+        if out_of_attempts:  # e.g. Prolific allows two attempts at a comprehension check
+            values["excluded_at"] = utcnow()
         db = get_db()
         with write_transaction(db):
             db.execute(update(Annotator).where(Annotator.id == annotator.id).values(**values))
             db.commit()
         if passed:
             return redirect(url_for(".next_page"), code=303)
+        if out_of_attempts:
+            return redirect(url_for(".finish"), code=303)
         wrong = True
     return render_template(
         "annotator/check.html", study=study, rubric=rubric, question=question, form=form, wrong=wrong
@@ -366,6 +372,12 @@ def finish():
     if annotator.excluded_at is None and annotator.finished_at is None and _due(pages) is not None:
         return redirect(_next_url(annotator), code=303)
     code = study.completion_code if annotator.excluded_at is None else None
+    if code:
+        from .enrolment import completion_redirect
+
+        target = completion_redirect(annotator, study)
+        if target:
+            return redirect(target, code=303)
     return render_template(
         "annotator/finish.html",
         study=study,

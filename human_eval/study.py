@@ -54,10 +54,15 @@ class CreatedStudy:
     annotator_tokens: list[tuple[str, str]]  # (label, token)
     n_items: int
     n_pages: list[int]
+    open_enrolment: bool = False
 
     def links(self, base_url: str) -> list[tuple[str, str]]:
         base = base_url.rstrip("/")
         return [(label, f"{base}/a/{token}") for label, token in self.annotator_tokens]
+
+    def public_url(self, base_url: str) -> str:
+        """The open-enrolment address the crowd platform links to (it appends its parameters)."""
+        return f"{base_url.rstrip('/')}/s/{self.slug}"
 
 
 def resolve_run_dir(run: str | Path) -> Path:
@@ -140,6 +145,9 @@ def create_study(
     completion_code: str | None = None,
     title: str | None = None,
     consent_text: str | None = None,
+    open_enrolment: bool = False,
+    abandon_after_s: int = 3600,
+    check_attempts: int | None = None,
 ) -> CreatedStudy:
     if rubric.kind == "best-worst":
         raise MaxbenchError(
@@ -167,6 +175,10 @@ def create_study(
     if completion_code is not None and not (0 < len(completion_code.strip()) <= COMPLETION_CODE_MAX):
         raise MaxbenchError(f"--completion-code must have 1 to {COMPLETION_CODE_MAX} characters")
     annotators = raters_per_item if annotators is None else annotators
+    if check_attempts is not None and check_attempts < 1:
+        raise MaxbenchError("--check-attempts must be at least 1 (Prolific allows two)")
+    if abandon_after_s < 60:
+        raise MaxbenchError("--abandon-after-minutes must be at least 1")
 
     # One text per (system, prompt): the lowest sample index, so reruns pick the same text.
     chosen: dict[tuple[str, str], dict] = {}
@@ -232,6 +244,8 @@ def create_study(
         "attention_rate": attention_rate,
         "attention_fail_limit": attention_fail_limit,
         "n_texts": len(texts),
+        "check_attempts": check_attempts,
+        "enrolment": {"abandon_after_s": abandon_after_s} if open_enrolment else None,
     }
 
     with write_transaction(session):
@@ -317,6 +331,7 @@ def create_study(
         annotator_tokens=tokens,
         n_items=len(texts),
         n_pages=[len(p) for p in design.pages],
+        open_enrolment=open_enrolment,
     )
 
 
