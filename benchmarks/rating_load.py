@@ -1,4 +1,4 @@
-"""Load benchmark of the rating app: concurrent annotators against the real server with SQLite.
+"""Load benchmark of the rating app: concurrent annotators against the real server, on SQLite or PostgreSQL.
 
 Starts ``maxbench serve`` (gunicorn) on 127.0.0.1 over a fresh SQLite database, creates a
 study whose design gives every annotator the same number of pages, and runs one thread per
@@ -13,6 +13,8 @@ upper bound on what the server alone would show. Nothing leaves 127.0.0.1.
 
     .venv/bin/python benchmarks/rating_load.py                 # 50 annotators x 20 pages
     .venv/bin/python benchmarks/rating_load.py --think-ms 0    # closed loop: a stress test
+    .venv/bin/python benchmarks/rating_load.py --db postgresql --annotators 200 --workers 4
+        # on a throwaway PostgreSQL 15 cluster (human_eval/pgcluster.py), private unix socket
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[k]
 
 
-def run_once(args, synchronous: str) -> dict:
+def run_once(args, synchronous: str, db_url: str | None = None) -> dict:
     rubric = load_rubric("graphmax")
     raters = 2
     # texts x raters = annotators x pages, with 2 systems in a paired design
@@ -61,11 +63,12 @@ def run_once(args, synchronous: str) -> dict:
             annotators=args.annotators,
             attention_rate=0.0,
             seed=args.seed,
+            db_url=db_url,
         )
         env = {
             "MAXBENCH_HOME": str(tmp_path / "home"),
             "MAXBENCH_SECRET_KEY": "load",
-            "MAXBENCH_SQLITE_SYNCHRONOUS": synchronous,
+            "MAXBENCH_SQLITE_SYNCHRONOUS": synchronous if db_url is None else "FULL",
         }
         server = start_server(
             url, workers=args.workers, threads=args.threads, env=env, log_path=tmp_path / "server.log"
@@ -140,21 +143,36 @@ def main() -> int:
         help="SQLite synchronous modes to run, one after the other (default FULL,NORMAL; FULL is the app's default)",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--db", choices=("sqlite", "postgresql"), default="sqlite", help="database (default %(default)s)"
+    )
     args = parser.parse_args()
     modes = [m.strip().upper() for m in args.synchronous.split(",") if m.strip()]
+    cluster = None
+    if args.db == "postgresql":
+        from human_eval.pgcluster import PostgresCluster
+
+        cluster = PostgresCluster().start()
+        modes = ["postgresql"]
 
     print(
         f"rating_load: {args.annotators} concurrent annotators x {args.pages} pages on 127.0.0.1, "
-        f"gunicorn {args.workers} workers x {args.threads} threads, SQLite WAL, "
+        f"gunicorn {args.workers} workers x {args.threads} threads, "
+        f"{'PostgreSQL 15' if cluster else 'SQLite WAL'}, "
         f"think time {args.think_ms:.0f} ms mean; {os.cpu_count()} CPUs shared with the clients"
     )
     ok = True
     for mode in modes:
-        r = run_once(args, mode)
+        try:
+            r = run_once(args, mode, cluster.new_database("load") if cluster else None)
+        finally:
+            if cluster and mode == modes[-1]:
+                cluster.stop()
         submit_ms = [a.latency_s * 1000 for a in r["acks"]]
         page_ms = [a.page_latency_s * 1000 for a in r["acks"]]
         p99 = percentile(submit_ms, 99)
-        print(f"\nsynchronous={mode} (load average before {r['load_before']:.2f})")
+        label = mode if cluster else f"synchronous={mode}"
+        print(f"\n{label} (load average before {r['load_before']:.2f})")
         print(
             f"  submits acknowledged: {len(r['acks'])} of {args.annotators * args.pages} in {r['wall']:.1f} s "
             f"({len(r['acks']) / r['wall']:.1f}/s); client errors: {len(r['errors'])}"

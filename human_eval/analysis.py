@@ -18,9 +18,20 @@ import numpy as np
 
 from core.errors import MaxbenchError
 
+from .direct import z_scores
 from .options import ReportOptions
+from .pairwise import PairJudgment, bradley_terry, pairwise_agreement, sign_tests
 from .ratings import Rating, Ratings, StudyProgress
-from .results import Analysis, AnnotatorSummary, Comparison, Descriptive, Exclusions, Scale
+from .results import (
+    Analysis,
+    AnnotatorSummary,
+    Comparison,
+    Descriptive,
+    Exclusions,
+    PairwiseAnalysis,
+    PairwiseAspect,
+    Scale,
+)
 from .statistics import (
     DIFFERENCE_DECIMALS,
     agreement,
@@ -92,7 +103,12 @@ def analyse(ratings: Ratings, options: ReportOptions) -> Analysis:
                     )
                 )
         if reference is not None:
-            comparisons.extend(_compare_aspect(aspect, aspect_rows, reference, systems[1:], scale, options, warnings))
+            tested_rows, tested_scale = aspect_rows, scale
+            if options.z_scores:
+                tested_rows, tested_scale = _standardised(aspect, aspect_rows, warnings)
+            comparisons.extend(
+                _compare_aspect(aspect, tested_rows, reference, systems[1:], tested_scale, options, warnings)
+            )
         agreements.append(agreement(aspect, aspect_rows, scale, options.n_boot, options.seed))
     for a in agreements:
         if a.undefined_reason:
@@ -322,6 +338,20 @@ def _item_means(rows: list[Rating]) -> dict[str, float]:
     return {item: float(np.mean(v)) for item, v in sums.items()}
 
 
+def _standardised(aspect: str, rows: list[Rating], warnings: list[str]) -> tuple[list[Rating], Scale]:
+    """Per-annotator z-scores of one aspect and the scale of their observed values (direct assessment)."""
+    z, undefined = z_scores(rows)
+    if undefined:
+        warnings.append(
+            f"z-scores of {aspect!r}: annotator(s) {', '.join(undefined)} gave a single rating or one value "
+            "throughout and are left out of the tests"
+        )
+    if not z:
+        raise MaxbenchError(f"no annotator's ratings of {aspect!r} vary: z-scores are undefined; drop --z-scores")
+    values = sorted({r.value for r in z})
+    return z, Scale(values[0], values[-1], tuple(values), "per-annotator z-scores")
+
+
 def _compare_aspect(
     aspect: str,
     rows: list[Rating],
@@ -440,3 +470,46 @@ def _drift(rows: list[Rating], norm) -> float | None:
     first = [norm(r) for r in positioned if r.position in early]
     second = [norm(r) for r in positioned if r.position in late]
     return float(np.mean(second) - np.mean(first))
+
+
+# --------------------------------------------------------------------------- pairwise studies
+
+
+def analyse_pairwise(rows: Sequence[dict], options: ReportOptions, source: str) -> PairwiseAnalysis:
+    """A pairwise study's rows (``export.pair_judgment_rows``): per criterion, Bradley-Terry
+    strengths, a sign test per pair (Holm over the pairs), and agreement."""
+    if not rows:
+        raise MaxbenchError(f"{source} holds no pairwise judgments; nothing to report")
+    excluded = [r for r in rows if set(filter(None, r["flags"].split(";"))) & set(options.exclude_flags)]
+    kept = [r for r in rows if r not in excluded]
+    if not kept:
+        raise MaxbenchError("no judgments are left after the exclusions; relax --exclude-flag")
+    systems = tuple(sorted({r["left"] for r in rows} | {r["right"] for r in rows}))
+    aspects = []
+    for criterion in dict.fromkeys(r["criterion"] for r in kept):
+        judgments = [
+            PairJudgment(r["item"], r["annotator"], r["left"], r["right"], r["winner"] or None)
+            for r in kept
+            if r["criterion"] == criterion
+        ]
+        aspects.append(
+            PairwiseAspect(
+                criterion,
+                tuple(bradley_terry(systems, judgments, options.n_boot, options.seed, criterion)),
+                tuple(sign_tests(systems, judgments)),
+                pairwise_agreement(judgments),
+                len(judgments),
+            )
+        )
+    left_counts = Counter(r["left"] for r in kept)
+    return PairwiseAnalysis(
+        study=rows[0]["study"],
+        source=source,
+        options=options,
+        systems=systems,
+        aspects=tuple(aspects),
+        rows_in=len(rows),
+        rows_kept=len(kept),
+        annotators=len({r["annotator"] for r in kept}),
+        shown_left=tuple((s, left_counts.get(s, 0)) for s in systems),
+    )

@@ -20,7 +20,7 @@ from sqlalchemy.orm import joinedload
 from .db import get_db, hash_token, write_transaction
 from .error_pages import error_response
 from .forms import FIELD_PREFIX, ConsentForm, check_form, expected_fields, rating_form
-from .models import Annotator, Assignment, Rating, Study, utcnow
+from .models import Annotator, Assignment, Item, PageText, Rating, Study, utcnow
 from .rubrics import Rubric
 
 bp = Blueprint("annotator", __name__)
@@ -181,12 +181,18 @@ def check():
         values = {"check_attempts": Annotator.check_attempts + 1, "last_seen_at": utcnow()}
         if passed:
             values["check_passed_at"] = utcnow()
+        limit = (study.design or {}).get("check_attempts")
+        out_of_attempts = not passed and limit is not None and annotator.check_attempts + 1 >= limit
+        if out_of_attempts:  # e.g. Prolific allows two attempts at a comprehension check
+            values["excluded_at"] = utcnow()
         db = get_db()
         with write_transaction(db):
             db.execute(update(Annotator).where(Annotator.id == annotator.id).values(**values))
             db.commit()
         if passed:
             return redirect(url_for(".next_page"), code=303)
+        if out_of_attempts:
+            return redirect(url_for(".finish"), code=303)
         wrong = True
     return render_template(
         "annotator/check.html", study=study, rubric=rubric, question=question, form=form, wrong=wrong
@@ -204,8 +210,20 @@ def _own_assignment(annotator: Annotator, public_id: str) -> Assignment:
 
 def _render_item(study, rubric, assignment, pages, form, status=200):
     done = sum(1 for _, _, d in pages if d)
+    texts = []
     if assignment.item is not None:
         prompt, text = assignment.item.prompt, assignment.item.text
+        if rubric.kind == "pairwise":  # the page's texts in their places (A, B)
+            texts = (
+                get_db()
+                .scalars(
+                    select(Item.text)
+                    .join(PageText, PageText.item_id == Item.id)
+                    .where(PageText.assignment_id == assignment.id)
+                    .order_by(PageText.place)
+                )
+                .all()
+            )
     else:
         prompt, text = assignment.attention["prompt"], assignment.attention["text"]
     session["shown"] = [assignment.public_id, time.time()]
@@ -216,6 +234,7 @@ def _render_item(study, rubric, assignment, pages, form, status=200):
         form=form,
         prompt=prompt,
         text=text,
+        texts=texts,
         public_id=assignment.public_id,
         position=assignment.position,
         done=done,
@@ -249,6 +268,10 @@ def rate(public_id: str):
     rubric = study_rubric(study)
     pages = _pages(annotator)
     if _due(pages) != public_id:
+        # PostgreSQL reads each statement afresh (READ COMMITTED): a duplicate submit may have
+        # read this page as open and the page list after the first submit committed.
+        if get_db().scalar(select(Assignment.completed_at).where(Assignment.id == assignment.id)) is not None:
+            return redirect(_next_url(annotator), code=303)
         return error_response(409)
     form = rating_form(rubric)
     unexpected = set(request.form) - expected_fields(rubric)
@@ -349,6 +372,12 @@ def finish():
     if annotator.excluded_at is None and annotator.finished_at is None and _due(pages) is not None:
         return redirect(_next_url(annotator), code=303)
     code = study.completion_code if annotator.excluded_at is None else None
+    if code:
+        from .enrolment import completion_redirect
+
+        target = completion_redirect(annotator, study)
+        if target:
+            return redirect(target, code=303)
     return render_template(
         "annotator/finish.html",
         study=study,

@@ -35,6 +35,8 @@ from . import db, error_pages
 from .admin import bp as admin_bp
 from .annotator import bp as annotator_bp
 from .db import database_url
+from .enrolment import PROLIFIC_ORIGIN
+from .enrolment import bp as enrolment_bp
 
 csrf = CSRFProtect()
 
@@ -101,6 +103,7 @@ def create_app(config: dict | None = None) -> Flask:
     db.init_app(app)
     csrf.init_app(app)
     app.register_blueprint(annotator_bp)
+    app.register_blueprint(enrolment_bp)
     app.register_blueprint(admin_bp, url_prefix="/admin")
     app.after_request(_security_headers)
     error_pages.init_app(app)
@@ -110,7 +113,10 @@ def create_app(config: dict | None = None) -> Flask:
 def _security_headers(response):
     response.headers["Content-Security-Policy"] = (
         "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+        "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; "
+        # The last submit's redirects end at Prolific's completion URL (human_eval.enrolment):
+        # Chromium checks form-action on every redirect of a form submission.
+        f"form-action 'self' {PROLIFIC_ORIGIN}"
     )
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["X-Frame-Options"] = "DENY"

@@ -80,7 +80,26 @@ def register(subparsers) -> None:
     create.add_argument(
         "--attention-fail-limit", type=int, default=2, help="failed attention checks that stop an annotator (default 2)"
     )
-    create.add_argument("--completion-code", help="code shown on the finish page (crowd platforms)")
+    create.add_argument(
+        "--completion-code", help="code shown on the finish page; Prolific participants are redirected with it"
+    )
+    create.add_argument(
+        "--open-enrolment",
+        action="store_true",
+        help="one public URL (<base-url>/s/<study>) for Prolific (PROLIFIC_PID, STUDY_ID, SESSION_ID) or MTurk "
+        "(workerId, assignmentId, hitId); each participant gets the next free block",
+    )
+    create.add_argument(
+        "--abandon-after-minutes",
+        type=int,
+        default=60,
+        help="with --open-enrolment: a block claimed and not started for this long goes to the next participant",
+    )
+    create.add_argument(
+        "--check-attempts",
+        type=int,
+        help="comprehension-check attempts before a participant is stopped (default: no limit)",
+    )
     create.add_argument("--title", help="title shown to annotators (default: the rubric's)")
     create.add_argument("--consent-file", type=Path, help="text file with the consent information")
     create.add_argument(
@@ -161,6 +180,8 @@ def _print_created(created, base_url: str, links_fd: int | None, links_out: Path
     print(f"texts: {created.n_items}; pages per annotator: {', '.join(str(n) for n in created.n_pages)}")
     print(f"admin token (keep it secret; log in at {base_url.rstrip('/')}/admin/login):")
     print(f"  {created.admin_token}")
+    if created.open_enrolment:
+        print(f"public study URL for Prolific or MTurk (blocks: {len(links)}): {created.public_url(base_url)}")
     print("annotator links (one per person; a link is the annotator's only credential):")
     for (label, link), pages in zip(links, created.n_pages):
         print(f"  {label}  {link}  ({pages} pages)")
@@ -208,6 +229,9 @@ def cmd_study_create(args: argparse.Namespace) -> int:
                 completion_code=args.completion_code,
                 title=args.title,
                 consent_text=consent,
+                open_enrolment=args.open_enrolment,
+                abandon_after_s=60 * args.abandon_after_minutes,
+                check_attempts=args.check_attempts,
             )
     except BaseException:
         if links_fd is not None:

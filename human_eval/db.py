@@ -47,7 +47,7 @@ from core.errors import MaxbenchError
 from systems.assets import maxbench_home
 
 from .logs import log
-from .models import Base
+from .models import OPTIONAL_TABLES, Base
 
 DEFAULT_BUSY_TIMEOUT_MS = 5000
 _SYNCHRONOUS_MODES = {"FULL", "NORMAL", "EXTRA"}
@@ -235,9 +235,17 @@ def engine_for(
         return engine
 
 
+# Any fixed number: PostgreSQL's advisory lock that serialises schema creation.
+_SCHEMA_LOCK_KEY = 0x6D617862  # "maxb"
+
+
 def _create_schema(engine: Engine) -> None:
     try:
         with engine.connect().execution_options(sqlite_immediate=True) as conn:
+            if conn.dialect.name == "postgresql":
+                # Workers starting together on a new database: without it two see no table and
+                # both create one (a unique violation in pg_type). Released at commit.
+                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK_KEY})")
             Base.metadata.create_all(conn)
             conn.commit()
     except OperationalError as exc:
@@ -254,7 +262,7 @@ def _check_schema(engine: Engine, url: str) -> None:
         raise MaxbenchError(
             f"cannot read database {shown_url(url)!r} ({_one_line(exc)}): check that it is reachable and not locked"
         ) from None
-    missing = set(Base.metadata.tables) - tables
+    missing = set(Base.metadata.tables) - tables - OPTIONAL_TABLES
     if missing:
         raise MaxbenchError(
             f"database {shown_url(url)!r} has no rating tables ({', '.join(sorted(missing))} missing): "

@@ -57,6 +57,30 @@ def paired_sequence(n_prompts: int, n_systems: int, rng: random.Random) -> list[
     return [(p, (k + r) % n_systems) for r in range(n_systems) for k, p in enumerate(prompt_order)]
 
 
+def pairwise_sequence(n_prompts: int, n_systems: int, rng: random.Random) -> list[tuple[int, int, int]]:
+    """(prompt, left system, right system) comparisons of every pair of systems on every prompt.
+
+    Latin-square rounds as in ``paired_sequence``: round ``r`` visits each prompt once, with
+    pair ``(k + r) mod P``, so any window is balanced over pairs and never repeats a prompt.
+    Positions are balanced: a pair's comparisons alternate which system is on the left, in
+    sequence order, so each is on the left in half of them (to within one).
+    """
+    pairs = [(a, b) for a in range(n_systems) for b in range(a + 1, n_systems)]
+    if not pairs:
+        raise MaxbenchError("a pairwise study needs at least two systems")
+    prompt_order = list(range(n_prompts))
+    rng.shuffle(prompt_order)
+    uses = [0] * len(pairs)
+    out = []
+    for r in range(len(pairs)):
+        for k, p in enumerate(prompt_order):
+            pair_index = (k + r) % len(pairs)
+            a, b = pairs[pair_index]
+            out.append((p, a, b) if uses[pair_index] % 2 == 0 else (p, b, a))
+            uses[pair_index] += 1
+    return out
+
+
 def interleaved_sequence(per_system: list[list[int]], rng: random.Random) -> list[int]:
     """Round-robin over systems of each system's (shuffled) texts: any window is balanced."""
     queues = [list(texts) for texts in per_system]

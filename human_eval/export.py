@@ -31,11 +31,12 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections import defaultdict
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, joinedload
 
-from .models import Annotator, Assignment, Item, Rating
+from .models import Annotator, Assignment, Item, PageText, Rating, StudySystem
 from .ratings import StudyProgress
 from .study import find_study
 
@@ -54,7 +55,9 @@ COLUMNS = [
 ]
 
 
-def long_format_rows(session: Session, study_id: str | int, blind: bool = False) -> list[dict]:
+def long_format_rows(
+    session: Session, study_id: str | int, blind: bool = False, _with_assignment: bool = False
+) -> list[dict]:
     study = find_study(session, study_id)
     rubric = study.rubric
     order = {c["name"]: i for i, c in enumerate(rubric["criteria"])}
@@ -86,9 +89,42 @@ def long_format_rows(session: Session, study_id: str | int, blind: bool = False)
                 "flags": ";".join(flags),
                 "scale_min": rubric["scale_min"],
                 "scale_max": rubric["scale_max"],
+                **({"_assignment": assignment.id} if _with_assignment else {}),
             }
         )
     rows.sort(key=lambda r: (r["annotator"], r["position"], order.get(r["criterion"], len(order))))
+    return rows
+
+
+def pair_judgment_rows(session: Session, study_id: str | int, blind: bool = False) -> list[dict]:
+    """A pairwise study's judgments, one row per (page, criterion): ``left``/``right`` are the
+    systems shown as A and B, ``winner`` one of them or empty for a tie (``value`` 1, 2, 0)."""
+    study = find_study(session, study_id)
+    places = defaultdict(dict)
+    query = (
+        select(PageText.assignment_id, PageText.place, StudySystem.name, StudySystem.code)
+        .join(Item, PageText.item_id == Item.id)
+        .join(StudySystem, Item.system_id == StudySystem.id)
+        .where(Item.study_id == study.id)
+    )
+    for assignment_id, place, name, code in session.execute(query):
+        places[assignment_id][place] = code if blind else name
+    rows = []
+    for row in long_format_rows(session, study_id, blind, _with_assignment=True):
+        assignment_id = row.pop("_assignment")
+        shown = places.get(assignment_id, {})
+        left, right = shown.get(1), shown.get(2)
+        if left is None or right is None:
+            continue
+        winner = {1: left, 2: right}.get(row["value"], "")
+        rows.append(
+            {
+                **{k: v for k, v in row.items() if k not in ("system", "scale_min", "scale_max")},
+                "left": left,
+                "right": right,
+                "winner": winner,
+            }
+        )
     return rows
 
 
@@ -98,6 +134,11 @@ def study_baseline(session: Session, study_id: str | int) -> str | None:
     None for a study created from an unscored run, or before baselines were recorded.
     """
     return (find_study(session, study_id).design or {}).get("baseline")
+
+
+def study_judgment(session: Session, study_id: str | int) -> str:
+    """The judgment type of the study's rubric (``likert``, ``direct``, ...)."""
+    return find_study(session, study_id).rubric.get("kind", "likert")
 
 
 def study_progress(session: Session, study_id: str | int) -> StudyProgress:

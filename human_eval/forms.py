@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from flask_wtf import FlaskForm
-from wtforms import BooleanField, PasswordField, RadioField
+from wtforms import BooleanField, IntegerField, PasswordField, RadioField
 from wtforms.fields.choices import SelectChoice
-from wtforms.validators import DataRequired, InputRequired
+from wtforms.validators import DataRequired, InputRequired, NumberRange
 
 from .rubrics import Rubric
 
@@ -42,18 +42,33 @@ def check_form(options: list[str]) -> FlaskForm:
 
 
 def rating_form(rubric: Rubric) -> FlaskForm:
-    """One radio group per criterion; a value outside the scale is not a valid choice."""
+    """One radio group per criterion (a slider for direct assessment); a value outside the
+    scale is not a valid choice."""
 
     class RatingForm(FlaskForm):
         pass
 
     for criterion in rubric.criteria:
+        if rubric.kind == "direct":
+            message = f"Please give a whole number from {rubric.scale_min} to {rubric.scale_max}."
+            setattr(
+                RatingForm,
+                FIELD_PREFIX + criterion.name,
+                IntegerField(
+                    criterion.label,
+                    validators=[
+                        InputRequired(message=message),
+                        NumberRange(rubric.scale_min, rubric.scale_max, message=message),
+                    ],
+                ),
+            )
+            continue
         setattr(
             RatingForm,
             FIELD_PREFIX + criterion.name,
             RadioField(
                 criterion.label,
-                choices=[SelectChoice(v, str(v)) for v in rubric.values],
+                choices=[SelectChoice(v, str(v)) for v in rubric.choices],
                 coerce=int,
                 validators=[InputRequired(message="Please choose a value.")],
             ),

@@ -121,6 +121,49 @@ class Assignment(Base):
     ratings: Mapped[list[Rating]] = relationship(back_populates="assignment", order_by="Rating.id")
 
 
+class PageText(Base):
+    """The texts of a page that shows several (pairwise: places 1 and 2, as A and B; best-worst:
+    1..4), for the same prompt; ``Assignment.item_id`` is the text in place 1. A one-text page
+    (Likert, direct assessment, attention checks) has no rows here."""
+
+    __tablename__ = "page_text"
+    __table_args__ = (UniqueConstraint("assignment_id", "place"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    assignment_id: Mapped[int] = mapped_column(ForeignKey("assignment.id"), index=True)
+    place: Mapped[int] = mapped_column(Integer)
+    item_id: Mapped[int] = mapped_column(ForeignKey("item.id"))
+    item: Mapped[Item] = relationship()
+    assignment: Mapped[Assignment] = relationship()
+
+
+PARTICIPANT_ID_MAX = 64
+
+
+class Enrolment(Base):
+    """A crowd participant (Prolific's PROLIFIC_PID, MTurk's workerId) holding one block (an
+    Annotator) of a study with open enrolment. ``annotator_id`` is unique: two participants
+    claiming one block at once cannot both win. A block given away after abandonment keeps
+    the earlier row with ``annotator_id`` NULL and ``released_at`` set.
+
+    The participant id is admin-only: never rendered to participants, never exported."""
+
+    __tablename__ = "enrolment"
+    __table_args__ = (UniqueConstraint("study_id", "participant_id"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("study.id"), index=True)
+    platform: Mapped[str] = mapped_column(String(16))  # "prolific" or "mturk"
+    participant_id: Mapped[str] = mapped_column(String(PARTICIPANT_ID_MAX))
+    platform_session: Mapped[str | None] = mapped_column(String(PARTICIPANT_ID_MAX), nullable=True)
+    annotator_id: Mapped[int | None] = mapped_column(ForeignKey("annotator.id"), unique=True, nullable=True)
+    claimed_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    released_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+
+
+# Tables added after the first release: a database from before lacks them until the app
+# (which creates missing tables) opens it; readers accept their absence.
+OPTIONAL_TABLES = {"page_text", "enrolment"}
+
+
 class Rating(Base):
     __tablename__ = "rating"
     # One value per criterion and page: a repeated submit can never store a second rating.

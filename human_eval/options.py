@@ -44,6 +44,9 @@ class ReportOptions:
         Bootstrap resamples of every interval.
     seed : int
         Seed of the bootstrap streams.
+    z_scores : bool
+        Test per-annotator z-scores instead of raw values (direct assessment, as WMT does);
+        the descriptive table and the agreement stay on the raw scale.
     """
 
     reference: str | None = None
@@ -56,6 +59,7 @@ class ReportOptions:
     design: str = "auto"
     n_boot: int = 2000
     seed: int = 0
+    z_scores: bool = False
 
     def __post_init__(self):
         if self.alternative not in ALTERNATIVES:

@@ -106,6 +106,8 @@ class Ratings:
         The run's baseline as the study recorded it (database studies only): the default reference.
     progress : StudyProgress or None
         How many assigned texts are rated (database studies only; a file does not say).
+    judgment : str
+        The rubric's judgment type (database studies; ``likert`` for a file).
     """
 
     rows: tuple[Rating, ...]
@@ -114,6 +116,7 @@ class Ratings:
     sha256_of: str
     baseline: str | None = None
     progress: StudyProgress | None = None
+    judgment: str = "likert"
 
 
 def load_ratings(path: str | Path) -> Ratings:

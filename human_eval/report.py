@@ -21,7 +21,8 @@ from core.intervals import ConfidenceInterval
 from core.provenance import versions
 
 from .options import CONFIDENCE
-from .results import Analysis, Comparison, Scale
+from .pairwise import BT_ALPHA
+from .results import Analysis, Comparison, PairwiseAnalysis, Scale
 
 REPORT_FORMAT_VERSION = 1
 MAX_LIKERT_POINTS = 11  # beyond this a "scale" is a slider: no stacked bars, no count columns
@@ -293,6 +294,15 @@ def _test_section(a: Analysis) -> Section:
             (a.reference,),
         )
     )
+    if a.options.z_scores:
+        s.paragraphs.append(
+            Para(
+                "Direct assessment: the tests run on per-annotator z-scores (each annotator's ratings minus "
+                "that annotator's mean, divided by their sample standard deviation, per aspect), as WMT "
+                "standardises its 0-100 scores; the descriptive table shows the raw ratings.",
+                (),
+            )
+        )
     for aspect in a.aspects:
         comps = [c for c in a.comparisons if c.aspect == aspect]
         rows = [row for c in comps for row in _test_rows(a, c)]
@@ -446,6 +456,7 @@ def _options_dict(a: Analysis) -> dict[str, str]:
         "excluded flags": ", ".join(o.exclude_flags) or "none",
         "bootstrap resamples": str(o.n_boot),
         "seed": str(o.seed),
+        "z-scores": "per annotator" if o.z_scores else "off",
     }
 
 
@@ -587,3 +598,115 @@ def _write(path: Path, data: bytes) -> None:
         atomic_write(path, data)
     except OSError as exc:
         raise MaxbenchError(f"cannot write {path} ({exc.strerror}); check the --out folder") from None
+
+
+# --------------------------------------------------------------------------- pairwise studies
+
+
+def pairwise_sections(a: PairwiseAnalysis) -> list[Section]:
+    o = a.options
+    intro = Section(f"Human evaluation report: {a.study} (pairwise preference)", level=1)
+    intro.paragraphs.append(
+        Para(
+            "Study {} from {}: {} judgment rows in, {} kept after exclusions (flags: {}); "
+            f"{len(a.systems)} system(s), {a.annotators} annotator(s).",
+            (a.study, a.source, a.rows_in, a.rows_kept, ", ".join(o.exclude_flags) or "none"),
+        )
+    )
+    intro.paragraphs.append(
+        Para(
+            "Position balance (times shown as A): {}.",
+            ("; ".join(f"{s} {n}" for s, n in a.shown_left),),
+        )
+    )
+    sections = [intro]
+    for x in a.aspects:
+        s = Section(f"Aspect: {x.aspect}")
+        s.paragraphs.append(
+            Para(
+                "Bradley-Terry log-strengths (centred at 0; a tie is half a win for each side), fitted by choix "
+                f"(ilsr_pairwise_dense, regularisation {BT_ALPHA:g}), with {CONFIDENCE:.0%} percentile bootstrap "
+                f"intervals ({o.n_boot} resamples of items, seed {o.seed}); {x.n_judgments} judgments."
+            )
+        )
+        s.tables.append(
+            Table(
+                ("system", "strength", f"{CONFIDENCE:.0%} CI", "wins", "comparisons"),
+                tuple(
+                    (
+                        Cell(st.system),
+                        num(fmt(st.score)),
+                        num(fmt_ci(st.ci)),
+                        num(fmt(st.wins, 1)),
+                        num(str(st.comparisons)),
+                    )
+                    for st in sorted(x.strengths, key=lambda st: -st.score)
+                ),
+            )
+        )
+        s.paragraphs.append(
+            Para(
+                "Sign test per pair: the exact two-sided binomial test of the decisive judgments against 1/2 "
+                f"(scipy.stats.binomtest; ties dropped), Holm's correction over the pairs; * Holm p < {o.alpha:g}."
+            )
+        )
+        s.tables.append(
+            Table(
+                ("first", "second", "first wins", "second wins", "ties", "p", "p (Holm)"),
+                tuple(
+                    (
+                        Cell(t.first),
+                        Cell(t.second),
+                        num(str(t.first_wins)),
+                        num(str(t.second_wins)),
+                        num(str(t.ties)),
+                        num(fmt_p(t.pvalue)),
+                        num(
+                            fmt_p(t.pvalue_holm),
+                            mark="*" if t.pvalue_holm is not None and t.pvalue_holm < o.alpha else "",
+                        ),
+                    )
+                    for t in x.sign_tests
+                ),
+                align="llrrrrr",
+            )
+        )
+        g = x.agreement
+        s.paragraphs.append(
+            Para(
+                f"Agreement over {g.n_units} comparison(s) judged by two or more annotators: Krippendorff's alpha "
+                f"(nominal: first better, second better, tie) {fmt(g.alpha_nominal, 3)}; two annotators gave "
+                f"the same outcome in {fmt(None if g.rate is None else 100 * g.rate, 1)}% of their pairs."
+            )
+        )
+        sections.append(s)
+    prov = Section("Provenance")
+    prov.bullets += [Para("{} {}", (k, v)) for k, v in versions(REPORT_PACKAGES + ("choix",)).items()]
+    sections.append(prov)
+    return sections
+
+
+def write_pairwise_report(analysis: PairwiseAnalysis, out_dir: str | Path, name: str) -> Path:
+    if not _NAME.match(name):
+        raise MaxbenchError(f"--name {name!r} is not a plain folder name (letters, digits, '.', '_', '-')")
+    folder = Path(out_dir) / name
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise MaxbenchError(
+            f"cannot create the report folder {folder} ({exc.strerror}); choose another --out"
+        ) from None
+    sections = pairwise_sections(analysis)
+    _write(folder / "report.md", render_markdown(sections).encode("utf-8"))
+    _write(folder / "report.html", render_html(sections, sections[0].title).encode("utf-8"))
+    payload = {
+        "format": REPORT_FORMAT_VERSION,
+        "judgment": "pairwise",
+        "versions": versions(REPORT_PACKAGES + ("choix",)),
+        **analysis.to_dict(),
+    }
+    _write(
+        folder / "report.json",
+        (json.dumps(payload, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8"),
+    )
+    return folder

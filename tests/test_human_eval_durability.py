@@ -20,9 +20,11 @@ N_ANNOTATORS = 6
 
 
 @pytest.fixture
-def served_study(tmp_path):
+def served_study(tmp_path, db_url):
+    """On SQLite and on PostgreSQL (tests/conftest.py's db_url)."""
     url, created, _ = make_study(
         tmp_path,
+        db_url=db_url,
         rubric="posg-lm",
         n_prompts=15,
         items_per_system=15,

@@ -21,9 +21,11 @@ EVIL_TEXT = 'Great <b>food</b><img src=x onerror=alert(1)><script>document.cooki
 
 
 @pytest.fixture
-def study(tmp_path):
+def study(tmp_path, db_url):
+    """On SQLite and on PostgreSQL (tests/conftest.py's db_url)."""
     url, created, run_dir = make_study(
         tmp_path,
+        db_url=db_url,
         n_prompts=4,
         items_per_system=3,
         raters_per_item=2,
@@ -132,8 +134,10 @@ def test_values_outside_the_scale_are_rejected(study, value):
     assert n_ratings(url) == 0
 
 
-def test_kerbs_scale_rejects_3(tmp_path):
-    url, created, _ = make_study(tmp_path, rubric="kerbs-dialogue", raters_per_item=1, annotators=1, attention_rate=0)
+def test_kerbs_scale_rejects_3(tmp_path, db_url):
+    url, created, _ = make_study(
+        tmp_path, db_url=db_url, rubric="kerbs-dialogue", raters_per_item=1, annotators=1, attention_rate=0
+    )
     app = create_app({"DB_URL": url, "SECRET_KEY": "t"})
     client = app.test_client()
     client.get(path_of(created.links("http://x")[0][1]))
@@ -262,8 +266,8 @@ def test_admin_pages_need_the_admin_token(study):
     assert login.post("/admin/login", data={"csrf_token": csrf_token(page.text), "token": token}).status_code == 403
 
 
-def test_admin_of_one_study_cannot_see_another(tmp_path):
-    url, one, _ = make_study(tmp_path, raters_per_item=1, annotators=1)
+def test_admin_of_one_study_cannot_see_another(tmp_path, db_url):
+    url, one, _ = make_study(tmp_path, db_url=db_url, raters_per_item=1, annotators=1)
     from human_eval.study import create_study
 
     with session_for(url) as s:
