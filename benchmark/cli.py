@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "benchmark.graph_cli",
     "benchmark.metrics.cli",
     "benchmark.heads_cli",
+    "benchmark.explorer.cli",
 ]
 
 
