@@ -3,11 +3,10 @@
 import json
 
 import pytest
+from explorer_fixtures import HOSTILE, SYSTEMS, make_scored_run, make_study_export
 
 from benchmark.explorer import script_json, write_explorer
 from benchmark.explorer.data import quantise
-
-from explorer_fixtures import HOSTILE, SYSTEMS, make_scored_run, make_study_export
 
 
 @pytest.fixture(scope="module")
