@@ -41,7 +41,7 @@ def synthesise(run: Path, n_prompts: int, n_systems: int, n_tokens: int, seed: i
     prompts = [
         (f"p{i:04d}", " ".join(rng.choices(WORDS, k=12)), " ".join(rng.choices(WORDS, k=80))) for i in range(n_prompts)
     ]
-    metrics = ("bleu-4", "rouge-l-f", "self-bleu-4", "seq-rep-4", "ppl", "ref-eps-ppl")
+    metrics = ("bleu-4", "rouge-l-f", "self-bleu-4", "seq-rep-4", "rep", "ppl", "ref-eps-ppl")
     with open(run / "generations.jsonl", "w", encoding="utf-8") as f:
         for s in systems:
             for pid, prompt, ref in prompts:

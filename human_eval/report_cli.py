@@ -111,11 +111,14 @@ def run_report(args: argparse.Namespace) -> int:
         ratings = load_ratings(args.ratings)
         studies = sorted({r.study for r in ratings.rows})
         default_name = options.study or (studies[0] if len(studies) == 1 else Path(args.ratings).stem)
-    else:
+    correlations = None
+    if not args.ratings:
         ratings = ratings_from_database(args.db_study, args.db)
         default_name = ratings.rows[0].study  # the slug, also when the study was named by its number
     analysis = analyse(ratings, options)
-    folder = write_report(analysis, args.out, args.name or _folder_name(default_name))
+    if not args.ratings:
+        correlations = metric_correlations(args.db_study, args.db, ratings, options)
+    folder = write_report(analysis, args.out, args.name or _folder_name(default_name), correlations)
     print(f"wrote {folder}/report.md, report.html, report.json and figures/")
     return 0
 
@@ -138,6 +141,15 @@ def ratings_from_database(study: str, url: str | None):
     if not records:
         raise MaxbenchError(f"study {study!r} has no ratings yet; nothing to report")
     return ratings_from_records(records, source="the rating database", baseline=baseline, progress=progress)
+
+
+def metric_correlations(study: str, url: str | None, ratings, options):
+    """The run's automatic metrics against the study's ratings (the study knows its run)."""
+    from .db import session_for
+    from .metric_agreement import study_correlations
+
+    with session_for(url, create=False) as session:
+        return study_correlations(session, study, ratings, options.exclude_flags, options.n_boot, options.seed)
 
 
 def _folder_name(text: str) -> str:

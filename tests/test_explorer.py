@@ -109,3 +109,18 @@ def test_partly_matching_study_is_a_marked_partial_view(scored, tmp_path):
     (tmp_path / "part.json").write_text(json.dumps(doc))
     index = _index(write_explorer([run], tmp_path / "p", study=tmp_path / "part.json").read_text())
     assert any("not in these runs" in w for w in index["warnings"])
+
+
+def test_report_of_the_study_correlates_the_runs_metrics_with_its_ratings(scored, tmp_path, cli):
+    root, run, study = scored
+    slug = json.loads(study.read_text())["study"]
+    rc, _, err = cli("report", "--study", slug, "--db", f"sqlite:///{root / 'ratings.sqlite3'}", "--out", tmp_path)
+    assert rc == 0, err
+    md = (tmp_path / slug / "report.md").read_text()
+    html = (tmp_path / slug / "report.html").read_text()
+    assert "Automatic metrics against human ratings" in md and "Automatic metrics against human ratings" in html
+    table = json.loads((tmp_path / slug / "report.json").read_text())["metric_correlations"]["table"]
+    # the same points as the explorer shows (both from core/rank_correlation)
+    index = _index(write_explorer([run], tmp_path / "x", study=study).read_text())
+    shown = {(r["metric"], r["aspect"]): r["item_level"]["kendall_tau"] for r in index["study"]["correlations"]}
+    assert table and all(shown[(r["metric"], r["aspect"])] == r["item_level"]["kendall_tau"] for r in table)

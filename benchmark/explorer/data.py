@@ -198,7 +198,9 @@ def build(run_dirs: list[Path], study: Study | None = None) -> tuple[dict, list[
     for run in runs:
         for s in run.systems:
             baseline_of[s] = (run.comparisons.get("baselines") or {}).get(s) or run.comparisons.get("baseline")
-    # texts, per-step statistics and flags
+    # texts, per-step statistics and flags; a loop is the rep metric's own per-prompt verdict where the run
+    # scored rep (with several samples, a prompt any of whose samples loops), else the same test run here
+    loops = {row.system: (row.scores.get("rep") or {}).get("per_prompt") for row in rows}
     prompts: dict[str, dict] = {}
     steps: dict[str, dict] = {}
     for run in runs:
@@ -222,7 +224,8 @@ def build(run_dirs: list[Path], study: Study | None = None) -> tuple[dict, list[
             if not isinstance(pieces, list) or "".join(pieces) != text:
                 pieces = None  # an older run: no token boundaries, the text is shown whole
             flags = []
-            if repetition_loop(word_tokens(text)) is not None:
+            rep = loops.get(g["system"])
+            if (rep.get(pid, 0) > 0) if rep else repetition_loop(word_tokens(text)) is not None:
                 flags.append("loop")
             if not text.strip():
                 flags.append("empty")
