@@ -205,6 +205,19 @@ def metric_rating_table(
     return out
 
 
+def per_prompt_metrics(systems: dict) -> tuple[dict, dict]:
+    """From the ``systems`` table of a ``scores.json`` (``{system: {"scores": {name: {"per_prompt": ...}}}}``):
+    ``({score: {(prompt, system): value}}, {score: higher_is_better})`` for every score with per-prompt values."""
+    metrics: dict = {}
+    hib: dict = {}
+    for system, entry in systems.items():
+        for name, e in (entry.get("scores") or {}).items():
+            if e.get("per_prompt") and len(e["per_prompt"]) > 1:
+                metrics.setdefault(name, {}).update({(pid, system): v for pid, v in e["per_prompt"].items()})
+                hib[name] = e.get("higher_is_better")
+    return metrics, hib
+
+
 def mean_ratings(rows: Iterable[tuple[str, str, str, float]]) -> dict[str, dict[tuple[str, str], float]]:
     """``{aspect: {(prompt, system): mean rating}}`` from (prompt, system, aspect, value) rows."""
     acc: dict[str, dict[tuple[str, str], list[float]]] = {}

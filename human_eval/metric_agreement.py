@@ -11,7 +11,7 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from core.rank_correlation import MetricAspect, mean_ratings, metric_rating_table
+from core.rank_correlation import MetricAspect, mean_ratings, metric_rating_table, per_prompt_metrics
 
 from .models import Item
 from .ratings import Ratings
@@ -33,12 +33,7 @@ def study_correlations(
     }
     rows = [r for r in ratings.rows if not set(r.flags) & set(exclude_flags) and r.item in prompt_of]
     rated = mean_ratings((prompt_of[r.item], r.system, r.criterion, r.value) for r in rows)
-    metrics, hib = {}, {}
-    for system, entry in (doc.get("systems") or {}).items():
-        for name, e in (entry.get("scores") or {}).items():
-            if e.get("per_prompt") and len(e["per_prompt"]) > 1:
-                metrics.setdefault(name, {}).update({(pid, system): v for pid, v in e["per_prompt"].items()})
-                hib[name] = e.get("higher_is_better")
+    metrics, hib = per_prompt_metrics(doc.get("systems") or {})
     if not metrics:
         return [], f"No metric correlations: {scores_path} holds no per-prompt scores."
     table = metric_rating_table(metrics, rated, hib, n_resamples, seed)

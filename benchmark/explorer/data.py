@@ -346,18 +346,12 @@ def build(run_dirs: list[Path], study: Study | None = None) -> tuple[dict, list[
 
 def correlation_data(rows, joined: dict, study: Study) -> list[dict]:
     """Kendall's tau and Spearman's rho of every per-prompt score against every rated aspect."""
-    from core.rank_correlation import mean_ratings, metric_rating_table
+    from core.rank_correlation import mean_ratings, metric_rating_table, per_prompt_metrics
 
     ratings = mean_ratings(
         (pid, system, aspect, sum(vals) / len(vals))
         for (pid, _sample, system), asp in joined.items()
         for aspect, vals in asp.items()
     )
-    metrics, hib = {}, {}
-    for row in rows:
-        for name, e in row.scores.items():
-            pp = e.get("per_prompt")
-            if pp and len(pp) > 1:
-                metrics.setdefault(name, {}).update({(pid, row.system): v for pid, v in pp.items()})
-                hib[name] = e.get("higher_is_better")
+    metrics, hib = per_prompt_metrics({row.system: row.entry for row in rows})
     return [r.to_json() for r in metric_rating_table(metrics, ratings, hib)]
