@@ -124,3 +124,17 @@ def test_report_of_the_study_correlates_the_runs_metrics_with_its_ratings(scored
     index = _index(write_explorer([run], tmp_path / "x", study=study).read_text())
     shown = {(r["metric"], r["aspect"]): r["item_level"]["kendall_tau"] for r in index["study"]["correlations"]}
     assert table and all(shown[(r["metric"], r["aspect"])] == r["item_level"]["kendall_tau"] for r in table)
+
+
+def test_two_base_models_without_a_baseline_each_is_a_marked_partial_view(scored, tmp_path):
+    import shutil
+
+    root, run, _ = scored
+    other = tmp_path / "other"
+    shutil.copytree(run, other)
+    for name in ("scores.json", "generations.jsonl"):
+        path = other / name
+        path.write_text(path.read_text(encoding="utf-8").replace("tiny-random/", "other-model/"), encoding="utf-8")
+    index = _index(write_explorer([run, other], tmp_path / "two").read_text())
+    assert index["leaderboard"]["grouped"] and len(index["systems"]) == 6
+    assert any("several base models" in w and "baseline for each" in w for w in index["warnings"])
