@@ -138,3 +138,13 @@ def test_two_base_models_without_a_baseline_each_is_a_marked_partial_view(scored
     index = _index(write_explorer([run, other], tmp_path / "two").read_text())
     assert index["leaderboard"]["grouped"] and len(index["systems"]) == 6
     assert any("several base models" in w and "baseline for each" in w for w in index["warnings"])
+
+
+def test_study_export_for_the_explorer_from_the_command_line(scored, tmp_path, cli):
+    root, run, study = scored
+    slug, db = json.loads(study.read_text())["study"], f"sqlite:///{root / 'ratings.sqlite3'}"
+    rc, _, err = cli("study", "export", slug, "--format", "explorer", "--db", db, "--out", tmp_path / "s.json")
+    assert rc == 0, err
+    assert json.loads((tmp_path / "s.json").read_text()) == json.loads(study.read_text())
+    rc, _, err = cli("study", "export", slug, "--format", "explorer", "--blind", "--db", db)
+    assert rc == 2 and "cannot be --blind" in err

@@ -103,6 +103,8 @@ def test_explorer_in_chromium(tmp_path, artifacts_dir):
         page.screenshot(path=str(artifacts_dir / "explorer-plots.png"), full_page=True)
         page.locator("#views button[data-view='humans']").click()
         assert page.locator("#correlations tbody tr").count() >= 10
+        page.locator("#corr-aspect").select_option("story_line")
+        assert set(page.locator("#correlations tbody td:nth-child(2)").all_inner_texts()) == {"story_line"}
         page.screenshot(path=str(artifacts_dir / "explorer-humans.png"), full_page=True)
         browser.close()
     assert errors == []

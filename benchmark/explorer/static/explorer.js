@@ -351,15 +351,27 @@
       "(its per-prompt value) and each rated aspect (the mean rating of the text), at item level (one point per rated text) and " +
       "at system level (one point per system), with 95% bootstrap intervals over prompts. A metric where lower is better " +
       "agrees with the raters when its correlation is negative."));
+    const aspectSel = el("select", { id: "corr-aspect", "aria-label": "aspect" }, el("option", { value: "" }, "every aspect"),
+      ...D.study.aspects.map((a) => el("option", { value: a }, a)));
+    const definedOnly = el("input", { type: "checkbox", id: "corr-defined", checked: true });
+    box.append(el("div", { class: "tools" }, el("label", {}, "Aspect ", aspectSel), el("label", {}, definedOnly, " only defined correlations")));
     const t = el("table", { id: "correlations" }, el("thead", {}, el("tr", {}, ...["metric", "aspect", "texts", "item τ", "item ρ", "systems", "system τ", "system ρ"].map((h) => el("th", {}, h)))));
     const body = el("tbody");
-    for (const r of D.study.correlations) {
-      const i = r.item_level, s = r.system_level;
-      body.append(el("tr", {}, el("td", { class: "sys" }, r.metric + (r.higher_is_better === false ? " ↓" : "")), el("td", {}, r.aspect),
-        el("td", { class: "num" }, String(i.n)), el("td", { class: "num", title: i.reason || "" }, c2(i.kendall_tau, i.kendall_ci)),
-        el("td", { class: "num", title: i.reason || "" }, c2(i.spearman_rho, i.spearman_ci)), el("td", { class: "num" }, String(s.n)),
-        el("td", { class: "num", title: s.reason || "" }, c2(s.kendall_tau, s.kendall_ci)), el("td", { class: "num", title: s.reason || "" }, c2(s.spearman_rho, s.spearman_ci))));
+    function fill() {
+      body.textContent = "";
+      for (const r of D.study.correlations) {
+        const i = r.item_level, s = r.system_level;
+        if (aspectSel.value && r.aspect !== aspectSel.value) continue;
+        if (definedOnly.checked && i.kendall_tau === null && s.kendall_tau === null) continue;
+        body.append(el("tr", {}, el("td", { class: "sys" }, r.metric + (r.higher_is_better === false ? " ↓" : "")), el("td", {}, r.aspect),
+          el("td", { class: "num" }, String(i.n)), el("td", { class: "num", title: i.reason || "" }, c2(i.kendall_tau, i.kendall_ci)),
+          el("td", { class: "num", title: i.reason || "" }, c2(i.spearman_rho, i.spearman_ci)), el("td", { class: "num" }, String(s.n)),
+          el("td", { class: "num", title: s.reason || "" }, c2(s.kendall_tau, s.kendall_ci)), el("td", { class: "num", title: s.reason || "" }, c2(s.spearman_rho, s.spearman_ci))));
+      }
     }
+    aspectSel.addEventListener("input", fill);
+    definedOnly.addEventListener("input", fill);
+    fill();
     t.append(body);
     box.append(el("div", { class: "scroll" }, t));
   }
