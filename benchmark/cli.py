@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "benchmark.metrics.cli",
     "benchmark.heads_cli",
     "benchmark.reproduce.cli",
+    "benchmark.explorer.cli",
 ]
 
 

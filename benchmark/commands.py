@@ -225,7 +225,8 @@ def register_run(sub) -> None:
     p.add_argument(
         "--out",
         default=None,
-        help="leaderboard folder (default: results/ for the default registry, results/<registry>/ otherwise)",
+        help="leaderboard folder, with the explorer in its explorer/ (default: results/ for the default registry, "
+        "results/<registry>/ otherwise)",
     )
     p.add_argument(
         "--shard",
@@ -271,6 +272,7 @@ def _shard_arg(text):
 def cmd_run(args) -> int:
     import os
 
+    from benchmark.explorer import write_explorer
     from benchmark.leaderboard import render
     from benchmark.lineup import load_lineup
     from benchmark.metrics.base import parse_metric_list
@@ -331,6 +333,7 @@ def cmd_run(args) -> int:
         )
     with timer.phase("render"):
         written = render([run_dir], out_dir)
+        written.append(write_explorer([run_dir], out_dir / "explorer"))
     for path in written:
         print(f"wrote {path}")
     print(timer.summary())

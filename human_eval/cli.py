@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -117,7 +118,12 @@ def register(subparsers) -> None:
 
     export = study_sub.add_parser("export", help="write a study's ratings in long format (CSV or JSON)")
     export.add_argument("study_id", metavar="STUDY", help="study id (as printed by study create)")
-    export.add_argument("--format", choices=["csv", "json"], default="csv")
+    export.add_argument(
+        "--format",
+        choices=["csv", "json", "explorer"],
+        default="csv",
+        help="csv or json: long format; explorer: JSON with each text's run prompt id, for maxbench view --study",
+    )
     export.add_argument("--out", type=Path, help="output file (default stdout)")
     export.add_argument("--blind", action="store_true", help="system codes instead of names")
     export.add_argument("--db", help="database URL")
@@ -263,11 +269,17 @@ def cmd_study_list(args: argparse.Namespace) -> int:
 
 def cmd_study_export(args: argparse.Namespace) -> int:
     from .db import database_errors, session_for
-    from .export import long_format_rows, rows_to_csv, rows_to_json
+    from .export import explorer_export, long_format_rows, rows_to_csv, rows_to_json
 
+    if args.format == "explorer" and args.blind:
+        raise MaxbenchError("--format explorer joins ratings to the run's systems by name; it cannot be --blind")
     with database_errors(args.db), session_for(args.db) as session:
-        rows = long_format_rows(session, args.study_id, blind=args.blind)
-    body = rows_to_csv(rows) if args.format == "csv" else rows_to_json(rows)
+        if args.format == "explorer":
+            doc = explorer_export(session, args.study_id)
+            rows, body = doc["ratings"], json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
+        else:
+            rows = long_format_rows(session, args.study_id, blind=args.blind)
+            body = rows_to_csv(rows) if args.format == "csv" else rows_to_json(rows)
     if args.out:
         try:
             args.out.parent.mkdir(parents=True, exist_ok=True)

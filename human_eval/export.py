@@ -56,8 +56,10 @@ COLUMNS = [
 
 
 def long_format_rows(
-    session: Session, study_id: str | int, blind: bool = False, _with_assignment: bool = False
+    session: Session, study_id: str | int, blind: bool = False, run_keys: bool = False, _with_assignment: bool = False
 ) -> list[dict]:
+    """The study's ratings (COLUMNS); ``run_keys`` adds each text's ``prompt_id`` and ``sample`` in the run
+    (admin-only keys that join the ratings to the run's texts and per-prompt scores)."""
     study = find_study(session, study_id)
     rubric = study.rubric
     order = {c["name"]: i for i, c in enumerate(rubric["criteria"])}
@@ -91,6 +93,7 @@ def long_format_rows(
                 "scale_max": rubric["scale_max"],
                 **({"_assignment": assignment.id} if _with_assignment else {}),
             }
+            | ({"prompt_id": item.prompt_id, "sample": item.sample} if run_keys else {})
         )
     rows.sort(key=lambda r: (r["annotator"], r["position"], order.get(r["criterion"], len(order))))
     return rows
@@ -126,6 +129,22 @@ def pair_judgment_rows(session: Session, study_id: str | int, blind: bool = Fals
             }
         )
     return rows
+
+
+#: the study export the results explorer (``maxbench view --study FILE``) reads
+EXPLORER_FORMAT = "maxbench-study-ratings/1"
+
+
+def explorer_export(session: Session, study_id: str | int) -> dict:
+    """The study's ratings keyed by the run's prompt ids and system names, for ``maxbench view``
+    (a researcher's tool: system names are shown; the rating app's pages never see this)."""
+    study = find_study(session, study_id)
+    return {
+        "format": EXPLORER_FORMAT,
+        "study": study.slug,
+        "run_id": study.run_id,
+        "ratings": long_format_rows(session, study_id, run_keys=True),
+    }
 
 
 def study_baseline(session: Session, study_id: str | int) -> str | None:

@@ -555,7 +555,50 @@ def _slug(text: str) -> str:
     return slug or "aspect"
 
 
-def write_report(analysis: Analysis, out_dir: str | Path, name: str) -> Path:
+def correlation_section(table, note: str) -> Section:
+    """Kendall's tau and Spearman's rho of each automatic metric with each rated aspect."""
+    section = Section("Automatic metrics against human ratings")
+    section.paragraphs.append(
+        Para(
+            note + " Item level: one point per rated text; system level: one point per system (its mean "
+            "metric value and mean rating). [95% bootstrap interval]; a metric where lower is better (↓) agrees "
+            "with the raters when its correlation is negative."
+        )
+    )
+    if not table:
+        return section
+
+    def corr(v, ci):
+        return num(fmt(v), detail="" if ci is None else f"[{fmt(ci[0])}, {fmt(ci[1])}]")
+
+    rows = []
+    for r in table:
+        i, s = r.item, r.system
+        rows.append(
+            (
+                Cell(r.metric + (" ↓" if r.higher_is_better is False else ""), code=True),
+                Cell(r.aspect, escape=True),
+                num(str(i.n)),
+                corr(i.tau, i.tau_ci),
+                corr(i.rho, i.rho_ci),
+                num(str(s.n)),
+                corr(s.tau, s.tau_ci),
+                corr(s.rho, s.rho_ci),
+            )
+        )
+    section.tables.append(
+        Table(
+            columns=("metric", "aspect", "texts", "item τ", "item ρ", "systems", "system τ", "system ρ"),
+            rows=tuple(rows),
+            align="llrrrrrr",
+        )
+    )
+    return section
+
+
+def write_report(
+    analysis: Analysis, out_dir: str | Path, name: str, correlations: tuple[list, str] | None = None
+) -> Path:
     """Write <out_dir>/<name>/{report.md, report.html, report.json, figures/*}; returns the folder."""
     if not _NAME.match(name):
         raise MaxbenchError(f"--name {name!r} is not a plain folder name (letters, digits, '.', '_', '-')")
@@ -578,6 +621,8 @@ def write_report(analysis: Analysis, out_dir: str | Path, name: str) -> Path:
         if stale.name not in written:  # left by an earlier report of another input under this name
             stale.unlink()
     sections = build_sections(analysis, figures)
+    if correlations is not None:
+        sections.insert(-1, correlation_section(*correlations))
     _write(folder / "report.md", render_markdown(sections).encode("utf-8"))
     _write(folder / "report.html", render_html(sections, sections[0].title).encode("utf-8"))
     payload = {
@@ -586,6 +631,8 @@ def write_report(analysis: Analysis, out_dir: str | Path, name: str) -> Path:
         **analysis.to_dict(),
         "figures": {aspect: f"figures/{stem}.png" for aspect, (stem, _, _) in drawn.items()},
     }
+    if correlations is not None:
+        payload["metric_correlations"] = {"note": correlations[1], "table": [r.to_json() for r in correlations[0]]}
     _write(
         folder / "report.json",
         (json.dumps(payload, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8"),

@@ -115,6 +115,7 @@ def run_report(args: argparse.Namespace) -> int:
         seed=args.seed,
         z_scores=args.z_scores,
     )
+    correlations = None
     if args.ratings:
         ratings = load_ratings(args.ratings)
         studies = sorted({r.study for r in ratings.rows})
@@ -134,7 +135,9 @@ def run_report(args: argparse.Namespace) -> int:
             options = replace(options, z_scores=True)
         default_name = ratings.rows[0].study  # the slug, also when the study was named by its number
     analysis = analyse(ratings, options)
-    folder = write_report(analysis, args.out, args.name or _folder_name(default_name))
+    if not args.ratings:
+        correlations = metric_correlations(args.db_study, args.db, ratings, options)
+    folder = write_report(analysis, args.out, args.name or _folder_name(default_name), correlations)
     print(f"wrote {folder}/report.md, report.html, report.json and figures/")
     return 0
 
@@ -177,6 +180,15 @@ def pairwise_from_database(study: str, url: str | None) -> list[dict] | None:
     if not rows:
         raise MaxbenchError(f"study {study!r} has no judgments yet; nothing to report")
     return rows
+
+
+def metric_correlations(study: str, url: str | None, ratings, options):
+    """The run's automatic metrics against the study's ratings (the study knows its run)."""
+    from .db import session_for
+    from .metric_agreement import study_correlations
+
+    with session_for(url, create=False) as session:
+        return study_correlations(session, study, ratings, options.exclude_flags, options.n_boot, options.seed)
 
 
 def _folder_name(text: str) -> str:

@@ -279,12 +279,31 @@ def check_limits(
         )
 
 
-def distribution_stats(scores: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Entropy (nats), support size (tokens with p > 0) and top-1 mass of each row."""
+def distribution_stats(scores: torch.Tensor, chosen: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Entropy (nats), support size (tokens with p > 0) and top-1 mass of each row, and with
+    ``chosen`` (one token id per row) the probability the layer gave that token (``p_chosen``)."""
     logp = torch.log_softmax(scores.float(), dim=-1)
     p = logp.exp()
     ent = -(torch.where(p > 0, p * logp, torch.zeros_like(p))).sum(-1)
-    return {"entropy": ent, "support": (p > 0).sum(-1).float(), "top1": p.max(-1).values}
+    out = {"entropy": ent, "support": (p > 0).sum(-1).float(), "top1": p.max(-1).values}
+    if chosen is not None:
+        out["p_chosen"] = p.gather(-1, chosen.to(p.device)[:, None])[:, 0]
+    return out
+
+
+def token_pieces(tok, ids: list[int]) -> list[str]:
+    """The text each token adds to the decoded text, so that a viewer can mark tokens in it. A token
+    that ends inside a multi-byte character adds nothing; the character goes to the token completing
+    it. The pieces join to the decoded text wherever decoding a prefix gives a prefix of the text."""
+    pieces, shown = [], ""
+    for k in range(len(ids)):
+        cur = tok.decode(ids[: k + 1], skip_special_tokens=True)
+        if cur.startswith(shown) and not cur.endswith("\ufffd"):
+            pieces.append(cur[len(shown) :])
+            shown = cur
+        else:
+            pieces.append("")
+    return pieces
 
 
 @torch.inference_mode()
@@ -340,7 +359,7 @@ def decode(
         else:
             next_tok = scores.argmax(-1)
         if record_stats:
-            row_stats = distribution_stats(scores)
+            row_stats = distribution_stats(scores, next_tok)
             row_stats.update(layer.step_stats())
             for k, v in row_stats.items():
                 stats.setdefault(k, []).append(v.detach().float().cpu())
@@ -365,6 +384,7 @@ def decode(
         }
         if record_stats:
             row["stats"] = {k: [_round(float(x)) for x in torch.stack(v)[:steps, i]] for k, v in stats.items()}
+            row["pieces"] = token_pieces(tok, ids[:n])
         results.append(row)
     return results
 

@@ -123,6 +123,24 @@ def test_stats_and_finish(tiny):
         assert all(0 < t <= 1 for t in st["top1"]) and all(e >= 0 for e in st["entropy"])
 
 
+def test_each_step_records_the_chosen_tokens_probability_and_text_piece(tiny):
+    """p_chosen is the layer's probability of the token drawn (greedy: the top-1 mass itself), and the
+    pieces join to the text, one per generated token (the explorer shades tokens with them)."""
+    greedy = decode(tiny, SoftmaxLayer(), ["abc", "xyz q"], DecodingSetting(do_sample=False, max_new_tokens=6), [1, 2])
+    sampled = decode(tiny, SoftmaxLayer(), ["abc", "xyz q"], DecodingSetting(max_new_tokens=6), [1, 2])
+    for row in greedy:
+        assert row["stats"]["p_chosen"] == row["stats"]["top1"]
+    for row in greedy + sampled:
+        st = row["stats"]
+        assert len(st["p_chosen"]) == len(st["entropy"]) and all(0 < p <= t for p, t in zip(st["p_chosen"], st["top1"]))
+        assert len(row["pieces"]) == row["n_tokens"] and "".join(row["pieces"]) == row["text"]
+        n = len(row["token_ids"])
+        assert row["pieces"] == [
+            tiny.tokenizer.decode(row["token_ids"][: k + 1])[len(tiny.tokenizer.decode(row["token_ids"][:k])) :]
+            for k in range(n)
+        ] or "\ufffd" in tiny.tokenizer.decode(row["token_ids"][:n])
+
+
 def test_empty_prompt_and_nan_logits_are_refused(tiny):
     with pytest.raises(MaxbenchError, match="prompt 1 is empty"):
         decode(tiny, SoftmaxLayer(), ["ok", "  "], DecodingSetting(), [0, 0])

@@ -1,0 +1,357 @@
+"""What the explorer shows, as plain JSON-ready data: the leaderboard rows with their metric
+families, per-step curves with intervals, and per prompt every system's text with its token
+pieces, quantised per-token probabilities and entropies, and flags.
+
+Runs are read as the leaderboard reads them (``benchmark/leaderboard.py``: ``scores.json``, the
+manifest, rows grouped by base model) and their ``generations.jsonl`` once more for the texts. A
+study's ratings come from the file ``maxbench study export ID --format explorer`` writes (the
+rating app lives in ``human_eval``, which this package does not import): rated texts keyed by the
+run's prompt id and system, so they join the run's texts and per-prompt scores here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.errors import MaxbenchError
+
+#: metric families of the headline leaderboard, by score name prefix (first match wins)
+FAMILIES = (
+    ("fluency", "Fluency / likelihood", ("ppl", "ref-")),
+    ("diversity", "Diversity", ("self-bleu", "rep", "seq-rep", "distinct", "uniq")),
+    ("quality", "Quality vs references", ("bleu", "sacrebleu", "rouge", "meteor", "bertscore", "ms-jaccard", "kld")),
+)
+#: the compact default view: at most these score columns (those present), with human aspects after them
+COMPACT = ("bleu-4", "rouge-l-f", "bertscore-f1", "ms-jaccard-3", "self-bleu-4", "seq-rep-4", "ppl", "ref-eps-ppl")
+#: per-prompt scores offered for "difference from the baseline" (those the runs have per prompt)
+DIFF_METRICS = ("bleu-4", "rouge-l-f", "meteor", "bertscore-f1", "ppl", "self-bleu-4", "seq-rep-4", "rep")
+LEVELS = 64  # quantisation of per-token probabilities and entropies: one character each
+CODE = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz-_"  # LEVELS symbols; '.' = unknown
+ENTROPY_MAX = 8.0  # nats: entropies above shade as this
+FLAGS = ("loop", "empty", "ref-zero")
+STUDY_FORMAT = "maxbench-study-ratings/1"
+
+
+def family_of(score: str) -> str:
+    for key, _, prefixes in FAMILIES:
+        if any(score == p or score.startswith(p) for p in prefixes):
+            return key
+    return "other"
+
+
+def quantise(values, top: float) -> str:
+    """One character per value: its level in [0, top] out of LEVELS, '.' where unknown."""
+    out = []
+    for v in values:
+        if v is None or not math.isfinite(v):
+            out.append(".")
+        else:
+            out.append(CODE[min(LEVELS - 1, max(0, int(v / top * LEVELS)))])
+    return "".join(out)
+
+
+def _round(v, digits: int = 4):
+    return None if v is None or not math.isfinite(v) else float(f"{v:.{digits}g}")
+
+
+@dataclass
+class Study:
+    """A study's ratings joined to run texts: ``ratings[(prompt_id, sample, system)][aspect] = [values]``."""
+
+    name: str
+    run_id: str | None
+    aspects: list[str]
+    scale: dict  # aspect -> [min, max]
+    ratings: dict = field(default_factory=dict)
+
+
+def load_study(path: Path) -> Study:
+    """The file ``maxbench study export ID --format explorer --out FILE`` writes."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise MaxbenchError(
+            f"study file {path} does not exist; write it with maxbench study export ID --format explorer --out {path}"
+        ) from None
+    except (OSError, ValueError):
+        raise MaxbenchError(f"study file {path} is not valid JSON; export it again (--format explorer)") from None
+    if not isinstance(doc, dict) or doc.get("format") != STUDY_FORMAT or not isinstance(doc.get("ratings"), list):
+        raise MaxbenchError(
+            f"{path} is not a study export for the explorer (format {STUDY_FORMAT}); "
+            f"write it with maxbench study export ID --format explorer"
+        )
+    study = Study(str(doc.get("study")), doc.get("run_id"), [], {})
+    for n, r in enumerate(doc["ratings"], 1):
+        try:
+            key = (str(r["prompt_id"]), int(r.get("sample") or 0), str(r["system"]))
+            aspect, value = str(r["criterion"]), r["value"]
+        except (KeyError, TypeError, ValueError):
+            raise MaxbenchError(f"{path} rating {n} lacks prompt_id, system, criterion or value") from None
+        if aspect not in study.aspects:
+            study.aspects.append(aspect)
+            study.scale[aspect] = [r.get("scale_min"), r.get("scale_max")]
+        if value is not None and "attention_failed" not in str(r.get("flags") or ""):
+            study.ratings.setdefault(key, {}).setdefault(aspect, []).append(float(value))
+    return study
+
+
+def leaderboard_data(runs, rows, study: Study | None, human_means: dict) -> dict:
+    """Rows of the headline table: every score with interval, significance and best marks."""
+    from benchmark.leaderboard import _best, _columns, _stars
+
+    cols = _columns(rows)
+    per_model = len({row.model for row in rows}) > 1
+    best = {c: _best(rows, c, per_model) for c in cols}
+    meta = {}
+    for c in cols:
+        e = next((row.scores[c] for row in rows if c in row.scores), {})
+        meta[c] = {"family": family_of(c), "higher_is_better": e.get("higher_is_better", True)}
+    out_rows = []
+    for i, row in enumerate(rows):
+        cells = {}
+        for c in cols:
+            e = row.scores.get(c)
+            if e is None:
+                continue
+            p = row.p_values.get(c, {}).get("p_value")
+            cells[c] = {
+                "v": _round(e.get("value"), 6),
+                "lo": _round(e.get("ci_low"), 6),
+                "hi": _round(e.get("ci_high"), 6),
+                "p": _round(p, 3),
+                "mark": _stars(p),
+                "best": i in best[c],
+                "why": e.get("reason"),
+            }
+        for aspect, (mean, lo, hi, n) in human_means.get(row.system, {}).items():
+            cells["human:" + aspect] = {"v": mean, "lo": lo, "hi": hi, "n": n, "p": None, "mark": "", "best": False}
+        covered, of = row.coverage
+        out_rows.append(
+            {
+                "system": row.system,
+                "label": row.label,
+                "model": row.model,
+                "layer": row.layer,
+                "run": row.run.run_id,
+                "partial": row.partial,
+                "coverage": [covered, of],
+                "cells": cells,
+            }
+        )
+    if study is not None:
+        for aspect in study.aspects:
+            key = "human:" + aspect
+            cols.append(key)
+            meta[key] = {"family": "human", "higher_is_better": True}
+            vals = [r["cells"][key]["v"] for r in out_rows if key in r["cells"]]
+            for r in out_rows:
+                if key in r["cells"] and vals:
+                    r["cells"][key]["best"] = r["cells"][key]["v"] == max(vals)
+    baselines = sorted({b for run in runs for b in [run.comparisons.get("baseline")] if b})
+    baselines += sorted({b for run in runs for b in (run.comparisons.get("baselines") or {}).values() if b})
+    return {
+        "columns": cols,
+        "meta": meta,
+        "compact": [c for c in COMPACT if c in cols] + [c for c in cols if c.startswith("human:")],
+        "families": [[k, label] for k, label, _ in FAMILIES] + [["other", "Other"], ["human", "Human ratings"]],
+        "rows": out_rows,
+        "grouped": per_model,
+        "baselines": list(dict.fromkeys(baselines)),
+    }
+
+
+def _mean_ci(values: list[float]) -> tuple[float, float, float, int]:
+    n = len(values)
+    m = sum(values) / n
+    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
+    half = 1.96 * sd / math.sqrt(n) if n > 1 else 0.0
+    return _round(m), _round(m - half), _round(m + half), n
+
+
+def build(run_dirs: list[Path], study: Study | None = None) -> tuple[dict, list[dict]]:
+    """(the index: everything shown at first render, the prompts: one record each, in order)."""
+    from benchmark.leaderboard import _rows, load_scored_run
+    from benchmark.metrics.diversity import repetition_loop
+    from benchmark.metrics.tokenize import word_tokens
+    from benchmark.runner import GENERATIONS, read_rows
+
+    if not run_dirs:
+        raise MaxbenchError("give at least one run directory (maxbench view RUN_DIR...)")
+    warnings: list[str] = []
+    runs = [load_scored_run(Path(r)) for r in run_dirs]
+    rows = _rows(runs, mixed=True)
+    if not rows:
+        raise MaxbenchError("the runs hold no scored systems; score them first (maxbench score RUN_DIR)")
+    systems = [row.system for row in rows]
+    if len(set(systems)) != len(systems):
+        raise MaxbenchError("a system appears in two of these runs; view each run on its own")
+    if len({row.model for row in rows}) > 1 and not all(r.comparisons.get("baselines") for r in runs):
+        warnings.append(
+            "these runs hold several base models but do not name a baseline for each: no significance marks "
+            "for the rows without one, and differences are against the first system"
+        )
+    baseline_of = {}
+    for run in runs:
+        for s in run.systems:
+            baseline_of[s] = (run.comparisons.get("baselines") or {}).get(s) or run.comparisons.get("baseline")
+    # texts, per-step statistics and flags; a loop is the rep metric's own per-prompt verdict where the run
+    # scored rep (with several samples, a prompt any of whose samples loops), else the same test run here
+    loops = {row.system: (row.scores.get("rep") or {}).get("per_prompt") for row in rows}
+    prompts: dict[str, dict] = {}
+    steps: dict[str, dict] = {}
+    for run in runs:
+        for g in read_rows(run.path / GENERATIONS):
+            if not isinstance(g, dict) or g.get("system") not in systems:
+                continue
+            pid, sample = str(g.get("prompt_id")), int(g.get("sample") or 0)
+            rec = prompts.setdefault(
+                f"{pid}#{sample}" if sample else pid,
+                {
+                    "id": pid,
+                    "sample": sample,
+                    "prompt": g.get("prompt") or "",
+                    "reference": g.get("reference") or "",
+                    "texts": {},
+                },
+            )
+            text = g.get("text") or ""
+            st = g.get("stats") or {}
+            pieces = g.get("pieces")
+            if not isinstance(pieces, list) or "".join(pieces) != text:
+                pieces = None  # an older run: no token boundaries, the text is shown whole
+            flags = []
+            rep = loops.get(g["system"])
+            if (rep.get(pid, 0) > 0) if rep else repetition_loop(word_tokens(text)) is not None:
+                flags.append("loop")
+            if not text.strip():
+                flags.append("empty")
+            ref_lp = g.get("reference_logprobs")
+            zero = sum(v is None for v in ref_lp) if isinstance(ref_lp, list) else None
+            if zero:
+                flags.append("ref-zero")
+            rec["texts"][g["system"]] = {
+                "text": text,
+                "pieces": pieces,
+                "p": quantise((st.get("p_chosen") or [])[: len(pieces or [])], 1.0) if pieces else "",
+                "h": quantise((st.get("entropy") or [])[: len(pieces or [])], ENTROPY_MAX) if pieces else "",
+                "flags": flags,
+                "ref_zero": [zero, len(ref_lp)] if isinstance(ref_lp, list) else None,
+                "finish": g.get("finish"),
+            }
+            acc = steps.setdefault(g["system"], {})
+            for key in ("entropy", "support", "p_chosen"):
+                for i, v in enumerate((st.get(key) or [])[:128]):
+                    if v is not None and math.isfinite(v):
+                        a = acc.setdefault(key, [])
+                        while len(a) <= i:
+                            a.append([0, 0.0, 0.0])
+                        a[i][0] += 1
+                        a[i][1] += v
+                        a[i][2] += v * v
+    if not prompts:
+        raise MaxbenchError(f"{runs[0].path} has no generated texts ({GENERATIONS}); generate the run first")
+    # per-prompt scores for "difference from the baseline"
+    per_prompt = {}
+    for row in rows:
+        for c in DIFF_METRICS:
+            pp = (row.scores.get(c) or {}).get("per_prompt")
+            if pp:
+                per_prompt.setdefault(c, {})[row.system] = pp
+    human_means, item_ratings = {}, {}
+    correlations = None
+    if study is not None:
+        joined = {
+            k: v
+            for k, v in study.ratings.items()
+            if k[2] in systems and (k[0] in prompts or f"{k[0]}#{k[1]}" in prompts)
+        }
+        if not joined:
+            raise MaxbenchError(
+                f"none of study {study.name}'s rated texts is in these runs (study of run {study.run_id}, runs "
+                f"{', '.join(r.run_id for r in runs)}); give the run the study was made from"
+            )
+        if len(joined) < len(study.ratings):
+            warnings.append(
+                f"{len(study.ratings) - len(joined)} of study {study.name}'s {len(study.ratings)} rated texts are not "
+                "in these runs and are left out"
+            )
+        per_system: dict = {}
+        for (pid, sample, system), asp in joined.items():
+            item_ratings.setdefault(f"{pid}#{sample}" if sample else pid, {})[system] = asp
+            for a, vals in asp.items():
+                per_system.setdefault(system, {}).setdefault(a, []).append(sum(vals) / len(vals))
+        human_means = {s: {a: _mean_ci(v) for a, v in d.items()} for s, d in per_system.items()}
+        correlations = correlation_data(rows, joined, study)
+    board = leaderboard_data(runs, rows, study, human_means)
+    curves = {
+        s: {
+            k: [
+                [_round(t / n), _round(1.96 * math.sqrt(max(0.0, t2 / n - (t / n) ** 2) / n)) if n > 1 else 0]
+                for n, t, t2 in a
+            ]
+            for k, a in acc.items()
+        }
+        for s, acc in steps.items()
+    }
+    order = sorted(prompts, key=lambda k: (prompts[k]["id"], prompts[k]["sample"]))
+    records = []
+    index_prompts = []
+    for key in order:
+        rec = prompts[key]
+        texts = [rec["texts"].get(s) for s in systems]
+        records.append(
+            {
+                "key": key,
+                "prompt": rec["prompt"],
+                "reference": rec["reference"],
+                "texts": texts,
+                "ratings": [item_ratings.get(key, {}).get(s) for s in systems] if study else None,
+            }
+        )
+        index_prompts.append(
+            {
+                "key": key,
+                "head": rec["prompt"][:160],
+                "flags": [t["flags"] if t else ["missing"] for t in texts],
+                "rated": bool(item_ratings.get(key)),
+                "scores": {
+                    c: [_round((vals.get(s) or {}).get(rec["id"])) for s in systems] for c, vals in per_prompt.items()
+                },
+            }
+        )
+    index = {
+        "title": f"maxbench explorer: {', '.join(r.run_id for r in runs)}",
+        "runs": [{"run_id": r.run_id, "path": r.path.as_posix(), "suite": r.suite.get("name")} for r in runs],
+        "systems": systems,
+        "baseline_of": [baseline_of.get(s) for s in systems],
+        "leaderboard": board,
+        "curves": [curves.get(s, {}) for s in systems],
+        "prompts": index_prompts,
+        "diff_metrics": [c for c in DIFF_METRICS if c in per_prompt],
+        "flags": list(FLAGS),
+        "levels": LEVELS,
+        "code": CODE,
+        "entropy_max": ENTROPY_MAX,
+        "study": None
+        if study is None
+        else {"name": study.name, "aspects": study.aspects, "scale": study.scale, "correlations": correlations},
+        "warnings": warnings,
+    }
+    return index, records
+
+
+def correlation_data(rows, joined: dict, study: Study) -> list[dict]:
+    """Kendall's tau and Spearman's rho of every per-prompt score against every rated aspect."""
+    from core.rank_correlation import mean_ratings, metric_rating_table, per_prompt_metrics
+
+    ratings = mean_ratings(
+        (pid, system, aspect, sum(vals) / len(vals))
+        for (pid, _sample, system), asp in joined.items()
+        for aspect, vals in asp.items()
+    )
+    metrics, hib = per_prompt_metrics({row.system: row.entry for row in rows})
+    return [r.to_json() for r in metric_rating_table(metrics, ratings, hib)]
