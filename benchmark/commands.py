@@ -233,6 +233,12 @@ def register_run(sub) -> None:
         help="i/n: generate only shard i of n and stop; 'auto' reads RANK/WORLD_SIZE (torchrun, "
         "accelerate launch). Afterwards run once more without --shard to merge, score and render.",
     )
+    p.add_argument(
+        "--workers",
+        default=None,
+        help="worker processes that generate side by side, each a shard (i/N) of the run with --threads "
+        "threads (default 1 each); default: what fits the machine (its CPU cores, and memory; 1 on a GPU)",
+    )
     p.add_argument("--metrics", default=None, help="comma-separated metrics (default: the registry's)")
     p.add_argument("--n-resamples", type=int, default=1000, help="bootstrap / permutation resamples")
     add_evaluator_option(p, "the registry's evaluator, else smollm2-135m")
@@ -270,16 +276,24 @@ def _shard_arg(text):
 
 def cmd_run(args) -> int:
     import os
+    import time
 
     from benchmark.leaderboard import render
     from benchmark.lineup import load_lineup
     from benchmark.metrics.base import parse_metric_list
     from benchmark.metrics.scoring import ScoringOptions, score_run
-    from benchmark.runner import PhaseTimer, RunPlan, generate_run
+    from benchmark.runner import INVOCATION_ENV, PhaseTimer, RunPlan, generate_run, new_invocation, preflight
     from benchmark.suites import load_suite
+    from benchmark.workers import WORKER_THREADS, default_workers, parse_workers, run_workers
 
     if args.n_resamples < 0:
         raise MaxbenchError(f"--n-resamples must be >= 0 (0: no intervals or tests), got {args.n_resamples}")
+    if args.threads is not None and args.threads < 1:
+        raise MaxbenchError(f"--threads must be >= 1, got {args.threads}")
+    workers = parse_workers(args.workers)
+    if args.shard is not None and workers not in (None, 1):
+        raise MaxbenchError("--workers and --shard exclude each other: a shard is one worker (give one of them)")
+    started = time.perf_counter()
     reg = load_lineup(args.registry)
     suite = load_suite(args.suite or reg.suite)
     metrics = parse_metric_list(args.metrics or ",".join(reg.metrics) or None)
@@ -302,6 +316,18 @@ def cmd_run(args) -> int:
         corpus=reg.corpus,
         registry=reg.name,
     )
+    outputs = () if shard is not None else ((out_dir, "--out"),)
+    invocation = os.environ.get(INVOCATION_ENV) or new_invocation()
+    if shard is None and workers != 1:
+        pre = preflight(plan, device=device, threads=args.threads, outputs=outputs)  # every refusal, once
+        n = workers or default_workers(device, args.threads, pre, plan.batch_size)
+        n = min(n, sum(len(batches) for batches in pre.todo))
+        del pre  # the workers load their own models
+        if n > 1:
+            threads = args.threads or WORKER_THREADS
+            run_workers(args, plan, n, threads, device, invocation, progress=not args.no_progress)
+            print(f"generated in {n} worker processes x {threads} torch thread(s)")
+    os.environ[INVOCATION_ENV] = invocation  # this process's phases and its workers' in one table
     timer = PhaseTimer(run_dir, shard)
     out = generate_run(
         plan,
@@ -310,7 +336,7 @@ def cmd_run(args) -> int:
         shard=shard,
         progress=not args.no_progress,
         timer=timer,
-        outputs=() if shard is not None else ((out_dir, "--out"),),
+        outputs=outputs,
     )
     if shard is not None:
         print(f"wrote {out}; when every shard is done, run the same command without --shard to merge and score")
@@ -333,7 +359,7 @@ def cmd_run(args) -> int:
         written = render([run_dir], out_dir)
     for path in written:
         print(f"wrote {path}")
-    print(timer.summary())
+    print(timer.summary(wall=time.perf_counter() - started))
     return 0
 
 
