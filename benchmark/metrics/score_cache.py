@@ -33,17 +33,25 @@ FORMAT = "maxbench-score-cache/1"
 FOLDER = "score-cache"
 
 
-@lru_cache(maxsize=1)
-def code_version() -> str:
-    """sha256 of the source of every module that computes a score."""
+def metric_sources() -> list[Path]:
+    """The source files of every module that computes a score."""
     import benchmark.metrics as metrics_pkg
     import systems.layers.perplexity as ref_ppl
 
-    files = sorted(Path(metrics_pkg.__file__).parent.glob("*.py")) + [Path(ref_ppl.__file__)]
+    return sorted(Path(metrics_pkg.__file__).parent.glob("*.py")) + [Path(ref_ppl.__file__)]
+
+
+def source_digest(files: list[Path]) -> str:
     h = hashlib.sha256()
     for path in files:
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
+
+
+@lru_cache(maxsize=1)
+def code_version() -> str:
+    """sha256 of the source of every module that computes a score (``metric_sources``)."""
+    return source_digest(metric_sources())
 
 
 def _digest(obj) -> str:
