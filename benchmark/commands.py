@@ -318,17 +318,19 @@ def cmd_run(args) -> int:
     )
     outputs = () if shard is not None else ((out_dir, "--out"),)
     invocation = os.environ.get(INVOCATION_ENV) or new_invocation()
+    timer = PhaseTimer(run_dir, shard, invocation)  # this process's phases and its workers' in one table
     if shard is None and workers != 1:
+        t0 = time.perf_counter()
         pre = preflight(plan, device=device, threads=args.threads, outputs=outputs)  # every refusal, once
-        n = workers or default_workers(device, args.threads, pre, plan.batch_size)
+        if pre.load_seconds:
+            timer.add("preflight (before the workers)", time.perf_counter() - t0)
+        n = workers or default_workers(device, args.threads, pre)
         n = min(n, sum(len(batches) for batches in pre.todo))
         del pre  # the workers load their own models
         if n > 1:
             threads = args.threads or WORKER_THREADS
             run_workers(args, plan, n, threads, device, invocation, progress=not args.no_progress)
             print(f"generated in {n} worker processes x {threads} torch thread(s)")
-    os.environ[INVOCATION_ENV] = invocation  # this process's phases and its workers' in one table
-    timer = PhaseTimer(run_dir, shard)
     out = generate_run(
         plan,
         device=device,

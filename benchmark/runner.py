@@ -50,9 +50,9 @@ class PhaseTimer:
     manifest and the generations, which must not depend on how long anything took. Workers of
     ``maxbench run --workers`` share their parent's invocation id (``INVOCATION_ENV``)."""
 
-    def __init__(self, run_dir: Path, shard: tuple[int, int] | None = None):
+    def __init__(self, run_dir: Path, shard: tuple[int, int] | None = None, invocation: str | None = None):
         self.path = Path(run_dir) / TIMINGS
-        self.invocation = os.environ.get(INVOCATION_ENV) or new_invocation()
+        self.invocation = invocation or os.environ.get(INVOCATION_ENV) or new_invocation()
         self.shard = None if shard is None else f"{shard[0]}/{shard[1]}"
         self.phases: list[tuple[str, float]] = []
 

@@ -60,7 +60,7 @@ def parse_workers(text: str | None) -> int | None:
     return n
 
 
-def default_workers(device: str | None, threads: int | None, pre, batch_size: int) -> int:
+def default_workers(device: str | None, threads: int | None, pre) -> int:
     """What fits the machine (see the module's docstring); ``pre`` is the run's preflight."""
     from systems.decoding import available_memory
 
