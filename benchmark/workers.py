@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from core.errors import MaxbenchError
 
@@ -100,12 +101,23 @@ def worker_command(args, run_id: str, shard: tuple[int, int], threads: int, devi
     return cmd
 
 
+def _lines(run_dir: Path) -> int:
+    """Rows in the run's shard files, counted without parsing them (for the progress bar)."""
+    count = 0
+    for path in run_dir.glob("generations.shard-*.jsonl"):
+        try:
+            count += path.read_bytes().count(b"\n")
+        except OSError:
+            pass
+    return count
+
+
 def run_workers(args, plan, n: int, threads: int, device: str | None, invocation: str, progress: bool) -> None:
     """Generate ``plan`` in ``n`` worker processes and wait for them; a worker that fails stops the
     others and ends in one line (every row written so far is kept for the rerun)."""
     from tqdm import tqdm
 
-    from benchmark.runner import INVOCATION_ENV, finished_keys
+    from benchmark.runner import INVOCATION_ENV
 
     env = os.environ | {INVOCATION_ENV: invocation, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     procs = [
@@ -125,7 +137,7 @@ def run_workers(args, plan, n: int, threads: int, device: str | None, invocation
             time.sleep(1.0)
             failed = next((i for i, p in enumerate(procs) if p.returncode not in (None, 0)), None)
             if progress:
-                bar.update(len(finished_keys(plan)) - bar.n)
+                bar.update(min(total, _lines(plan.run_dir)) - bar.n)
     finally:
         for p in procs:
             if p.poll() is None:

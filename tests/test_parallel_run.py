@@ -11,32 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
+from test_leaderboard_run import _registry  # the same 3-system tiny-random lineup, 12 prompts x 2 samples
 
 from benchmark.workers import cpu_cores
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="worker processes are tested on Linux")
-
-SYSTEMS = [
-    "tiny-random/softmax/top_p=0.9,max_new_tokens=24",
-    "tiny-random/sparsemax/top_p=0.9,max_new_tokens=24",
-    "tiny-random/softmax/greedy,max_new_tokens=24",
-]
-
-
-def _registry(tmp: Path) -> Path:
-    rows = [
-        {"id": f"p{i:02d}", "prompt": f"Review {i}: the soup was", "reference": f"cold and salty, sadly {i}"}
-        for i in range(12)
-    ]
-    (tmp / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp / "s.toml").write_text('name = "twelve"\nfile = "p.jsonl"\n')
-    reg = tmp / "reg.toml"
-    reg.write_text(
-        f'name = "t"\nsuite = "{tmp / "s.toml"}"\nsamples = 2\nbatch_size = 4\n'
-        f'baseline = "{SYSTEMS[0]}"\nmetrics = ["bleu-n", "self-bleu", "rep", "distinct"]\n'
-        f"systems = {json.dumps(SYSTEMS)}\n"
-    )
-    return reg
 
 
 def _cmd(tmp: Path, run_id: str, *extra) -> list[str]:
