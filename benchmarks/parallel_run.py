@@ -40,7 +40,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--systems", default="softmax,graphmax(lam=1.0,solver=exact)")
+    ap.add_argument("--systems", default="softmax;graphmax(lam=1.0,solver=exact)", help="layers, separated by ;")
     ap.add_argument("--schedules", default="seq1,w2,seq")
     ap.add_argument("--workdir", default=None, help="scratch folder (default: a temporary one)")
     args = ap.parse_args()
@@ -54,7 +54,7 @@ def main() -> None:
         "".join(json.dumps({"id": it.id, "prompt": it.prompt, "reference": it.reference}) + "\n" for it in items)
     )
     (work / "s.toml").write_text(f'name = "food-{args.prompts}"\nfile = "p.jsonl"\n')
-    systems = [f"smollm2-135m/{layer}/top_p=0.9,max_new_tokens={args.new_tokens}" for layer in args.systems.split(",")]
+    systems = [f"smollm2-135m/{layer}/top_p=0.9,max_new_tokens={args.new_tokens}" for layer in args.systems.split(";")]
     (work / "reg.toml").write_text(
         f'name = "par"\nsuite = "{work / "s.toml"}"\ncorpus = "food-reviews"\nsamples = 1\nseed = 1234\n'
         f'batch_size = {args.batch_size}\nbaseline = "{systems[0]}"\nmetrics = ["distinct"]\n'
