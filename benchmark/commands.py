@@ -234,6 +234,12 @@ def register_run(sub) -> None:
         help="i/n: generate only shard i of n and stop; 'auto' reads RANK/WORLD_SIZE (torchrun, "
         "accelerate launch). Afterwards run once more without --shard to merge, score and render.",
     )
+    p.add_argument(
+        "--workers",
+        default=None,
+        help="worker processes that generate side by side, each a shard (i/N) of the run with --threads "
+        "threads (default 1 each); default: what fits the machine (its CPU cores, and memory; 1 on a GPU)",
+    )
     p.add_argument("--metrics", default=None, help="comma-separated metrics (default: the registry's)")
     p.add_argument("--n-resamples", type=int, default=1000, help="bootstrap / permutation resamples")
     add_evaluator_option(p, "the registry's evaluator, else smollm2-135m")
@@ -271,17 +277,25 @@ def _shard_arg(text):
 
 def cmd_run(args) -> int:
     import os
+    import time
 
     from benchmark.explorer import write_explorer
     from benchmark.leaderboard import render
     from benchmark.lineup import load_lineup
     from benchmark.metrics.base import parse_metric_list
     from benchmark.metrics.scoring import ScoringOptions, score_run
-    from benchmark.runner import PhaseTimer, RunPlan, generate_run
+    from benchmark.runner import INVOCATION_ENV, PhaseTimer, RunPlan, generate_run, new_invocation, preflight
     from benchmark.suites import load_suite
+    from benchmark.workers import WORKER_THREADS, default_workers, parse_workers, run_workers
 
     if args.n_resamples < 0:
         raise MaxbenchError(f"--n-resamples must be >= 0 (0: no intervals or tests), got {args.n_resamples}")
+    if args.threads is not None and args.threads < 1:
+        raise MaxbenchError(f"--threads must be >= 1, got {args.threads}")
+    workers = parse_workers(args.workers)
+    if args.shard is not None and workers not in (None, 1):
+        raise MaxbenchError("--workers and --shard exclude each other: a shard is one worker (give one of them)")
+    started = time.perf_counter()
     reg = load_lineup(args.registry)
     suite = load_suite(args.suite or reg.suite)
     metrics = parse_metric_list(args.metrics or ",".join(reg.metrics) or None)
@@ -304,7 +318,21 @@ def cmd_run(args) -> int:
         corpus=reg.corpus,
         registry=reg.name,
     )
-    timer = PhaseTimer(run_dir, shard)
+    outputs = () if shard is not None else ((out_dir, "--out"),)
+    invocation = os.environ.get(INVOCATION_ENV) or new_invocation()
+    timer = PhaseTimer(run_dir, shard, invocation)  # this process's phases and its workers' in one table
+    if shard is None and workers != 1:
+        t0 = time.perf_counter()
+        pre = preflight(plan, device=device, threads=args.threads, outputs=outputs)  # every refusal, once
+        if pre.load_seconds:
+            timer.add("preflight (before the workers)", time.perf_counter() - t0)
+        n = workers or default_workers(device, args.threads, pre)
+        n = min(n, sum(len(batches) for batches in pre.todo))
+        del pre  # the workers load their own models
+        if n > 1:
+            threads = args.threads or WORKER_THREADS
+            run_workers(args, plan, n, threads, device, invocation, progress=not args.no_progress)
+            print(f"generated in {n} worker processes x {threads} torch thread(s)")
     out = generate_run(
         plan,
         device=device,
@@ -312,7 +340,7 @@ def cmd_run(args) -> int:
         shard=shard,
         progress=not args.no_progress,
         timer=timer,
-        outputs=() if shard is not None else ((out_dir, "--out"),),
+        outputs=outputs,
     )
     if shard is not None:
         print(f"wrote {out}; when every shard is done, run the same command without --shard to merge and score")
@@ -336,7 +364,7 @@ def cmd_run(args) -> int:
         written.append(write_explorer([run_dir], out_dir / "explorer"))
     for path in written:
         print(f"wrote {path}")
-    print(timer.summary())
+    print(timer.summary(wall=time.perf_counter() - started))
     return 0
 
 

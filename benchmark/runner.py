@@ -31,6 +31,7 @@ from pathlib import Path
 
 from core.errors import MaxbenchError
 from core.fileio import atomic_write, check_output_dir, ensure_dir, free_bytes, os_error
+from core.locks import exclusive
 from core.provenance import versions
 
 MANIFEST = "manifest.json"
@@ -38,36 +39,62 @@ GENERATIONS = "generations.jsonl"
 TIMINGS = "timings.jsonl"
 
 
-class PhaseTimer:
-    """Wall time of each phase of one invocation (load, fit, generate, score, render), appended
-    to ``timings.jsonl`` in the run directory as it finishes. Kept out of the manifest and the
-    generations, which must not depend on how long anything took."""
+#: set by ``maxbench run --workers`` for its workers, so their phases join the parent's invocation
+INVOCATION_ENV = "MAXBENCH_INVOCATION"
 
-    def __init__(self, run_dir: Path, shard: tuple[int, int] | None = None):
+
+class PhaseTimer:
+    """Wall and CPU time of each phase of one invocation (load, fit, generate, ref-ppl, score,
+    render), appended to ``timings.jsonl`` in the run directory as it finishes, with the shard
+    that ran it and, for generation, the seconds spent in the output layer. Kept out of the
+    manifest and the generations, which must not depend on how long anything took. Workers of
+    ``maxbench run --workers`` share their parent's invocation id (``INVOCATION_ENV``)."""
+
+    def __init__(self, run_dir: Path, shard: tuple[int, int] | None = None, invocation: str | None = None):
         self.path = Path(run_dir) / TIMINGS
-        self.invocation = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.invocation = invocation or os.environ.get(INVOCATION_ENV) or new_invocation()
         self.shard = None if shard is None else f"{shard[0]}/{shard[1]}"
         self.phases: list[tuple[str, float]] = []
 
     @contextlib.contextmanager
     def phase(self, name: str):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         yield
-        self.add(name, time.perf_counter() - t0)
+        self.add(name, time.perf_counter() - t0, time.process_time() - c0)
 
-    def add(self, name: str, seconds: float) -> None:
+    def add(self, name: str, seconds: float, cpu_seconds: float | None = None, **extra) -> None:
         self.phases.append((name, seconds))
         ensure_dir(self.path.parent, "run directory")
-        _append(
-            self.path,
-            [{"invocation": self.invocation, "shard": self.shard, "phase": name, "seconds": round(seconds, 2)}],
-        )
+        row = {"invocation": self.invocation, "shard": self.shard, "phase": name, "seconds": round(seconds, 2)}
+        if cpu_seconds is not None:
+            row["cpu_seconds"] = round(cpu_seconds, 2)
+        _append(self.path, [row | {k: round(v, 2) for k, v in extra.items()}])
 
-    def summary(self) -> str:
-        total = sum(s for _, s in self.phases)
-        width = max((len(n) for n, _ in self.phases), default=5)
-        lines = [f"  {n:<{width}}  {s:8.1f} s" for n, s in self.phases]
-        return "\n".join(["wall time by phase:", *lines, f"  {'total':<{width}}  {total:8.1f} s"])
+    def records(self) -> list[dict]:
+        """This invocation's rows of ``timings.jsonl``, its workers' included."""
+        return [r for r in read_rows(self.path) if r.get("invocation") == self.invocation]
+
+    def summary(self, wall: float | None = None) -> str:
+        """The phase table: wall and CPU seconds of each phase (with the shard that ran it) and, for
+        generation, the output layer's share of the decoding time; ``wall`` is the invocation's
+        elapsed time (phases of parallel workers overlap, so their sum exceeds it)."""
+        rows = self.records()
+        width = max((len(r["phase"]) for r in rows), default=5)
+        lines = [f"  {'phase':<{width}}  {'shard':>5}  {'wall s':>8}  {'cpu s':>8}  {'layer share':>11}"]
+        for r in rows:
+            share = f"{r['layer_seconds'] / r['decode_seconds']:11.0%}" if r.get("decode_seconds") else " " * 11
+            cpu = f"{r['cpu_seconds']:8.1f}" if r.get("cpu_seconds") is not None else f"{'':8}"
+            lines.append(f"  {r['phase']:<{width}}  {r['shard'] or '':>5}  {r['seconds']:8.1f}  {cpu}  {share}")
+        total = sum(r["seconds"] for r in rows)
+        lines.append(f"  {'sum of phases':<{width}}  {'':>5}  {total:8.1f}")
+        if wall is not None:
+            lines.append(f"  {'elapsed':<{width}}  {'':>5}  {wall:8.1f}")
+        return "\n".join(["time by phase:", *lines])
+
+
+def new_invocation() -> str:
+    """An id for one invocation: its start time and process id."""
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}-{os.getpid()}"
 
 
 def derive_seed(base: int, prompt_id: str, sample: int) -> int:
@@ -201,6 +228,11 @@ def existing_manifest(plan: RunPlan) -> dict | None:
 
 
 def check_or_write_manifest(plan: RunPlan, extra: dict) -> dict:
+    with exclusive(plan.run_dir / MANIFEST):  # workers of one run start together
+        return _check_or_write_manifest(plan, extra)
+
+
+def _check_or_write_manifest(plan: RunPlan, extra: dict) -> dict:
     path = plan.run_dir / MANIFEST
     ident = plan.identity()
     old = existing_manifest(plan)
@@ -223,11 +255,16 @@ def check_or_write_manifest(plan: RunPlan, extra: dict) -> dict:
     return manifest
 
 
-def update_manifest(plan: RunPlan, key: str, value) -> None:
+def update_manifest(plan: RunPlan, key: str, value: dict) -> None:
+    """Add ``value``'s entries to the manifest's ``key`` section, under the manifest's lock (workers
+    update it side by side), keeping the section in the lineup's order whoever wrote first."""
     path = plan.run_dir / MANIFEST
-    manifest = json.loads(path.read_text())
-    manifest.setdefault(key, {}).update(value)
-    atomic_write(path, json.dumps(manifest, indent=1) + "\n")
+    rank = {name: i for i, name in enumerate([*(s.name for s in plan.systems), *(s.model for s in plan.systems)])}
+    with exclusive(path):
+        manifest = json.loads(path.read_text())
+        section = manifest.setdefault(key, {}) | value
+        manifest[key] = dict(sorted(section.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])))
+        atomic_write(path, json.dumps(manifest, indent=1) + "\n")
 
 
 def _append(path: Path, rows: list[dict]) -> None:
@@ -251,6 +288,15 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     if not (n >= 1 and 0 <= i < n):
         raise MaxbenchError(f"--shard {text}: need 0 <= i < n")
     return i, n
+
+
+def finished_keys(plan: RunPlan) -> set:
+    """Keys of the rows already written to any generations file of the run (the merged file and
+    every shard's, whatever the number of shards that wrote them): none is decoded again."""
+    done = set()
+    for path in [plan.run_dir / GENERATIONS, *sorted(plan.run_dir.glob("generations.shard-*.jsonl"))]:
+        done |= {row_key(r) for r in read_rows(path)}
+    return done
 
 
 def shard_file(run_dir: Path, shard: tuple[int, int] | None) -> Path:
@@ -336,10 +382,7 @@ def preflight(
             f"memory and is meant for at most {MAX_ROWS:,}: split it into several runs"
         )
     out = shard_file(plan.run_dir, shard)
-    done = {row_key(r) for r in read_rows(out)}
-    if shard is None:
-        for other in plan.run_dir.glob("generations.shard-*.jsonl"):
-            done |= {row_key(r) for r in read_rows(other)}
+    done = finished_keys(plan)
     todo, unit = [], 0  # (system, batch) units are handed to shards round-robin across all systems
     for system in plan.systems:
         batches = plan.batches(system)
@@ -394,25 +437,41 @@ def generate_run(
 ) -> Path:
     """Generate every missing row of the plan (or of one shard of it); returns the file. Nothing is
     written before ``preflight`` has passed; ``outputs`` are further folders it checks."""
+    pre = preflight(plan, device=device, threads=threads, shard=shard, outputs=outputs)
+    out = shard_file(plan.run_dir, shard)
+    # One process per output file: a worker left running by a killed parent finishes (or dies)
+    # before another one appends to its file.
+    with exclusive(out):
+        return _generate(plan, pre, out, shard, device, progress, timer or PhaseTimer(plan.run_dir, shard))
+
+
+def _schedule(plan: RunPlan, pre: Preflight, shard) -> list[tuple]:
+    """(system, layer, batches) in the order this process works through them: the lineup's order,
+    walked backwards by odd shards, so that two workers fit the heads of the first and the last
+    systems (graphmax's graph, POSG's and KerBS's heads) at the same time rather than one waiting
+    for the other. The order changes no row: each batch is decoded the same way in any order."""
+    work = list(zip(plan.systems, pre.layers, pre.todo))
+    return work[::-1] if shard is not None and shard[0] % 2 else work
+
+
+def _generate(plan: RunPlan, pre: Preflight, out: Path, shard, device, progress: bool, timer: PhaseTimer) -> Path:
     from tqdm import tqdm
 
     from benchmark.corpora import load_corpus
     from systems.decoding import decode, reference_logprobs
     from systems.layers.base import FitContext
 
-    pre = preflight(plan, device=device, threads=threads, shard=shard, outputs=outputs)
-    timer = timer or PhaseTimer(plan.run_dir, shard)
     for name, seconds in pre.load_seconds.items():
         timer.add(f"load {name}", seconds)
-    out = shard_file(plan.run_dir, shard)
     read_rows(out, repair=True)  # a line cut by a crash goes; its row is decoded again
-    done = pre.done
+    done = pre.done | finished_keys(plan)  # rows another process wrote since preflight are not decoded again
     ref_states = ReferenceStateCache()
     first = next(iter(pre.models.values()), None)
     check_or_write_manifest(
         plan, {"versions": run_versions(), "machine": machine(first.device if first else device or "cpu")}
     )
-    for system, layer, todo in zip(plan.systems, pre.layers, pre.todo):
+    for system, layer, todo in _schedule(plan, pre, shard):
+        todo = [b for b in todo if any((system.name, it.id, s) not in done for it, s in b)]
         if not todo:
             continue
         lm = pre.models[system.model]
@@ -425,12 +484,15 @@ def generate_run(
             total=sum(len(b) for b in todo), desc=system.name, unit="text", disable=not progress, dynamic_ncols=True
         )
         spent = {"generate": 0.0, "ref-ppl": 0.0}
+        cpu = {"generate": 0.0, "ref-ppl": 0.0}
+        clock: dict = {}
         for batch in todo:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             seeds = [derive_seed(plan.seed, it.id, s) for it, s in batch]
-            results = decode(lm, layer, [it.prompt for it, _ in batch], system.decoding, seeds)
-            t1 = time.perf_counter()
+            results = decode(lm, layer, [it.prompt for it, _ in batch], system.decoding, seeds, clock=clock)
+            t1, c1 = time.perf_counter(), time.process_time()
             spent["generate"] += t1 - t0
+            cpu["generate"] += c1 - c0
             if plan.reference_ppl:
                 # once per prompt (sample 0): the layer's distribution does not depend on the sample
                 firsts = [i for i, (it, s) in enumerate(batch) if s == 0 and it.reference.strip()]
@@ -442,6 +504,7 @@ def generate_run(
                         "vocab_size": lm.vocab_size,
                     }
                 spent["ref-ppl"] += time.perf_counter() - t1
+                cpu["ref-ppl"] += time.process_time() - c1
             rows = []
             for (item, s), seed, res in zip(batch, seeds, results):
                 if (system.name, item.id, s) in done:
@@ -461,9 +524,15 @@ def generate_run(
             done |= {row_key(r) for r in rows}
             bar.update(len(batch))
         bar.close()
-        for what, seconds in spent.items():
-            if seconds:
-                timer.add(f"{what} {system.name}", seconds)
+        timer.add(
+            f"generate {system.name}",
+            spent["generate"],
+            cpu["generate"],
+            layer_seconds=clock["layer"],
+            decode_seconds=clock["decode"],
+        )
+        if spent["ref-ppl"]:
+            timer.add(f"ref-ppl {system.name}", spent["ref-ppl"], cpu["ref-ppl"])
     _canonicalise(plan, out, shard)
     return out
 

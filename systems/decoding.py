@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from dataclasses import dataclass
 
 import torch
@@ -308,9 +309,21 @@ def token_pieces(tok, ids: list[int]) -> list[str]:
 
 @torch.inference_mode()
 def decode(
-    lm, layer: OutputLayer, prompts: list[str], setting: DecodingSetting, seeds: list[int], record_stats: bool = True
+    lm,
+    layer: OutputLayer,
+    prompts: list[str],
+    setting: DecodingSetting,
+    seeds: list[int],
+    record_stats: bool = True,
+    clock: dict | None = None,
 ) -> list[dict]:
-    """Continue each prompt; returns one dict per prompt: token_ids, text, finish, stats."""
+    """Continue each prompt; returns one dict per prompt: token_ids, text, finish, stats.
+
+    ``clock``, when given, gets the wall seconds of the output layer (``layer.scores`` and
+    ``layer.sample``) added under "layer" and of the whole call under "decode" (``maxbench run
+    --profile``; on CUDA the layer's figure counts launches, not kernels, unless it synchronises)."""
+    t_start = time.perf_counter()
+    t_layer = 0.0
     if len(prompts) != len(seeds):
         raise ValueError("one seed per prompt")
     for i, p in enumerate(prompts):
@@ -352,12 +365,14 @@ def decode(
         logits = out.logits[:, -1, :].float()
         require_finite_logits(logits, "the base model")
         hidden = out.hidden_states[-1][:, -1, :].float() if layer.needs_hidden else None
+        t0 = time.perf_counter()
         scores = layer.scores(logits, hidden)
         if setting.do_sample:
             # Warpers work on CPU generators' device-agnostic scores; sampling draws on CPU.
             next_tok = layer.sample(scores, lambda s, ids=out_ids: warp_rows(warp, ids, s), generators).to(lm.device)
         else:
             next_tok = scores.argmax(-1)
+        t_layer += time.perf_counter() - t0
         if record_stats:
             row_stats = distribution_stats(scores, next_tok)
             row_stats.update(layer.step_stats())
@@ -386,6 +401,9 @@ def decode(
             row["stats"] = {k: [_round(float(x)) for x in torch.stack(v)[:steps, i]] for k, v in stats.items()}
             row["pieces"] = token_pieces(tok, ids[:n])
         results.append(row)
+    if clock is not None:
+        clock["layer"] = clock.get("layer", 0.0) + t_layer
+        clock["decode"] = clock.get("decode", 0.0) + time.perf_counter() - t_start
     return results
 
 

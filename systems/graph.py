@@ -35,6 +35,7 @@ import scipy.sparse as sp
 
 from core.errors import MaxbenchError
 from core.fileio import atomic_open
+from core.locks import exclusive
 
 from .assets import maxbench_home
 
@@ -270,9 +271,15 @@ def tokenize_corpus(tokenizer, texts, batch_size: int = 1000) -> list[list[int]]
 
 def get_graph(lm, corpus, eps: float = DEFAULT_EPS, ngram: int = 1, rebuild: bool = False) -> CorpusGraph:
     """The graph of ``corpus.fit`` for model ``lm`` (a systems.models.LoadedModel): loaded from
-    the cache when a trustworthy copy exists, otherwise built and cached."""
+    the cache when a trustworthy copy exists, otherwise built and cached. Under the cache file's
+    lock (``core.locks``): a second process waits for the first one's graph instead of building it too."""
     _check_options(eps, ngram)
     path = cache_path(corpus.sha256, lm.tokenizer_hash, lm.vocab_size, eps, ngram)
+    with exclusive(path):
+        return _load_or_build(lm, corpus, path, eps, ngram, rebuild)
+
+
+def _load_or_build(lm, corpus, path: Path, eps: float, ngram: int, rebuild: bool) -> CorpusGraph:
     if path.exists() and not rebuild:
         try:
             graph = load_graph(path)

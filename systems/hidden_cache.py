@@ -44,6 +44,7 @@ import numpy as np
 
 from core.errors import MaxbenchError
 from core.fileio import atomic_dir
+from core.locks import exclusive
 
 from .assets import maxbench_home, sha256_file
 
@@ -281,6 +282,12 @@ def load_or_build(
     key, ident = cache_key(lm, corpus, budget_tokens)
     root = maxbench_home() / "hidden"
     final = root / key
+    with exclusive(final):  # a second process waits for the first one's cache instead of building it too
+        return _load_or_build(lm, corpus, budget_tokens, progress, min_train_positions, key, ident, final)
+
+
+def _load_or_build(lm, corpus, budget_tokens, progress, min_train_positions, key, ident, final) -> HiddenCache:
+    root = final.parent
     if verify_complete(final, check_hashes=False) is not None:
         cache = _open(final, key)
         if cache is not None:

@@ -49,6 +49,8 @@ def _cmd(reg, tmp_path, run_id, out, *extra):
         "200",
         "--threads",
         "1",
+        "--workers",
+        "1",  # one process (tests/test_parallel_run.py covers --workers)
         "--no-progress",
         *extra,
     ]

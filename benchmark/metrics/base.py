@@ -174,6 +174,11 @@ class Metric:
         """The names of the scores ``compute`` returns, in order, each with its range."""
         return {self.name: UNIT}
 
+    def cache_signature(self) -> str:
+        """What the score cache (``score_cache``) keys this metric's results by: its signature, once
+        everything the signature names is known (an evaluator's weights: ``Perplexity`` loads it)."""
+        return self.signature
+
     def unavailable(self, batch: TextBatch) -> str | None:
         """Why this metric cannot score ``batch`` at all, or None when it can."""
         if self.needs_references and batch.references is None:

@@ -114,6 +114,10 @@ class Perplexity(Metric):
     def score_ranges(self):
         return {"ppl": PERPLEXITY}
 
+    def cache_signature(self) -> str:
+        self.load()  # the signature names the evaluator's weights hash
+        return self.signature
+
     def load(self):
         if self._loaded is None:
             try:

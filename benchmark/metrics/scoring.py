@@ -343,9 +343,19 @@ def baselines_of(manifest: dict, systems: Sequence[str], baseline: str | None) -
     return baseline, {s: baseline for s in systems if baseline is not None and s != baseline}
 
 
-def score_run(run_dir: str | Path, options: ScoringOptions, baseline: str | None = None) -> dict:
-    """Score every system of a run and write ``scores.json`` there (atomically); returns its content."""
+def score_run(
+    run_dir: str | Path, options: ScoringOptions, baseline: str | None = None, use_cache: bool = True
+) -> dict:
+    """Score every system of a run and write ``scores.json`` there (atomically); returns its content.
+
+    A system whose rows, metrics, settings and scoring code are unchanged since the last scoring
+    takes its scores from the run's score cache (``score_cache``), and so does its comparison
+    with a baseline that is unchanged too: only what changed is computed. ``use_cache=False``
+    computes everything (the file is the same bytes either way). When nothing but the time would
+    differ, the existing ``scores.json`` is kept as it is."""
     from benchmark.runner import GENERATIONS, atomic_write
+
+    from .score_cache import ScoreCache, comparison_key, system_key
 
     run_dir = Path(run_dir)
     manifest, batches = load_run(run_dir)
@@ -355,6 +365,7 @@ def score_run(run_dir: str | Path, options: ScoringOptions, baseline: str | None
     metrics = build_metrics(options)
     if any(b.reference_logprobs for b in batches.values()) and "ref-ppl" not in options.metrics:
         metrics.append(get_metric("ref-ppl"))
+    versions_now = score_versions()
     doc = {
         "format": FORMAT,
         "run_id": manifest.get("run_id", run_dir.name),
@@ -362,44 +373,87 @@ def score_run(run_dir: str | Path, options: ScoringOptions, baseline: str | None
         "generations_sha256": _sha256(run_dir / GENERATIONS),
         "suite": manifest.get("suite"),
         "bootstrap": _bootstrap_info(options),
-        "versions": score_versions(),
+        "versions": versions_now,
         "metrics": {},
         "systems": {},
     }
-    all_results = {}
-    errors: list[str] = []
+    cache = ScoreCache(run_dir)
+    settings = {"n_resamples": options.n_resamples, "seed": options.seed, "level": options.level}
+    signatures = [m.cache_signature() for m in metrics] if use_cache else []
+    keys: dict[str, str] = {}
+    all_results: dict[str, list[MetricResult]] = {}
+    errors: list[str] = []  # metrics that could not run: their scores are null, the rest is written
+
+    def results_of(system: str) -> list[MetricResult]:
+        if system not in all_results:
+            batch = batches[system]
+            _log(options, f"scoring {system} ({len(batch.texts)} texts, {len(batch.prompt_order)} prompts)")
+            all_results[system] = score_batch(batch, metrics, options, system, not_applicable=True, errors=errors)
+        return all_results[system]
+
     for system, batch in batches.items():
-        _log(options, f"scoring {system} ({len(batch.texts)} texts, {len(batch.prompt_order)} prompts)")
-        results = score_batch(batch, metrics, options, system, not_applicable=True, errors=errors)
-        all_results[system] = results
-        doc["metrics"].update(_metric_table(results))
-        doc["systems"][system] = {
-            "n_texts": len(batch.texts),
-            "n_prompts": len(batch.prompt_order),
-            **coverage(manifest, batch),
-            "n_empty": sum(1 for t in batch.texts if not t.strip()),
-            "notes": {r.metric: r.notes for r in results if r.notes},
-            "not_applicable": {r.metric: r.not_applicable for r in results if r.not_applicable},
-            "scores": _score_entries(results, options),
-        }
+        cover = coverage(manifest, batch)
+        keys[system] = system_key(batch, cover, signatures, settings, versions_now)
+        body = cache.get(keys[system]) if use_cache else None
+        if body is None:
+            failed_before = len(errors)
+            results = results_of(system)
+            body = {
+                "metrics": _metric_table(results),
+                "system": {
+                    "n_texts": len(batch.texts),
+                    "n_prompts": len(batch.prompt_order),
+                    **cover,
+                    "n_empty": sum(1 for t in batch.texts if not t.strip()),
+                    "notes": {r.metric: r.notes for r in results if r.notes},
+                    "not_applicable": {r.metric: r.not_applicable for r in results if r.not_applicable},
+                    "scores": _score_entries(results, options),
+                },
+            }
+            if use_cache and len(errors) == failed_before:  # a metric that failed is tried again next time
+                body = json.loads(json.dumps(body, allow_nan=False))  # what the cache gives back next time
+                cache.put(keys[system], body)
+        else:
+            _log(options, f"scoring {system}: unchanged, from the score cache")
+        doc["metrics"].update(body["metrics"])
+        doc["systems"][system] = body["system"]
     if baselines:
-        doc["comparisons"] = compare(all_results, baselines, options, baseline)
-    atomic_write(run_dir / "scores.json", json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n")
+        out = compare_header(baselines, options, baseline)
+        for system in batches:
+            if system not in baselines:
+                continue
+            base = baselines[system]
+            key = comparison_key(system, keys[system], base, keys[base], settings)
+            rows = cache.get(key) if use_cache else None
+            if rows is None:
+                rows = compare_one(results_of(system), results_of(base), options)
+                if use_cache:
+                    rows = json.loads(json.dumps(rows, allow_nan=False))
+                    cache.put(key, rows)
+            out["systems"][system] = rows
+        doc["comparisons"] = out
+    if use_cache:
+        cache.prune()
+    path = run_dir / "scores.json"
+    text = json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        old = None
+    if isinstance(old, dict) and isinstance(old.get("created"), str):
+        same = json.dumps(doc | {"created": old["created"]}, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+        if path.read_text(encoding="utf-8") == same:  # the same scores: the file stays as it is
+            doc["created"], text = old["created"], same
+    if not path.exists() or path.read_text(encoding="utf-8") != text:
+        atomic_write(path, text)
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise MaxbenchError(f"{errors[0]}{more}; every other score is written to {run_dir / 'scores.json'}")
+        raise MaxbenchError(f"{errors[0]}{more}; every other score is written to {path}")
     return doc
 
 
-def compare(
-    all_results: dict[str, list[MetricResult]],
-    baselines: dict[str, str],
-    options: ScoringOptions,
-    baseline: str | None = None,
-) -> dict:
-    """Each system against its baseline (``baselines``: system -> baseline system), score by score,
-    on the prompts both have. ``baseline`` names the one baseline of them all, if there is one;
-    otherwise the result lists each system's own under ``baselines``."""
+def compare_header(baselines: dict[str, str], options: ScoringOptions, baseline: str | None = None) -> dict:
+    """The comparisons section without its rows: test settings and the baseline(s)."""
     out = {
         "baseline": baseline,
         "method": TEST_METHOD,
@@ -410,38 +464,39 @@ def compare(
     }
     if baseline is None:
         out["baselines"] = dict(baselines)
-    for system, results in all_results.items():
-        if system not in baselines:
-            continue
-        base = {name: s for r in all_results[baselines[system]] for name, s in r.scores.items()}
-        rows = {}
-        for r in results:
-            for name, score in r.scores.items():
-                if name not in base or score.value is None or base[name].value is None:
-                    continue
-                if score.stats is None or base[name].stats is None:
-                    continue  # a score without per-prompt statistics (MAUVE) has no paired test
-                try:
-                    c = paired_test(
-                        score.stats,
-                        base[name].stats,
-                        options.n_resamples or DEFAULT_RESAMPLES,
-                        options.seed,
-                        options.level,
-                    )
-                except ValueError:  # no shared prompt
-                    continue
-                ci_low, ci_high = c.confidence_interval or (None, None)
-                rows[name] = {
-                    "difference": c.difference,
-                    "ci_low": ci_low,
-                    "ci_high": ci_high,
-                    "ci_method": c.ci_method,
-                    "p_value": c.p_value,
-                    "n_prompts": c.n_prompts,
-                }
-        out["systems"][system] = rows
     return out
+
+
+def compare_one(results: list[MetricResult], base_results: list[MetricResult], options: ScoringOptions) -> dict:
+    """One system against its baseline, score by score, on the prompts both have."""
+    base = {name: s for r in base_results for name, s in r.scores.items()}
+    rows = {}
+    for r in results:
+        for name, score in r.scores.items():
+            if name not in base or score.value is None or base[name].value is None:
+                continue
+            if score.stats is None or base[name].stats is None:
+                continue  # a score without per-prompt statistics (MAUVE) has no paired test
+            try:
+                c = paired_test(
+                    score.stats,
+                    base[name].stats,
+                    options.n_resamples or DEFAULT_RESAMPLES,
+                    options.seed,
+                    options.level,
+                )
+            except ValueError:  # no shared prompt
+                continue
+            ci_low, ci_high = c.confidence_interval or (None, None)
+            rows[name] = {
+                "difference": c.difference,
+                "ci_low": ci_low,
+                "ci_high": ci_high,
+                "ci_method": c.ci_method,
+                "p_value": c.p_value,
+                "n_prompts": c.n_prompts,
+            }
+    return rows
 
 
 def score_files(generations: str | Path, references: str | Path | None, options: ScoringOptions) -> dict:

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from core.errors import MaxbenchError
+from core.locks import exclusive
 
 from .. import hidden_cache as hc
 
@@ -98,7 +99,8 @@ def load_or_train(
     (head, meta)
         The head on ``lm.device`` and its meta with ``path``, ``sha256`` and
         ``loaded_from_cache``. A trained head is written atomically before it is returned, so
-        an interrupted training leaves no head behind.
+        an interrupted training leaves no head behind. Loading and training hold the head's lock
+        (``core.locks``), so parallel workers train each head once.
     """
     if head_path is not None:
         tensors, meta = hc.load_head_from(head_path, lm)
@@ -107,13 +109,14 @@ def load_or_train(
         return restore(tensors, meta).to(lm.device), meta
     ident = identity()
     directory = hc.head_directory(layer, ident)
-    if not retrain:
-        loaded = hc.load_head(directory, lm)
-        if loaded is not None:
-            tensors, meta = loaded
-            return restore(tensors, meta).to(lm.device), meta
-    head, meta = train(ident)
-    return head, hc.save_head(directory, head.state_tensors(), meta)
+    with exclusive(directory):  # a second process waits for the first one's head instead of training it too
+        if not retrain:
+            loaded = hc.load_head(directory, lm)
+            if loaded is not None:
+                tensors, meta = loaded
+                return restore(tensors, meta).to(lm.device), meta
+        head, meta = train(ident)
+        return head, hc.save_head(directory, head.state_tensors(), meta)
 
 
 def progress_log(msg: str) -> None:

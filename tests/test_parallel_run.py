@@ -1,0 +1,173 @@
+"""maxbench run --workers and torchrun --shard auto: parallel schedules write the same files as one
+process, kill -9 of any worker or of the parent resumes to the same bytes, bad --workers values."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_leaderboard_run import _registry  # the same 3-system tiny-random lineup, 12 prompts x 2 samples
+
+from benchmark.workers import cpu_cores
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="worker processes are tested on Linux")
+
+
+def _cmd(tmp: Path, run_id: str, *extra) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "benchmark",
+        "run",
+        "--registry",
+        str(tmp / "reg.toml"),
+        "--runs-dir",
+        str(tmp / "runs"),
+        "--run-id",
+        run_id,
+        "--out",
+        str(tmp / f"lb-{run_id}"),
+        "--n-resamples",
+        "50",
+        "--threads",
+        "1",
+        "--no-progress",
+        *extra,
+    ]
+
+
+def _files(tmp: Path, run_id: str) -> dict[str, bytes]:
+    run = tmp / "runs" / run_id
+    scores = json.loads((run / "scores.json").read_text())
+    scores.pop("created")
+    scores.pop("run_id")
+    return {
+        "generations.jsonl": (run / "generations.jsonl").read_bytes(),
+        "scores.json": json.dumps(scores).encode(),
+        "leaderboard.csv": (tmp / f"lb-{run_id}" / "leaderboard.csv").read_bytes(),
+    }
+
+
+@pytest.fixture(scope="module")
+def sequential(tmp_path_factory):
+    """One process, one thread: the reference every parallel schedule must equal."""
+    tmp = tmp_path_factory.mktemp("par")
+    _registry(tmp)
+    subprocess.run(_cmd(tmp, "one", "--workers", "1"), check=True, capture_output=True)
+    assert not list((tmp / "runs" / "one").glob("generations.shard-*"))
+    return tmp, _files(tmp, "one")
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _rows_written(run: Path) -> int:
+    return sum(p.read_bytes().count(b"\n") for p in run.glob("generations*.jsonl"))
+
+
+def _start_and_wait_for_rows(tmp: Path, run_id: str, more: int):
+    """Start a two-worker run and return once both workers run and ``more`` rows have been added."""
+    run = tmp / "runs" / run_id
+    start = _rows_written(run) if run.exists() else 0
+    proc = subprocess.Popen(
+        _cmd(tmp, run_id, "--workers", "2"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.time() + 240
+    while time.time() < deadline and (_rows_written(run) < start + more or len(_children(proc.pid)) < 2):
+        time.sleep(0.02)
+    return proc, run, _children(proc.pid)
+
+
+@pytest.mark.skipif(cpu_cores() < 2, reason="two workers need two cores")
+def test_two_workers_write_the_same_files_as_one_process(sequential):
+    """Worker 1 walks the lineup backwards and each worker decodes half the batches: the merged
+    generations, the scores and the leaderboard are the sequential run's bytes."""
+    tmp, one = sequential
+    p = subprocess.run(_cmd(tmp, "two", "--workers", "2"), capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "generated in 2 worker processes x 1 torch thread(s)" in p.stdout
+    run = tmp / "runs" / "two"
+    assert sorted(x.name for x in run.glob("generations.shard-*.jsonl")) == [
+        "generations.shard-0-of-2.jsonl",
+        "generations.shard-1-of-2.jsonl",
+    ]
+    assert _files(tmp, "two") == one
+    # the phase table holds both workers' phases, with CPU time and the output layer's share
+    table = p.stdout[p.stdout.index("time by phase:") :]
+    assert "0/2" in table and "1/2" in table and "layer share" in table and "elapsed" in table
+    timings = [json.loads(line) for line in (run / "timings.jsonl").read_text().splitlines()]
+    gen = [t for t in timings if t["phase"].startswith("generate ")]
+    assert len(gen) == 6 and all(0 <= t["layer_seconds"] <= t["decode_seconds"] for t in gen)
+    assert len({t["invocation"] for t in timings}) == 1
+
+
+@pytest.mark.skipif(cpu_cores() < 2, reason="two workers need two cores")
+def test_kill_9_of_a_worker_then_of_the_parent_then_rerun_is_byte_identical(sequential):
+    """A worker killed mid-run stops the run (one line, exit 2, the other worker stopped too); the
+    parent killed mid-rerun takes its workers with it; the next rerun ends with the sequential bytes."""
+    tmp, one = sequential
+    for victim, rows in (("worker", 8), ("parent", 8)):
+        proc, run, workers = _start_and_wait_for_rows(tmp, "killed", rows)
+        assert len(workers) == 2, "the kill must land while both workers run"
+        os.kill(workers[1] if victim == "worker" else proc.pid, signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+        if victim == "worker":
+            assert proc.returncode == 2 and err.count("maxbench: error: worker 1 of 2 stopped (signal 9)") == 1
+        deadline = time.time() + 30
+        while time.time() < deadline and any(_alive(w) for w in workers):
+            time.sleep(0.05)
+        assert not any(_alive(w) for w in workers), f"a worker outlived the run (killed: {victim})"
+        assert _rows_written(run) < 3 * 12 * 2, "the kill must land mid-generation"
+        assert not (run / "scores.json").exists()
+    subprocess.run(_cmd(tmp, "killed", "--workers", "2"), check=True, capture_output=True)
+    assert _files(tmp, "killed") == one
+
+
+def test_torchrun_shard_auto_then_merge_equals_one_process(sequential):
+    """The scale-out path for real: torchrun starts two ranks on the CPU (--shard auto reads RANK and
+    WORLD_SIZE), a plain run merges and scores: the same bytes as one process."""
+    tmp, one = sequential
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+    assert torchrun, "torch installs torchrun"
+    base = _cmd(tmp, "tr")[3:]  # run --registry ...
+    p = subprocess.run(
+        [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "benchmark", *base, "--shard", "auto"],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"OMP_NUM_THREADS": "1"},
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    run = tmp / "runs" / "tr"
+    assert len(list(run.glob("generations.shard-*-of-2.jsonl"))) == 2 and not (run / "generations.jsonl").exists()
+    subprocess.run(_cmd(tmp, "tr"), check=True, capture_output=True)
+    assert _files(tmp, "tr") == one
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "100000", "two", "1.5"])
+def test_bad_workers_is_one_line_and_exit_2(tmp_path, cli, value):
+    _registry(tmp_path)
+    rc, out, err = cli(*_cmd(tmp_path, "bad", "--workers", value)[3:])
+    assert rc == 2 and err.count("\n") == 1 and "--workers" in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_workers_with_shard_is_refused(tmp_path, cli):
+    _registry(tmp_path)
+    rc, _, err = cli(*_cmd(tmp_path, "bad", "--workers", "2", "--shard", "0/2")[3:])
+    assert rc == 2 and "--workers and --shard" in err and err.count("\n") == 1

@@ -1,0 +1,151 @@
+"""The score cache: the same scores.json bytes with and without it, only what changed recomputed,
+and a corrupt, mismatching or stale entry recomputed, never trusted."""
+
+import json
+import shutil
+
+import pytest
+
+from benchmark.metrics import score_cache
+from benchmark.metrics.base import Metric
+from benchmark.metrics.scoring import ScoringOptions, score_run
+
+METRICS = ["bleu-n", "self-bleu", "rep", "distinct", "kld"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A generated run of two tiny-random systems (in-process, no scoring yet)."""
+    from benchmark.cli import main
+
+    tmp = tmp_path_factory.mktemp("cache")
+    rows = [{"id": f"p{i}", "prompt": f"Review {i}: the soup was", "reference": f"cold, salty {i}"} for i in range(8)]
+    (tmp / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp / "s.toml").write_text('name = "eight"\nfile = "p.jsonl"\n')
+    argv = ["generate", "--model", "tiny-random", "--layer", "softmax", "--layer", "sparsemax", "--suite"]
+    argv += [str(tmp / "s.toml"), "--decoding", "top_p=0.9,max_new_tokens=16", "--batch-size", "4"]
+    argv += ["--runs-dir", str(tmp / "runs"), "--run-id", "r", "--threads", "1", "--no-progress"]
+    assert main(argv) == 0
+    return tmp / "runs" / "r"
+
+
+def _options():
+    return ScoringOptions(metrics=METRICS, n_resamples=50, progress=False)
+
+
+@pytest.fixture
+def fresh(run_dir, tmp_path):
+    """A copy of the run without scores or cache."""
+    d = tmp_path / "r"
+    shutil.copytree(run_dir, d, ignore=shutil.ignore_patterns("scores.json", "score-cache"))
+    return d
+
+
+@pytest.fixture
+def computed(monkeypatch):
+    """Counts metric computations: (metric, number of texts) per call."""
+    calls = []
+    real = Metric.compute
+
+    def counting(self, batch):
+        calls.append((self.name, batch.texts[0]))
+        return real(self, batch)
+
+    monkeypatch.setattr(Metric, "compute", counting)
+    return calls
+
+
+def _without_created(path):
+    doc = json.loads(path.read_text())
+    doc.pop("created")
+    return doc
+
+
+def test_scores_json_is_the_same_bytes_with_and_without_the_cache(fresh, tmp_path, computed):
+    plain = tmp_path / "plain"
+    shutil.copytree(fresh, plain)
+    score_run(plain, _options(), use_cache=False)
+    assert not (plain / "score-cache").exists()
+    score_run(fresh, _options())  # fills the cache
+    first = (fresh / "scores.json").read_bytes()
+    n = len(computed)
+    score_run(fresh, _options())  # everything from the cache
+    assert len(computed) == n, "a warm rescoring computes nothing"
+    assert (fresh / "scores.json").read_bytes() == first, "unchanged scores leave the file as it is"
+    (fresh / "scores.json").unlink()
+    score_run(fresh, _options())  # written from cached entries only
+    assert len(computed) == n
+    cached, uncached = (fresh / "scores.json").read_text(), (plain / "scores.json").read_text()
+    created = json.loads(uncached)["created"]
+    assert cached.replace(json.loads(cached)["created"], created) == uncached
+    assert _without_created(fresh / "scores.json") == _without_created(plain / "scores.json")
+
+
+def test_only_the_changed_system_is_recomputed(fresh, computed):
+    score_run(fresh, _options())
+    gen = fresh / "generations.jsonl"
+    rows = [json.loads(line) for line in gen.read_text().splitlines()]
+    changed = next(r for r in rows if "sparsemax" in r["system"])
+    changed["text"] = "an edited text, as if generated again"
+    gen.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    computed.clear()
+    score_run(fresh, _options())
+    assert {name for name, _ in computed} == set(METRICS) | {"ref-ppl"}
+    firsts = [text for _, text in computed]
+    # sparsemax's batch, and softmax's (the baseline: its statistics for the paired tests)
+    assert changed["text"] in firsts and len(set(firsts)) == 2 and len(computed) == 2 * (len(METRICS) + 1)
+    after = json.loads((fresh / "scores.json").read_text())
+    plain = fresh.parent / "plain"
+    shutil.copytree(fresh, plain, ignore=shutil.ignore_patterns("scores.json", "score-cache"))
+    score_run(plain, _options(), use_cache=False)
+    assert after | {"created": None} == json.loads((plain / "scores.json").read_text()) | {"created": None}
+    assert len(list((fresh / "score-cache").glob("*.json"))) == 3, "entries no scoring uses are removed"
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "edited value", "other key", "other format"])
+def test_a_damaged_entry_is_recomputed_never_trusted(fresh, computed, damage):
+    score_run(fresh, _options())
+    expected = _without_created(fresh / "scores.json")
+    entries = sorted((fresh / "score-cache").glob("*.json"))
+    path = entries[0]
+    doc = json.loads(path.read_text())
+    if damage == "garbage":
+        path.write_bytes(b"\x00\xff not json")
+    elif damage == "truncated":
+        path.write_text(path.read_text()[:100])
+    elif damage == "edited value":  # valid JSON, but the body no longer matches its sha256
+        path.write_text(path.read_text().replace('"value": ', '"value": 1', 1))
+        assert json.loads(path.read_text())["sha256"] == doc["sha256"]
+    elif damage == "other key":  # a whole valid entry, filed under another key
+        path.write_text(entries[1].read_text())
+    else:
+        path.write_text(json.dumps(doc | {"format": "maxbench-score-cache/0"}))
+    computed.clear()
+    (fresh / "scores.json").unlink()
+    score_run(fresh, _options())
+    assert computed, "the damaged entry was recomputed"
+    assert _without_created(fresh / "scores.json") == expected
+    assert json.loads(path.read_text())["sha256"] == doc["sha256"], "and written again"
+
+
+def test_a_change_of_metric_code_or_settings_recomputes(fresh, computed, monkeypatch):
+    score_run(fresh, _options())
+    computed.clear()
+    score_run(fresh, ScoringOptions(metrics=METRICS, n_resamples=60, progress=False))
+    assert len(computed) == 2 * (len(METRICS) + 1), "other bootstrap settings: every system again"
+    computed.clear()
+    monkeypatch.setattr(score_cache, "code_version", lambda: "an edited metric module")
+    score_run(fresh, ScoringOptions(metrics=METRICS, n_resamples=60, progress=False))
+    assert len(computed) == 2 * (len(METRICS) + 1), "other metric code: every system again"
+
+
+def test_code_version_follows_the_metric_sources(tmp_path):
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("x = 1\n")
+    b.write_text("y = 2\n")
+    before = score_cache.source_digest([a, b])
+    b.write_text("y = 3\n")
+    assert score_cache.source_digest([a, b]) != before
+    names = {p.name for p in score_cache.metric_sources()}
+    assert {"reference.py", "diversity.py", "perplexity.py", "stats.py", "base.py"} <= names
+    assert score_cache.code_version() == score_cache.source_digest(score_cache.metric_sources())
