@@ -7,8 +7,7 @@ softmax (by wall-clock time and by this process's CPU time, which other processe
 shared machine disturb less), the output layer's share of the decoding time (its ``scores``
 call, CPU time), the solver's iterations and certified duality gap per token (every row of
 every step the solver ran, as the layer reported them, unrounded; "max rel. gap" is the
-largest absolute gap, an upper bound of the relative gap / max(1, |f|) that the tolerance
-bounds), the mean entropy of the
+largest gap / max(1, |f|), the relative gap that the tolerance bounds), the mean entropy of the
 distributions, and the first generations of each layer next to each other. Repeats
 alternate the layers' order so that noise from other processes hits them alike; the median
 is kept.
@@ -28,11 +27,14 @@ import torch
 def record_solver_stats(layer) -> dict[str, list[torch.Tensor]]:
     """Keep every step's iterations and gap as the layer reports them (the run files round
     statistics to a few decimals, which would show gaps of 1e-7 as 0)."""
-    kept: dict[str, list[torch.Tensor]] = {"iterations": [], "gap": []}
+    kept: dict[str, list[torch.Tensor]] = {"iterations": [], "gap": [], "relative_gap": []}
     report = layer.step_stats
 
     def step_stats():
         stats = report()
+        info = getattr(layer, "last_info", None)
+        if info is not None:
+            stats = {**stats, "relative_gap": info.relative_gap}
         for key, values in kept.items():
             if key in stats:
                 values.append(stats[key].detach().double().cpu())
@@ -155,7 +157,7 @@ def print_table(results, times, cpu_times, layer_cpu, solver_stats) -> None:
     base_cpu = tokens(results["softmax"]) / statistics.median(cpu_times["softmax"])
     print(
         f"{'layer':<16} {'tok/s':>7} {'vs softmax':>10} {'(CPU time)':>10} {'layer share':>11} {'iterations':>10} "
-        f"{'max it.':>7} {'mean gap':>9} {'max gap':>9} {'entropy':>8} {'support':>8}"
+        f"{'max it.':>7} {'mean gap':>9} {'max gap':>9} {'max rel.':>9} {'entropy':>8} {'support':>8}"
     )
     for name, rows in results.items():
         rate = tokens(rows) / statistics.median(times[name])
@@ -165,7 +167,8 @@ def print_table(results, times, cpu_times, layer_cpu, solver_stats) -> None:
             f"{name:<16} {rate:>7.1f} {rate / base:>9.2f}x {rate_cpu / base_cpu:>9.2f}x {share:>10.1%} "
             f"{solver(name, 'iterations', lambda t: t.float().mean()):>10.1f} "
             f"{solver(name, 'iterations', lambda t: t.max()):>7.0f} {solver(name, 'gap', torch.mean):>9.1e} "
-            f"{solver(name, 'gap', torch.max):>9.1e} {mean_stat(rows, 'entropy'):>8.2f} "
+            f"{solver(name, 'gap', torch.max):>9.1e} {solver(name, 'relative_gap', torch.max):>9.1e} "
+            f"{mean_stat(rows, 'entropy'):>8.2f} "
             f"{mean_stat(rows, 'support'):>8.0f}"
         )
 
