@@ -142,6 +142,49 @@ def test_gap_bounds_the_suboptimality_of_a_loose_solve():
     assert abs(info.gap.item() - (f_loose + g)) < 1e-10
 
 
+def dual_certificate(x, z, A, lam):
+    """f(x) + g(2 lam (I - A) x), computed densely from the definition."""
+    B = np.eye(len(z)) - A.toarray()
+    u = 2 * lam * B @ x
+    return objective(x, z, A, lam) + logsumexp(z - B.T @ u) + u @ u / (4 * lam)
+
+
+@pytest.mark.parametrize("max_iter", [0, 1, 2, 3, 5])
+def test_every_returned_row_carries_its_own_computed_gap(max_iter):
+    # The solver computes the exact gap only where a lower bound allows convergence; rows
+    # that stop on max_iter (tol=0: none converges) must still report the gap of the x returned.
+    n, lam = 60, 2.0
+    A = random_graph(n, seed=5)
+    z = torch.randn(6, n, generator=torch.Generator().manual_seed(5), dtype=F64) * 4
+    x, info = graphmax(z, A, lam=lam, tol=0.0, max_iter=max_iter, return_info=True)
+    assert (info.iterations == max_iter).all() and not info.converged.any()
+    for xi, zi, gap in zip(x.numpy(), z.numpy(), info.gap.tolist()):
+        assert gap == pytest.approx(dual_certificate(xi, zi, A, lam), rel=1e-8, abs=1e-12)
+
+
+def test_certificate_lower_bound_never_exceeds_the_gap():
+    from systems.layers.graphmax import _evaluate
+
+    n, lam = 70, 3.0
+    op = GraphOperator(random_graph(n, seed=6))
+    gen = torch.Generator().manual_seed(6)
+    ZT = (torch.randn(n, 40, generator=gen, dtype=F64) * 3).contiguous()
+    YT = (ZT + torch.randn(n, 40, generator=gen, dtype=F64) * torch.logspace(-6, 0, 40, dtype=F64)).contiguous()
+    curvature = ((2 * lam) * op.diag_m(F64))[:, None]
+    shift = YT.amax(0)
+    _, exact_gap, all_exact, *_ = _evaluate(YT, ZT, op, lam, curvature, shift)
+    assert all_exact.all()
+    seen = set()
+    for tol in (0.0, 1e-8, 1e-4, 1e-2):
+        _, gap, exact, *_ = _evaluate(YT, ZT, op, lam, curvature, shift, tol)
+        seen.update(exact.tolist())
+        assert torch.equal(gap[exact], exact_gap[exact])
+        assert (gap[~exact] <= exact_gap[~exact] * (1 + 1e-12)).all()
+        # only columns whose gap is above tol are left without the exact value
+        assert (exact_gap[~exact] > tol * 2 * 0.999).all()
+    assert seen == {True, False}  # both branches are exercised
+
+
 def test_shift_invariance():
     n, lam = 50, 2.0
     A = random_graph(n, seed=3)

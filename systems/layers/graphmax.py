@@ -248,18 +248,23 @@ class _RestrictedOperator:
 
     def m_product(self, XS: torch.Tensor):
         """``M_S x_S`` with ``M_S = (I - A)[:, S]^T (I - A)[:, S]``, and ``||(I - A)[:, S] x_S||^2``."""
+        MXT, bx_sq = self.m_product_columns(XS.T)
+        return MXT.T.contiguous(), bx_sq
+
+    def m_product_columns(self, XT: torch.Tensor):
+        """``m_product`` for the transposed |S| x batch block (one problem per column)."""
         if self.full.backend == "scipy":
-            XT = np.ascontiguousarray(XS.numpy().T)
+            XT = np.ascontiguousarray(XT.numpy())
             BXT = self.AS @ XT
             np.negative(BXT, out=BXT)
             BXT[self.pos.numpy()] += XT
             MXT = BXT[self.pos.numpy()] - self.ATS @ BXT
-            return torch.from_numpy(MXT).T.contiguous(), torch.from_numpy(np.einsum("ij,ij->j", BXT, BXT))
-        XT = XS.T.contiguous()
+            return torch.from_numpy(MXT), torch.from_numpy(np.einsum("ij,ij->j", BXT, BXT))
+        XT = XT.contiguous()
         BXT = -(self.AS @ XT)
         BXT[self.pos] += XT
         MXT = BXT[self.pos] - self.ATS @ BXT
-        return MXT.T.contiguous(), torch.linalg.vecdot(BXT, BXT, dim=0)
+        return MXT, torch.linalg.vecdot(BXT, BXT, dim=0)
 
 
 def _torch_csr_rows(csr: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -303,54 +308,103 @@ class GraphmaxInfo:
     support: torch.Tensor | None = None  # token ids the top-k restriction kept (None: all)
 
 
-def _vecdot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return torch.linalg.vecdot(a, b, dim=-1)
+def _vecdot(a: torch.Tensor, b: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    return torch.linalg.vecdot(a, b, dim=dim)
 
 
-def _kl_gap(X: torch.Tensor, R: torch.Tensor, logX_of):
-    """``log sum_i x_i e^{d_i} - sum_i x_i d_i`` per row with ``d = r - <x, r>``: the duality
-    gap when R is the logit residual ``z - 2 lam M x - log x`` up to a per-row constant (to
-    which it is invariant). Returns the gap, d, <x, r> and <x, d> (rounding-level small).
+# The solver keeps one problem per column (N x batch): the layout scipy's CSR products want,
+# so that no iterate is transposed (a transpose of a 48 x 49k block costs as much as an
+# exponential over it). Sums over tokens are sums over dim 0.
+
+
+def _kl_gap(X: torch.Tensor, D: torch.Tensor, first: torch.Tensor, logX_of) -> torch.Tensor:
+    """``log sum_i x_i e^{d_i} - sum_i x_i d_i`` per column, with d the centred logit residual
+    ``r - <x, r>`` and ``first = <x, d>``: the duality gap (r is ``z - 2 lam M x - log x`` up to
+    a per-column constant, to which it is invariant).
 
     Centring r and using expm1 keeps the result accurate when the gap is far below the
     rounding error of numbers of size 1 (needed to certify and to compare iterates there):
     the two sums then cancel only the rounding error of the centre."""
-    centre = _vecdot(X, R)
-    D = torch.sub(R, centre[:, None])
-    first = _vecdot(X, D)
-    gap = torch.log1p(_vecdot(X, torch.expm1(D))) - first
+    gap = torch.log1p(_vecdot(X, torch.expm1(D), dim=0)) - first
     overflow = ~torch.isfinite(gap)
     if bool(overflow.any()):  # only far from the optimum: take the plain log-sum-exp there
-        gap[overflow] = torch.logsumexp(logX_of(overflow) + D[overflow], dim=-1) - first[overflow]
-    return gap.clamp_min(0.0), D, centre, first
+        cols = overflow.nonzero().flatten()
+        gap[cols] = torch.logsumexp(logX_of(cols) + D[:, cols], dim=0) - first[cols]
+    return gap.clamp_min(0.0)
 
 
-def _evaluate(Y, Z, op, lam, curvature):
-    """At x = softmax(y): the next step's direction, the duality gap, f(x), log sum exp(y) and
-    the rounding error of f (in units of the dtype's epsilon: f is a sum of terms that can be
-    much larger than f itself, lam ||Bx||^2 in particular).
+def _softmax_columns(YT: torch.Tensor, shift: torch.Tensor):
+    """softmax of each column of YT and its log-sum-exp, exponentiating ``y - shift``.
+
+    ``shift`` is the log-sum-exp of the previous iterate (a step moves y little), which saves
+    the pass that finds each column's maximum; a column whose sum leaves [1e-10, 1e10] (a
+    long step, or the first one) is redone with its maximum."""
+    X = torch.sub(YT, shift).exp_()
+    s = X.sum(0)
+    off = ~((s >= 1e-10) & (s <= 1e10))
+    if bool(off.any()):
+        cols = off.nonzero().flatten()
+        m = YT[:, cols].amax(0)
+        X[:, cols] = torch.sub(YT[:, cols], m).exp_()
+        shift = shift.clone()
+        shift[cols] = m
+        s[cols] = X[:, cols].sum(0)
+    X.div_(s)
+    return X, shift + s.log()
+
+
+def _evaluate(YT, ZT, op, lam, curvature, shift, tol=None):
+    """At x = softmax(y), per column: the next step's direction, the duality gap, whether that
+    gap is exact, f(x), log sum exp(y) and the rounding error of f (in units of the dtype's
+    epsilon: f is a sum of terms that can be much larger than f itself, lam ||Bx||^2 in
+    particular).
 
     The direction is the logit residual ``r = z - 2 lam M x - y`` itself when curvature is
-    None, else ``(r - <x, r>) / (1 + curvature * x)``."""
-    m = Y.amax(-1, keepdim=True)
-    X = torch.sub(Y, m).exp_()
-    s = X.sum(-1, keepdim=True)
-    X.div_(s)
-    lse = (m + s.log()).squeeze(-1)
-    MX, bx_sq = op.m_product(X)
-    R = torch.sub(Z, Y).add_(MX, alpha=-2.0 * lam)
-    gap, D, centre, first = _kl_gap(X, R, lambda rows: Y[rows] - lse[rows, None])
+    None, else ``(r - <x, r>) / (1 + curvature * x)``.
+
+    With ``tol`` the exact gap (an expm1 over the block, the costliest pass) is computed only
+    for the columns that could be within ``tol``; the others get a lower bound on it, from
+    ``e^d >= 1 + d + d^2/2 + d^3/6`` (true for every real d):
+    ``gap >= log(1 + <x, d> + <x, d^2>/2 + <x, d^3>/6) - <x, d>``. A column whose bound
+    exceeds ``tol`` (relative, with a factor 2 for rounding) cannot have converged, so the
+    stopping decisions are the ones the exact gaps would give."""
+    X, lse = _softmax_columns(YT, shift)
+    MX, bx_sq = op.m_product_columns(X)
+    R = torch.sub(ZT, YT).add_(MX, alpha=-2.0 * lam)
+    del MX
+    plain = R.clone() if curvature is None else None
+    centre = _vecdot(X, R, dim=0)
+    D = R.sub_(centre)
+    XD = torch.mul(X, D)
+    first = XD.sum(0)
     # f = <x, y - lse - z> + lam ||Bx||^2 and <x, r> = <x, z - y> - 2 lam ||Bx||^2 (as <x, Mx>
     # = ||Bx||^2), so f = -<x, r> - lam ||Bx||^2 - lse without another pass over x.
     f = -(centre + first) - lam * bx_sq - lse
-    f_error = (centre.abs() + first.abs() + lam * bx_sq + lse.abs() + 1.0) * (64 * torch.finfo(Y.dtype).eps)
-    direction = R if curvature is None else D.div_(torch.addcmul(torch.ones_like(X), X, curvature))
-    return direction, gap, f, lse, f_error
+    f_error = (centre.abs() + first.abs() + lam * bx_sq + lse.abs() + 1.0) * (64 * torch.finfo(YT.dtype).eps)
+    exact = torch.ones_like(first, dtype=torch.bool)
+    gap = None
+    if tol is not None:
+        m2 = XD.mul_(D).sum(0)
+        m3 = XD.mul_(D).sum(0)
+        moments = first + 0.5 * m2 + m3 / 6.0
+        lower = torch.where(moments > -1.0, torch.log1p(moments.clamp_min(-0.5)) - first, 0.0).clamp_min(0.0)
+        exact = lower <= (2.0 * tol) * f.abs().clamp_min(1.0)
+        if not bool(exact.all()):
+            gap = lower
+            cols = exact.nonzero().flatten()
+            if cols.numel():
+                Xc, Dc, lse_c = X[:, cols], D[:, cols], lse[cols]
+                gap[cols] = _kl_gap(Xc, Dc, first[cols], lambda c: YT[:, cols[c]] - lse_c[c])
+    del XD
+    if gap is None:
+        gap = _kl_gap(X, D, first, lambda cols: YT[:, cols] - lse[cols])
+    direction = plain if curvature is None else D.div_(X.mul_(curvature).add_(1.0))
+    return direction, gap, exact, f, lse, f_error
 
 
 def _solve_exact(Z, op, lam, tol, max_iter, theta0, safeguard):
     """Fixed point of y = z - 2 lam M softmax(y) on the rows of Z from y = z; returns
-    (log x, gap, f, steps, converged).
+    (log x, gap, f, steps, converged), one row per problem.
 
     With ``safeguard`` (the default) each step is
     ``y += theta * (r - <x, r>) / (1 + 2 lam diag(M) x)`` with r the logit residual: the step
@@ -361,50 +415,83 @@ def _solve_exact(Z, op, lam, tol, max_iter, theta0, safeguard):
     scaling differs between tokens: a constant in r would no longer cancel.
     Without ``safeguard``: the plain damped iteration ``y += theta0 * r`` (for comparison).
 
-    Rows leave the working block as soon as they are done, so the block shrinks."""
+    Problems leave the working block as soon as they are done, so the block shrinks and the
+    batch does not wait for its slowest row at full width."""
     batch = Z.shape[0]
-    out_Y, out_gap, out_f = torch.empty_like(Z), Z.new_empty(batch), Z.new_empty(batch)
+    ZT = Z.T.contiguous()
+    out_gap, out_f = Z.new_empty(batch), Z.new_empty(batch)
     out_steps = torch.zeros(batch, dtype=torch.long, device=Z.device)
     out_conv = torch.zeros(batch, dtype=torch.bool, device=Z.device)
+    finished_idx: list[torch.Tensor] = []
+    finished_logx: list[torch.Tensor] = []
     idx = torch.arange(batch, device=Z.device)
-    curvature = (2.0 * lam) * op.diag_m(Z.dtype) if safeguard else None
-    Y = Z.clone()
-    direction, gap, f, lse, f_error = _evaluate(Y, Z, op, lam, curvature)
+    curvature = ((2.0 * lam) * op.diag_m(Z.dtype))[:, None] if safeguard else None
+    YT = ZT  # never written in place
+    # graphmax() max-shifts the scores, so 0 is the right shift (any other is corrected)
+    shift = Z.new_zeros(batch)
+    direction, gap, exact, f, lse, f_error = _evaluate(YT, ZT, op, lam, curvature, shift, tol)
     theta = Z.new_full((batch,), float(theta0))
     steps = torch.zeros(batch, dtype=torch.long, device=Z.device)
     while True:
-        conv = gap <= tol * f.abs().clamp_min(1.0)
+        conv = exact & (gap <= tol * f.abs().clamp_min(1.0))
         done = conv | (steps >= max_iter)
         if bool(done.any()):
-            rows = idx[done]
-            out_Y[rows] = Y[done] - lse[done, None]
-            out_gap[rows], out_f[rows] = gap[done], f[done]
-            out_steps[rows], out_conv[rows] = steps[done], conv[done]
+            cols = done.nonzero().flatten()
+            bound_only = cols[~exact[cols]]
+            if bound_only.numel():  # out of steps with only a bound: certify what is returned
+                _, gap_b, _, f_b, _, _ = _evaluate(
+                    YT[:, bound_only], ZT[:, bound_only], op, lam, curvature, lse[bound_only]
+                )
+                gap[bound_only], f[bound_only] = gap_b, f_b
+                conv[bound_only] = gap_b <= tol * f_b.abs().clamp_min(1.0)
+            rows = idx[cols]
+            finished_idx.append(rows)
+            finished_logx.append(YT[:, cols] - lse[cols])
+            out_gap[rows], out_f[rows] = gap[cols], f[cols]
+            out_steps[rows], out_conv[rows] = steps[cols], conv[cols]
             if bool(done.all()):
                 break
-            keep = ~done
-            idx, Y, direction, Z, gap, f, lse, f_error, theta, steps = (
-                t[keep] for t in (idx, Y, direction, Z, gap, f, lse, f_error, theta, steps)
+            keep = (~done).nonzero().flatten()
+            idx, gap, exact, f, lse, f_error, theta, steps = (
+                t[keep] for t in (idx, gap, exact, f, lse, f_error, theta, steps)
             )
-        Y_try = torch.addcmul(Y, direction, theta[:, None])
-        direction_try, gap_try, f_try, lse_try, f_error_try = _evaluate(Y_try, Z, op, lam, curvature)
+            YT, direction, ZT = (torch.index_select(t, 1, keep) for t in (YT, direction, ZT))
+        Y_try = torch.addcmul(YT, direction, theta)
+        direction_try, gap_try, exact_try, f_try, lse_try, f_error_try = _evaluate(
+            Y_try, ZT, op, lam, curvature, lse, tol
+        )
         steps += 1
         if safeguard:
             # Only an increase of f beyond rounding counts: near the optimum the changes of f
             # fall below its rounding error, and rejecting steps there on noise would stall.
             worse = f_try > f + torch.maximum(f_error, f_error_try)
             if bool(worse.any()):  # take the step back for those rows
-                for new, old in (
-                    (Y_try, Y),
-                    (direction_try, direction),
-                    (gap_try, gap),
-                    (f_try, f),
-                    (lse_try, lse),
-                    (f_error_try, f_error),
-                ):
-                    new[worse] = old[worse]
+                Y_try = torch.where(worse, YT, Y_try)
+                direction_try = torch.where(worse, direction, direction_try)
+                gap_try, exact_try, f_try, lse_try, f_error_try = (
+                    torch.where(worse, old, new)
+                    for new, old in (
+                        (gap_try, gap),
+                        (exact_try, exact),
+                        (f_try, f),
+                        (lse_try, lse),
+                        (f_error_try, f_error),
+                    )
+                )
             theta = torch.where(worse, theta * 0.5, (theta * 1.5).clamp_max(_THETA_MAX))
-        Y, direction, gap, f, lse, f_error = Y_try, direction_try, gap_try, f_try, lse_try, f_error_try
+        YT, direction, gap, exact, f, lse, f_error = (
+            Y_try,
+            direction_try,
+            gap_try,
+            exact_try,
+            f_try,
+            lse_try,
+            f_error_try,
+        )
+    order = torch.cat(finished_idx)
+    logXT = torch.cat(finished_logx, dim=1) if len(finished_logx) > 1 else finished_logx[0]
+    out_Y = torch.empty_like(Z)
+    out_Y[order] = logXT.T.contiguous()  # contiguous rows: a scattered transpose is slow
     return out_Y, out_gap, out_f, out_steps, out_conv
 
 

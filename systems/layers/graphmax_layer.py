@@ -48,6 +48,7 @@ class GraphmaxLayer(OutputLayer):
         self.graph = None
         self._operators: dict[str, GraphOperator] = {}
         self._last: dict[str, torch.Tensor] = {}
+        self.last_info = None
 
     def params(self) -> dict:
         out = {"lam": self.lam, "solver": self.solver}
@@ -103,6 +104,7 @@ class GraphmaxLayer(OutputLayer):
             logits, self._operator(logits.device), lam=self.lam, solver=self.solver, return_info=True, **kwargs
         )
         self._last = {"iterations": info.iterations, "gap": info.gap}
+        self.last_info = info  # everything the solver reported (benchmarks read the relative gap)
         return info.log_probs.to(logits.dtype)
 
     def step_stats(self) -> dict[str, torch.Tensor]:
