@@ -117,7 +117,15 @@ def claim_block(db, study: Study, platform: str, participant: str, platform_sess
                 block = _free_block(db, study, utcnow() - abandon_after)
                 if block is None:
                     db.rollback()
-                    return None
+                    db.expire_all()
+                    # the same participant arriving twice at once: the other request may have taken the
+                    # last block for them, which is theirs, not "full"
+                    mine = db.scalar(
+                        select(Enrolment.annotator_id).where(
+                            Enrolment.study_id == study.id, Enrolment.participant_id == participant
+                        )
+                    )
+                    return None if mine is None else db.get(Annotator, mine)
                 if own is None:
                     db.add(
                         Enrolment(

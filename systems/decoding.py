@@ -117,10 +117,10 @@ class DecodingSetting:
                 key = {"temp": "temperature"}.get(m.group(1), m.group(1))
                 try:
                     kw[key] = int(m.group(2)) if key in ("top_k", "max_new_tokens") else float(m.group(2))
-                    if not math.isfinite(kw[key]):
-                        raise ValueError
                 except ValueError:
                     raise MaxbenchError(f"decoding setting '{part}': '{m.group(2)}' is not a number") from None
+                if not math.isfinite(kw[key]):
+                    raise MaxbenchError(f"decoding setting '{part}': {key} must be a finite number")
         return cls(**kw)
 
     def _truncates(self, key: str) -> bool:

@@ -93,7 +93,8 @@ def test_interrupted_build_leaves_nothing_and_restarts(tiny, home, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         hc.load_or_build(tiny, corpus, budget_tokens=1500, progress=False)
     root = home / "hidden"
-    assert not [p for p in root.iterdir()]  # no cache, no temporary directory left behind
+    # no cache, no temporary directory left behind (the build's lock file may stay: it holds nothing)
+    assert not [p for p in root.iterdir() if p.suffix != ".lock"]
     monkeypatch.setattr(hc, "_forward_part", real)
     cache = hc.load_or_build(tiny, corpus, budget_tokens=1500, progress=False)
     assert hc.verify_complete(cache.path) is not None

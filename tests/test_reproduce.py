@@ -259,9 +259,9 @@ def test_bad_input_is_one_line_exit_2(cli, home, paper_file):
 
 
 def test_a_missing_metric_is_one_line_before_anything_is_written(cli, home, tmp_path, paper_file):
-    paper_file.write_text(PAPER.replace('metrics = ["bleu-n"]', 'metrics = ["texygen-bleu"]'))
+    paper_file.write_text(PAPER.replace('metrics = ["bleu-n"]', 'metrics = ["no-such-metric"]'))
     rc, _, err = cli("reproduce", paper_file, "--out", tmp_path / "out")
-    assert rc == 2 and "needs metric 'texygen-bleu'" in err and err.count("\n") == 1
+    assert rc == 2 and "needs metric 'no-such-metric'" in err and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
 
 
