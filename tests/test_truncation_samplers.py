@@ -93,7 +93,7 @@ def test_min_p_keeps_exactly_the_tokens_above_min_p_times_the_top_probability():
         ("eta=1", "eta must be in [0, 1)"),
         ("eta=-0.001", "eta must be in [0, 1)"),
         ("epsilon=2", "epsilon must be in [0, 1)"),
-        ("epsilon=nan", "is not a number"),
+        ("epsilon=nan", "epsilon must be a finite number"),
         ("typcal_p=0.9", "did you mean 'typical_p'"),
     ],
 )
