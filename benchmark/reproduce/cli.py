@@ -20,7 +20,7 @@ def register(sub) -> None:
         description="Run the protocol of a method paper (graphmax, posg, kerbs: folds, systems, decoding and "
         "metrics from benchmark/reproduce/papers/PAPER.toml) as ordinary resumable runs under "
         "results/reproductions/PAPER/runs/, score them, and write results/reproductions/PAPER/report.{md,html,csv,json}: "
-        "one table per claim with the paper's numbers, maxbench's paired difference with a 95%% interval, "
+        "one table per claim with the paper's numbers, maxbench's paired difference with a 95% interval, "
         "the protocol differences and a verdict. Prints a wall-time estimate first.",
     )
     p.add_argument("paper", help="graphmax, posg or kerbs (or a paper .toml file in their format)")
