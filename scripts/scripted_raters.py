@@ -162,8 +162,9 @@ def main(argv=None) -> int:
     try:
         from benchmark.corpora import load_corpus
 
+        links, rubric = read_links(args.links), load_rubric(args.rubric)
         lexicon = lexicon_of(load_corpus(args.lexicon_corpus).fit)
-        done = drive(args.server, read_links(args.links), load_rubric(args.rubric), lexicon, args.seed)
+        done = drive(args.server, links, rubric, lexicon, args.seed)
     except MaxbenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

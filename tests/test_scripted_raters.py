@@ -80,3 +80,9 @@ def test_drives_a_study_to_completion_through_the_real_server(tmp_path):
         assert r["value"] == sr.rating(text, r["annotator"], r["criterion"], LEXICON, 3, 1, 5)
     mean = {s: sum(r["value"] for r in rows if r["system"] == s and r["criterion"] == "diversity") / 8 for s in SYSTEMS}
     assert mean[SYSTEMS[0]] > mean[SYSTEMS[1]]  # the looping texts are rated less diverse
+
+
+def test_a_missing_links_file_is_one_line_and_exit_2(tmp_path, capsys):
+    assert sr.main(["--links", str(tmp_path / "no.csv"), "--server", "http://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot read the links file" in err and "--links-out" in err
