@@ -177,6 +177,7 @@ class ScriptedAnnotator:
     timeout: float = 30
     cookie: str | None = None
     acks: list[Ack] = field(default_factory=list)
+    page: str = ""  # the HTML of the page being rated, for a ``choose`` that reads the text
     _conn: http.client.HTTPConnection | None = None
 
     def _connection(self) -> http.client.HTTPConnection:
@@ -247,6 +248,7 @@ class ScriptedAnnotator:
             return location if location.startswith("/item/") else None
         if status != 200:
             raise ProtocolError(f"GET {path} answered {status}")
+        self.page = text
         fields = list(dict.fromkeys(_FIELD.findall(text)))
         attention = _ATTENTION.search(text)
         position = int(_POSITION.search(text).group(1))

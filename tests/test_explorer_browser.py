@@ -5,7 +5,7 @@ shows as text and runs nothing. Screenshots go to the test artefacts (explorer-*
 import os
 
 import pytest
-from explorer_fixtures import make_scored_run, make_study_export
+from explorer_fixtures import SYSTEMS, make_scored_run, make_study_export
 
 from benchmark.explorer import write_explorer
 
@@ -35,6 +35,16 @@ def test_explorer_in_chromium(tmp_path, artifacts_dir):
         assert page.locator("#board thead tr:nth-child(2) th").count() <= 11
         assert page.evaluate("document.querySelector('#board').getBoundingClientRect().width") <= 1366
         page.screenshot(path=str(artifacts_dir / "explorer-leaderboard.png"), full_page=True)
+        # a system name wraps only after '/' or ',' (never inside "tiny-random"), and reads whole when copied
+        names = page.evaluate(
+            "[...document.querySelectorAll('#board td.sys')].map(td => [td.textContent, td.getClientRects()[0].height,"
+            " [...td.querySelectorAll('.nw')].map(s => [s.textContent, s.getClientRects().length])])"
+        )
+        assert {n for n, _, _ in names} == set(SYSTEMS)
+        assert any(h > 30 for _, h, _ in names), "a long system name should wrap in the compact view"
+        for name, _, parts in names:
+            assert "".join(t for t, _ in parts) == name and all(t.endswith(("/", ",")) for t, _ in parts[:-1])
+            assert all(lines == 1 for _, lines in parts), parts
 
         # sort by Self-BLEU-4 (lower is better: ascending first), then the other way
         page.locator("th[data-col='self-bleu-4'] button").click()
@@ -100,6 +110,29 @@ def test_explorer_in_chromium(tmp_path, artifacts_dir):
         # plots and the metrics-vs-humans view
         page.locator("#views button[data-view='plots']").click()
         assert page.locator("#plots figure").count() >= 3 and page.locator("#plots svg circle").count() == 3
+        # axis ticks are round numbers, evenly spaced (1, 2 or 5 x 10^k apart)
+        for anchor in ("middle", "end"):
+            ticks = [
+                float(t)
+                for t in page.locator(
+                    f"#plots figure:first-of-type svg text.tick[text-anchor='{anchor}']"
+                ).all_text_contents()
+            ]
+            steps = {round(b - a, 9) for a, b in zip(ticks, ticks[1:])}
+            assert len(ticks) >= 3 and len(steps) == 1, ticks
+            mantissa = f"{steps.pop():e}".split("e")[0]
+            assert float(mantissa) in (1.0, 2.0, 5.0), ticks
+        # the per-step curves' legend: a swatch of each line's colour, below the curves, never over them
+        legends = page.evaluate(
+            "[...document.querySelectorAll('#plots svg')].filter(s => s.querySelector('text.legend')).map(s => ["
+            " Math.max(...[...s.querySelectorAll('polyline')].map(p => p.getBBox().y + p.getBBox().height)),"
+            " Math.min(...[...s.querySelectorAll('text.legend')].map(t => t.getBBox().y)),"
+            " [...s.querySelectorAll('line.swatch')].map(l => l.getAttribute('stroke')).join(),"
+            " [...s.querySelectorAll('polyline')].map(p => p.getAttribute('stroke')).join()])"
+        )
+        assert legends, "the per-step curves have a legend"
+        for curves_bottom, legend_top, swatches, lines in legends:
+            assert legend_top > curves_bottom and swatches == lines
         page.screenshot(path=str(artifacts_dir / "explorer-plots.png"), full_page=True)
         page.locator("#views button[data-view='humans']").click()
         assert page.locator("#correlations tbody tr").count() >= 10

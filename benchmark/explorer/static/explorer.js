@@ -33,6 +33,8 @@
     return col === "uniq" ? x.toFixed(0) : x.toFixed(2);
   }
   function colName(col) { return col.startsWith("human:") ? col.slice(6) + " (human)" : col; }
+  // a system name wraps only after "/" or ",", never inside a model name such as "smollm2-135m"
+  function breakable(s) { return s.split(/(?<=[\/,])/).flatMap((part) => [el("span", { class: "nw" }, part), el("wbr")]); }
   function shortSystem(s) { const p = s.split("/"); return p.length === 3 ? p[1] + (p[2] !== "top_p=0.9" ? " / " + p[2] : "") : s; }
 
   // ------------------------------------------------------------ views
@@ -102,7 +104,7 @@
         body.append(el("tr", { class: "group" }, el("td", { colspan: cols.length + 1 }, "base model: " + r.model)));
       }
       const tr = el("tr", { "data-system": r.system }, el("td", { class: "sys", title: r.system },
-        r.label, r.partial ? el("span", { class: "badge" }, "partial " + r.coverage[0] + "/" + r.coverage[1]) : null));
+        ...breakable(r.label), r.partial ? el("span", { class: "badge" }, "partial " + r.coverage[0] + "/" + r.coverage[1]) : null));
       for (const c of cols) {
         const e = r.cells[c];
         if (!e) { tr.append(el("td", { class: "num" })); continue; }
@@ -263,17 +265,31 @@
   function axes(svg, W, H, m, xr, yr, xlabel, ylabel, logx) {
     const X = (v) => m.l + ((logx ? Math.log10(v) : v) - xr[0]) / (xr[1] - xr[0] || 1) * (W - m.l - m.r);
     const Y = (v) => H - m.b - (v - yr[0]) / (yr[1] - yr[0] || 1) * (H - m.t - m.b);
-    for (let k = 0; k <= 4; k++) {
-      const xv = xr[0] + (xr[1] - xr[0]) * k / 4, yv = yr[0] + (yr[1] - yr[0]) * k / 4;
-      const xs = m.l + k / 4 * (W - m.l - m.r), ys = H - m.b - k / 4 * (H - m.t - m.b);
-      svg.append(sv("line", { class: "grid", x1: xs, x2: xs, y1: m.t, y2: H - m.b }), sv("line", { class: "grid", x1: m.l, x2: W - m.r, y1: ys, y2: ys }));
-      svg.append(sv("text", { x: xs, y: H - m.b + 16, "text-anchor": "middle" }, logx ? (10 ** xv).toPrecision(2) : +xv.toPrecision(3)));
-      svg.append(sv("text", { x: m.l - 6, y: ys + 4, "text-anchor": "end" }, +yv.toPrecision(3)));
+    const decades = [];
+    for (let d = Math.ceil(xr[0]); logx && d <= xr[1]; d++) decades.push(d);
+    for (const xv of decades.length >= 2 ? decades : ticks(xr)) {
+      const xs = X(logx ? 10 ** xv : xv);
+      svg.append(sv("line", { class: "grid", x1: xs, x2: xs, y1: m.t, y2: H - m.b }));
+      svg.append(sv("text", { class: "tick", x: xs, y: H - m.b + 16, "text-anchor": "middle" }, logx ? +(10 ** xv).toPrecision(2) : tickText(xv)));
+    }
+    for (const yv of ticks(yr)) {
+      const ys = Y(yv);
+      svg.append(sv("line", { class: "grid", x1: m.l, x2: W - m.r, y1: ys, y2: ys }));
+      svg.append(sv("text", { class: "tick", x: m.l - 6, y: ys + 4, "text-anchor": "end" }, tickText(yv)));
     }
     svg.append(sv("text", { x: (W + m.l - m.r) / 2, y: H - 6, "text-anchor": "middle" }, xlabel));
     svg.append(sv("text", { x: 14, y: (H - m.b + m.t) / 2, transform: "rotate(-90 14 " + (H - m.b + m.t) / 2 + ")", "text-anchor": "middle" }, ylabel));
     return [X, Y];
   }
+  // round tick values (1, 2 or 5 x 10^k apart, 3 to 7 of them) inside [lo, hi]
+  function ticks([lo, hi]) {
+    const raw = (hi - lo) / 5 || 1, mag = 10 ** Math.floor(Math.log10(raw));
+    const step = [1, 2, 5, 10].map((f) => f * mag).find((v) => v >= raw);
+    const out = [];
+    for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(Math.abs(v) < step * 1e-9 ? 0 : v);
+    return out;
+  }
+  function tickText(v) { return String(+v.toPrecision(6)); }
   function range(vals, pad) { const lo = Math.min(...vals), hi = Math.max(...vals), d = (hi - lo) || Math.abs(hi) || 1; return [lo - d * pad, hi + d * pad]; }
   const COLORS = ["#1d4f91", "#d6601e", "#2e8540", "#9b2d86", "#b3261e", "#5b6573", "#0f8a9d", "#8a6d00", "#4b3fb8", "#7a4e2d"];
   function figure(title, caption, svg) { return el("figure", {}, el("h3", { text: title }), svg, el("figcaption", { text: caption })); }
@@ -319,8 +335,8 @@
   function curves(key, title, ylabel) {
     const series = D.systems.map((s, i) => [s, i, (D.curves[i] || {})[key]]).filter((x) => x[2] && x[2].length);
     if (!series.length) return null;
-    const W = 620, H = 400, m = { l: 60, r: 20, t: 16, b: 44 };
-    const svg = sv("svg", { width: W, height: H, role: "img", "aria-label": title });
+    const W = 620, H = 400, m = { l: 60, r: 20, t: 16, b: 44 }, rows = Math.ceil(series.length / 2);
+    const svg = sv("svg", { width: W, height: H + 8 + 18 * rows, role: "img", "aria-label": title });
     const n = Math.max(...series.map((x) => x[2].length));
     const ys = series.flatMap(([, , c]) => c.flatMap(([v, h]) => [v - h, v + h]));
     const [X, Y] = axes(svg, W, H, m, [1, n], range(ys, 0.05), "decoding step", ylabel);
@@ -329,7 +345,10 @@
       const band = c.map(([v, h], k) => X(k + 1) + "," + Y(v + h)).concat(c.map(([v, h], k) => X(k + 1) + "," + Y(v - h)).reverse());
       svg.append(sv("polygon", { points: band.join(" "), fill: col, opacity: 0.15 }));
       svg.append(sv("polyline", { points: c.map(([v], k) => X(k + 1) + "," + Y(v)).join(" "), fill: "none", stroke: col, "stroke-width": 2 }));
-      svg.append(sv("text", { x: W - m.r - 4, y: m.t + 14 + 15 * series.findIndex((x) => x[1] === i), "text-anchor": "end", fill: col }, shortSystem(s)));
+      // the legend: below the axes (never over the curves), a swatch of the line's colour before each name
+      const k = series.findIndex((x) => x[1] === i), lx = m.l + (k % 2) * (W - m.l - m.r) / 2, ly = H + 8 + 18 * Math.floor(k / 2);
+      svg.append(sv("line", { class: "swatch", x1: lx, x2: lx + 22, y1: ly + 9, y2: ly + 9, stroke: col, "stroke-width": 3 }));
+      svg.append(sv("text", { class: "legend", x: lx + 28, y: ly + 13 }, shortSystem(s)));
     });
     return figure(title, "Mean over texts at each step; the band is ±1.96 standard errors.", svg);
   }
@@ -355,7 +374,7 @@
       ...D.study.aspects.map((a) => el("option", { value: a }, a)));
     const definedOnly = el("input", { type: "checkbox", id: "corr-defined", checked: true });
     box.append(el("div", { class: "tools" }, el("label", {}, "Aspect ", aspectSel), el("label", {}, definedOnly, " only defined correlations")));
-    const t = el("table", { id: "correlations" }, el("thead", {}, el("tr", {}, ...["metric", "aspect", "texts", "item τ", "item ρ", "systems", "system τ", "system ρ"].map((h) => el("th", {}, h)))));
+    const t = el("table", { id: "correlations" }, el("thead", {}, el("tr", {}, ...["metric", "aspect", "texts", "item τ", "item ρ", "systems", "system τ", "system ρ"].map((h, k) => el("th", { class: k < 2 ? "left" : null }, h)))));
     const body = el("tbody");
     function fill() {
       body.textContent = "";
