@@ -61,6 +61,26 @@ def test_run_writes_the_explorer_and_texts_never_enter_as_markup(scored):
     assert len(t["p"]) == len(t["h"]) == len(t["pieces"]) or t["pieces"] is None
 
 
+def test_leaderboard_cells_carry_the_leaderboards_own_values(scored):
+    """The explorer shows the numbers of leaderboard.csv, not a rounding of them (6 significant
+    digits once showed a perplexity of 13469.25 as 13469.30)."""
+    import csv
+
+    root, _, _ = scored
+    board = _index((root / "out" / "explorer" / "index.html").read_text())["leaderboard"]
+    with open(root / "out" / "leaderboard.csv", newline="") as f:
+        table = {r["system"]: r for r in csv.DictReader(f)}
+    checked = 0
+    for row in board["rows"]:
+        for col, cell in row["cells"].items():
+            for key, suffix in (("v", ""), ("lo", "_ci_low"), ("hi", "_ci_high")):
+                text = table[row["system"]].get(col + suffix)
+                if text and cell[key] is not None:
+                    assert cell[key] == pytest.approx(float(text), rel=1e-9, abs=1e-12), (row["system"], col, key)
+                    checked += 1
+    assert checked > 50
+
+
 def test_same_runs_give_the_same_bytes(scored, tmp_path):
     root, run, study = scored
     a = write_explorer([run], tmp_path / "a", study=study)

@@ -119,9 +119,9 @@ def leaderboard_data(runs, rows, study: Study | None, human_means: dict) -> dict
                 continue
             p = row.p_values.get(c, {}).get("p_value")
             cells[c] = {
-                "v": _round(e.get("value"), 6),
-                "lo": _round(e.get("ci_low"), 6),
-                "hi": _round(e.get("ci_high"), 6),
+                "v": _round(e.get("value"), 10),
+                "lo": _round(e.get("ci_low"), 10),
+                "hi": _round(e.get("ci_high"), 10),
                 "p": _round(p, 3),
                 "mark": _stars(p),
                 "best": i in best[c],
