@@ -82,6 +82,14 @@ def register(subparsers) -> None:
         "--attention-fail-limit", type=int, default=2, help="failed attention checks that stop an annotator (default 2)"
     )
     create.add_argument(
+        "--gold-items",
+        type=int,
+        default=0,
+        metavar="N",
+        help="gold pairs every annotator judges: a suite reference against a shuffled, looped or truncated copy "
+        "of it (default 0; see human_eval/gold.py)",
+    )
+    create.add_argument(
         "--completion-code", help="code shown on the finish page; Prolific participants are redirected with it"
     )
     create.add_argument(
@@ -238,6 +246,7 @@ def cmd_study_create(args: argparse.Namespace) -> int:
                 open_enrolment=args.open_enrolment,
                 abandon_after_s=60 * args.abandon_after_minutes,
                 check_attempts=args.check_attempts,
+                gold_items=args.gold_items,
             )
     except BaseException:
         if links_fd is not None:

@@ -394,6 +394,14 @@ def _annotator_section(a: Analysis) -> Section:
             (flags,),
         )
     )
+    gold = any(x.gold_n is not None for x in a.annotators)
+    if gold:
+        s.paragraphs.append(
+            Para(
+                "gold: gold-item judgments answered as expected (a suite reference preferred to, or rated "
+                "above, a degraded copy of it), of those made; gold items are in no other number here."
+            )
+        )
     rows = tuple(
         (
             Cell(x.annotator),
@@ -408,6 +416,7 @@ def _annotator_section(a: Analysis) -> Section:
             num(str(x.excluded)),
             Cell(", ".join(x.flags)),
         )
+        + ((num(_gold_cell(x.gold_correct, x.gold_n)),) if gold else ())
         for x in a.annotators
     )
     s.tables.append(
@@ -424,12 +433,17 @@ def _annotator_section(a: Analysis) -> Section:
                 "flagged texts",
                 "excluded rows",
                 "flags",
-            ),
+            )
+            + (("gold",) if gold else ()),
             rows,
-            align="lrrrrrrrrrl",
+            align="lrrrrrrrrrl" + ("r" if gold else ""),
         )
     )
     return s
+
+
+def _gold_cell(correct: int | None, n: int | None) -> str:
+    return "" if not n else f"{correct}/{n} ({fmt(correct / n)})"
 
 
 REPORT_PACKAGES = ("maxbench", "numpy", "scipy", "krippendorff", "matplotlib", "jinja2")
@@ -666,6 +680,20 @@ def pairwise_sections(a: PairwiseAnalysis) -> list[Section]:
             ("; ".join(f"{s} {n}" for s, n in a.shown_left),),
         )
     )
+    if a.exclusions:
+        intro.tables.append(
+            Table(("Exclusion rule", "Rows matched"), tuple((Cell(name), num(str(n))) for name, n in a.exclusions))
+        )
+    if a.gold:
+        intro.paragraphs.append(
+            Para(
+                "Gold items (a suite reference against a degraded copy; the reference should win) are in no "
+                "other number of this report. Each annotator's gold judgments answered as expected:"
+            )
+        )
+        intro.tables.append(
+            Table(("Annotator", "gold"), tuple((Cell(g.annotator), num(_gold_cell(g.correct, g.n))) for g in a.gold))
+        )
     sections = [intro]
     for x in a.aspects:
         s = Section(f"Aspect: {x.aspect}")

@@ -58,6 +58,13 @@ def register(subparsers) -> None:
         help="exclude rows carrying FLAG; repeatable (default: attention_failed). Give 'none' to exclude no flag",
     )
     p.add_argument(
+        "--exclude-gold-below",
+        type=float,
+        metavar="ACC",
+        help="exclude every rating of an annotator whose gold-item accuracy is below ACC, e.g. 0.8 "
+        "(--study of a study created with --gold-items; off by default)",
+    )
+    p.add_argument(
         "--alternative",
         choices=("two-sided", "greater", "less"),
         default="two-sided",
@@ -114,6 +121,7 @@ def run_report(args: argparse.Namespace) -> int:
         n_boot=args.n_boot,
         seed=args.seed,
         z_scores=args.z_scores,
+        exclude_gold_below=args.exclude_gold_below,
     )
     correlations = None
     if args.ratings:
@@ -126,7 +134,7 @@ def run_report(args: argparse.Namespace) -> int:
             from .analysis import analyse_pairwise
             from .report import write_pairwise_report
 
-            analysis = analyse_pairwise(pairwise, options, "the rating database")
+            analysis = analyse_pairwise(pairwise, options, "the rating database", study_gold(args.db_study, args.db))
             folder = write_pairwise_report(analysis, args.out, args.name or _folder_name(analysis.study))
             print(f"wrote {folder}/report.md, report.html and report.json")
             return 0
@@ -163,7 +171,20 @@ def ratings_from_database(study: str, url: str | None):
     return replace(
         ratings_from_records(records, source="the rating database", baseline=baseline, progress=progress),
         judgment=judgment,
+        gold=study_gold(study, url),
     )
+
+
+def study_gold(study: str, url: str | None) -> tuple | None:
+    """Each annotator's gold accuracy; None for a study created without gold items."""
+    from .db import session_for
+    from .export import gold_accuracy
+    from .study import find_study
+
+    with session_for(url, create=False) as session:
+        if not (find_study(session, study).design or {}).get("gold"):
+            return None
+        return gold_accuracy(session, study)
 
 
 def pairwise_from_database(study: str, url: str | None) -> list[dict] | None:

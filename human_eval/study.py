@@ -25,6 +25,7 @@ from core.errors import MaxbenchError
 
 from .db import hash_token, write_transaction
 from .design import build_design, interleaved_sequence, paired_sequence, pairwise_sequence
+from .gold import GOLD_DEGRADED, GOLD_PREFIX, GOLD_REFERENCE, GoldPage, build_gold_pairs, gold_pages, insert_gold
 from .models import COMPLETION_CODE_MAX, TITLE_MAX, Annotator, Assignment, Item, PageText, Study, StudySystem
 from .rubrics import Rubric
 
@@ -148,6 +149,7 @@ def create_study(
     open_enrolment: bool = False,
     abandon_after_s: int = 3600,
     check_attempts: int | None = None,
+    gold_items: int = 0,
 ) -> CreatedStudy:
     if rubric.kind == "best-worst":
         raise MaxbenchError(
@@ -164,6 +166,9 @@ def create_study(
     unknown = [s for s in systems if s not in available]
     if unknown:
         raise MaxbenchError(f"system(s) {', '.join(unknown)} not in {run_dir}; the run has: {', '.join(available)}")
+    reserved = [s for s in systems if s.startswith(GOLD_PREFIX)]
+    if reserved:
+        raise MaxbenchError(f"system name(s) {', '.join(reserved)} start with {GOLD_PREFIX!r}, kept for gold items")
     if items_per_system < 1:
         raise MaxbenchError("--items-per-system must be at least 1")
     if attention_fail_limit < 1:
@@ -233,6 +238,12 @@ def create_study(
     design = build_design(
         sequence, len(units) or len(texts), raters_per_item, annotators, seed, attention_rate, rubric.attention_values
     )
+    gold = build_gold_pairs(records, gold_items, seed)
+    gold_rng = random.Random(f"gold-pages-{seed}")
+    annotator_pages = [
+        insert_gold(pages, gold_pages(len(gold), rubric.kind == "pairwise", a), gold_rng)
+        for a, pages in enumerate(design.pages)
+    ]
     design_record = {
         "paired": paired,
         "systems": systems,
@@ -246,6 +257,7 @@ def create_study(
         "n_texts": len(texts),
         "check_attempts": check_attempts,
         "enrolment": {"abandon_after_s": abandon_after_s} if open_enrolment else None,
+        "gold": [{"prompt_id": g.prompt_id, "degradation": g.kind} for g in gold],
     }
 
     with write_transaction(session):
@@ -285,12 +297,37 @@ def create_study(
                     text=rec["text"],
                 )
             )
+        gold_items_of: list[dict[str, Item]] = []
+        if gold:
+            gold_systems = {
+                role: StudySystem(study_id=study.id, name=name, code="sys-" + secrets.token_hex(3))
+                for role, name in (("reference", GOLD_REFERENCE), ("degraded", GOLD_DEGRADED))
+            }
+            session.add_all(gold_systems.values())
+            session.flush()
+            for k, g in enumerate(gold):
+                code = f"item-{len(all_prompts) + k + 1:03d}"
+                gold_items_of.append(
+                    {
+                        role: Item(
+                            study_id=study.id,
+                            code=code,
+                            system_id=gold_systems[role].id,
+                            prompt_id=g.prompt_id,
+                            sample=0,
+                            prompt=g.prompt,
+                            text=g.reference if role == "reference" else g.degraded,
+                        )
+                        for role in ("reference", "degraded")
+                    }
+                )
+            session.add_all(item for pair in gold_items_of for item in pair.values())
         session.add_all(items)
         session.flush()
 
         tokens: list[tuple[str, str]] = []
         width = max(2, len(str(annotators)))
-        for a, pages in enumerate(design.pages):
+        for a, pages in enumerate(annotator_pages):
             token = secrets.token_urlsafe(18)
             label = f"a{a + 1:0{width}d}"
             annotator = Annotator(study_id=study.id, label=label, token_hash=hash_token(token))
@@ -298,17 +335,19 @@ def create_study(
             session.flush()
             for position, page in enumerate(pages, 1):
                 attention = None
-                if page.text_index is None:
+                shown = []  # the page's texts, in places 1, 2, ...
+                if isinstance(page, GoldPage):
+                    shown = [gold_items_of[page.pair][role] for role in page.texts]
+                elif page.text_index is None:
                     attention = {
                         "prompt": ATTENTION_PROMPT,
                         "expected": page.attention_value,
                         "text": attention_text(page.attention_value, rubric.scale_labels.get(page.attention_value)),
                     }
-                shown = []  # the page's texts, in places 1, 2, ...
-                if page.text_index is not None and units:
+                elif units:
                     prompt, left, right = units[page.text_index]
                     shown = [items[index_of[(left, prompt)]], items[index_of[(right, prompt)]]]
-                elif page.text_index is not None:
+                else:
                     shown = [items[page.text_index]]
                 assignment = Assignment(
                     public_id=secrets.token_urlsafe(12),

@@ -23,8 +23,11 @@ from urllib.parse import urlencode, urlsplit
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def write_run(run_dir: Path, systems: list[str], n_prompts: int, text_for=None, prompt_for=None) -> Path:
+def write_run(
+    run_dir: Path, systems: list[str], n_prompts: int, text_for=None, prompt_for=None, reference_for=None
+) -> Path:
     """A results/runs/<id>-like directory with generations.jsonl in the foundation's format."""
+    reference_for = reference_for or (lambda i: "")
     run_dir.mkdir(parents=True, exist_ok=True)
     text_for = text_for or (lambda s, i: f"Continuation number {i} written by one of the systems.")
     prompt_for = prompt_for or (lambda i: f"Prompt {i}: the food here was")
@@ -39,7 +42,7 @@ def write_run(run_dir: Path, systems: list[str], n_prompts: int, text_for=None, 
                             "sample": 0,
                             "seed": 1000 + i,
                             "prompt": prompt_for(i),
-                            "reference": "",
+                            "reference": reference_for(i),
                             "text": text_for(s, i),
                             "n_tokens": 12,
                             "token_ids": [],
@@ -290,6 +293,7 @@ def make_study(
     text_for=None,
     prompt_for=None,
     db_url: str | None = None,
+    reference_for=None,
     **options,
 ):
     """A run directory and a study over it: (db_url, CreatedStudy, run_dir).
@@ -301,7 +305,7 @@ def make_study(
     from .study import create_study
 
     systems = systems or SYSTEMS
-    run_dir = write_run(tmp_path / "runs" / "run-2026-test", systems, n_prompts, text_for, prompt_for)
+    run_dir = write_run(tmp_path / "runs" / "run-2026-test", systems, n_prompts, text_for, prompt_for, reference_for)
     url = db_url or f"sqlite:///{tmp_path / 'ratings.sqlite3'}"
     with session_for(url, create=True) as session:
         created = create_study(
