@@ -18,6 +18,7 @@ import numpy as np
 
 from core.errors import MaxbenchError
 
+from .bestworst import BestWorst, bws_agreement, counting_scores
 from .direct import z_scores
 from .gold import failing_annotators
 from .options import ReportOptions
@@ -26,6 +27,8 @@ from .ratings import Rating, Ratings, StudyProgress
 from .results import (
     Analysis,
     AnnotatorSummary,
+    BestWorstAnalysis,
+    BestWorstAspect,
     Comparison,
     Descriptive,
     Exclusions,
@@ -542,4 +545,46 @@ def analyse_pairwise(
         shown_left=tuple((s, left_counts.get(s, 0)) for s in systems),
         exclusions=tuple((name, matched[name]) for name, _ in rules),
         gold=tuple(gold or ()),
+    )
+
+
+# --------------------------------------------------------------------------- best-worst studies
+
+
+def analyse_bestworst(rows: Sequence[dict], options: ReportOptions, source: str) -> BestWorstAnalysis:
+    """A best-worst study's rows (``export.bestworst_rows``): per criterion, counting scores with
+    item-bootstrap intervals and agreement (``human_eval/bestworst.py``)."""
+    if not rows:
+        raise MaxbenchError(f"{source} holds no best-worst judgments; nothing to report")
+    rules = [(f"flag {f}", lambda r, f=f: f in set(filter(None, r["flags"].split(";")))) for f in options.exclude_flags]
+    matched = Counter(name for r in rows for name, rule in rules if rule(r))
+    kept = [r for r in rows if not any(rule(r) for _, rule in rules)]
+    if not kept:
+        raise MaxbenchError("no judgments are left after the exclusions; relax --exclude-flag")
+    systems = tuple(sorted({s for r in rows for s in r["shown"].split(";")}))
+    aspects = []
+    for criterion in dict.fromkeys(r["criterion"] for r in kept):
+        judgments = [
+            BestWorst(r["item"], r["annotator"], tuple(r["shown"].split(";")), r["best"], r["worst"])
+            for r in kept
+            if r["criterion"] == criterion
+        ]
+        aspects.append(
+            BestWorstAspect(
+                criterion,
+                tuple(counting_scores(systems, judgments, options.n_boot, options.seed, criterion)),
+                bws_agreement(judgments),
+                len(judgments),
+            )
+        )
+    return BestWorstAnalysis(
+        study=rows[0]["study"],
+        source=source,
+        options=options,
+        systems=systems,
+        aspects=tuple(aspects),
+        rows_in=len(rows),
+        rows_kept=len(kept),
+        annotators=len({r["annotator"] for r in kept}),
+        exclusions=tuple((name, matched[name]) for name, _ in rules),
     )

@@ -98,7 +98,7 @@ def long_format_rows(
             }
             | ({"prompt_id": item.prompt_id, "sample": item.sample} if run_keys else {})
         )
-    rows.sort(key=lambda r: (r["annotator"], r["position"], order.get(r["criterion"], len(order))))
+    rows.sort(key=lambda r: (r["annotator"], r["position"], order.get(r["criterion"], len(order)), r["criterion"]))
     return rows
 
 
@@ -137,6 +137,43 @@ def pair_judgment_rows(session: Session, study_id: str | int, blind: bool = Fals
             }
         )
     return rows
+
+
+def bestworst_rows(session: Session, study_id: str | int, blind: bool = False) -> list[dict]:
+    """A best-worst study's judgments, one row per (page, criterion): ``shown`` the systems in places
+    1, 2, ... (';'-joined), ``best`` and ``worst`` two of them."""
+    study = find_study(session, study_id)
+    places = defaultdict(dict)
+    query = (
+        select(PageText.assignment_id, PageText.place, StudySystem.name, StudySystem.code)
+        .join(Item, PageText.item_id == Item.id)
+        .join(StudySystem, Item.system_id == StudySystem.id)
+        .where(Item.study_id == study.id)
+    )
+    for assignment_id, place, name, code in session.execute(query):
+        places[assignment_id][place] = code if blind else name
+    pages: dict[tuple, dict] = {}
+    for row in long_format_rows(session, study_id, blind, _with_assignment=True):
+        assignment_id = row["_assignment"]
+        shown = [places[assignment_id][p] for p in sorted(places.get(assignment_id, {}))]
+        criterion, _, side = row["criterion"].rpartition("_")
+        if not shown or side not in ("best", "worst") or not 1 <= row["value"] <= len(shown):
+            continue
+        page = pages.setdefault(
+            (assignment_id, criterion),
+            {
+                "study": row["study"],
+                "item": row["item"],
+                "annotator": row["annotator"],
+                "criterion": criterion,
+                "position": row["position"],
+                "seconds": row["seconds"],
+                "flags": row["flags"],
+                "shown": ";".join(shown),
+            },
+        )
+        page[side] = shown[row["value"] - 1]
+    return [p for p in pages.values() if "best" in p and "worst" in p]
 
 
 def gold_accuracy(session: Session, study_id: str | int) -> tuple[GoldScore, ...]:

@@ -183,6 +183,8 @@ def plan(
     grid = sorted(set(items_grid))
     rows = []
     for judgment in judgments:
+        if judgment == "best-worst" and systems < 3:
+            continue  # a tuple of two is a pairwise comparison; study create asks for three systems
         for raters in raters_grid:
             items, p = _smallest(
                 grid,
@@ -293,4 +295,6 @@ def format_plan(
         )
     widths = [max(len(row[k]) for row in table) for k in range(5)]
     lines = [head, ""] + ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
+    if systems < 3:
+        lines.append("(best-worst: tuples need 3 or more systems; give --systems 3 or more to plan one)")
     return "\n".join(lines) + "\n"

@@ -22,7 +22,7 @@ from core.provenance import versions
 
 from .options import CONFIDENCE
 from .pairwise import BT_ALPHA
-from .results import Analysis, Comparison, PairwiseAnalysis, Scale
+from .results import Analysis, BestWorstAnalysis, Comparison, PairwiseAnalysis, Scale
 
 REPORT_FORMAT_VERSION = 1
 MAX_LIKERT_POINTS = 11  # beyond this a "scale" is a slider: no stacked bars, no count columns
@@ -762,6 +762,69 @@ def pairwise_sections(a: PairwiseAnalysis) -> list[Section]:
 
 
 def write_pairwise_report(analysis: PairwiseAnalysis, out_dir: str | Path, name: str) -> Path:
+    return _write_judgment_report(pairwise_sections(analysis), "pairwise", analysis.to_dict(), out_dir, name)
+
+
+def bestworst_sections(a: BestWorstAnalysis) -> list[Section]:
+    o = a.options
+    intro = Section(f"Human evaluation report: {a.study} (best-worst scaling)", level=1)
+    intro.paragraphs.append(
+        Para(
+            "Study {} from {}: {} judgment rows in, {} kept after exclusions (flags: {}); "
+            f"{len(a.systems)} system(s), {a.annotators} annotator(s).",
+            (a.study, a.source, a.rows_in, a.rows_kept, ", ".join(o.exclude_flags) or "none"),
+        )
+    )
+    if a.exclusions:
+        intro.tables.append(
+            Table(("Exclusion rule", "Rows matched"), tuple((Cell(name), num(str(n))) for name, n in a.exclusions))
+        )
+    sections = [intro]
+    for x in a.aspects:
+        s = Section(f"Aspect: {x.aspect}")
+        s.paragraphs.append(
+            Para(
+                "Counting scores: (times best - times worst) / times shown, in [-1, 1], with "
+                f"{CONFIDENCE:.0%} percentile bootstrap intervals ({o.n_boot} resamples of items, seed {o.seed}); "
+                f"{x.n_judgments} judgments."
+            )
+        )
+        s.tables.append(
+            Table(
+                ("system", "score", f"{CONFIDENCE:.0%} CI", "best", "worst", "shown"),
+                tuple(
+                    (
+                        Cell(c.system),
+                        num(fmt(c.score)),
+                        num(fmt_ci(c.ci)),
+                        num(str(c.best)),
+                        num(str(c.worst)),
+                        num(str(c.shown)),
+                    )
+                    for c in sorted(x.scores, key=lambda c: -(c.score if c.score is not None else -2))
+                ),
+            )
+        )
+        g = x.agreement
+        s.paragraphs.append(
+            Para(
+                f"Agreement over {g.n_units} tuple(s) judged by two or more annotators: two annotators chose the "
+                f"same best text in {fmt(None if g.best_rate is None else 100 * g.best_rate, 1)}% and the same "
+                f"worst text in {fmt(None if g.worst_rate is None else 100 * g.worst_rate, 1)}% of their pairs."
+            )
+        )
+        sections.append(s)
+    prov = Section("Provenance")
+    prov.bullets += [Para("{} {}", (k, v)) for k, v in versions(REPORT_PACKAGES).items()]
+    sections.append(prov)
+    return sections
+
+
+def write_bestworst_report(analysis: BestWorstAnalysis, out_dir: str | Path, name: str) -> Path:
+    return _write_judgment_report(bestworst_sections(analysis), "best-worst", analysis.to_dict(), out_dir, name)
+
+
+def _write_judgment_report(sections: list[Section], judgment: str, data: dict, out_dir: str | Path, name: str) -> Path:
     if not _NAME.match(name):
         raise MaxbenchError(f"--name {name!r} is not a plain folder name (letters, digits, '.', '_', '-')")
     folder = Path(out_dir) / name
@@ -771,15 +834,10 @@ def write_pairwise_report(analysis: PairwiseAnalysis, out_dir: str | Path, name:
         raise MaxbenchError(
             f"cannot create the report folder {folder} ({exc.strerror}); choose another --out"
         ) from None
-    sections = pairwise_sections(analysis)
     _write(folder / "report.md", render_markdown(sections).encode("utf-8"))
     _write(folder / "report.html", render_html(sections, sections[0].title).encode("utf-8"))
-    payload = {
-        "format": REPORT_FORMAT_VERSION,
-        "judgment": "pairwise",
-        "versions": versions(REPORT_PACKAGES + ("choix",)),
-        **analysis.to_dict(),
-    }
+    packages = REPORT_PACKAGES + (("choix",) if judgment == "pairwise" else ())
+    payload = {"format": REPORT_FORMAT_VERSION, "judgment": judgment, "versions": versions(packages), **data}
     _write(
         folder / "report.json",
         (json.dumps(payload, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8"),

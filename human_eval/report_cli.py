@@ -129,6 +129,15 @@ def run_report(args: argparse.Namespace) -> int:
         studies = sorted({r.study for r in ratings.rows})
         default_name = options.study or (studies[0] if len(studies) == 1 else Path(args.ratings).stem)
     else:
+        bestworst = bestworst_from_database(args.db_study, args.db)
+        if bestworst is not None:
+            from .analysis import analyse_bestworst
+            from .report import write_bestworst_report
+
+            analysis = analyse_bestworst(bestworst, options, "the rating database")
+            folder = write_bestworst_report(analysis, args.out, args.name or _folder_name(analysis.study))
+            print(f"wrote {folder}/report.md, report.html and report.json")
+            return 0
         pairwise = pairwise_from_database(args.db_study, args.db)
         if pairwise is not None:
             from .analysis import analyse_pairwise
@@ -198,6 +207,22 @@ def pairwise_from_database(study: str, url: str | None) -> list[dict] | None:
         if study_judgment(session, study) != "pairwise":
             return None
         rows = pair_judgment_rows(session, study)
+    if not rows:
+        raise MaxbenchError(f"study {study!r} has no judgments yet; nothing to report")
+    return rows
+
+
+def bestworst_from_database(study: str, url: str | None) -> list[dict] | None:
+    """A best-worst study's judgment rows (``export.bestworst_rows``); None for other studies."""
+    try:
+        from .db import session_for
+        from .export import bestworst_rows, study_judgment
+    except ImportError:
+        return None  # ratings_from_database says what is missing
+    with session_for(url, create=False) as session:
+        if study_judgment(session, study) != "best-worst":
+            return None
+        rows = bestworst_rows(session, study)
     if not rows:
         raise MaxbenchError(f"study {study!r} has no judgments yet; nothing to report")
     return rows

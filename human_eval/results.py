@@ -360,6 +360,34 @@ class PairwiseAnalysis:
         return _plain(asdict(self))
 
 
+@dataclass(frozen=True)
+class BestWorstAspect:
+    """One criterion of a best-worst study: counting scores, agreement, judgments kept."""
+
+    aspect: str
+    scores: tuple  # of bestworst.CountingScore, in the order of BestWorstAnalysis.systems
+    agreement: Any  # bestworst.BwsAgreement
+    n_judgments: int
+
+
+@dataclass(frozen=True)
+class BestWorstAnalysis:
+    """The analysis of a best-worst scaling study (``analysis.analyse_bestworst``)."""
+
+    study: str
+    source: str
+    options: Any
+    systems: tuple[str, ...]
+    aspects: tuple[BestWorstAspect, ...]
+    rows_in: int
+    rows_kept: int
+    annotators: int
+    exclusions: tuple[tuple[str, int], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(asdict(self))
+
+
 def _plain(obj: Any) -> Any:
     """JSON-ready: NaN/inf become None, tuples lists, numpy scalars Python numbers."""
     if isinstance(obj, dict):

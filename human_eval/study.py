@@ -23,8 +23,9 @@ from sqlalchemy.orm import Session
 
 from core.errors import MaxbenchError
 
+from .bestworst import TUPLE_SIZE
 from .db import hash_token, write_transaction
-from .design import build_design, interleaved_sequence, paired_sequence, pairwise_sequence
+from .design import bestworst_sequence, build_design, interleaved_sequence, paired_sequence, pairwise_sequence
 from .gold import GOLD_DEGRADED, GOLD_PREFIX, GOLD_REFERENCE, GoldPage, build_gold_pairs, gold_pages, insert_gold
 from .models import COMPLETION_CODE_MAX, TITLE_MAX, Annotator, Assignment, Item, PageText, Study, StudySystem
 from .rubrics import Rubric
@@ -151,14 +152,13 @@ def create_study(
     check_attempts: int | None = None,
     gold_items: int = 0,
 ) -> CreatedStudy:
-    if rubric.kind == "best-worst":
+    if rubric.kind in ("pairwise", "best-worst") and not paired:
+        raise MaxbenchError(f"a {rubric.kind} study compares systems on the same prompts: leave out --independent")
+    if rubric.kind == "best-worst" and (attention_rate > 0 or gold_items > 0):
         raise MaxbenchError(
-            f"rubric {rubric.name!r} is a best-worst rubric: the rating app serves likert, direct (slider) "
-            "and pairwise studies; best-worst judgments are analysed by human_eval/bestworst.py but have "
-            "no rating pages yet"
+            "a best-worst study takes no attention checks or gold items yet (a best and a worst text cannot "
+            "both be 'the same value'): give --attention-rate 0 and no --gold-items"
         )
-    if rubric.kind == "pairwise" and not paired:
-        raise MaxbenchError("a pairwise study compares systems on the same prompts: leave out --independent")
     run_dir = resolve_run_dir(run_dir)
     records = read_generations(run_dir)
     available = sorted({r["system"] for r in records})
@@ -221,11 +221,16 @@ def create_study(
     prompt_code = {p: f"item-{i + 1:03d}" for i, p in enumerate(all_prompts)}
     texts: list[tuple[str, str]] = [(s, p) for s in systems for p in sorted(per_system_prompts[s])]
     index_of = {key: i for i, key in enumerate(texts)}
-    units: list[tuple[str, str, str]] = []  # pairwise: (prompt, left system, right system)
+    units: list[tuple[str, tuple[str, ...]]] = []  # pairwise, best-worst: (prompt, systems in places 1, 2, ...)
     if rubric.kind == "pairwise":
         prompt_list = sorted(per_system_prompts[systems[0]])
         grid = pairwise_sequence(len(prompt_list), len(systems), rng)
-        units = [(prompt_list[pi], systems[a], systems[b]) for pi, a, b in grid]
+        units = [(prompt_list[pi], (systems[a], systems[b])) for pi, a, b in grid]
+        sequence = list(range(len(units)))
+    elif rubric.kind == "best-worst":
+        prompt_list = sorted(per_system_prompts[systems[0]])
+        tuples = bestworst_sequence(len(prompt_list), len(systems), min(TUPLE_SIZE, len(systems)), rng)
+        units = [(prompt_list[pi], tuple(systems[k] for k in shown)) for pi, shown in tuples]
         sequence = list(range(len(units)))
     elif paired:
         prompt_list = sorted(per_system_prompts[systems[0]])
@@ -345,8 +350,8 @@ def create_study(
                         "text": attention_text(page.attention_value, rubric.scale_labels.get(page.attention_value)),
                     }
                 elif units:
-                    prompt, left, right = units[page.text_index]
-                    shown = [items[index_of[(left, prompt)]], items[index_of[(right, prompt)]]]
+                    prompt, in_places = units[page.text_index]
+                    shown = [items[index_of[(system, prompt)]] for system in in_places]
                 else:
                     shown = [items[page.text_index]]
                 assignment = Assignment(

@@ -89,3 +89,10 @@ def test_plan_from_pilot_ratings_estimates_cohens_d(cli, tmp_path):
 def test_bad_plan_input_is_one_line(cli, args, needle):
     rc, _, err = cli("study", "plan", *args)
     assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_best_worst_is_planned_from_three_systems(cli):
+    rc, out, err = cli("study", "plan", "--effect", "0.8", "--judgment", "best-worst", "--items", "14", "--n-sim", "20")
+    assert rc == 0 and "tuples need 3 or more systems" in out and "\nbest-worst " not in out, err
+    rc, out, err = cli(*"study plan --effect 0.8 --judgment best-worst --items 14 --n-sim 20 --systems 4".split())
+    assert rc == 0 and "\nbest-worst  3" in out, err
