@@ -88,6 +88,11 @@ def test_bestworst_pages_store_export_and_report(tmp_path, db_url, cli):
             path = r.location
         assert path == "/finish"
     assert len(sent) == 2 * 4  # 4 prompts, one 4-tuple each, two annotators
+    admin = app.test_client()
+    login = admin.get("/admin/login")
+    admin.post("/admin/login", data={"csrf_token": csrf_token(login.text), "token": created.admin_token})
+    dashboard = admin.get(f"/admin/study/{created.slug}")
+    assert dashboard.status_code == 200 and "a02" in dashboard.text
 
     with session_for(url) as s:
         rows = bestworst_rows(s, created.slug)
