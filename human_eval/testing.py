@@ -241,8 +241,9 @@ class ScriptedAnnotator:
             path, _ = self._get_following(location)
         return path
 
-    def rate_page(self, path: str, choose, think_s: float = 0.0) -> str | None:
-        """Rate the page at ``path``; returns the next page path (None when finished)."""
+    def rate_page(self, path: str, choose, think_s: float = 0.0, reads_page: bool = False) -> str | None:
+        """Rate the page at ``path``; returns the next page path (None when finished). ``choose(path,
+        field)`` gives each value; with ``reads_page``, ``choose(page_html, fields)`` gives them all."""
         t0 = time.perf_counter()
         status, location, text = self.request("GET", path)
         page_latency = time.perf_counter() - t0
@@ -255,6 +256,8 @@ class ScriptedAnnotator:
         position = int(_POSITION.search(text).group(1))
         if attention:
             values = {f: int(attention.group(1)) for f in fields}
+        elif reads_page:
+            values = choose(text, fields)
         else:
             values = {f: choose(path, f) for f in fields}
         if think_s:
