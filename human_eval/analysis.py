@@ -497,6 +497,18 @@ def _drift(rows: list[Rating], norm) -> float | None:
 # --------------------------------------------------------------------------- pairwise studies
 
 
+def _exclude_judgments(
+    rows: Sequence[dict], options: ReportOptions, gold_failed: set[str]
+) -> tuple[list[dict], tuple[tuple[str, int], ...]]:
+    """Judgment rows (pairwise, best-worst) kept by the flag and gold rules, and each rule's matches."""
+    rules = [(f"flag {f}", lambda r, f=f: f in set(filter(None, r["flags"].split(";")))) for f in options.exclude_flags]
+    if options.exclude_gold_below is not None:
+        rules.append((gold_rule_name(options.exclude_gold_below), lambda r: r["annotator"] in gold_failed))
+    matched = Counter(name for r in rows for name, rule in rules if rule(r))
+    kept = [r for r in rows if not any(rule(r) for _, rule in rules)]
+    return kept, tuple((name, matched[name]) for name, _ in rules)
+
+
 def analyse_pairwise(
     rows: Sequence[dict], options: ReportOptions, source: str, gold: tuple | None = None
 ) -> PairwiseAnalysis:
@@ -508,11 +520,7 @@ def analyse_pairwise(
     if options.exclude_gold_below is not None and gold is None:
         raise MaxbenchError(f"--exclude-gold-below: {source} has no gold items")
     gold_failed = failing_annotators(gold, options.exclude_gold_below)
-    rules = [(f"flag {f}", lambda r, f=f: f in set(filter(None, r["flags"].split(";")))) for f in options.exclude_flags]
-    if options.exclude_gold_below is not None:
-        rules.append((gold_rule_name(options.exclude_gold_below), lambda r: r["annotator"] in gold_failed))
-    matched = Counter(name for r in rows for name, rule in rules if rule(r))
-    kept = [r for r in rows if not any(rule(r) for _, rule in rules)]
+    kept, exclusions = _exclude_judgments(rows, options, gold_failed)
     if not kept:
         raise MaxbenchError("no judgments are left after the exclusions; relax --exclude-flag or --exclude-gold-below")
     systems = tuple(sorted({r["left"] for r in rows} | {r["right"] for r in rows}))
@@ -543,7 +551,7 @@ def analyse_pairwise(
         rows_kept=len(kept),
         annotators=len({r["annotator"] for r in kept}),
         shown_left=tuple((s, left_counts.get(s, 0)) for s in systems),
-        exclusions=tuple((name, matched[name]) for name, _ in rules),
+        exclusions=exclusions,
         gold=tuple(gold or ()),
     )
 
@@ -556,9 +564,9 @@ def analyse_bestworst(rows: Sequence[dict], options: ReportOptions, source: str)
     item-bootstrap intervals and agreement (``human_eval/bestworst.py``)."""
     if not rows:
         raise MaxbenchError(f"{source} holds no best-worst judgments; nothing to report")
-    rules = [(f"flag {f}", lambda r, f=f: f in set(filter(None, r["flags"].split(";")))) for f in options.exclude_flags]
-    matched = Counter(name for r in rows for name, rule in rules if rule(r))
-    kept = [r for r in rows if not any(rule(r) for _, rule in rules)]
+    if options.exclude_gold_below is not None:
+        raise MaxbenchError("--exclude-gold-below: a best-worst study has no gold items")
+    kept, exclusions = _exclude_judgments(rows, options, set())
     if not kept:
         raise MaxbenchError("no judgments are left after the exclusions; relax --exclude-flag")
     systems = tuple(sorted({s for r in rows for s in r["shown"].split(";")}))
@@ -586,5 +594,5 @@ def analyse_bestworst(rows: Sequence[dict], options: ReportOptions, source: str)
         rows_in=len(rows),
         rows_kept=len(kept),
         annotators=len({r["annotator"] for r in kept}),
-        exclusions=tuple((name, matched[name]) for name, _ in rules),
+        exclusions=exclusions,
     )

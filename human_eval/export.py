@@ -107,19 +107,25 @@ def not_gold():
     return ~StudySystem.name.startswith(GOLD_PREFIX, autoescape=True)
 
 
-def pair_judgment_rows(session: Session, study_id: str | int, blind: bool = False) -> list[dict]:
-    """A pairwise study's judgments, one row per (page, criterion): ``left``/``right`` are the
-    systems shown as A and B, ``winner`` one of them or empty for a tie (``value`` 1, 2, 0)."""
-    study = find_study(session, study_id)
-    places = defaultdict(dict)
+def _page_places(session: Session, study_pk: int, blind: bool) -> dict[int, dict[int, str]]:
+    """Per page that shows several texts: place -> the system (its code with ``blind``)."""
+    places: dict[int, dict[int, str]] = defaultdict(dict)
     query = (
         select(PageText.assignment_id, PageText.place, StudySystem.name, StudySystem.code)
         .join(Item, PageText.item_id == Item.id)
         .join(StudySystem, Item.system_id == StudySystem.id)
-        .where(Item.study_id == study.id)
+        .where(Item.study_id == study_pk)
     )
     for assignment_id, place, name, code in session.execute(query):
         places[assignment_id][place] = code if blind else name
+    return places
+
+
+def pair_judgment_rows(session: Session, study_id: str | int, blind: bool = False) -> list[dict]:
+    """A pairwise study's judgments, one row per (page, criterion): ``left``/``right`` are the
+    systems shown as A and B, ``winner`` one of them or empty for a tie (``value`` 1, 2, 0)."""
+    study = find_study(session, study_id)
+    places = _page_places(session, study.id, blind)
     rows = []
     for row in long_format_rows(session, study_id, blind, _with_assignment=True):
         assignment_id = row.pop("_assignment")
@@ -143,15 +149,7 @@ def bestworst_rows(session: Session, study_id: str | int, blind: bool = False) -
     """A best-worst study's judgments, one row per (page, criterion): ``shown`` the systems in places
     1, 2, ... (';'-joined), ``best`` and ``worst`` two of them."""
     study = find_study(session, study_id)
-    places = defaultdict(dict)
-    query = (
-        select(PageText.assignment_id, PageText.place, StudySystem.name, StudySystem.code)
-        .join(Item, PageText.item_id == Item.id)
-        .join(StudySystem, Item.system_id == StudySystem.id)
-        .where(Item.study_id == study.id)
-    )
-    for assignment_id, place, name, code in session.execute(query):
-        places[assignment_id][place] = code if blind else name
+    places = _page_places(session, study.id, blind)
     pages: dict[tuple, dict] = {}
     for row in long_format_rows(session, study_id, blind, _with_assignment=True):
         assignment_id = row["_assignment"]

@@ -664,26 +664,31 @@ def _write(path: Path, data: bytes) -> None:
 # --------------------------------------------------------------------------- pairwise studies
 
 
-def pairwise_sections(a: PairwiseAnalysis) -> list[Section]:
-    o = a.options
-    intro = Section(f"Human evaluation report: {a.study} (pairwise preference)", level=1)
+def _judgment_intro(a: PairwiseAnalysis | BestWorstAnalysis, kind: str) -> Section:
+    intro = Section(f"Human evaluation report: {a.study} ({kind})", level=1)
     intro.paragraphs.append(
         Para(
             "Study {} from {}: {} judgment rows in, {} kept after exclusions (flags: {}); "
             f"{len(a.systems)} system(s), {a.annotators} annotator(s).",
-            (a.study, a.source, a.rows_in, a.rows_kept, ", ".join(o.exclude_flags) or "none"),
-        )
-    )
-    intro.paragraphs.append(
-        Para(
-            "Position balance (times shown as A): {}.",
-            ("; ".join(f"{s} {n}" for s, n in a.shown_left),),
+            (a.study, a.source, a.rows_in, a.rows_kept, ", ".join(a.options.exclude_flags) or "none"),
         )
     )
     if a.exclusions:
         intro.tables.append(
             Table(("Exclusion rule", "Rows matched"), tuple((Cell(name), num(str(n))) for name, n in a.exclusions))
         )
+    return intro
+
+
+def pairwise_sections(a: PairwiseAnalysis) -> list[Section]:
+    o = a.options
+    intro = _judgment_intro(a, "pairwise preference")
+    intro.paragraphs.append(
+        Para(
+            "Position balance (times shown as A): {}.",
+            ("; ".join(f"{s} {n}" for s, n in a.shown_left),),
+        )
+    )
     if a.gold:
         intro.paragraphs.append(
             Para(
@@ -767,18 +772,7 @@ def write_pairwise_report(analysis: PairwiseAnalysis, out_dir: str | Path, name:
 
 def bestworst_sections(a: BestWorstAnalysis) -> list[Section]:
     o = a.options
-    intro = Section(f"Human evaluation report: {a.study} (best-worst scaling)", level=1)
-    intro.paragraphs.append(
-        Para(
-            "Study {} from {}: {} judgment rows in, {} kept after exclusions (flags: {}); "
-            f"{len(a.systems)} system(s), {a.annotators} annotator(s).",
-            (a.study, a.source, a.rows_in, a.rows_kept, ", ".join(o.exclude_flags) or "none"),
-        )
-    )
-    if a.exclusions:
-        intro.tables.append(
-            Table(("Exclusion rule", "Rows matched"), tuple((Cell(name), num(str(n))) for name, n in a.exclusions))
-        )
+    intro = _judgment_intro(a, "best-worst scaling")
     sections = [intro]
     for x in a.aspects:
         s = Section(f"Aspect: {x.aspect}")

@@ -129,7 +129,7 @@ def run_report(args: argparse.Namespace) -> int:
         studies = sorted({r.study for r in ratings.rows})
         default_name = options.study or (studies[0] if len(studies) == 1 else Path(args.ratings).stem)
     else:
-        bestworst = bestworst_from_database(args.db_study, args.db)
+        bestworst = judgment_rows_from_database(args.db_study, args.db, "best-worst")
         if bestworst is not None:
             from .analysis import analyse_bestworst
             from .report import write_bestworst_report
@@ -138,7 +138,7 @@ def run_report(args: argparse.Namespace) -> int:
             folder = write_bestworst_report(analysis, args.out, args.name or _folder_name(analysis.study))
             print(f"wrote {folder}/report.md, report.html and report.json")
             return 0
-        pairwise = pairwise_from_database(args.db_study, args.db)
+        pairwise = judgment_rows_from_database(args.db_study, args.db, "pairwise")
         if pairwise is not None:
             from .analysis import analyse_pairwise
             from .report import write_pairwise_report
@@ -196,33 +196,18 @@ def study_gold(study: str, url: str | None) -> tuple | None:
         return gold_accuracy(session, study)
 
 
-def pairwise_from_database(study: str, url: str | None) -> list[dict] | None:
-    """A pairwise study's judgment rows (``export.pair_judgment_rows``); None for other studies."""
+def judgment_rows_from_database(study: str, url: str | None, judgment: str) -> list[dict] | None:
+    """A pairwise or best-worst study's judgment rows (``export.pair_judgment_rows`` or
+    ``export.bestworst_rows``); None for a study of another judgment type."""
     try:
         from .db import session_for
-        from .export import pair_judgment_rows, study_judgment
+        from .export import bestworst_rows, pair_judgment_rows, study_judgment
     except ImportError:
         return None  # ratings_from_database says what is missing
     with session_for(url, create=False) as session:
-        if study_judgment(session, study) != "pairwise":
+        if study_judgment(session, study) != judgment:
             return None
-        rows = pair_judgment_rows(session, study)
-    if not rows:
-        raise MaxbenchError(f"study {study!r} has no judgments yet; nothing to report")
-    return rows
-
-
-def bestworst_from_database(study: str, url: str | None) -> list[dict] | None:
-    """A best-worst study's judgment rows (``export.bestworst_rows``); None for other studies."""
-    try:
-        from .db import session_for
-        from .export import bestworst_rows, study_judgment
-    except ImportError:
-        return None  # ratings_from_database says what is missing
-    with session_for(url, create=False) as session:
-        if study_judgment(session, study) != "best-worst":
-            return None
-        rows = bestworst_rows(session, study)
+        rows = (pair_judgment_rows if judgment == "pairwise" else bestworst_rows)(session, study)
     if not rows:
         raise MaxbenchError(f"study {study!r} has no judgments yet; nothing to report")
     return rows

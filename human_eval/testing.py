@@ -324,5 +324,15 @@ def make_study(
     return url, created, run_dir
 
 
+def enter_with_client(client, created, index: int, check_answer: int) -> str:
+    """Flask test client: open annotator ``index``'s link, consent, pass the check; the first page's path."""
+    client.get(urlsplit(created.links("http://x")[index][1]).path)
+    page = client.get("/welcome")
+    client.post("/welcome", data={"csrf_token": csrf_token(page.text), "consent": "y"})
+    page = client.get("/check")
+    client.post("/check", data={"csrf_token": csrf_token(page.text), "answer": str(check_answer)})
+    return client.get("/next").location
+
+
 def csrf_token(html: str) -> str:
     return _token(html)

@@ -6,7 +6,6 @@ import json
 import random
 import re
 from collections import Counter
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -15,7 +14,7 @@ from human_eval.db import session_for
 from human_eval.design import bestworst_sequence
 from human_eval.export import bestworst_rows
 from human_eval.rubrics import load_rubric
-from human_eval.testing import csrf_token, make_study
+from human_eval.testing import csrf_token, enter_with_client, make_study
 
 RUBRIC = load_rubric("bestworst-quality")
 FOUR = [f"tiny/layer{k}/top_p=0.9" for k in range(4)]
@@ -35,15 +34,6 @@ def test_tuples_are_balanced_over_systems_and_places(n_systems):
     assert max(places.values()) - min(places.values()) <= 2
 
 
-def enter(client, created, index):
-    client.get(urlsplit(created.links("http://x")[index][1]).path)
-    page = client.get("/welcome")
-    client.post("/welcome", data={"csrf_token": csrf_token(page.text), "consent": "y"})
-    page = client.get("/check")
-    client.post("/check", data={"csrf_token": csrf_token(page.text), "answer": str(RUBRIC.check.answer)})
-    return client.get("/next").location
-
-
 def test_bestworst_pages_store_export_and_report(tmp_path, db_url, cli):
     url, created, _ = make_study(
         tmp_path,
@@ -60,7 +50,7 @@ def test_bestworst_pages_store_export_and_report(tmp_path, db_url, cli):
     sent = []
     for a in range(2):
         client = app.test_client()
-        path = enter(client, created, a)
+        path = enter_with_client(client, created, a, RUBRIC.check.answer)
         while path.startswith("/item/"):
             page = client.get(path)
             assert "tiny/" not in page.text and "sys-" not in page.text and "<b>" not in page.text

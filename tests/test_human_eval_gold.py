@@ -6,7 +6,6 @@ import json
 import random
 import re
 from collections import Counter
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -15,7 +14,7 @@ from human_eval.db import session_for
 from human_eval.export import gold_accuracy, long_format_rows, pair_judgment_rows, rows_to_csv
 from human_eval.gold import DEGRADATIONS, build_gold_pairs, degrade
 from human_eval.rubrics import load_rubric
-from human_eval.testing import SYSTEMS, csrf_token, make_study
+from human_eval.testing import SYSTEMS, csrf_token, enter_with_client, make_study
 
 WORDS = "the soup arrived warm and the bread was fresh while our waiter smiled at every single table".split()
 
@@ -50,15 +49,6 @@ def test_gold_pairs_are_deterministic_from_the_seed_and_degraded():
     assert degrade(reference(0), "shuffled", random.Random(1)) == degrade(reference(0), "shuffled", random.Random(1))
 
 
-def enter(client, created, index, rubric):
-    client.get(urlsplit(created.links("http://x")[index][1]).path)
-    page = client.get("/welcome")
-    client.post("/welcome", data={"csrf_token": csrf_token(page.text), "consent": "y"})
-    page = client.get("/check")
-    client.post("/check", data={"csrf_token": csrf_token(page.text), "answer": str(rubric.check.answer)})
-    return client.get("/next").location
-
-
 def skeleton(page: str) -> str:
     """A page's markup without its texts, ids and counts: what tells pages apart besides the words."""
     page = re.sub(r">[^<]*<", "><", page)
@@ -72,7 +62,7 @@ def drive(app, created, n, rubric, answer):
     shapes, shown = {True: set(), False: set()}, []
     for a in range(n):
         client = app.test_client()
-        path = enter(client, created, a, rubric)
+        path = enter_with_client(client, created, a, rubric.check.answer)
         while path.startswith("/item/"):
             page = client.get(path)
             texts = [html.unescape(t) for t in re.findall(r'id="text(?:-\d)?">([^<]*)<', page.text)]
