@@ -158,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
             name = f"scripted-{judgment}"
             cmd = [sys.executable, "-m", "benchmark.cli", "report", "--study", slug, "--db", db_url]
             cmd += ["--out", str(args.out), "--name", name, "--n-boot", str(args.n_boot), "--seed", str(args.seed)]
+            if judgment in ("likert", "direct"):  # tested against the first system given (quality 0)
+                cmd += ["--reference", args.systems[0]]
             subprocess.run(cmd, check=True, cwd=ROOT)
             scripted = {
                 "note": "rated by scripted participants through the real server (scripts/scripted_study.py)",
