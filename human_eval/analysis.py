@@ -18,13 +18,17 @@ import numpy as np
 
 from core.errors import MaxbenchError
 
+from .bestworst import BestWorst, bws_agreement, counting_scores
 from .direct import z_scores
+from .gold import failing_annotators
 from .options import ReportOptions
 from .pairwise import PairJudgment, bradley_terry, pairwise_agreement, sign_tests
 from .ratings import Rating, Ratings, StudyProgress
 from .results import (
     Analysis,
     AnnotatorSummary,
+    BestWorstAnalysis,
+    BestWorstAspect,
     Comparison,
     Descriptive,
     Exclusions,
@@ -61,7 +65,12 @@ def analyse(ratings: Ratings, options: ReportOptions) -> Analysis:
     _check_values(rows, scales, ratings.source)
     _check_duplicates(rows, ratings.source)
 
-    kept, exclusions = _exclude(rows, options)
+    if options.exclude_gold_below is not None and ratings.gold is None:
+        raise MaxbenchError(
+            f"--exclude-gold-below: {ratings.source} has no gold items (gold accuracy is in the rating "
+            "database: use --study ID on a study created with --gold-items)"
+        )
+    kept, exclusions = _exclude(rows, options, failing_annotators(ratings.gold, options.exclude_gold_below))
     other_flags = Counter(f for r in rows for f in r.flags if f not in options.exclude_flags)
     for flag, n in sorted(other_flags.items()):
         warnings.append(
@@ -70,7 +79,7 @@ def analyse(ratings: Ratings, options: ReportOptions) -> Analysis:
     if not kept:
         raise MaxbenchError(
             f"no ratings are left after the exclusions ({_exclusion_text(exclusions)}); "
-            "relax --min-seconds or --exclude-flag"
+            "relax --min-seconds, --exclude-flag or --exclude-gold-below"
         )
 
     all_systems = sorted({r.system for r in rows})
@@ -115,6 +124,11 @@ def analyse(ratings: Ratings, options: ReportOptions) -> Analysis:
             warnings.append(f"Krippendorff's alpha for {a.aspect!r} is {a.undefined_reason}")
 
     annotators, units_label = _annotator_summaries(rows, kept, scales, options.exclude_flags)
+    gold = {g.annotator: g for g in ratings.gold or ()}
+    annotators = tuple(
+        replace(x, gold_correct=gold[x.annotator].correct, gold_n=gold[x.annotator].n) if x.annotator in gold else x
+        for x in annotators
+    )
     return Analysis(
         source=ratings.source,
         sha256=ratings.sha256,
@@ -267,10 +281,14 @@ def _check_duplicates(rows: list[Rating], source: str) -> None:
         seen[key] = r
 
 
-def _exclude(rows: list[Rating], options: ReportOptions) -> tuple[list[Rating], Exclusions]:
+def _exclude(
+    rows: list[Rating], options: ReportOptions, gold_failed: set[str] = frozenset()
+) -> tuple[list[Rating], Exclusions]:
     rules: list[tuple[str, Any]] = [("empty value (no rating given)", lambda r: r.value is None)]
     for flag in options.exclude_flags:
         rules.append((f"flag {flag}", lambda r, f=flag: f in r.flags))
+    if options.exclude_gold_below is not None:
+        rules.append((gold_rule_name(options.exclude_gold_below), lambda r: r.annotator in gold_failed))
     if options.min_seconds is not None:
         rules.append(
             (
@@ -292,6 +310,10 @@ def _exclude(rows: list[Rating], options: ReportOptions) -> tuple[list[Rating], 
     if options.min_seconds is None:
         by_rule += (("too fast (rule off: no --min-seconds)", 0),)
     return kept, Exclusions(len(rows), len(kept), by_rule, tuple(sorted(per_annotator.items())))
+
+
+def gold_rule_name(threshold: float) -> str:
+    return f"gold-item accuracy below {threshold:g} (annotator)"
 
 
 def _exclusion_text(ex: Exclusions) -> str:
@@ -475,15 +497,32 @@ def _drift(rows: list[Rating], norm) -> float | None:
 # --------------------------------------------------------------------------- pairwise studies
 
 
-def analyse_pairwise(rows: Sequence[dict], options: ReportOptions, source: str) -> PairwiseAnalysis:
+def _exclude_judgments(
+    rows: Sequence[dict], options: ReportOptions, gold_failed: set[str]
+) -> tuple[list[dict], tuple[tuple[str, int], ...]]:
+    """Judgment rows (pairwise, best-worst) kept by the flag and gold rules, and each rule's matches."""
+    rules = [(f"flag {f}", lambda r, f=f: f in set(filter(None, r["flags"].split(";")))) for f in options.exclude_flags]
+    if options.exclude_gold_below is not None:
+        rules.append((gold_rule_name(options.exclude_gold_below), lambda r: r["annotator"] in gold_failed))
+    matched = Counter(name for r in rows for name, rule in rules if rule(r))
+    kept = [r for r in rows if not any(rule(r) for _, rule in rules)]
+    return kept, tuple((name, matched[name]) for name, _ in rules)
+
+
+def analyse_pairwise(
+    rows: Sequence[dict], options: ReportOptions, source: str, gold: tuple | None = None
+) -> PairwiseAnalysis:
     """A pairwise study's rows (``export.pair_judgment_rows``): per criterion, Bradley-Terry
-    strengths, a sign test per pair (Holm over the pairs), and agreement."""
+    strengths, a sign test per pair (Holm over the pairs), and agreement. ``gold``: each
+    annotator's gold accuracy (``gold.gold_accuracy``), for the report and ``exclude_gold_below``."""
     if not rows:
         raise MaxbenchError(f"{source} holds no pairwise judgments; nothing to report")
-    excluded = [r for r in rows if set(filter(None, r["flags"].split(";"))) & set(options.exclude_flags)]
-    kept = [r for r in rows if r not in excluded]
+    if options.exclude_gold_below is not None and gold is None:
+        raise MaxbenchError(f"--exclude-gold-below: {source} has no gold items")
+    gold_failed = failing_annotators(gold, options.exclude_gold_below)
+    kept, exclusions = _exclude_judgments(rows, options, gold_failed)
     if not kept:
-        raise MaxbenchError("no judgments are left after the exclusions; relax --exclude-flag")
+        raise MaxbenchError("no judgments are left after the exclusions; relax --exclude-flag or --exclude-gold-below")
     systems = tuple(sorted({r["left"] for r in rows} | {r["right"] for r in rows}))
     aspects = []
     for criterion in dict.fromkeys(r["criterion"] for r in kept):
@@ -512,4 +551,48 @@ def analyse_pairwise(rows: Sequence[dict], options: ReportOptions, source: str) 
         rows_kept=len(kept),
         annotators=len({r["annotator"] for r in kept}),
         shown_left=tuple((s, left_counts.get(s, 0)) for s in systems),
+        exclusions=exclusions,
+        gold=tuple(gold or ()),
+    )
+
+
+# --------------------------------------------------------------------------- best-worst studies
+
+
+def analyse_bestworst(rows: Sequence[dict], options: ReportOptions, source: str) -> BestWorstAnalysis:
+    """A best-worst study's rows (``export.bestworst_rows``): per criterion, counting scores with
+    item-bootstrap intervals and agreement (``human_eval/bestworst.py``)."""
+    if not rows:
+        raise MaxbenchError(f"{source} holds no best-worst judgments; nothing to report")
+    if options.exclude_gold_below is not None:
+        raise MaxbenchError("--exclude-gold-below: a best-worst study has no gold items")
+    kept, exclusions = _exclude_judgments(rows, options, set())
+    if not kept:
+        raise MaxbenchError("no judgments are left after the exclusions; relax --exclude-flag")
+    systems = tuple(sorted({s for r in rows for s in r["shown"].split(";")}))
+    aspects = []
+    for criterion in dict.fromkeys(r["criterion"] for r in kept):
+        judgments = [
+            BestWorst(r["item"], r["annotator"], tuple(r["shown"].split(";")), r["best"], r["worst"])
+            for r in kept
+            if r["criterion"] == criterion
+        ]
+        aspects.append(
+            BestWorstAspect(
+                criterion,
+                tuple(counting_scores(systems, judgments, options.n_boot, options.seed, criterion)),
+                bws_agreement(judgments),
+                len(judgments),
+            )
+        )
+    return BestWorstAnalysis(
+        study=rows[0]["study"],
+        source=source,
+        options=options,
+        systems=systems,
+        aspects=tuple(aspects),
+        rows_in=len(rows),
+        rows_kept=len(kept),
+        annotators=len({r["annotator"] for r in kept}),
+        exclusions=exclusions,
     )

@@ -213,7 +213,7 @@ def _render_item(study, rubric, assignment, pages, form, status=200):
     texts = []
     if assignment.item is not None:
         prompt, text = assignment.item.prompt, assignment.item.text
-        if rubric.kind == "pairwise":  # the page's texts in their places (A, B)
+        if rubric.kind in ("pairwise", "best-worst"):  # the page's texts in their places (A, B, ...)
             texts = (
                 get_db()
                 .scalars(
@@ -253,7 +253,14 @@ def item(public_id: str):
     if _due(pages) != public_id:
         return redirect(_next_url(annotator), code=303)
     rubric = study_rubric(study)
-    return _render_item(study, rubric, assignment, pages, rating_form(rubric))
+    return _render_item(study, rubric, assignment, pages, rating_form(rubric, _places(rubric, assignment)))
+
+
+def _places(rubric: Rubric, assignment: Assignment) -> int | None:
+    """How many texts a best-worst page shows (its tuple); None for other pages."""
+    if rubric.kind != "best-worst" or assignment.item_id is None:
+        return None
+    return get_db().scalar(select(func.count(PageText.id)).where(PageText.assignment_id == assignment.id))
 
 
 @bp.post("/item/<public_id>")
@@ -273,14 +280,19 @@ def rate(public_id: str):
         if get_db().scalar(select(Assignment.completed_at).where(Assignment.id == assignment.id)) is not None:
             return redirect(_next_url(annotator), code=303)
         return error_response(409)
-    form = rating_form(rubric)
+    form = rating_form(rubric, _places(rubric, assignment))
     unexpected = set(request.form) - expected_fields(rubric)
     if unexpected or not form.validate_on_submit():
         if unexpected:
             form.form_errors.append("The form was changed before it was sent; please rate again.")
         return _render_item(study, rubric, assignment, pages, form, status=400)
 
-    values = {c.name: form[FIELD_PREFIX + c.name].data for c in rubric.criteria}
+    values = {name: form[FIELD_PREFIX + name].data for name in rubric.stored_criteria}
+    if rubric.kind == "best-worst" and any(
+        values[c.name + "_best"] == values[c.name + "_worst"] for c in rubric.criteria
+    ):
+        form.form_errors.append("The best and the worst text must be different texts.")
+        return _render_item(study, rubric, assignment, pages, form, status=400)
     shown = session.get("shown")
     now = time.time()
     seconds = now - shown[1] if shown and shown[0] == public_id and now >= shown[1] else None

@@ -82,6 +82,14 @@ def register(subparsers) -> None:
         "--attention-fail-limit", type=int, default=2, help="failed attention checks that stop an annotator (default 2)"
     )
     create.add_argument(
+        "--gold-items",
+        type=int,
+        default=0,
+        metavar="N",
+        help="gold pairs every annotator judges: a suite reference against a shuffled, looped or truncated copy "
+        "of it (default 0; see human_eval/gold.py)",
+    )
+    create.add_argument(
         "--completion-code", help="code shown on the finish page; Prolific participants are redirected with it"
     )
     create.add_argument(
@@ -111,6 +119,30 @@ def register(subparsers) -> None:
     create.add_argument("--links-out", type=Path, help="also write the links to this CSV file (mode 0600)")
     create.add_argument("--db", help="database URL (default $MAXBENCH_DB_URL or the SQLite default)")
     create.set_defaults(func=cmd_study_create)
+
+    plan = study_sub.add_parser(
+        "plan",
+        help="items and raters a study needs for a target power, simulated with the report's own tests",
+        description="Simulate studies of each judgment type with the tests maxbench report runs (see "
+        "human_eval/plan.py for the model) and print, per number of raters, the fewest items reaching the power.",
+    )
+    size = plan.add_mutually_exclusive_group(required=True)
+    size.add_argument("--effect", type=float, metavar="D", help="assumed effect: Cohen's d of one rating (e.g. 0.3)")
+    size.add_argument("--pilot", metavar="FILE", help="pilot ratings (long-format CSV/JSON): the effect is estimated")
+    plan.add_argument(
+        "--reference", metavar="SYSTEM", help="with --pilot: the reference system (default: first by name)"
+    )
+    plan.add_argument(
+        "--judgment", nargs="+", choices=("likert", "direct", "pairwise", "best-worst"), help="default: all four"
+    )
+    plan.add_argument("--systems", type=int, default=2, metavar="N", help="systems in the study (default 2)")
+    plan.add_argument("--power", type=float, default=0.8, help="target power (default 0.8)")
+    plan.add_argument("--alpha", type=float, default=0.05, help="significance level, Holm-adjusted (default 0.05)")
+    plan.add_argument("--raters", type=int, nargs="+", metavar="K", help="raters per item to try (default 3)")
+    plan.add_argument("--items", type=int, nargs="+", metavar="N", help="items per system to try (default 15 ... 300)")
+    plan.add_argument("--n-sim", type=int, default=100, help="simulated studies per design (default 100)")
+    plan.add_argument("--seed", type=int, default=0, help="seed of the simulations (default 0)")
+    plan.set_defaults(func=cmd_study_plan)
 
     lst = study_sub.add_parser("list", help="list the studies in the database")
     lst.add_argument("--db", help="database URL")
@@ -238,6 +270,7 @@ def cmd_study_create(args: argparse.Namespace) -> int:
                 open_enrolment=args.open_enrolment,
                 abandon_after_s=60 * args.abandon_after_minutes,
                 check_attempts=args.check_attempts,
+                gold_items=args.gold_items,
             )
     except BaseException:
         if links_fd is not None:
@@ -340,4 +373,26 @@ def cmd_study_rubric(args: argparse.Namespace) -> int:
         f"scale {r.scale_min}..{r.scale_max}; criteria: {', '.join(r.criterion_names)}; "
         f"{len(r.examples)} worked example(s); comprehension check: {r.comprehension_check().question}"
     )
+    return 0
+
+
+def cmd_study_plan(args: argparse.Namespace) -> int:
+    from .plan import ITEMS, JUDGMENTS, RATERS, format_plan, pilot_effect, plan
+    from .ratings import load_ratings
+
+    if args.reference and not args.pilot:
+        raise MaxbenchError("--reference names the pilot's reference system: give --pilot FILE with it")
+    items, raters = args.items or ITEMS, args.raters or RATERS
+    if min(raters) < 1:
+        raise MaxbenchError("--raters must be 1 or more")
+    effect, source = args.effect, "assumed with --effect"
+    if args.pilot:
+        if not Path(args.pilot).is_file():
+            raise MaxbenchError(f"pilot ratings {args.pilot} not found: give a long-format export (CSV or JSON)")
+        effect, source = pilot_effect(load_ratings(args.pilot), args.reference)
+    rows = plan(
+        effect, args.judgment or JUDGMENTS, args.systems, args.power, args.alpha, args.n_sim, args.seed, items, raters
+    )
+    print(f"effect: {source}")
+    print(format_plan(rows, effect, args.systems, args.power, args.alpha, args.n_sim, max(items)), end="")
     return 0

@@ -81,6 +81,35 @@ def pairwise_sequence(n_prompts: int, n_systems: int, rng: random.Random) -> lis
     return out
 
 
+def bestworst_sequence(
+    n_prompts: int, n_systems: int, size: int, rng: random.Random
+) -> list[tuple[int, tuple[int, ...]]]:
+    """(prompt, systems in places 1..size) tuples for best-worst scaling, balanced.
+
+    Each prompt gets the ``n_systems`` cyclic tuples ``(j, j+1, ..., j+size-1) mod S`` (just one,
+    all systems, when ``size == n_systems``), so every system is shown ``size`` times per prompt
+    (once with ``size == n_systems``) and with every other system equally often. Places rotate:
+    the k-th use of a tuple starts at place ``k mod size``, so each system is in each place
+    equally often over rounds. Rounds visit each prompt once, in a seeded prompt order.
+    """
+    if not 3 <= size <= n_systems:
+        raise MaxbenchError(
+            f"best-worst scaling needs at least 3 systems for a tuple of {size}; the study has {n_systems}"
+        )
+    cyclic = [tuple((j + k) % n_systems for k in range(size)) for j in range(n_systems if size < n_systems else 1)]
+    prompt_order = list(range(n_prompts))
+    rng.shuffle(prompt_order)
+    uses = [0] * len(cyclic)
+    out = []
+    for r in range(len(cyclic)):
+        for k, p in enumerate(prompt_order):
+            t = (k + r) % len(cyclic)
+            turn = uses[t] % size
+            out.append((p, cyclic[t][turn:] + cyclic[t][:turn]))
+            uses[t] += 1
+    return out
+
+
 def interleaved_sequence(per_system: list[list[int]], rng: random.Random) -> list[int]:
     """Round-robin over systems of each system's (shuffled) texts: any window is balanced."""
     queues = [list(texts) for texts in per_system]

@@ -18,7 +18,8 @@ analysis (``maxbench report --study ID``) reads; open the session with
   study's attention-check failure limit and was stopped), ``revoked`` (the researcher
   revoked the annotator's link).
 
-Attention-check pages are not exported as ratings; their results are in the admin view.
+Attention-check pages and gold items (``human_eval.gold``) are not exported as ratings;
+attention results are in the admin view, gold accuracy in ``gold.gold_accuracy`` and the report.
 Rows are sorted by annotator, position and the rubric's criterion order, so the same
 database gives the same rows.
 
@@ -36,6 +37,7 @@ from collections import defaultdict
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, joinedload
 
+from .gold import GOLD_DEGRADED, GOLD_PREFIX, GOLD_REFERENCE, GoldScore
 from .models import Annotator, Assignment, Item, PageText, Rating, StudySystem
 from .ratings import StudyProgress
 from .study import find_study
@@ -68,7 +70,8 @@ def long_format_rows(
         .join(Assignment, Rating.assignment_id == Assignment.id)
         .join(Annotator, Assignment.annotator_id == Annotator.id)
         .join(Item, Assignment.item_id == Item.id)
-        .where(Annotator.study_id == study.id)
+        .join(StudySystem, Item.system_id == StudySystem.id)
+        .where(Annotator.study_id == study.id, not_gold())
         .options(joinedload(Item.system))
     )
     rows = []
@@ -95,23 +98,34 @@ def long_format_rows(
             }
             | ({"prompt_id": item.prompt_id, "sample": item.sample} if run_keys else {})
         )
-    rows.sort(key=lambda r: (r["annotator"], r["position"], order.get(r["criterion"], len(order))))
+    rows.sort(key=lambda r: (r["annotator"], r["position"], order.get(r["criterion"], len(order)), r["criterion"]))
     return rows
+
+
+def not_gold():
+    """The SQL condition that leaves gold items (``human_eval.gold``) out: they are no system's texts."""
+    return ~StudySystem.name.startswith(GOLD_PREFIX, autoescape=True)
+
+
+def _page_places(session: Session, study_pk: int, blind: bool) -> dict[int, dict[int, str]]:
+    """Per page that shows several texts: place -> the system (its code with ``blind``)."""
+    places: dict[int, dict[int, str]] = defaultdict(dict)
+    query = (
+        select(PageText.assignment_id, PageText.place, StudySystem.name, StudySystem.code)
+        .join(Item, PageText.item_id == Item.id)
+        .join(StudySystem, Item.system_id == StudySystem.id)
+        .where(Item.study_id == study_pk)
+    )
+    for assignment_id, place, name, code in session.execute(query):
+        places[assignment_id][place] = code if blind else name
+    return places
 
 
 def pair_judgment_rows(session: Session, study_id: str | int, blind: bool = False) -> list[dict]:
     """A pairwise study's judgments, one row per (page, criterion): ``left``/``right`` are the
     systems shown as A and B, ``winner`` one of them or empty for a tie (``value`` 1, 2, 0)."""
     study = find_study(session, study_id)
-    places = defaultdict(dict)
-    query = (
-        select(PageText.assignment_id, PageText.place, StudySystem.name, StudySystem.code)
-        .join(Item, PageText.item_id == Item.id)
-        .join(StudySystem, Item.system_id == StudySystem.id)
-        .where(Item.study_id == study.id)
-    )
-    for assignment_id, place, name, code in session.execute(query):
-        places[assignment_id][place] = code if blind else name
+    places = _page_places(session, study.id, blind)
     rows = []
     for row in long_format_rows(session, study_id, blind, _with_assignment=True):
         assignment_id = row.pop("_assignment")
@@ -129,6 +143,69 @@ def pair_judgment_rows(session: Session, study_id: str | int, blind: bool = Fals
             }
         )
     return rows
+
+
+def bestworst_rows(session: Session, study_id: str | int, blind: bool = False) -> list[dict]:
+    """A best-worst study's judgments, one row per (page, criterion): ``shown`` the systems in places
+    1, 2, ... (';'-joined), ``best`` and ``worst`` two of them."""
+    study = find_study(session, study_id)
+    places = _page_places(session, study.id, blind)
+    pages: dict[tuple, dict] = {}
+    for row in long_format_rows(session, study_id, blind, _with_assignment=True):
+        assignment_id = row["_assignment"]
+        shown = [places[assignment_id][p] for p in sorted(places.get(assignment_id, {}))]
+        criterion, _, side = row["criterion"].rpartition("_")
+        if not shown or side not in ("best", "worst") or not 1 <= row["value"] <= len(shown):
+            continue
+        page = pages.setdefault(
+            (assignment_id, criterion),
+            {
+                "study": row["study"],
+                "item": row["item"],
+                "annotator": row["annotator"],
+                "criterion": criterion,
+                "position": row["position"],
+                "seconds": row["seconds"],
+                "flags": row["flags"],
+                "shown": ";".join(shown),
+            },
+        )
+        page[side] = shown[row["value"] - 1]
+    return [p for p in pages.values() if "best" in p and "worst" in p]
+
+
+def gold_accuracy(session: Session, study_id: str | int) -> tuple[GoldScore, ...]:
+    """Each annotator's gold accuracy so far (annotators without a completed gold judgment left out)."""
+    study = find_study(session, study_id)
+    pairwise = study.rubric.get("kind") == "pairwise"
+    rows = session.execute(
+        select(Annotator.label, Assignment.id, Item.code, StudySystem.name, Rating.criterion, Rating.value)
+        .join(Assignment, Rating.assignment_id == Assignment.id)
+        .join(Annotator, Assignment.annotator_id == Annotator.id)
+        .join(Item, Assignment.item_id == Item.id)
+        .join(StudySystem, Item.system_id == StudySystem.id)
+        .where(Annotator.study_id == study.id, StudySystem.name.startswith(GOLD_PREFIX, autoescape=True))
+    ).all()
+    judged: dict[str, list[bool]] = defaultdict(list)
+    if pairwise:
+        places = defaultdict(dict)
+        for assignment_id, place, name in session.execute(
+            select(PageText.assignment_id, PageText.place, StudySystem.name)
+            .join(Item, PageText.item_id == Item.id)
+            .join(StudySystem, Item.system_id == StudySystem.id)
+            .where(Item.study_id == study.id, StudySystem.name.startswith(GOLD_PREFIX, autoescape=True))
+        ):
+            places[assignment_id][place] = name
+        for label, assignment_id, _, _, _, value in rows:
+            judged[label].append(places[assignment_id].get(value) == GOLD_REFERENCE)
+    else:
+        values: dict[tuple, dict[str, int]] = defaultdict(dict)
+        for label, _, code, name, criterion, value in rows:
+            values[(label, code, criterion)][name] = value
+        for (label, _, _), by_role in sorted(values.items()):
+            if len(by_role) == 2:  # both pages rated
+                judged[label].append(by_role[GOLD_REFERENCE] > by_role[GOLD_DEGRADED])
+    return tuple(GoldScore(label, len(v), sum(v)) for label, v in sorted(judged.items()))
 
 
 #: the study export the results explorer (``maxbench view --study FILE``) reads
@@ -161,13 +238,15 @@ def study_judgment(session: Session, study_id: str | int) -> str:
 
 
 def study_progress(session: Session, study_id: str | int) -> StudyProgress:
-    """How many of the study's rating pages (attention checks not counted) are rated."""
+    """How many of the study's rating pages (attention checks and gold items not counted) are rated."""
     study = find_study(session, study_id)
     texts = (
         select(func.count())
         .select_from(Assignment)
         .join(Annotator, Assignment.annotator_id == Annotator.id)
-        .where(Annotator.study_id == study.id, Assignment.item_id.is_not(None))
+        .join(Item, Assignment.item_id == Item.id)
+        .join(StudySystem, Item.system_id == StudySystem.id)
+        .where(Annotator.study_id == study.id, not_gold())
     )
     # Rated means holding a rating row, so the counts agree with the exported rows.
     unrated = texts.where(~select(Rating.id).where(Rating.assignment_id == Assignment.id).exists())

@@ -41,12 +41,28 @@ def check_form(options: list[str]) -> FlaskForm:
     return CheckForm()
 
 
-def rating_form(rubric: Rubric) -> FlaskForm:
-    """One radio group per criterion (a slider for direct assessment); a value outside the
-    scale is not a valid choice."""
+def rating_form(rubric: Rubric, places: int | None = None) -> FlaskForm:
+    """One radio group per criterion (a slider for direct assessment; a best and a worst group
+    over the page's ``places`` texts for best-worst); a value outside the scale is not a valid choice."""
 
     class RatingForm(FlaskForm):
         pass
+
+    if rubric.kind == "best-worst":
+        choices = rubric.choices[:places] if places else rubric.choices
+        for name in rubric.stored_criteria:
+            side = "best" if name.endswith("_best") else "worst"
+            setattr(
+                RatingForm,
+                FIELD_PREFIX + name,
+                RadioField(
+                    name,
+                    choices=[SelectChoice(v, str(v)) for v in choices],
+                    coerce=int,
+                    validators=[InputRequired(message=f"Please choose the {side} text.")],
+                ),
+            )
+        return RatingForm()
 
     for criterion in rubric.criteria:
         if rubric.kind == "direct":
@@ -77,4 +93,4 @@ def rating_form(rubric: Rubric) -> FlaskForm:
 
 
 def expected_fields(rubric: Rubric) -> set[str]:
-    return {FIELD_PREFIX + c.name for c in rubric.criteria} | {"csrf_token"}
+    return {FIELD_PREFIX + name for name in rubric.stored_criteria} | {"csrf_token"}

@@ -47,6 +47,9 @@ class ReportOptions:
     z_scores : bool
         Test per-annotator z-scores instead of raw values (direct assessment, as WMT does);
         the descriptive table and the agreement stay on the raw scale.
+    exclude_gold_below : float or None
+        Exclude every row of an annotator whose gold-item accuracy (``human_eval.gold``) is below
+        this; None: rule off. Needs a study in the database (a ratings file has no gold items).
     """
 
     reference: str | None = None
@@ -60,6 +63,7 @@ class ReportOptions:
     n_boot: int = 2000
     seed: int = 0
     z_scores: bool = False
+    exclude_gold_below: float | None = None
 
     def __post_init__(self):
         if self.alternative not in ALTERNATIVES:
@@ -70,6 +74,10 @@ class ReportOptions:
             raise MaxbenchError(f"--alpha {self.alpha} is not a significance level in (0, 1); POSG used 0.1")
         if self.n_boot < 100:
             raise MaxbenchError(f"--n-boot {self.n_boot} is too few for a {CONFIDENCE:.0%} interval; use >= 100")
+        if self.exclude_gold_below is not None and not 0 < self.exclude_gold_below <= 1:
+            raise MaxbenchError(
+                f"--exclude-gold-below {self.exclude_gold_below:g} is not an accuracy in (0, 1]; e.g. 0.8"
+            )
         if self.min_seconds is not None and self.min_seconds < 0:
             raise MaxbenchError("--min-seconds must be >= 0")
         if self.scale is not None and not self.scale[0] < self.scale[1]:

@@ -108,6 +108,8 @@ class Ratings:
         How many assigned texts are rated (database studies only; a file does not say).
     judgment : str
         The rubric's judgment type (database studies; ``likert`` for a file).
+    gold : tuple of gold.GoldScore or None
+        Each annotator's gold-item accuracy (database studies with gold items; None for a file).
     """
 
     rows: tuple[Rating, ...]
@@ -117,6 +119,7 @@ class Ratings:
     baseline: str | None = None
     progress: StudyProgress | None = None
     judgment: str = "likert"
+    gold: tuple | None = None
 
 
 def load_ratings(path: str | Path) -> Ratings:

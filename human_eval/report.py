@@ -22,7 +22,7 @@ from core.provenance import versions
 
 from .options import CONFIDENCE
 from .pairwise import BT_ALPHA
-from .results import Analysis, Comparison, PairwiseAnalysis, Scale
+from .results import Analysis, BestWorstAnalysis, Comparison, PairwiseAnalysis, Scale
 
 REPORT_FORMAT_VERSION = 1
 MAX_LIKERT_POINTS = 11  # beyond this a "scale" is a slider: no stacked bars, no count columns
@@ -394,6 +394,14 @@ def _annotator_section(a: Analysis) -> Section:
             (flags,),
         )
     )
+    gold = any(x.gold_n is not None for x in a.annotators)
+    if gold:
+        s.paragraphs.append(
+            Para(
+                "gold: gold-item judgments answered as expected (a suite reference preferred to, or rated "
+                "above, a degraded copy of it), of those made; gold items are in no other number here."
+            )
+        )
     rows = tuple(
         (
             Cell(x.annotator),
@@ -408,6 +416,7 @@ def _annotator_section(a: Analysis) -> Section:
             num(str(x.excluded)),
             Cell(", ".join(x.flags)),
         )
+        + ((num(_gold_cell(x.gold_correct, x.gold_n)),) if gold else ())
         for x in a.annotators
     )
     s.tables.append(
@@ -424,12 +433,17 @@ def _annotator_section(a: Analysis) -> Section:
                 "flagged texts",
                 "excluded rows",
                 "flags",
-            ),
+            )
+            + (("gold",) if gold else ()),
             rows,
-            align="lrrrrrrrrrl",
+            align="lrrrrrrrrrl" + ("r" if gold else ""),
         )
     )
     return s
+
+
+def _gold_cell(correct: int | None, n: int | None) -> str:
+    return "" if not n else f"{correct}/{n} ({fmt(correct / n)})"
 
 
 REPORT_PACKAGES = ("maxbench", "numpy", "scipy", "krippendorff", "matplotlib", "jinja2")
@@ -650,22 +664,41 @@ def _write(path: Path, data: bytes) -> None:
 # --------------------------------------------------------------------------- pairwise studies
 
 
-def pairwise_sections(a: PairwiseAnalysis) -> list[Section]:
-    o = a.options
-    intro = Section(f"Human evaluation report: {a.study} (pairwise preference)", level=1)
+def _judgment_intro(a: PairwiseAnalysis | BestWorstAnalysis, kind: str) -> Section:
+    intro = Section(f"Human evaluation report: {a.study} ({kind})", level=1)
     intro.paragraphs.append(
         Para(
             "Study {} from {}: {} judgment rows in, {} kept after exclusions (flags: {}); "
             f"{len(a.systems)} system(s), {a.annotators} annotator(s).",
-            (a.study, a.source, a.rows_in, a.rows_kept, ", ".join(o.exclude_flags) or "none"),
+            (a.study, a.source, a.rows_in, a.rows_kept, ", ".join(a.options.exclude_flags) or "none"),
         )
     )
+    if a.exclusions:
+        intro.tables.append(
+            Table(("Exclusion rule", "Rows matched"), tuple((Cell(name), num(str(n))) for name, n in a.exclusions))
+        )
+    return intro
+
+
+def pairwise_sections(a: PairwiseAnalysis) -> list[Section]:
+    o = a.options
+    intro = _judgment_intro(a, "pairwise preference")
     intro.paragraphs.append(
         Para(
             "Position balance (times shown as A): {}.",
             ("; ".join(f"{s} {n}" for s, n in a.shown_left),),
         )
     )
+    if a.gold:
+        intro.paragraphs.append(
+            Para(
+                "Gold items (a suite reference against a degraded copy; the reference should win) are in no "
+                "other number of this report. Each annotator's gold judgments answered as expected:"
+            )
+        )
+        intro.tables.append(
+            Table(("Annotator", "gold"), tuple((Cell(g.annotator), num(_gold_cell(g.correct, g.n))) for g in a.gold))
+        )
     sections = [intro]
     for x in a.aspects:
         s = Section(f"Aspect: {x.aspect}")
@@ -734,6 +767,58 @@ def pairwise_sections(a: PairwiseAnalysis) -> list[Section]:
 
 
 def write_pairwise_report(analysis: PairwiseAnalysis, out_dir: str | Path, name: str) -> Path:
+    return _write_judgment_report(pairwise_sections(analysis), "pairwise", analysis.to_dict(), out_dir, name)
+
+
+def bestworst_sections(a: BestWorstAnalysis) -> list[Section]:
+    o = a.options
+    intro = _judgment_intro(a, "best-worst scaling")
+    sections = [intro]
+    for x in a.aspects:
+        s = Section(f"Aspect: {x.aspect}")
+        s.paragraphs.append(
+            Para(
+                "Counting scores: (times best - times worst) / times shown, in [-1, 1], with "
+                f"{CONFIDENCE:.0%} percentile bootstrap intervals ({o.n_boot} resamples of items, seed {o.seed}); "
+                f"{x.n_judgments} judgments."
+            )
+        )
+        s.tables.append(
+            Table(
+                ("system", "score", f"{CONFIDENCE:.0%} CI", "best", "worst", "shown"),
+                tuple(
+                    (
+                        Cell(c.system),
+                        num(fmt(c.score)),
+                        num(fmt_ci(c.ci)),
+                        num(str(c.best)),
+                        num(str(c.worst)),
+                        num(str(c.shown)),
+                    )
+                    for c in sorted(x.scores, key=lambda c: -(c.score if c.score is not None else -2))
+                ),
+            )
+        )
+        g = x.agreement
+        s.paragraphs.append(
+            Para(
+                f"Agreement over {g.n_units} tuple(s) judged by two or more annotators: two annotators chose the "
+                f"same best text in {fmt(None if g.best_rate is None else 100 * g.best_rate, 1)}% and the same "
+                f"worst text in {fmt(None if g.worst_rate is None else 100 * g.worst_rate, 1)}% of their pairs."
+            )
+        )
+        sections.append(s)
+    prov = Section("Provenance")
+    prov.bullets += [Para("{} {}", (k, v)) for k, v in versions(REPORT_PACKAGES).items()]
+    sections.append(prov)
+    return sections
+
+
+def write_bestworst_report(analysis: BestWorstAnalysis, out_dir: str | Path, name: str) -> Path:
+    return _write_judgment_report(bestworst_sections(analysis), "best-worst", analysis.to_dict(), out_dir, name)
+
+
+def _write_judgment_report(sections: list[Section], judgment: str, data: dict, out_dir: str | Path, name: str) -> Path:
     if not _NAME.match(name):
         raise MaxbenchError(f"--name {name!r} is not a plain folder name (letters, digits, '.', '_', '-')")
     folder = Path(out_dir) / name
@@ -743,15 +828,10 @@ def write_pairwise_report(analysis: PairwiseAnalysis, out_dir: str | Path, name:
         raise MaxbenchError(
             f"cannot create the report folder {folder} ({exc.strerror}); choose another --out"
         ) from None
-    sections = pairwise_sections(analysis)
     _write(folder / "report.md", render_markdown(sections).encode("utf-8"))
     _write(folder / "report.html", render_html(sections, sections[0].title).encode("utf-8"))
-    payload = {
-        "format": REPORT_FORMAT_VERSION,
-        "judgment": "pairwise",
-        "versions": versions(REPORT_PACKAGES + ("choix",)),
-        **analysis.to_dict(),
-    }
+    packages = REPORT_PACKAGES + (("choix",) if judgment == "pairwise" else ())
+    payload = {"format": REPORT_FORMAT_VERSION, "judgment": judgment, "versions": versions(packages), **data}
     _write(
         folder / "report.json",
         (json.dumps(payload, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8"),

@@ -58,6 +58,13 @@ def register(subparsers) -> None:
         help="exclude rows carrying FLAG; repeatable (default: attention_failed). Give 'none' to exclude no flag",
     )
     p.add_argument(
+        "--exclude-gold-below",
+        type=float,
+        metavar="ACC",
+        help="exclude every rating of an annotator whose gold-item accuracy is below ACC, e.g. 0.8 "
+        "(--study of a study created with --gold-items; off by default)",
+    )
+    p.add_argument(
         "--alternative",
         choices=("two-sided", "greater", "less"),
         default="two-sided",
@@ -114,6 +121,7 @@ def run_report(args: argparse.Namespace) -> int:
         n_boot=args.n_boot,
         seed=args.seed,
         z_scores=args.z_scores,
+        exclude_gold_below=args.exclude_gold_below,
     )
     correlations = None
     if args.ratings:
@@ -121,12 +129,21 @@ def run_report(args: argparse.Namespace) -> int:
         studies = sorted({r.study for r in ratings.rows})
         default_name = options.study or (studies[0] if len(studies) == 1 else Path(args.ratings).stem)
     else:
-        pairwise = pairwise_from_database(args.db_study, args.db)
+        bestworst = judgment_rows_from_database(args.db_study, args.db, "best-worst")
+        if bestworst is not None:
+            from .analysis import analyse_bestworst
+            from .report import write_bestworst_report
+
+            analysis = analyse_bestworst(bestworst, options, "the rating database")
+            folder = write_bestworst_report(analysis, args.out, args.name or _folder_name(analysis.study))
+            print(f"wrote {folder}/report.md, report.html and report.json")
+            return 0
+        pairwise = judgment_rows_from_database(args.db_study, args.db, "pairwise")
         if pairwise is not None:
             from .analysis import analyse_pairwise
             from .report import write_pairwise_report
 
-            analysis = analyse_pairwise(pairwise, options, "the rating database")
+            analysis = analyse_pairwise(pairwise, options, "the rating database", study_gold(args.db_study, args.db))
             folder = write_pairwise_report(analysis, args.out, args.name or _folder_name(analysis.study))
             print(f"wrote {folder}/report.md, report.html and report.json")
             return 0
@@ -163,20 +180,34 @@ def ratings_from_database(study: str, url: str | None):
     return replace(
         ratings_from_records(records, source="the rating database", baseline=baseline, progress=progress),
         judgment=judgment,
+        gold=study_gold(study, url),
     )
 
 
-def pairwise_from_database(study: str, url: str | None) -> list[dict] | None:
-    """A pairwise study's judgment rows (``export.pair_judgment_rows``); None for other studies."""
+def study_gold(study: str, url: str | None) -> tuple | None:
+    """Each annotator's gold accuracy; None for a study created without gold items."""
+    from .db import session_for
+    from .export import gold_accuracy
+    from .study import find_study
+
+    with session_for(url, create=False) as session:
+        if not (find_study(session, study).design or {}).get("gold"):
+            return None
+        return gold_accuracy(session, study)
+
+
+def judgment_rows_from_database(study: str, url: str | None, judgment: str) -> list[dict] | None:
+    """A pairwise or best-worst study's judgment rows (``export.pair_judgment_rows`` or
+    ``export.bestworst_rows``); None for a study of another judgment type."""
     try:
         from .db import session_for
-        from .export import pair_judgment_rows, study_judgment
+        from .export import bestworst_rows, pair_judgment_rows, study_judgment
     except ImportError:
         return None  # ratings_from_database says what is missing
     with session_for(url, create=False) as session:
-        if study_judgment(session, study) != "pairwise":
+        if study_judgment(session, study) != judgment:
             return None
-        rows = pair_judgment_rows(session, study)
+        rows = (pair_judgment_rows if judgment == "pairwise" else bestworst_rows)(session, study)
     if not rows:
         raise MaxbenchError(f"study {study!r} has no judgments yet; nothing to report")
     return rows

@@ -242,6 +242,8 @@ class AnnotatorSummary:
         Rows removed by the exclusions.
     flags : tuple of str
         Every flag on this annotator's rows.
+    gold_correct, gold_n : int or None
+        Gold judgments answered as expected, of those made (None: the study has no gold items).
     """
 
     annotator: str
@@ -255,6 +257,8 @@ class AnnotatorSummary:
     check_failures: int
     excluded: int
     flags: tuple[str, ...]
+    gold_correct: int | None = None
+    gold_n: int | None = None
 
 
 @dataclass(frozen=True)
@@ -349,6 +353,36 @@ class PairwiseAnalysis:
     rows_kept: int
     annotators: int
     shown_left: tuple[tuple[str, int], ...]
+    exclusions: tuple[tuple[str, int], ...] = ()  # (rule, rows it matched)
+    gold: tuple = ()  # of gold.GoldScore: each annotator's gold accuracy
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(asdict(self))
+
+
+@dataclass(frozen=True)
+class BestWorstAspect:
+    """One criterion of a best-worst study: counting scores, agreement, judgments kept."""
+
+    aspect: str
+    scores: tuple  # of bestworst.CountingScore, in the order of BestWorstAnalysis.systems
+    agreement: Any  # bestworst.BwsAgreement
+    n_judgments: int
+
+
+@dataclass(frozen=True)
+class BestWorstAnalysis:
+    """The analysis of a best-worst scaling study (``analysis.analyse_bestworst``)."""
+
+    study: str
+    source: str
+    options: Any
+    systems: tuple[str, ...]
+    aspects: tuple[BestWorstAspect, ...]
+    rows_in: int
+    rows_kept: int
+    annotators: int
+    exclusions: tuple[tuple[str, int], ...]
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(asdict(self))

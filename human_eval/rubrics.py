@@ -60,6 +60,7 @@ PRESET_DIR = Path(__file__).resolve().parent / "rubrics"
 # A scale with more points than this is no longer a rating scale a person can use.
 MAX_SCALE_POINTS = 11
 JUDGMENT_KINDS = ("likert", "direct", "pairwise", "best-worst")
+BEST_WORST_SIDES = ("_best", "_worst")
 # The direct-assessment slider (WMT/Appraise).
 SLIDER_MIN, SLIDER_MAX = 0, 100
 _CRITERION_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
@@ -115,7 +116,16 @@ class Rubric:
         """The values a page offers: pairwise 1 (A better), 2 (B better) and 0 (tie, if allowed)."""
         if self.kind == "pairwise":
             return [1, 2, 0] if self.allow_tie else [1, 2]
+        if self.kind == "best-worst":  # the places of a tuple's texts
+            return list(range(1, self.scale_max + 1))
         return self.values
+
+    @property
+    def stored_criteria(self) -> list[str]:
+        """The names ratings are stored under: best-worst stores a best and a worst place per criterion."""
+        if self.kind == "best-worst":
+            return [f"{c.name}{side}" for c in self.criteria for side in BEST_WORST_SIDES]
+        return [c.name for c in self.criteria]
 
     @property
     def attention_values(self) -> list[int]:
@@ -291,6 +301,11 @@ def parse_rubric(data: dict[str, Any], where: str = "<rubric>") -> Rubric:
             f"name {cname!r} must start with a-z and hold only a-z, 0-9, '_' (at most 40)",
         )
         _require(cname not in {x.name for x in criteria}, cw, f"criterion {cname!r} appears twice")
+        _require(
+            kind != "best-worst" or len(cname) <= 34,
+            cw,
+            f"a best-worst criterion name ({cname!r}) has at most 34 characters",
+        )
         if "scale" in c or "min" in c or "max" in c:
             raise MaxbenchError(
                 f"rubric {cw}: one [scale] applies to every criterion; "

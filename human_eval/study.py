@@ -23,8 +23,10 @@ from sqlalchemy.orm import Session
 
 from core.errors import MaxbenchError
 
+from .bestworst import TUPLE_SIZE
 from .db import hash_token, write_transaction
-from .design import build_design, interleaved_sequence, paired_sequence, pairwise_sequence
+from .design import bestworst_sequence, build_design, interleaved_sequence, paired_sequence, pairwise_sequence
+from .gold import GOLD_DEGRADED, GOLD_PREFIX, GOLD_REFERENCE, GoldPage, build_gold_pairs, gold_pages, insert_gold
 from .models import COMPLETION_CODE_MAX, TITLE_MAX, Annotator, Assignment, Item, PageText, Study, StudySystem
 from .rubrics import Rubric
 
@@ -148,15 +150,15 @@ def create_study(
     open_enrolment: bool = False,
     abandon_after_s: int = 3600,
     check_attempts: int | None = None,
+    gold_items: int = 0,
 ) -> CreatedStudy:
-    if rubric.kind == "best-worst":
+    if rubric.kind in ("pairwise", "best-worst") and not paired:
+        raise MaxbenchError(f"a {rubric.kind} study compares systems on the same prompts: leave out --independent")
+    if rubric.kind == "best-worst" and (attention_rate > 0 or gold_items > 0):
         raise MaxbenchError(
-            f"rubric {rubric.name!r} is a best-worst rubric: the rating app serves likert, direct (slider) "
-            "and pairwise studies; best-worst judgments are analysed by human_eval/bestworst.py but have "
-            "no rating pages yet"
+            "a best-worst study takes no attention checks or gold items yet (a best and a worst text cannot "
+            "both be 'the same value'): give --attention-rate 0 and no --gold-items"
         )
-    if rubric.kind == "pairwise" and not paired:
-        raise MaxbenchError("a pairwise study compares systems on the same prompts: leave out --independent")
     run_dir = resolve_run_dir(run_dir)
     records = read_generations(run_dir)
     available = sorted({r["system"] for r in records})
@@ -164,6 +166,9 @@ def create_study(
     unknown = [s for s in systems if s not in available]
     if unknown:
         raise MaxbenchError(f"system(s) {', '.join(unknown)} not in {run_dir}; the run has: {', '.join(available)}")
+    reserved = [s for s in systems if s.startswith(GOLD_PREFIX)]
+    if reserved:
+        raise MaxbenchError(f"system name(s) {', '.join(reserved)} start with {GOLD_PREFIX!r}, kept for gold items")
     if items_per_system < 1:
         raise MaxbenchError("--items-per-system must be at least 1")
     if attention_fail_limit < 1:
@@ -216,11 +221,16 @@ def create_study(
     prompt_code = {p: f"item-{i + 1:03d}" for i, p in enumerate(all_prompts)}
     texts: list[tuple[str, str]] = [(s, p) for s in systems for p in sorted(per_system_prompts[s])]
     index_of = {key: i for i, key in enumerate(texts)}
-    units: list[tuple[str, str, str]] = []  # pairwise: (prompt, left system, right system)
+    units: list[tuple[str, tuple[str, ...]]] = []  # pairwise, best-worst: (prompt, systems in places 1, 2, ...)
     if rubric.kind == "pairwise":
         prompt_list = sorted(per_system_prompts[systems[0]])
         grid = pairwise_sequence(len(prompt_list), len(systems), rng)
-        units = [(prompt_list[pi], systems[a], systems[b]) for pi, a, b in grid]
+        units = [(prompt_list[pi], (systems[a], systems[b])) for pi, a, b in grid]
+        sequence = list(range(len(units)))
+    elif rubric.kind == "best-worst":
+        prompt_list = sorted(per_system_prompts[systems[0]])
+        tuples = bestworst_sequence(len(prompt_list), len(systems), min(TUPLE_SIZE, len(systems)), rng)
+        units = [(prompt_list[pi], tuple(systems[k] for k in shown)) for pi, shown in tuples]
         sequence = list(range(len(units)))
     elif paired:
         prompt_list = sorted(per_system_prompts[systems[0]])
@@ -233,6 +243,12 @@ def create_study(
     design = build_design(
         sequence, len(units) or len(texts), raters_per_item, annotators, seed, attention_rate, rubric.attention_values
     )
+    gold = build_gold_pairs(records, gold_items, seed)
+    gold_rng = random.Random(f"gold-pages-{seed}")
+    annotator_pages = [
+        insert_gold(pages, gold_pages(len(gold), rubric.kind == "pairwise", a), gold_rng)
+        for a, pages in enumerate(design.pages)
+    ]
     design_record = {
         "paired": paired,
         "systems": systems,
@@ -246,6 +262,7 @@ def create_study(
         "n_texts": len(texts),
         "check_attempts": check_attempts,
         "enrolment": {"abandon_after_s": abandon_after_s} if open_enrolment else None,
+        "gold": [{"prompt_id": g.prompt_id, "degradation": g.kind} for g in gold],
     }
 
     with write_transaction(session):
@@ -285,12 +302,37 @@ def create_study(
                     text=rec["text"],
                 )
             )
+        gold_items_of: list[dict[str, Item]] = []
+        if gold:
+            gold_systems = {
+                role: StudySystem(study_id=study.id, name=name, code="sys-" + secrets.token_hex(3))
+                for role, name in (("reference", GOLD_REFERENCE), ("degraded", GOLD_DEGRADED))
+            }
+            session.add_all(gold_systems.values())
+            session.flush()
+            for k, g in enumerate(gold):
+                code = f"item-{len(all_prompts) + k + 1:03d}"
+                gold_items_of.append(
+                    {
+                        role: Item(
+                            study_id=study.id,
+                            code=code,
+                            system_id=gold_systems[role].id,
+                            prompt_id=g.prompt_id,
+                            sample=0,
+                            prompt=g.prompt,
+                            text=g.reference if role == "reference" else g.degraded,
+                        )
+                        for role in ("reference", "degraded")
+                    }
+                )
+            session.add_all(item for pair in gold_items_of for item in pair.values())
         session.add_all(items)
         session.flush()
 
         tokens: list[tuple[str, str]] = []
         width = max(2, len(str(annotators)))
-        for a, pages in enumerate(design.pages):
+        for a, pages in enumerate(annotator_pages):
             token = secrets.token_urlsafe(18)
             label = f"a{a + 1:0{width}d}"
             annotator = Annotator(study_id=study.id, label=label, token_hash=hash_token(token))
@@ -298,17 +340,19 @@ def create_study(
             session.flush()
             for position, page in enumerate(pages, 1):
                 attention = None
-                if page.text_index is None:
+                shown = []  # the page's texts, in places 1, 2, ...
+                if isinstance(page, GoldPage):
+                    shown = [gold_items_of[page.pair][role] for role in page.texts]
+                elif page.text_index is None:
                     attention = {
                         "prompt": ATTENTION_PROMPT,
                         "expected": page.attention_value,
                         "text": attention_text(page.attention_value, rubric.scale_labels.get(page.attention_value)),
                     }
-                shown = []  # the page's texts, in places 1, 2, ...
-                if page.text_index is not None and units:
-                    prompt, left, right = units[page.text_index]
-                    shown = [items[index_of[(left, prompt)]], items[index_of[(right, prompt)]]]
-                elif page.text_index is not None:
+                elif units:
+                    prompt, in_places = units[page.text_index]
+                    shown = [items[index_of[(system, prompt)]] for system in in_places]
+                else:
                     shown = [items[page.text_index]]
                 assignment = Assignment(
                     public_id=secrets.token_urlsafe(12),

@@ -23,8 +23,11 @@ from urllib.parse import urlencode, urlsplit
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def write_run(run_dir: Path, systems: list[str], n_prompts: int, text_for=None, prompt_for=None) -> Path:
+def write_run(
+    run_dir: Path, systems: list[str], n_prompts: int, text_for=None, prompt_for=None, reference_for=None
+) -> Path:
     """A results/runs/<id>-like directory with generations.jsonl in the foundation's format."""
+    reference_for = reference_for or (lambda i: "")
     run_dir.mkdir(parents=True, exist_ok=True)
     text_for = text_for or (lambda s, i: f"Continuation number {i} written by one of the systems.")
     prompt_for = prompt_for or (lambda i: f"Prompt {i}: the food here was")
@@ -39,7 +42,7 @@ def write_run(run_dir: Path, systems: list[str], n_prompts: int, text_for=None, 
                             "sample": 0,
                             "seed": 1000 + i,
                             "prompt": prompt_for(i),
-                            "reference": "",
+                            "reference": reference_for(i),
                             "text": text_for(s, i),
                             "n_tokens": 12,
                             "token_ids": [],
@@ -239,8 +242,9 @@ class ScriptedAnnotator:
             path, _ = self._get_following(location)
         return path
 
-    def rate_page(self, path: str, choose, think_s: float = 0.0) -> str | None:
-        """Rate the page at ``path``; returns the next page path (None when finished)."""
+    def rate_page(self, path: str, choose, think_s: float = 0.0, reads_page: bool = False) -> str | None:
+        """Rate the page at ``path``; returns the next page path (None when finished). ``choose(path,
+        field)`` gives each value; with ``reads_page``, ``choose(page_html, fields)`` gives them all."""
         t0 = time.perf_counter()
         status, location, text = self.request("GET", path)
         page_latency = time.perf_counter() - t0
@@ -254,6 +258,8 @@ class ScriptedAnnotator:
         position = int(_POSITION.search(text).group(1))
         if attention:
             values = {f: int(attention.group(1)) for f in fields}
+        elif reads_page:
+            values = choose(text, fields)
         else:
             values = {f: choose(path, f) for f in fields}
         if think_s:
@@ -292,6 +298,7 @@ def make_study(
     text_for=None,
     prompt_for=None,
     db_url: str | None = None,
+    reference_for=None,
     **options,
 ):
     """A run directory and a study over it: (db_url, CreatedStudy, run_dir).
@@ -303,7 +310,7 @@ def make_study(
     from .study import create_study
 
     systems = systems or SYSTEMS
-    run_dir = write_run(tmp_path / "runs" / "run-2026-test", systems, n_prompts, text_for, prompt_for)
+    run_dir = write_run(tmp_path / "runs" / "run-2026-test", systems, n_prompts, text_for, prompt_for, reference_for)
     url = db_url or f"sqlite:///{tmp_path / 'ratings.sqlite3'}"
     with session_for(url, create=True) as session:
         created = create_study(
@@ -317,6 +324,16 @@ def make_study(
             **options,
         )
     return url, created, run_dir
+
+
+def enter_with_client(client, created, index: int, check_answer: int) -> str:
+    """Flask test client: open annotator ``index``'s link, consent, pass the check; the first page's path."""
+    client.get(urlsplit(created.links("http://x")[index][1]).path)
+    page = client.get("/welcome")
+    client.post("/welcome", data={"csrf_token": csrf_token(page.text), "consent": "y"})
+    page = client.get("/check")
+    client.post("/check", data={"csrf_token": csrf_token(page.text), "answer": str(check_answer)})
+    return client.get("/next").location
 
 
 def csrf_token(html: str) -> str:

@@ -1,0 +1,181 @@
+"""Reports from real generations rated through the real server by SCRIPTED participants.
+
+For each judgment type (likert ``fluency``, direct ``direct-quality``, pairwise
+``pairwise-quality``, best-worst ``bestworst-quality``) this creates a study over a run's
+generations, serves it with ``maxbench serve`` (gunicorn, ``human_eval.testing.start_server``),
+lets scripted participants rate every page over HTTP and writes ``maxbench report`` for the study
+under ``--out``/scripted-<judgment>/.
+
+The participants are scripts, not people: each system gets a fixed, made-up quality (its place in
+``--systems``: 0, 1, 2, ...; later is better), each participant perceives a text's quality as
+that value plus seeded normal noise (sd ``--noise``), and answers from it: a Likert value
+3 + (quality - mean), a slider 50 + 15 (quality - mean), the better of a pair, the best and worst
+of a tuple. They recognise a text's system by looking its text up in the run, which no real
+participant can do (the pages are blinded). The reports therefore show the app's path and the
+statistics working end to end on real texts, and nothing about the systems' real quality.
+
+    python scripts/scripted_study.py [--run results/base-lms/runs/base-lms-food-reviews] \\
+        [--items 12] [--raters 3] [--out results/studies]
+
+The run may be sharded (generations.shard-*.jsonl): the shards are merged into a scratch copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from core.errors import MaxbenchError  # noqa: E402
+from human_eval.db import session_for  # noqa: E402
+from human_eval.rubrics import load_rubric  # noqa: E402
+from human_eval.study import create_study, read_generations  # noqa: E402
+from human_eval.testing import ScriptedAnnotator, start_server  # noqa: E402
+
+DEFAULT_RUN = ROOT / "results" / "base-lms" / "runs" / "base-lms-food-reviews"
+DEFAULT_SYSTEMS = [
+    "smollm2-135m/softmax/top_p=0.9",
+    "smollm2-135m/sparsemax/top_p=0.9",
+    "smollm2-135m/graphmax(lam=1.0,solver=exact)/top_p=0.9",
+    "smollm2-135m/kerbs/top_p=0.9",
+]
+RUBRICS = {
+    "likert": "fluency",
+    "direct": "direct-quality",
+    "pairwise": "pairwise-quality",
+    "best-worst": "bestworst-quality",
+}
+_TEXT = re.compile(r'id="text(?:-\d)?">(.*?)</div>', re.S)
+
+
+def merged_run(run: Path, scratch: Path) -> Path:
+    """The run itself when it has generations.jsonl, else a scratch copy with its shards merged."""
+    if (run / "generations.jsonl").is_file():
+        return run
+    shards = sorted(run.glob("generations.shard-*.jsonl"))
+    if not shards:
+        raise MaxbenchError(f"{run} has no generations.jsonl or generations.shard-*.jsonl")
+    scratch.mkdir(parents=True, exist_ok=True)
+    with open(scratch / "generations.jsonl", "w", encoding="utf-8") as out:
+        for shard in shards:
+            out.write(shard.read_text(encoding="utf-8"))
+    if (run / "manifest.json").is_file():
+        shutil.copy(run / "manifest.json", scratch / "manifest.json")
+    return scratch
+
+
+class Participant:
+    """A scripted participant's answers: perceived quality = the system's quality + noise."""
+
+    def __init__(self, judgment: str, quality: dict[str, float], system_of: dict[str, str], rng, noise: float):
+        self.judgment, self.quality, self.system_of, self.rng, self.noise = judgment, quality, system_of, rng, noise
+        self.mean = sum(quality.values()) / len(quality)
+
+    def perceive(self, text: str) -> float:
+        return self.quality[self.system_of[text]] - self.mean + self.rng.gauss(0, self.noise)
+
+    def __call__(self, page: str, fields: list[str]) -> dict[str, int]:
+        texts = [html.unescape(t) for t in _TEXT.findall(page)]
+        texts = ["" if t == "<em>(no text was produced)</em>" else t for t in texts]
+        q = [self.perceive(t) for t in texts]
+        if self.judgment == "likert":
+            return {f: min(5, max(1, round(3 + q[0]))) for f in fields}
+        if self.judgment == "direct":
+            return {f: min(100, max(0, round(50 + 15 * q[0]))) for f in fields}
+        if self.judgment == "pairwise":
+            return {f: 1 if q[0] > q[1] else 2 for f in fields}
+        best, worst = q.index(max(q)) + 1, q.index(min(q)) + 1
+        return {f: best if f.endswith("_best") else worst for f in fields}
+
+
+def run_judgment(judgment, run_dir, db_url, base_url, systems, items, raters, seed, noise) -> str:
+    rubric = load_rubric(RUBRICS[judgment])
+    with session_for(db_url, create=True) as session:
+        created = create_study(
+            session,
+            run_dir,
+            rubric,
+            systems=systems,
+            items_per_system=items,
+            raters_per_item=raters,
+            seed=seed,
+            attention_rate=0 if judgment == "best-worst" else 0.1,
+            title=f"Scripted {judgment} study",
+        )
+    records = [r for r in read_generations(run_dir) if r["system"] in systems]
+    system_of = {r["text"]: r["system"] for r in sorted(records, key=lambda r: -r["sample"])}
+    quality = {s: float(k) for k, s in enumerate(systems)}
+    for a, (_, link) in enumerate(created.links(base_url)):
+        participant = Participant(judgment, quality, system_of, random.Random(f"{seed}-{judgment}-{a}"), noise)
+        annotator = ScriptedAnnotator(base_url, link, rubric.check.answer)
+        path = annotator.start()
+        while path and path.startswith("/item/"):
+            path = annotator.rate_page(path, participant, reads_page=True)
+        annotator.close()
+    return created.slug
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--run", type=Path, default=DEFAULT_RUN)
+    p.add_argument("--systems", nargs="+", default=DEFAULT_SYSTEMS)
+    p.add_argument("--judgments", nargs="+", choices=list(RUBRICS), default=list(RUBRICS))
+    p.add_argument("--items", type=int, default=12, help="prompts per system (default 12)")
+    p.add_argument("--raters", type=int, default=3, help="raters per item (default 3)")
+    p.add_argument("--noise", type=float, default=1.0, help="sd of a participant's perception noise (default 1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n-boot", type=int, default=2000)
+    p.add_argument("--out", type=Path, default=ROOT / "results" / "studies")
+    p.add_argument("--db", help="database URL (default: a fresh SQLite file in a scratch folder)")
+    args = p.parse_args(argv)
+    scratch = Path(tempfile.mkdtemp(prefix="scripted-study-"))
+    try:
+        run_dir = merged_run(args.run, scratch / "run")
+        db_url = args.db or f"sqlite:///{scratch / 'ratings.sqlite3'}"
+        with session_for(db_url, create=True):
+            pass
+        server = start_server(db_url, workers=1, threads=2, log_path=scratch / "server.log")
+        try:
+            slugs = {
+                j: run_judgment(
+                    j, run_dir, db_url, server.base_url, args.systems, args.items, args.raters, args.seed, args.noise
+                )
+                for j in args.judgments
+            }
+        finally:
+            server.stop()
+        for judgment, slug in slugs.items():
+            name = f"scripted-{judgment}"
+            cmd = [sys.executable, "-m", "benchmark.cli", "report", "--study", slug, "--db", db_url]
+            cmd += ["--out", str(args.out), "--name", name, "--n-boot", str(args.n_boot), "--seed", str(args.seed)]
+            if judgment in ("likert", "direct"):  # tested against the first system given (quality 0)
+                cmd += ["--reference", args.systems[0]]
+            subprocess.run(cmd, check=True, cwd=ROOT)
+            scripted = {
+                "note": "rated by scripted participants through the real server (scripts/scripted_study.py)",
+                "quality": {s: k for k, s in enumerate(args.systems)},
+                "noise_sd": args.noise,
+                "run": str(args.run),
+            }
+            (args.out / name / "scripted.json").write_text(json.dumps(scripted, indent=2) + "\n")
+            print(f"{judgment}: study {slug}, report {args.out / name}")
+    except MaxbenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
