@@ -12,16 +12,29 @@ distributions, and the first generations of each layer next to each other. Repea
 alternate the layers' order so that noise from other processes hits them alike; the median
 is kept.
 
+The load average (``uptime``'s three figures) is printed before and after each table: the
+ratios are measured side by side, but absolute rates on a shared machine mean little without it.
+
     python benchmarks/graphmax_decode.py --threads 1 --batch-sizes 16,48 --new-tokens 64
+    python benchmarks/graphmax_decode.py --layers "softmax,graphmax exact,graphmax paper"
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
 import torch
+
+LAYERS = ("softmax", "sparsemax", "graphmax exact", "graphmax paper")
+
+
+def load_average() -> str:
+    """``uptime``'s load average (1, 5, 15 minutes) and the machine's CPU count."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} CPUs"
 
 
 def record_solver_stats(layer) -> dict[str, list[torch.Tensor]]:
@@ -75,7 +88,16 @@ def main() -> None:
     ap.add_argument("--lam", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=2, help="timed runs of softmax and exact (sparsemax, paper: one)")
     ap.add_argument("--show", type=int, default=2, help="generations printed per corpus and batch size")
+    ap.add_argument(
+        "--layers",
+        default=",".join(LAYERS),
+        help=f"comma-separated layers to time, softmax always included (from: {', '.join(LAYERS)})",
+    )
     args = ap.parse_args()
+    chosen = ["softmax"] + [name for name in args.layers.split(",") if name and name != "softmax"]
+    unknown = [name for name in chosen if name not in LAYERS]
+    if unknown:
+        ap.error(f"unknown layer {unknown[0]!r}; choose from {', '.join(LAYERS)}")
 
     from benchmark.corpora import load_corpus
     from benchmark.suites import load_suite
@@ -104,16 +126,17 @@ def main() -> None:
         for batch in batch_sizes:
             prompts = suite_prompts[:batch]
             seeds = list(range(len(prompts)))
-            layers = {
-                "softmax": SoftmaxLayer(),
-                "sparsemax": SparsemaxLayer(),
-                "graphmax exact": GraphmaxLayer(lam=args.lam, solver="exact"),
-                "graphmax paper": GraphmaxLayer(lam=args.lam, solver="paper"),
+            make = {
+                "softmax": SoftmaxLayer,
+                "sparsemax": SparsemaxLayer,
+                "graphmax exact": lambda: GraphmaxLayer(lam=args.lam, solver="exact"),
+                "graphmax paper": lambda: GraphmaxLayer(lam=args.lam, solver="paper"),
             }
+            layers = {name: make[name]() for name in chosen}
             for layer in layers.values():
                 if isinstance(layer, GraphmaxLayer):
                     layer.use_graph(graph, lm)
-            print(f"\n== {corpus_name}, batch {len(prompts)}: graph nnz {graph.nnz}")
+            print(f"\n== {corpus_name}, batch {len(prompts)}: graph nnz {graph.nnz}; {load_average()}")
             decode(lm, layers["softmax"], prompts[:2], DecodingSetting(max_new_tokens=2), seeds[:2])  # warm-up
             times: dict[str, list[float]] = {name: [] for name in layers}
             cpu_times: dict[str, list[float]] = {name: [] for name in layers}
@@ -135,6 +158,7 @@ def main() -> None:
                     cpu_times[name].append(time.process_time() - c0)
                     layer_cpu[name].append(scores_cpu[name][0])
             print_table(results, times, cpu_times, layer_cpu, solver_stats)
+            print(f"after: {load_average()}")
             for i in range(min(args.show, len(prompts))):
                 print(f"\n-- prompt: {prompts[i]}")
                 for name, rows in results.items():

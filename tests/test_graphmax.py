@@ -544,3 +544,49 @@ def test_float32_solve_is_certified_like_float64():
         certified = objective(xi, zi, A, lam) + logsumexp(zi - B.T @ u) + u @ u / (4 * lam)
         assert abs(certified - gap) < 1e-6 * max(1.0, gap) + 1e-9
         assert certified <= 1e-6 * max(1.0, abs(objective(xi, zi, A, lam)))
+
+
+# ---- golden values: the solvers' results before their speed-ups (main at 68c8820) -----------
+# The speed-ups (column gathers, in-place steps, no final exponential) must not change a single
+# step; these pin iterations and values of batches whose rows finish at different steps and take
+# rejected steps (lam 30), and a decode through the layer.
+
+
+def test_solver_results_are_pinned():
+    A = random_graph(400, density=0.02, seed=31)
+    z = torch.randn(6, 400, generator=torch.Generator().manual_seed(31)) * 4
+    pinned = {
+        10.0: ([7, 4, 7, 4, 4, 8], [-12.87608, -8.340576, -11.34916, -11.05166, -9.107502, -7.333806]),
+        30.0: ([12, 9, 12, 8, 8, 9], [-11.76024, -7.509281, -10.13253, -10.15990, -8.061301, -6.331875]),
+    }
+    for lam, (iterations, log_x7) in pinned.items():
+        x, info = graphmax(z, A, lam=lam, return_info=True)
+        assert info.iterations.tolist() == iterations and info.converged.all()
+        assert torch.allclose(info.log_probs[:, 7].double(), torch.tensor(log_x7, dtype=F64), rtol=2e-6, atol=0)
+        none, again = graphmax(z, A, lam=lam, return_info=True, probs=False)
+        assert none is None and torch.equal(again.log_probs, info.log_probs) and torch.equal(x, info.log_probs.exp())
+    x, info = graphmax(z, A, lam=1.0, solver="paper", return_info=True)
+    assert info.iterations.tolist() == [19] * 6
+    expected = [1.024287e-04, 6.136093e-04, 4.167585e-03, 1.025247e-02, 7.991735e-04, 7.390603e-05]
+    expected += [6.166585e-04, 9.864960e-04, 3.642140e-03, 1.462642e-04, 7.300936e-04, 3.372871e-03]
+    expected += [4.780304e-03, 1.113206e-03, 8.842996e-03, 3.494214e-03, 4.331265e-04, 0.0]
+    assert torch.allclose(x[:, :3].flatten().double(), torch.tensor(expected, dtype=F64), rtol=2e-6, atol=1e-12)
+
+
+def test_layer_decode_is_pinned(fitted, tiny):
+    from systems.decoding import DecodingSetting, decode
+
+    prompts, seeds = ["the cat", "a dog sat", "the", "on the mat"], [1, 2, 3, 4]
+    exact = decode(tiny, fitted(lam=5.0), prompts, DecodingSetting(max_new_tokens=12), seeds)
+    assert [r["token_ids"] for r in exact] == [
+        [189, 253, 41, 106, 136, 86, 106, 69, 62, 100, 38, 94],
+        [107, 183, 166, 117, 242, 44, 120, 89, 115, 67, 134, 171],
+        [246, 217, 234, 200, 42, 172, 54, 230, 184, 228, 67, 124],
+        [168, 29, 19, 176, 5, 220, 167, 12, 170, 10, 47, 164],
+    ]
+    assert [r["stats"]["iterations"] for r in exact] == [[2.0] * 12, [2.0] * 12, [2.0, 1.0] + [2.0] * 10, [2.0] * 12]
+    paper = decode(tiny, fitted(solver="paper"), prompts, DecodingSetting(max_new_tokens=12), seeds)
+    paper_ids = [r["token_ids"] for r in paper]
+    assert paper_ids[1][10] == 212  # the only token where the paper's solver samples another one
+    assert [ids[:10] + ids[11:] for ids in paper_ids] == [r["token_ids"][:10] + r["token_ids"][11:] for r in exact]
+    assert [r["token_ids"][10] for r in exact] == [38, 134, 67, 47]

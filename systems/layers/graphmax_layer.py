@@ -100,8 +100,15 @@ class GraphmaxLayer(OutputLayer):
                 f"{self.graph.vocab_size} nodes; build the graph for this model"
             )
         kwargs = {"tol": self.tol, "max_iter": self.max_iter, "topk": self.topk} if self.solver == "exact" else {}
+        # only the log-probabilities are used: probs=False skips exponentiating them
         _, info = graphmax(
-            logits, self._operator(logits.device), lam=self.lam, solver=self.solver, return_info=True, **kwargs
+            logits,
+            self._operator(logits.device),
+            lam=self.lam,
+            solver=self.solver,
+            return_info=True,
+            probs=False,
+            **kwargs,
         )
         self._last = {"iterations": info.iterations, "gap": info.gap}
         self.last_info = info  # everything the solver reported (benchmarks read the relative gap)
