@@ -137,6 +137,29 @@ class Row:
         return bool(self.entry.get("partial", covered is not None and of is not None and covered < of))
 
 
+def _label_lifts(
+    xy: list[tuple[float, float]], x_span: float, y_span: float, height_pt: float, line_pt: float = 11.0
+) -> list[float]:
+    """Vertical offsets (points) that keep point labels from printing over each other: walking the
+    points from the bottom up, a label whose point lies close to one already placed (within 30% of
+    the x axis, about a label's width, and one label line) is lifted one line above it. ``x_span`` and
+    ``y_span`` are the axes' data ranges and ``height_pt`` their height in points."""
+    line = line_pt / height_pt * y_span  # one label line in data units
+    lifts = [0.0] * len(xy)
+    placed: list[tuple[float, float]] = []  # (x, the label's y in data units)
+    for i in sorted(range(len(xy)), key=lambda i: (xy[i][1], xy[i][0])):
+        x, y = xy[i]
+        top, moved = y, True
+        while moved:  # each lift may meet another label placed earlier: repeat until none is hit
+            moved = False
+            for px, py in placed:
+                if abs(px - x) < 0.3 * x_span and py - line < top < py + line:
+                    top, moved = py + line, True
+        lifts[i] = (top - y) / line * line_pt
+        placed.append((x, top))
+    return lifts
+
+
 def _read_json(path: Path, run_dir: Path) -> dict:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
@@ -506,10 +529,15 @@ def _plots(rows: list[Row], plot_dir: Path) -> list[Path]:
             low, high = e.get("ci_low"), e.get("ci_high")
             return [[0.0], [0.0]] if low is None else [[100 * (e["value"] - low)], [100 * (high - e["value"])]]
 
-        for s, div, mv in pts:
-            x, y = 100 * div["value"], 100 * mv["value"]
-            ax.errorbar(x, y, xerr=bar(div), yerr=bar(mv), fmt="o", capsize=3)
-            ax.annotate(short(s), (x, y), fontsize=8, xytext=(4, 4), textcoords="offset points")
+        xy = [(100 * div["value"], 100 * mv["value"]) for _, div, mv in pts]
+        colours = []
+        for (_, div, mv), (x, y) in zip(pts, xy):
+            colours.append(ax.errorbar(x, y, xerr=bar(div), yerr=bar(mv), fmt="o", capsize=3)[0].get_color())
+        (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+        height_pt = ax.get_position().height * fig.get_figheight() * 72
+        lifts = _label_lifts(xy, x1 - x0, y1 - y0, height_pt)
+        for (s, _, _), (x, y), dy, colour in zip(pts, xy, lifts, colours):  # a lifted label: its point's colour
+            ax.annotate(short(s), (x, y), fontsize=8, xytext=(4, 4 + dy), textcoords="offset points", color=colour)
         ax.set_xlabel("diversity (Su et al.: prod of 1 - rep-n, n = 2..4; x100)")
         ax.set_ylabel("MAUVE vs the references (x100)")
         ax.set_title("MAUVE against diversity [95% intervals]")
