@@ -202,14 +202,24 @@ class ScriptedAnnotator:
         if form is not None:
             body = urlencode(form)
             headers["Content-Type"] = "application/x-www-form-urlencoded"
-        conn = self._connection()
-        try:
-            conn.request(method, path, body=body, headers=headers)
-            response = conn.getresponse()
-            text = response.read().decode("utf-8")
-        except (OSError, http.client.HTTPException):
-            self.close()
-            raise
+        for attempt in (0, 1):
+            reused = self._conn is not None
+            conn = self._connection()
+            try:
+                conn.request(method, path, body=body, headers=headers)
+                response = conn.getresponse()
+                text = response.read().decode("utf-8")
+                break
+            except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+                # the server closed an idle keep-alive connection (gunicorn after its keepalive
+                # seconds) before reading this request: send it once more on a new connection,
+                # as browsers and urllib3 do
+                self.close()
+                if not reused or attempt:
+                    raise
+            except (OSError, http.client.HTTPException):
+                self.close()
+                raise
         set_cookie = response.getheader("Set-Cookie")
         if set_cookie:
             self.cookie = set_cookie.split(";", 1)[0]
