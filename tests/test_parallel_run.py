@@ -91,26 +91,27 @@ def _rows_written(run: Path) -> int:
     return sum(p.read_bytes().count(b"\n") for p in run.glob("generations*.jsonl"))
 
 
-def _start_and_freeze_mid_run(tmp: Path, run_id: str):
-    """Start a two-worker run and freeze both workers (SIGSTOP) as soon as a new row is on disk.
-
-    A worker of the tiny-random lineup decodes its half in well under a second, so a kill timed by
-    polling alone could land after the workers have ended; frozen, they are mid-run for certain."""
-    run = tmp / "runs" / run_id
-    start = _rows_written(run) if run.exists() else 0
+def _start_frozen(tmp: Path, run_id: str):
+    """Start a two-worker run and freeze both workers (SIGSTOP) the moment they exist, before they
+    have imported torch: from there the test decides who runs, so no kill depends on timing."""
     proc = subprocess.Popen(
         _cmd(tmp, run_id, "--workers", "2"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
-    deadline = time.time() + 240
+    deadline = time.time() + 120
     workers: list[int] = []
-    while time.time() < deadline and proc.poll() is None:
-        workers = _workers(proc.pid) if len(workers) < 2 else workers
-        if len(workers) == 2 and _rows_written(run) > start:
-            for w in workers:
-                os.kill(w, signal.SIGSTOP)
-            break
-        time.sleep(0.002)
-    return proc, run, workers
+    while time.time() < deadline and proc.poll() is None and len(workers) < 2:
+        workers = _workers(proc.pid)
+        time.sleep(0.001)
+    for w in workers:
+        os.kill(w, signal.SIGSTOP)
+    return proc, tmp / "runs" / run_id, workers
+
+
+def _wait_gone(pids: list[int], seconds: float = 240) -> bool:
+    deadline = time.time() + seconds
+    while time.time() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    return not any(_alive(p) for p in pids)
 
 
 @pytest.mark.skipif(cpu_cores() < 2, reason="two workers need two cores")
@@ -137,31 +138,34 @@ def test_two_workers_write_the_same_files_as_one_process(sequential):
 
 
 @pytest.mark.skipif(cpu_cores() < 2, reason="two workers need two cores")
-@pytest.mark.skipif(cpu_cores() < 2, reason="two workers need two cores")
 def test_kill_9_of_a_worker_then_of_the_parent_then_rerun_is_byte_identical(sequential):
-    """A worker killed mid-run stops the run (one line, exit 2, the other worker stopped too); the
-    parent killed mid-rerun takes its workers with it; the next rerun ends with the sequential bytes."""
+    """Worker 0 writes its half while worker 1 stays frozen, then worker 1 is killed: the run stops
+    (one line, exit 2) with half the rows kept. In the rerun worker 0 has nothing left, worker 1 is
+    frozen again and the parent is killed: its workers die with it. The next rerun ends with the
+    sequential bytes."""
     tmp, one = sequential
     total = 3 * 12 * 2
-    for victim in ("worker", "parent"):
-        proc, run, workers = _start_and_freeze_mid_run(tmp, "killed")
-        assert len(workers) == 2, "the kill must land while both workers run"
-        assert _rows_written(run) < total, "the kill must land mid-generation"
-        os.kill(workers[1] if victim == "worker" else proc.pid, signal.SIGKILL)
-        for w in workers:  # the survivors get the parent's SIGTERM (or the death signal) once thawed
-            if _alive(w):
-                os.kill(w, signal.SIGCONT)
-        _, err = proc.communicate(timeout=120)
-        if victim == "worker":
-            assert proc.returncode == 2 and err.count("maxbench: error: worker 1 of 2 stopped (signal 9)") == 1, err
-        else:
-            assert proc.returncode == -signal.SIGKILL
-        deadline = time.time() + 30
-        while time.time() < deadline and any(_alive(w) for w in workers):
-            time.sleep(0.05)
-        assert not any(_alive(w) for w in workers), f"a worker outlived the run (killed: {victim})"
-        assert 0 < _rows_written(run) < total
-        assert not (run / "scores.json").exists()
+    proc, run, workers = _start_frozen(tmp, "killed")
+    assert len(workers) == 2, "both workers must be seen"
+    os.kill(workers[0], signal.SIGCONT)
+    assert _wait_gone(workers[:1]), "worker 0 did not finish its half"
+    half = _rows_written(run)
+    assert 0 < half < total, half
+    os.kill(workers[1], signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and err.count("maxbench: error: worker 1 of 2 stopped (signal 9)") == 1, err
+    assert _rows_written(run) == half and not (run / "scores.json").exists()
+
+    proc, run, workers = _start_frozen(tmp, "killed")
+    assert len(workers) == 2, "both workers must be seen"
+    os.kill(workers[0], signal.SIGCONT)
+    assert _wait_gone(workers[:1]), "worker 0 of the rerun did not end (its half is already written)"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    assert _wait_gone(workers, 30), "a worker outlived its parent"
+    assert _rows_written(run) == half and not (run / "scores.json").exists()
+
     subprocess.run(_cmd(tmp, "killed", "--workers", "2"), check=True, capture_output=True)
     assert _files(tmp, "killed") == one
 
