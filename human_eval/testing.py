@@ -287,6 +287,18 @@ class ScriptedAnnotator:
         return location if location.startswith("/item/") else None
 
 
+def axe_serious(page, axe, seen: list[str]) -> list[tuple[str, str, str]]:
+    """axe-core (an ``axe_playwright_python`` ``Axe``) on a Playwright page: its serious or
+    critical violations as (page, rule, impact); the page's URL is appended to ``seen``."""
+    results = axe.run(page)
+    seen.append(page.url)
+    return [
+        (urlsplit(page.url).path.split("/")[1], v["id"], v["impact"])
+        for v in results.response["violations"]
+        if v["impact"] in ("serious", "critical")
+    ]
+
+
 def _token(html: str) -> str:
     match = _CSRF.search(html)
     if not match:

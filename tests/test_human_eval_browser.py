@@ -1,6 +1,7 @@
 """Headless Chromium (Debian's, driven by Playwright) against the real server: an annotator
-opens the link, consents, passes the check, rates every page, leaves, resumes and finishes.
-A screenshot of the rating page is saved as test-artifacts/rating_page.png.
+opens the link, consents, passes the check, rates every page, leaves, resumes and finishes;
+axe-core audits every page on the way (welcome, check, a Likert page, an attention check,
+leave, finish, the index): no serious or critical violation. A screenshot of the rating page is saved as test-artifacts/rating_page.png.
 
 Chromium comes from scripts/browser_setup.sh (apt-get install chromium)."""
 
@@ -13,7 +14,7 @@ from sqlalchemy import func, select
 from human_eval.db import dispose_engines, session_for
 from human_eval.models import Assignment
 from human_eval.rubrics import load_rubric
-from human_eval.testing import make_study, start_server
+from human_eval.testing import axe_serious, make_study, start_server
 
 CHROMIUM = "/usr/bin/chromium"
 LAUNCH_ARGS = [
@@ -47,6 +48,7 @@ def rate_current_page(page, rubric):
 
 
 def test_annotator_rates_leaves_resumes_in_chromium(tmp_path, artifacts_dir):
+    from axe_playwright_python.sync_playwright import Axe
     from playwright.sync_api import sync_playwright
 
     rubric = load_rubric("graphmax")
@@ -69,6 +71,15 @@ def test_annotator_rates_leaves_resumes_in_chromium(tmp_path, artifacts_dir):
     )
     link = created.links(server.base_url)[0][1]
     total = created.n_pages[0]
+    axe, seen, violations, attention_audited = Axe(), [], [], False
+
+    def audit_attention_check(page, audited: bool) -> bool:
+        """Audits the first attention-check page met; returns whether one has been audited."""
+        if not audited and re.search(r"select \d", page.locator("#text").inner_text()):
+            violations.extend(axe_serious(page, axe, seen))
+            return True
+        return audited
+
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
@@ -76,9 +87,11 @@ def test_annotator_rates_leaves_resumes_in_chromium(tmp_path, artifacts_dir):
             page.goto(link)
             assert page.url.endswith("/welcome")
             assert page.get_by_text("Worked examples").is_visible()
+            violations += axe_serious(page, axe, seen)
             page.get_by_label("I have read the information above").check()
             page.get_by_role("button", name="Start").click()
             assert page.url.endswith("/check")
+            violations += axe_serious(page, axe, seen)
             check = rubric.comprehension_check()
             page.get_by_label(check.options[check.answer]).check()
             page.get_by_role("button", name="Continue").click()
@@ -88,13 +101,16 @@ def test_annotator_rates_leaves_resumes_in_chromium(tmp_path, artifacts_dir):
             assert page.locator("legend").all_inner_texts() == [c.label for c in rubric.criteria]
             assert "<b>Great</b>" in page.locator("#text").inner_text()  # shown as text, not markup
             page.screenshot(path=str(artifacts_dir / "rating_page.png"), full_page=True)
+            violations += axe_serious(page, axe, seen)
 
             half = total // 2
             for done in range(half):
                 assert page.locator(".progress-text").inner_text() == f"Page {done + 1} of {total}"
+                attention_audited = audit_attention_check(page, attention_audited)
                 rate_current_page(page, rubric)
             page.get_by_role("link", name="Leave and continue later").click()
             assert page.get_by_text("Your ratings are saved").is_visible()
+            violations += axe_serious(page, axe, seen)
             browser.close()
 
             # Later, in a fresh browser: the same link resumes at the first unrated page.
@@ -103,13 +119,21 @@ def test_annotator_rates_leaves_resumes_in_chromium(tmp_path, artifacts_dir):
             page.goto(link)
             assert page.locator(".progress-text").inner_text() == f"Page {half + 1} of {total}"
             for _ in range(half, total):
+                attention_audited = audit_attention_check(page, attention_audited)
                 rate_current_page(page, rubric)
             assert page.url.endswith("/finish")
             assert page.locator(".completion-code").inner_text() == "THANKS-7"
+            violations += axe_serious(page, axe, seen)
+            page.goto(server.base_url + "/")
+            violations += axe_serious(page, axe, seen)
             browser.close()
     finally:
         server.stop()
     assert (artifacts_dir / "rating_page.png").stat().st_size > 10_000
+    (artifacts_dir / "axe_likert.txt").write_text(
+        "\n".join(seen) + "\nserious/critical: " + repr(violations) + "\n", encoding="utf-8"
+    )
+    assert len(seen) == 7 and violations == []
     dispose_engines()
     with session_for(url) as s:
         done = s.scalar(select(func.count(Assignment.id)).where(Assignment.completed_at.is_not(None)))

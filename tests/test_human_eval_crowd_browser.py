@@ -1,6 +1,6 @@
 """A Prolific participant in headless Chromium against the real server: arrives by the public
 study URL, passes the comprehension check on the second attempt, rates pairwise and slider
-pages with the keyboard only, leaves, comes back with the same id to the same page, and ends
+and best-worst pages with the keyboard only, leaves, comes back with the same id to the same page, and ends
 on the redirect to Prolific with the completion code. axe-core (axe-playwright-python) audits
 every annotator page: no serious or critical violation."""
 
@@ -11,7 +11,7 @@ import pytest
 from human_eval.db import dispose_engines, session_for
 from human_eval.rubrics import load_rubric
 from human_eval.study import create_study
-from human_eval.testing import SYSTEMS, free_port, start_server, write_run
+from human_eval.testing import SYSTEMS, axe_serious, free_port, start_server, write_run
 
 CHROMIUM = "/usr/bin/chromium"
 LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
@@ -24,17 +24,6 @@ pytestmark = [
 ]
 
 
-def audit(page, axe, seen):
-    """axe-core on the page; returns the serious or critical violations."""
-    results = axe.run(page)
-    seen.append(page.url)
-    return [
-        (page.url.split("/")[3], v["id"], v["impact"])
-        for v in results.response["violations"]
-        if v["impact"] in ("serious", "critical")
-    ]
-
-
 def rate_by_keyboard(page, kind):
     """Rate the page with the keyboard only and press Enter; waits for the next page."""
     from playwright.sync_api import Error as PlaywrightError
@@ -43,6 +32,11 @@ def rate_by_keyboard(page, kind):
     if kind == "pairwise":
         page.keyboard.press("2")  # B is better
         assert page.locator("input[name='c_overall'][value='2']").is_checked()
+    elif kind == "best-worst":
+        page.keyboard.press("3")  # C is the best; the focus moves on to the worst question
+        page.keyboard.press("1")  # A is the worst
+        assert page.locator("input[name='c_overall_best'][value='3']").is_checked()
+        assert page.locator("input[name='c_overall_worst'][value='1']").is_checked()
     else:
         page.locator("input[type=range]").focus()
         for key in ("PageUp", "PageUp", "ArrowRight", "ArrowRight", "ArrowRight"):
@@ -64,15 +58,15 @@ def test_prolific_participant_by_keyboard_in_chromium(tmp_path, artifacts_dir):
     url = f"sqlite:///{tmp_path / 'ratings.sqlite3'}"
     slugs = {}
     with session_for(url, create=True) as s:
-        for rubric in ("pairwise-quality", "direct-quality"):
+        for rubric in ("pairwise-quality", "direct-quality", "bestworst-quality"):
             slugs[rubric] = create_study(
                 s,
                 run,
                 load_rubric(rubric),
                 systems=None,
-                items_per_system=2,
+                items_per_system=4 if rubric == "bestworst-quality" else 2,
                 raters_per_item=1,
-                annotators=1 if rubric == "direct-quality" else 2,
+                annotators=2 if rubric == "pairwise-quality" else 1,
                 attention_rate=0,
                 completion_code=CODE,
                 open_enrolment=True,
@@ -96,11 +90,11 @@ def test_prolific_participant_by_keyboard_in_chromium(tmp_path, artifacts_dir):
                 page = browser.new_page()
                 page.goto(public)
                 assert page.url.endswith("/welcome") and PID not in page.content()
-                violations += audit(page, axe, seen)
+                violations += axe_serious(page, axe, seen)
                 page.get_by_label("I have read the information above").check()
                 page.keyboard.press("Enter")  # the consent form: Enter in a checkbox submits
                 page.wait_for_url("**/check")
-                violations += audit(page, axe, seen)
+                violations += axe_serious(page, axe, seen)
                 wrong = (rubric.check.answer + 1) % len(rubric.check.options)
                 page.get_by_label(rubric.check.options[wrong], exact=True).check()
                 page.get_by_role("button", name="Continue").click()
@@ -108,7 +102,7 @@ def test_prolific_participant_by_keyboard_in_chromium(tmp_path, artifacts_dir):
                 page.get_by_label(rubric.check.options[rubric.check.answer], exact=True).check()
                 page.get_by_role("button", name="Continue").click()
                 assert "/item/" in page.url
-                violations += audit(page, axe, seen)
+                violations += axe_serious(page, axe, seen)
                 page.screenshot(path=str(artifacts_dir / f"crowd_{rubric.kind}_page.png"), full_page=True)
 
                 first = page.locator(".progress-text").inner_text()
@@ -116,7 +110,7 @@ def test_prolific_participant_by_keyboard_in_chromium(tmp_path, artifacts_dir):
                 second = page.locator(".progress-text").inner_text()
                 assert first != second
                 page.get_by_role("link", name="Leave and continue later").click()
-                violations += audit(page, axe, seen)
+                violations += axe_serious(page, axe, seen)
                 browser.close()
 
                 browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
@@ -132,7 +126,9 @@ def test_prolific_participant_by_keyboard_in_chromium(tmp_path, artifacts_dir):
     finally:
         server.stop()
         dispose_engines()
-    assert finals == {k: f"https://app.prolific.com/submissions/complete?cc={CODE}" for k in ("pairwise", "direct")}
+    assert finals == {
+        k: f"https://app.prolific.com/submissions/complete?cc={CODE}" for k in ("pairwise", "direct", "best-worst")
+    }
     (artifacts_dir / "axe_crowd.txt").write_text(
         "\n".join(seen) + "\nserious/critical: " + repr(violations) + "\n", encoding="utf-8"
     )
