@@ -67,7 +67,7 @@ seed = 3
 prompts = 3
 batch_size = 2
 baseline = "softmax"
-metrics = ["bleu-n"]
+metrics = ["bleu-n", "ref-ppl"]
 [protocol.systems]
 softmax = "softmax/top_p=0.9,max_new_tokens=6"
 graphmax = "graphmax(lam=1.0,solver=exact)/top_p=0.9,max_new_tokens=6"
@@ -86,6 +86,14 @@ also = ["bleu-2"]
 direction = "higher"
 paper_baseline = [0.5]
 paper_method = [0.6]
+[[claims]]
+id = "ppl"
+where = "Figure 3"
+statement = "graphmax lowers the reference's perplexity"
+methods = ["graphmax"]
+baseline = "softmax"
+scores = ["ref-ppl"]
+direction = "lower"
 [[claims]]
 id = "vs-sparsemax"
 where = "Figure 5"
@@ -259,7 +267,7 @@ def test_bad_input_is_one_line_exit_2(cli, home, paper_file):
 
 
 def test_a_missing_metric_is_one_line_before_anything_is_written(cli, home, tmp_path, paper_file):
-    paper_file.write_text(PAPER.replace('metrics = ["bleu-n"]', 'metrics = ["no-such-metric"]'))
+    paper_file.write_text(PAPER.replace('metrics = ["bleu-n", "ref-ppl"]', 'metrics = ["no-such-metric"]'))
     rc, _, err = cli("reproduce", paper_file, "--out", tmp_path / "out")
     assert rc == 2 and "needs metric 'no-such-metric'" in err and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
@@ -325,6 +333,13 @@ def test_the_report_has_a_table_per_claim_with_verdicts_and_provenance(clean):
     assert missing["verdict"] == NOT_COMPARABLE and "'self-bleu-4' is not in the runs' scores.json" in missing["why"]
     assert rows[("mt", "")]["verdict"] == NOT_COMPARABLE and rows[("mt", "")]["why"] == "no translation corpus offline"
     assert rows[("time", "time-per-token-ratio")]["difference"] > 0
+    # the effect relative to maxbench's baseline, beside the paper's relative effect (0.5 -> 0.6: +20%)
+    levels = [r for r in doc["rows"] if r["difference"] is not None and r["claim"] != "time"]
+    assert any(r["baseline_mean"] for r in levels)
+    for r in levels:
+        want = r["difference"] / r["baseline_mean"] if r["baseline_mean"] else None
+        assert r["relative_difference"] == (None if want is None else pytest.approx(want))
+    assert rows[("time", "time-per-token-ratio")]["relative_difference"] is None
     for r in doc["rows"]:
         assert r["verdict"] in (REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE)
     assert [r["run"] for r in doc["runs"]] == list(RUNS)
@@ -335,6 +350,10 @@ def test_the_report_has_a_table_per_claim_with_verdicts_and_provenance(clean):
     md = (out / "report.md").read_text()
     assert "## Table 1: bleu" in md and "Total wall time" in md and doc["command"].startswith("maxbench reproduce ")
     assert "bleu-2 (maxbench)" in md and "a toy protocol" in md and "no translation corpus offline" in md
+    assert "0.5 -> 0.6 (+20%)" in md
+    shown = next(r for r in levels if r["relative_difference"])
+    assert f"{100 * shown['relative_difference']:+.2g}%" in md
+    assert f"{bleu['verdict']} ({bleu['why']})" in md
     html = (out / "report.html").read_text()
     assert "<table" in html and "data:image/png;base64," in html
 

@@ -91,7 +91,9 @@ def cmd_reproduce(args) -> int:
         if shard is not None:
             print("shard done; when every shard is done, run the same command without --shard to score and report")
             return 0
-    command = "maxbench " + shlex.join(sys.argv[1:] if sys.argv[1:2] == ["reproduce"] else ["reproduce", args.paper])
+    # The command that regenerates the report from nothing: --report-only only re-renders, so it is left out.
+    argv = [a for a in sys.argv[1:] if a != "--report-only"]
+    command = "maxbench " + shlex.join(argv if argv[:1] == ["reproduce"] else ["reproduce", args.paper])
     for path in write_report(paper, runs, out, command, args.n_resamples):
         print(f"wrote {path}")
     return 0

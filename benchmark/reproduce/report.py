@@ -53,6 +53,16 @@ class Row:
     interval: str
     verdict: str
     why: str
+    # difference / maxbench's baseline (a level claim's effect in relative terms, comparable in size
+    # with the paper's relative effect as absolute numbers are not); None for ratio claims
+    relative_difference: float | None = None
+
+    @property
+    def paper_relative(self) -> float | None:
+        """The paper's (method - baseline) / baseline."""
+        if self.paper_baseline is None or self.paper_method is None or self.paper_baseline == 0:
+            return None
+        return (self.paper_method - self.paper_baseline) / self.paper_baseline
 
 
 def _scores(run_dir: Path) -> dict | None:
@@ -234,6 +244,7 @@ def _row(claim, model, corpus, method, baseline, score, variant, i, cells, pairs
         comb.method,
         v.verdict,
         v.why,
+        comb.estimate / b_mean if comb.estimate is not None and b_mean and claim.kind != "ratio" else None,
     )
 
 
@@ -245,6 +256,10 @@ def _f(v: float | None, sd: float | None = None) -> str:
         return "n/a"
     text = f"{v:.4g}"
     return text + (f" ± {sd:.2g}" if sd is not None else "")
+
+
+def _pct(v: float | None) -> str:
+    return "" if v is None else f"{100 * v:+.2g}%"
 
 
 def _ci(r: Row) -> str:
@@ -338,6 +353,7 @@ def sections(paper: Paper, runs: list[RunSpec], rows: list[Row], command: str, w
                 "maxbench baseline",
                 "maxbench method",
                 "difference [95% CI]",
+                "relative",
                 "folds",
                 "verdict",
             )
@@ -345,6 +361,7 @@ def sections(paper: Paper, runs: list[RunSpec], rows: list[Row], command: str, w
             for r in crows:
                 paper_txt = (
                     f"{_f(r.paper_baseline)} -> {_f(r.paper_method)}"
+                    + (f" ({_pct(r.paper_relative)})" if r.paper_relative is not None else "")
                     if r.paper_method is not None
                     else (f"x{r.paper_difference:g}" if claim.kind == "ratio" and r.paper_difference else "(figure)")
                 )
@@ -358,11 +375,12 @@ def sections(paper: Paper, runs: list[RunSpec], rows: list[Row], command: str, w
                         num(_f(r.baseline_mean, r.baseline_sd)),
                         num(_f(r.method_mean, r.method_sd)),
                         num(_ci(r)),
+                        num(_pct(r.relative_difference) or "n/a"),
                         num(str(r.n_folds)),
-                        Cell(r.verdict, detail=r.why),
+                        Cell(r.verdict, detail=f"({r.why})" if r.why else ""),
                     )
                 )
-            s.tables.append(Table(cols, tuple(table_rows), align="lllllrrrrl"))
+            s.tables.append(Table(cols, tuple(table_rows), align="lllllrrrrrl"))
             if claim.paper_model:
                 s.paragraphs.append(Para("Paper's numbers: base model {}.", (claim.paper_model,)))
         for d in claim.differences:
