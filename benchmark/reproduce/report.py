@@ -425,26 +425,43 @@ def _plot(rows: list[Row], path: Path) -> Figure | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    pts = [r for r in rows if r.variant == "paper" and r.difference is not None and r.ci_low is not None]
+    # One axis for every claim: the difference in per cent of maxbench's baseline (a time ratio r
+    # as r - 1), so BLEU fractions, perplexities and time ratios share a scale and the null is 0.
+    pts = []
+    for r in rows:
+        if r.variant != "paper" or r.difference is None or r.ci_low is None or r.ci_high is None:
+            continue
+        if r.baseline_mean is None and r.method_mean is None:  # a ratio claim
+            pts.append((r, 100 * (r.difference - 1), 100 * (r.ci_low - 1), 100 * (r.ci_high - 1)))
+        elif r.baseline_mean:
+            k = 100 / abs(r.baseline_mean)
+            pts.append((r, k * r.difference, k * r.ci_low, k * r.ci_high))
     if not pts:
         return None
     colours = {"reproduced": "C2", "not reproduced": "C3", "not comparable": "C7"}
-    fig, ax = plt.subplots(figsize=(8, 0.28 * len(pts) + 1.2))
-    for y, r in enumerate(pts):
-        lo, hi = r.ci_low, r.ci_high
-        ax.errorbar(r.difference, y, xerr=[[r.difference - lo], [hi - r.difference]], fmt="o", color=colours[r.verdict])
+    fig, ax = plt.subplots(figsize=(8, 0.28 * len(pts) + 1.4))
+    for y, (r, d, lo, hi) in enumerate(pts):
+        ax.errorbar(d, y, xerr=[[d - lo], [hi - d]], fmt="o", color=colours[r.verdict], label=r.verdict)
+        if r.paper_relative is not None:
+            ax.plot(100 * r.paper_relative, y, "D", mfc="none", color="k", ms=5, label="paper's effect")
     ax.axvline(0, color="k", lw=0.8)
     ax.set_yticks(range(len(pts)))
     ax.set_yticklabels(
-        [f"{r.claim} {r.model} {r.corpus} {r.method}-{r.baseline} {r.score}"[:90] for r in pts], fontsize=6
+        [f"{r.claim} {r.model} {r.corpus} {r.method}-{r.baseline} {r.score}"[:90] for r, *_ in pts], fontsize=7
     )
-    ax.set_xlabel("maxbench difference (method - baseline; ratio for time) with 95% interval")
+    handles, labels = ax.get_legend_handles_labels()
+    seen = dict(zip(labels, handles, strict=True))
+    keys = [k for k in (*colours, "paper's effect") if k in seen]
+    ax.legend([seen[k] for k in keys], keys, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax.set_xlabel("maxbench's difference, % of its baseline (a time ratio r: r - 1), with 95% interval")
     ax.grid(alpha=0.3)
     plt.rcParams.update({"svg.hashsalt": "maxbench"})
     with atomic_open(path) as f:
         fig.savefig(f, format="png", metadata={"Software": None}, bbox_inches="tight", dpi=100)
     plt.close(fig)
-    return Figure(path.name, path.read_bytes(), "every claim row's difference with its 95% interval")
+    return Figure(
+        path.name, path.read_bytes(), "every claim row's difference in % of the baseline, with its 95% interval"
+    )
 
 
 def write_report(paper: Paper, runs: list[RunSpec], out: Path, command: str, n_resamples: int = 1000) -> list[Path]:
