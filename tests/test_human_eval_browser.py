@@ -1,7 +1,8 @@
 """Headless Chromium (Debian's, driven by Playwright) against the real server: an annotator
 opens the link, consents, passes the check, rates every page, leaves, resumes and finishes;
 axe-core audits every page on the way (welcome, check, a Likert page, an attention check,
-leave, finish, the index): no serious or critical violation. A screenshot of the rating page is saved as test-artifacts/rating_page.png.
+leave, finish, the index): no serious or critical violation. A screenshot of the rating page
+is saved as test-artifacts/rating_page.png.
 
 Chromium comes from scripts/browser_setup.sh (apt-get install chromium)."""
 

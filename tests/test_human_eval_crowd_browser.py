@@ -1,7 +1,7 @@
 """A Prolific participant in headless Chromium against the real server: arrives by the public
-study URL, passes the comprehension check on the second attempt, rates pairwise and slider
-and best-worst pages with the keyboard only, leaves, comes back with the same id to the same page, and ends
-on the redirect to Prolific with the completion code. axe-core (axe-playwright-python) audits
+study URL, passes the comprehension check on the second attempt, rates pairwise, slider and
+best-worst pages with the keyboard only, leaves, comes back with the same id to the same page,
+and ends on the redirect to Prolific with the completion code. axe-core (axe-playwright-python) audits
 every annotator page: no serious or critical violation."""
 
 import os
