@@ -352,7 +352,7 @@ def test_the_report_has_a_table_per_claim_with_verdicts_and_provenance(clean):
     assert "bleu-2 (maxbench)" in md and "a toy protocol" in md and "no translation corpus offline" in md
     assert "0.5 -> 0.6 (+20%)" in md
     shown = next(r for r in levels if r["relative_difference"])
-    assert f"{100 * shown['relative_difference']:+.2g}%" in md
+    assert f"{100 * shown['relative_difference']:+.3g}%" in md
     assert f"{bleu['verdict']} ({bleu['why']})" in md
     html = (out / "report.html").read_text()
     assert "<table" in html and "data:image/png;base64," in html

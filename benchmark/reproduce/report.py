@@ -259,7 +259,7 @@ def _f(v: float | None, sd: float | None = None) -> str:
 
 
 def _pct(v: float | None) -> str:
-    return "" if v is None else f"{100 * v:+.2g}%"
+    return "" if v is None else f"{100 * v:+.3g}%"
 
 
 def _ci(r: Row) -> str:
