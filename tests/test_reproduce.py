@@ -425,3 +425,19 @@ def test_wikipedia_articles_lose_their_markup_and_only_articles_are_kept(tmp_pat
     assert corpora.clean_text(text) == "Cats are small mammals. They live with people."
     monkeypatch.setattr(corpora, "WIKI_PASSAGE_WORDS", 3)
     assert corpora._wikipedia() == ["Cats are small", "mammals. They live", "with people."]
+
+
+def test_time_per_token_counts_cpu_seconds_per_generated_token(tmp_path):
+    from benchmark.reproduce.report import _pct, time_per_token
+
+    timings = [
+        {"phase": "generate a", "seconds": 100.0, "cpu_seconds": 10.0},  # wall stretched by other processes
+        {"phase": "generate a", "seconds": 5.0, "cpu_seconds": 2.0},
+        {"phase": "ref-ppl a", "seconds": 50.0, "cpu_seconds": 50.0},  # not generation
+        {"phase": "generate b", "seconds": 3.0},  # an old row without CPU time: its wall time
+    ]
+    (tmp_path / "timings.jsonl").write_text("".join(json.dumps(t) + "\n" for t in timings))
+    rows = [{"system": "a", "n_tokens": 4}, {"system": "a", "n_tokens": 2}, {"system": "b", "n_tokens": 6}]
+    (tmp_path / "generations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert time_per_token(tmp_path) == {"a": 2.0, "b": 0.5}
+    assert [_pct(v) for v in (None, -0.000015, 0.2, -1.0, 11.656)] == ["", "-0.0015%", "+20%", "-100%", "+1,166%"]

@@ -118,7 +118,11 @@ def _difference(run: RunSpec, doc: dict, method: str, baseline: str, score: str,
 
 
 def time_per_token(run_dir: Path) -> dict[str, float]:
-    """Seconds per generated token of each system, from the run's timings and generations."""
+    """CPU seconds per generated token of each system, from the run's timings and generations.
+
+    CPU time of the generating process (wall time where a timing row has none): on a shared
+    machine other processes stretch wall time by whatever else runs at that moment, so two
+    systems generated at different times compare fairly only by the CPU time they used."""
     from benchmark.runner import GENERATIONS, TIMINGS, read_rows
 
     seconds: dict[str, float] = {}
@@ -126,7 +130,7 @@ def time_per_token(run_dir: Path) -> dict[str, float]:
         row = json.loads(line)
         if row["phase"].startswith("generate "):
             name = row["phase"][len("generate ") :]
-            seconds[name] = seconds.get(name, 0.0) + row["seconds"]
+            seconds[name] = seconds.get(name, 0.0) + row.get("cpu_seconds", row["seconds"])
     tokens: dict[str, int] = {}
     for row in read_rows(run_dir / GENERATIONS):
         tokens[row["system"]] = tokens.get(row["system"], 0) + int(row.get("n_tokens", 0))
@@ -259,7 +263,9 @@ def _f(v: float | None, sd: float | None = None) -> str:
 
 
 def _pct(v: float | None) -> str:
-    return "" if v is None else f"{100 * v:+.3g}%"
+    if v is None:
+        return ""
+    return f"{100 * v:+,.0f}%" if abs(v) >= 1 else f"{100 * v:+.3g}%"
 
 
 def _ci(r: Row) -> str:
