@@ -237,8 +237,9 @@ class ScriptedAnnotator:
             return path, text
         raise ProtocolError("too many redirects")
 
-    def start(self) -> str:
-        """Open the link, consent, pass the comprehension check; returns the first page path."""
+    def start(self) -> str | None:
+        """Open the link, consent, pass the comprehension check; returns the first page still to
+        rate, or None when there is none (an annotator who finished before, e.g. before a kill)."""
         path, text = self._get_following(urlsplit(self.link).path)
         if path == "/welcome":
             status, location, _ = self.request("POST", "/welcome", {"csrf_token": _token(text), "consent": "y"})
@@ -250,7 +251,7 @@ class ScriptedAnnotator:
             if status != 303:
                 raise ProtocolError(f"comprehension check answered {status}")
             path, _ = self._get_following(location)
-        return path
+        return path if path.startswith("/item/") else None
 
     def rate_page(self, path: str, choose, think_s: float = 0.0, reads_page: bool = False) -> str | None:
         """Rate the page at ``path``; returns the next page path (None when finished). ``choose(path,
