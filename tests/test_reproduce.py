@@ -23,6 +23,7 @@ from benchmark.reproduce.verdicts import (
     decide,
     ratio_interval,
 )
+from core.errors import MaxbenchError
 
 WORDS = (
     "the soup was good bad great bread tea coffee taste sweet salty fresh stale price box bag my dog loved it".split()
@@ -114,6 +115,15 @@ kind = "ratio"
 direction = "higher"
 paper_effect = 14.0
 comparable = true
+[[claims]]
+id = "corr"
+where = "Table 3"
+kind = "correlation"
+statement = "BLEU-3 goes with BLEU-2 across text sources"
+scores = ["bleu-3"]
+against = ["bleu-2"]
+direction = "higher"
+paper_method = [0.99]
 [[claims]]
 id = "mt"
 where = "Table 6"
@@ -380,6 +390,58 @@ def test_the_paired_difference_against_another_system_matches_a_direct_test(clea
     assert row.difference == pytest.approx(c.difference)
     assert (row.ci_low, row.ci_high) == pytest.approx(tuple(c.confidence_interval))
     assert row.method_mean == pytest.approx(a.value) and row.baseline_mean == pytest.approx(b.value)
+
+
+def test_a_correlation_claim_is_pearson_r_over_every_system_and_the_human_references(clean, monkeypatch):
+    """Table 3 of POSG: r over the text sources (each system of each run, and each suite's
+    references scored as if a system had written them), with Fisher's z interval."""
+    from scipy.stats import pearsonr
+
+    from benchmark.metrics.base import TextBatch, get_metric
+    from benchmark.reproduce.protocol import Options, plan_runs
+    from benchmark.reproduce.report import pearson
+
+    monkeypatch.setenv("MAXBENCH_HOME", str(clean / "home"))
+    paper = load_paper(str(clean / "toy.toml"))
+    runs = plan_runs(paper, Options(), clean / "clean")
+    xs, ys = [], []
+    for run in runs:  # fold 0: softmax, graphmax, sparsemax; fold 1: softmax, graphmax
+        doc = json.loads((run.run_dir / "scores.json").read_text())
+        for system in run.roles.values():
+            got = doc["systems"][system]["scores"]
+            xs.append(got["bleu-2"]["value"])
+            ys.append(got["bleu-3"]["value"])
+    m = get_metric("bleu-n")
+    for run in runs:  # each fold's suite has its own references: one human source each
+        refs = {}
+        for line in (run.run_dir / "generations.jsonl").read_text().splitlines():
+            row = json.loads(line)
+            refs.setdefault(row["prompt_id"], row["reference"])
+        human = m.compute(TextBatch(list(refs.values()), list(refs), refs)).scores
+        xs.append(human["bleu-2"].value)
+        ys.append(human["bleu-3"].value)
+    want = pearsonr(xs, ys)
+    low, high = want.confidence_interval(0.95)
+    doc = json.loads((clean / "clean" / "report.json").read_text())
+    row = next(r for r in doc["rows"] if r["claim"] == "corr")
+    assert row["kind"] == "correlation" and row["n_folds"] == len(xs) == 7
+    assert row["difference"] == pytest.approx(want.statistic, abs=1e-12)
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((low, high), abs=1e-12)
+    assert row["paper_method"] == 0.99 and row["relative_difference"] is None
+    assert row["verdict"] == decide("higher", want.statistic, low, high).verdict
+    md = (clean / "clean" / "report.md").read_text()
+    assert "| text source | bleu-2 | bleu-3 |" in md and "| human (" in md
+    assert "bleu-3 vs bleu-2" in md
+    # too few sources, or a constant score: no r, and the verdict says why
+    assert pearson([("a", 0.1, 0.2), ("b", 0.2, 0.3), ("c", 0.3, 0.5)])[3].startswith("only 3 text sources")
+    assert "the same for every" in pearson([(str(i), 0.5, i) for i in range(5)])[3]
+
+
+def test_a_correlation_claim_needs_its_against_scores(tmp_path):
+    p = tmp_path / "bad.toml"
+    p.write_text(PAPER.replace('against = ["bleu-2"]\n', ""))
+    with pytest.raises(MaxbenchError, match="a correlation claim .and only one. needs 'against'"):
+        load_paper(str(p))
 
 
 # ---------------------------------------------------------------- the POSG protocol's data

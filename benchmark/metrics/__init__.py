@@ -6,7 +6,7 @@
 - ``diversity``: self-bleu, rep, seq-rep, distinct, uniq.
 - ``perplexity``: ppl (evaluator LM) and ``reference_perplexity`` / ref-ppl (a system's own).
 - ``paper_variants``: the papers' own definitions: texygen-bleu, texygen-self-bleu (Texygen as shipped),
-  posg-bleu, posg-self-bleu, posg-kld, posg-ms-jaccard, posg-distinct, posg-rep (the POSG authors' code).
+  posg-bleu, posg-self-bleu, posg-kld, posg-ms-jaccard, posg-distinct, posg-rep (the POSG authors' code), posg-distinct-pos (its n-POS).
 - ``sentence_bleu``: exact fast nltk sentence_bleu against a shared pool, the other texts or each
   text's own reference (BLEU-n, Self-BLEU, the papers' variants).
 - ``stats``: bootstrap intervals over prompts and paired permutation tests.

@@ -260,6 +260,7 @@ METRICS: Registry[type[Metric]] = Registry(
         "posg-kld": "benchmark.metrics.paper_variants:PosgKLD",
         "posg-ms-jaccard": "benchmark.metrics.paper_variants:PosgMSJaccard",
         "posg-distinct": "benchmark.metrics.paper_variants:PosgDistinct",
+        "posg-distinct-pos": "benchmark.metrics.paper_variants:PosgDistinctPOS",
         "posg-rep": "benchmark.metrics.paper_variants:PosgRep",
     },
     base=Metric,

@@ -40,6 +40,7 @@ PAPER_METRICS = (
     "posg-kld",
     "posg-ms-jaccard",
     "posg-distinct",
+    "posg-distinct-pos",
     "posg-rep",
 )
 

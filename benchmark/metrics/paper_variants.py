@@ -12,7 +12,8 @@ cases and independent re-implementations of each formula):
   eval_LM_metric.py and eval_seq2seq_metric.py call it): ``posg-bleu`` (``bleu_upto``),
   ``posg-self-bleu`` (``selfbleu``), ``posg-kld`` (``kld(gt, predict, 1)``), ``posg-ms-jaccard``
   (``ms_jaccard``), ``posg-distinct`` (``distinct_upto``) and ``posg-rep`` (``repetition``).
-  Its Uniq is maxbench's ``uniq``.
+  Its Uniq is maxbench's ``uniq``. ``posg-distinct-pos`` is the paper's distinct n-POS (Table 3):
+  ``distinct_upto`` over POS tag sequences.
 
 Texygen tokenises with nltk ``word_tokenize``; POSG's texts are the word tokens of its corpora.
 Here every variant counts maxbench's word tokens (``tokenize.word_tokens``, named in each
@@ -310,15 +311,71 @@ class PosgDistinct(Metric):
         return {f"{self.name}-{n}": UNIT for n in self.orders}
 
     def _compute(self, batch: TextBatch):
-        lengths = [len(t) for t in batch.tokens]
+        return self.result(self._distinct(batch, batch.tokens))
+
+    def _distinct(self, batch: TextBatch, token_lists: Sequence[Sequence[str]]) -> list:
+        """distinct_upto over ``token_lists`` (one list per text of ``batch``)."""
+        lengths = [len(t) for t in token_lists]
         scores = []
         for n, name in zip(self.orders, self.score_ranges):
             per_text = [
                 len(c) / size if size > self.min_tokens else np.nan
-                for c, size in zip(hashed_counts(batch.tokens, n), lengths)
+                for c, size in zip(hashed_counts(token_lists, n), lengths)
             ]
             scores.append(mean_score(batch, name, per_text, f"no text has more than {self.min_tokens} tokens"))
-        return self.result(scores)
+        return scores
+
+
+class PosgDistinctPOS(PosgDistinct):
+    name = "posg-distinct-pos"
+    variant = (
+        "Distinct-n-POS of the POSG paper (posg.txt section 6, Table 3): every text POS-tagged, an n-POS is n "
+        "contiguous tags, and distinct_upto (util/evaluate.py) runs over the tag sequences: per text unique "
+        "n-POS / number of tags, texts of 5 tags or fewer dropped, mean over the rest. Tags: spaCy's Penn "
+        "Treebank tagger (the one POSG's head is fitted with; the paper: Stanford CoreNLP's XPOS), "
+        "whitespace tokens left out"
+    )
+
+    def __init__(self, orders: tuple[int, ...] = (1, 2, 3), tagger=None):
+        super().__init__(orders)
+        self._tagger, self._custom = tagger, tagger is not None
+
+    @property
+    def tagger(self):
+        """texts -> [(start, end, tag)] per text; spaCy's (``load_tagger``) unless one was given."""
+        if self._tagger is None:
+            from systems.layers.posg_fit import load_tagger
+
+            self._tagger = load_tagger()
+        return self._tagger
+
+    @property
+    def signature(self) -> str:
+        # spaCy's pipeline is pinned (with its sha256) by the asset registry: naming it needs no loading
+        if self._custom:
+            tagger = getattr(self._tagger, "version", "custom")
+        else:
+            from systems.assets import ASSETS
+
+            asset = ASSETS["spacy-en"]
+            tagger = f"spacy-{package_version('spacy')}/{asset.spec}(sha256:{asset.sha256[:12]})"
+        return signature(
+            self.name,
+            tagger=tagger,
+            n=_orders_text(self.orders),
+            ratio="unique-n-pos/tags",
+            texts=f">{self.min_tokens}-tags",
+            avg="mean-over-texts",
+        )
+
+    def tags(self, texts: Sequence[str]) -> list[list[str]]:
+        """The tag sequence of each text (whitespace tokens left out)."""
+        from systems.layers.posg_fit import SPACE_TAG
+
+        return [[tag for _, _, tag in words if tag != SPACE_TAG] for words in self.tagger(list(texts))]
+
+    def _compute(self, batch: TextBatch):
+        return self.result(self._distinct(batch, self.tags(batch.texts)))
 
 
 class PosgRep(Repetition):

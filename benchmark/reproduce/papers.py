@@ -5,8 +5,10 @@ A claim compares one or more ``methods`` with a ``baseline`` (roles of the proto
 ``scores`` in a ``direction`` ("higher" or "lower" for the method); ``paper_baseline`` and
 ``paper_method`` are the paper's numbers for its ``paper_model``, score by score. ``comparable`` says
 whether the paper's effect size can be held against maxbench's (true only where the quantity does
-not depend on the base model's absolute quality, e.g. a time ratio). A claim with ``runnable =
-false`` cannot be run offline and gives its ``reason``.
+not depend on the base model's absolute quality, e.g. a time ratio). A ``kind = "correlation"``
+claim correlates each of ``scores`` with the score of ``against`` at the same position over the text
+sources (every system of every run, and the human references), with the paper's r in
+``paper_method``. A claim with ``runnable = false`` cannot be run offline and gives its ``reason``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from core.registry import unknown_name
 
 PAPER_DIR = Path(__file__).parent / "papers"
 DIRECTIONS = ("higher", "lower")
-KINDS = ("difference", "ratio")
+KINDS = ("difference", "ratio", "correlation")
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class Claim:
     baselines: tuple[str, ...] = ()
     scores: tuple[str, ...] = ()
     also: tuple[str, ...] = ()  # maxbench's default variant of each score, shown beside it
+    against: tuple[str, ...] = ()  # correlation claims: the score each of ``scores`` is correlated with
     direction: str = "higher"
     kind: str = "difference"
     paper_model: str = ""
@@ -47,7 +50,10 @@ class Claim:
     differences: tuple[str, ...] = ()
 
     def paper_difference(self, i: int) -> float | None:
-        """The paper's method - baseline on score ``i`` (or its effect for a ratio claim)."""
+        """The paper's method - baseline on score ``i`` (its effect for a ratio claim, its r for a
+        correlation claim)."""
+        if self.kind == "correlation":
+            return self.paper_method[i] if i < len(self.paper_method) else None
         if self.paper_effect is not None:
             return self.paper_effect
         if i < len(self.paper_method) and i < len(self.paper_baseline):
@@ -118,6 +124,7 @@ def load_paper(name: str, path: Path | None = None) -> Paper:
             baselines=_tuple(raw.get("baseline"), what),
             scores=_tuple(raw.get("scores"), what),
             also=_tuple(raw.get("also"), what),
+            against=_tuple(raw.get("against"), what),
             direction=raw.get("direction", "higher"),
             kind=raw.get("kind", "difference"),
             paper_model=raw.get("paper_model", ""),
@@ -142,6 +149,10 @@ def load_paper(name: str, path: Path | None = None) -> Paper:
                     raise MaxbenchError(f"{what}: {unknown_name('system role', role, roles)}")
             if not claim.scores or (claim.also and len(claim.also) != len(claim.scores)):
                 raise MaxbenchError(f"{what}: needs 'scores', and 'also' (if given) of the same length")
+            if (claim.kind == "correlation") != bool(claim.against) or (
+                claim.against and len(claim.against) != len(claim.scores)
+            ):
+                raise MaxbenchError(f"{what}: a correlation claim (and only one) needs 'against', one per score")
             for corpus in claim.corpora:
                 if corpus not in protocol.get("corpora", []):
                     raise MaxbenchError(f"{what}: corpus '{corpus}' is not one of the protocol's corpora")

@@ -7,7 +7,9 @@ Differences against the protocol's baseline come from each run's ``scores.json``
 bootstrap over prompts); against another system of the run (a lambda, sparsemax, KerBS) they are
 computed here by the same paired test (``benchmark.metrics.stats.paired_test``) from the run's
 generations. Folds are combined by ``verdicts.combine_folds``; a time ratio (Table 3 of graphmax)
-comes from the runs' ``timings.jsonl`` and the tokens generated.
+comes from the runs' ``timings.jsonl`` and the tokens generated. A correlation claim (Table 3 of
+POSG) is Pearson's r over the text sources: every system of every run of a corpus, and the human
+references, scored here with the same metric; its interval is Fisher's z interval (scipy).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class Row:
     # difference / maxbench's baseline (a level claim's effect in relative terms, comparable in size
     # with the paper's relative effect as absolute numbers are not); None for ratio claims
     relative_difference: float | None = None
+    kind: str = "difference"  # the claim's kind: "difference", "ratio" or "correlation" (difference = r)
 
     @property
     def paper_relative(self) -> float | None:
@@ -103,6 +106,111 @@ class PairCache:
         return self.done[key].get(score)
 
 
+class ReferenceScores:
+    """Metrics of the human text: each suite's references scored as if a system had written them,
+    computed once per (suite, metric)."""
+
+    def __init__(self):
+        self.done: dict = {}
+
+    def value(self, run: RunSpec, doc: dict, score: str) -> float | None:
+        from benchmark.metrics.base import TextBatch, get_metric
+        from benchmark.metrics.scoring import load_run
+
+        metric = _metric_of(doc, score)
+        if metric is None:
+            return None
+        key = (run.plan.suite.name, metric)
+        if key not in self.done:
+            _, batches = load_run(run.run_dir)
+            first = next(iter(batches.values()))
+            # a reference metric holds each human text against the references, itself among them
+            humans = TextBatch(first.reference_list, first.prompt_order, first.references)
+            self.done[key] = get_metric(metric).compute(humans)
+        found = self.done[key].scores.get(score)
+        return None if found is None else found.value
+
+
+HUMAN = "human"
+
+
+def correlation_points(
+    claim: Claim, runs: list[RunSpec], corpus: str, i: int, humans: ReferenceScores
+) -> list[tuple[str, float, float]]:
+    """(text source, x, y) for score ``i`` of a correlation claim: x = ``against[i]``, y = ``scores[i]``
+    of every system of every scored run of ``corpus``, then the human references of each suite."""
+    x_score, y_score = claim.against[i], claim.scores[i]
+    points, suites = [], []
+    for run in runs:
+        doc = _scores(run.run_dir) if run.corpus == corpus else None
+        if doc is None:
+            continue
+        where = run.model + ("" if run.fold is None else f" fold {run.fold}")
+        for role, system in run.roles.items():
+            entry = doc["systems"].get(system, {}).get("scores", {})
+            x, y = (entry.get(x_score) or {}).get("value"), (entry.get(y_score) or {}).get("value")
+            if x is not None and y is not None:
+                points.append((f"{where} {role}", x, y))
+        if run.plan.suite.name not in [s for s, _, _ in suites]:
+            suites.append((run.plan.suite.name, run, doc))
+    for name, run, doc in suites:
+        x, y = humans.value(run, doc, x_score), humans.value(run, doc, y_score)
+        if x is not None and y is not None:
+            points.append((HUMAN + ("" if len(suites) == 1 else f" ({name})"), x, y))
+    return points
+
+
+def pearson(points: list[tuple[str, float, float]], level: float = 0.95):
+    """Pearson's r of the points with Fisher's z interval, or (None, None, None, why not)."""
+    from scipy.stats import pearsonr
+
+    if len(points) < 4:
+        return None, None, None, f"only {len(points)} text sources scored; an interval for r needs at least 4"
+    xs, ys = [p[1] for p in points], [p[2] for p in points]
+    if len(set(xs)) == 1 or len(set(ys)) == 1:
+        return None, None, None, "a score is the same for every text source: r is undefined"
+    res = pearsonr(xs, ys)
+    ci = res.confidence_interval(level)
+    return float(res.statistic), float(ci.low), float(ci.high), ""
+
+
+def _correlation_rows(claim: Claim, runs: list[RunSpec], humans: ReferenceScores) -> list[Row]:
+    rows = []
+    for corpus in claim.corpora:
+        for i, (y_score, x_score) in enumerate(zip(claim.scores, claim.against)):
+            points = correlation_points(claim, runs, corpus, i, humans)
+            r, low, high, why = pearson(points)
+            v = decide(claim.direction, r, low, high, paper_effect=claim.paper_difference(i), reason=why)
+            models = list(dict.fromkeys(run.model for run in runs if run.corpus == corpus))
+            rows.append(
+                Row(
+                    claim.id,
+                    "+".join(models),
+                    corpus,
+                    y_score,
+                    x_score,
+                    y_score,
+                    "paper",
+                    None,
+                    claim.paper_difference(i),
+                    claim.paper_difference(i),
+                    None,
+                    None,
+                    None,
+                    None,
+                    r,
+                    low,
+                    high,
+                    len(points),
+                    "Pearson r, Fisher z interval over the text sources",
+                    v.verdict,
+                    v.why,
+                    kind="correlation",
+                )
+            )
+    return rows
+
+
 def _fold_value(run: RunSpec, doc: dict, role: str, score: str):
     entry = doc["systems"].get(run.roles[role], {}).get("scores", {}).get(score) or {}
     return entry.get("value")
@@ -146,8 +254,9 @@ def _mean_sd(values: list[float | None]) -> tuple[float | None, float | None]:
     return m, sd
 
 
-def claim_rows(claim: Claim, runs: list[RunSpec], pairs: PairCache) -> list[Row]:
-    """Every (model, corpus, method, baseline, score) row of a claim, with its verdict."""
+def claim_rows(claim: Claim, runs: list[RunSpec], pairs: PairCache, humans: ReferenceScores | None = None) -> list[Row]:
+    """Every (model, corpus, method, baseline, score) row of a claim, with its verdict (a correlation
+    claim: one row per corpus and score, over every model)."""
     if not claim.runnable:
         return [
             Row(
@@ -174,6 +283,8 @@ def claim_rows(claim: Claim, runs: list[RunSpec], pairs: PairCache) -> list[Row]
                 claim.reason,
             )
         ]
+    if claim.kind == "correlation":
+        return _correlation_rows(claim, runs, humans or ReferenceScores())
     rows = []
     models = list(dict.fromkeys(r.model for r in runs))
     for model in models:
@@ -249,6 +360,7 @@ def _row(claim, model, corpus, method, baseline, score, variant, i, cells, pairs
         v.verdict,
         v.why,
         comb.estimate / b_mean if comb.estimate is not None and b_mean and claim.kind != "ratio" else None,
+        claim.kind,
     )
 
 
@@ -313,7 +425,52 @@ def total_wall_seconds(runs: list[RunSpec]) -> float:
     return total
 
 
-def sections(paper: Paper, runs: list[RunSpec], rows: list[Row], command: str, wall: float) -> list[Section]:
+def _correlation_tables(s: Section, claim: Claim, runs: list[RunSpec], crows: list[Row], humans: ReferenceScores):
+    """A correlation claim: r per corpus and score with its verdict, then the points behind it."""
+    s.tables.append(
+        Table(
+            ("models", "corpus", "score vs score", "paper r", "maxbench r [95% CI]", "text sources", "verdict"),
+            tuple(
+                (
+                    Cell(r.model, code=True),
+                    Cell(r.corpus),
+                    Cell(f"{r.method} vs {r.baseline}"),
+                    num(_f(r.paper_method)),
+                    num(_ci(r)),
+                    num(str(r.n_folds)),
+                    Cell(r.verdict, detail=f"({r.why})" if r.why else ""),
+                )
+                for r in crows
+            ),
+            align="lllrrrl",
+        )
+    )
+    for corpus in claim.corpora:
+        by_source: dict[str, list[str]] = {}
+        for i in range(len(claim.scores)):
+            for source, x, y in correlation_points(claim, runs, corpus, i, humans):
+                by_source.setdefault(source, ["n/a"] * (2 * len(claim.scores)))[2 * i : 2 * i + 2] = [_f(x), _f(y)]
+        if by_source:
+            cols = ("text source",) + tuple(n for pair in zip(claim.against, claim.scores) for n in pair)
+            s.tables.append(
+                Table(
+                    cols,
+                    tuple((Cell(k), *map(num, v)) for k, v in by_source.items()),
+                    align="l" + "r" * (len(cols) - 1),
+                )
+            )
+    if claim.paper_model:
+        s.paragraphs.append(Para("Paper's numbers: {}.", (claim.paper_model,)))
+
+
+def sections(
+    paper: Paper,
+    runs: list[RunSpec],
+    rows: list[Row],
+    command: str,
+    wall: float,
+    humans: ReferenceScores | None = None,
+) -> list[Section]:
     counts = {}
     for r in rows:
         if r.variant == "paper":
@@ -349,6 +506,8 @@ def sections(paper: Paper, runs: list[RunSpec], rows: list[Row], command: str, w
         crows = by_claim.get(claim.id, [])
         if not claim.runnable:
             s.paragraphs.append(Para("Verdict: not comparable. {}", (claim.reason,)))
+        elif claim.kind == "correlation":
+            _correlation_tables(s, claim, runs, crows, humans or ReferenceScores())
         else:
             cols = (
                 "model",
@@ -437,7 +596,9 @@ def _plot(rows: list[Row], path: Path) -> Figure | None:
     for r in rows:
         if r.variant != "paper" or r.difference is None or r.ci_low is None or r.ci_high is None:
             continue
-        if r.baseline_mean is None and r.method_mean is None:  # a ratio claim
+        if r.kind == "correlation":  # r is not on this scale
+            continue
+        if r.kind == "ratio":
             pts.append((r, 100 * (r.difference - 1), 100 * (r.ci_low - 1), 100 * (r.ci_high - 1)))
         elif r.baseline_mean:
             k = 100 / abs(r.baseline_mean)
@@ -472,10 +633,10 @@ def _plot(rows: list[Row], path: Path) -> Figure | None:
 
 def write_report(paper: Paper, runs: list[RunSpec], out: Path, command: str, n_resamples: int = 1000) -> list[Path]:
     """Write report.md/.html/.csv/.json (and differences.png) for the runs in ``out``."""
-    pairs = PairCache(n_resamples)
-    rows = [row for claim in paper.claims for row in claim_rows(claim, runs, pairs)]
+    pairs, humans = PairCache(n_resamples), ReferenceScores()
+    rows = [row for claim in paper.claims for row in claim_rows(claim, runs, pairs, humans)]
     wall = total_wall_seconds(runs)
-    secs = sections(paper, runs, rows, command, wall)
+    secs = sections(paper, runs, rows, command, wall, humans)
     fig = _plot(rows, out / "differences.png")
     if fig is not None:
         secs[0].figures.append(fig)
