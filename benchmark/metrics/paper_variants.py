@@ -292,17 +292,23 @@ class PosgDistinct(Metric):
         "mean over the rest"
     )
 
+    gram, unit = "n-grams", "tokens"  # what is counted, and in what
+
     def __init__(self, orders: tuple[int, ...] = (1, 2, 3)):
         self.orders = tuple(orders)
+
+    def _units(self) -> dict:
+        """The signature's first part: how a text becomes units."""
+        return {"tok": TOKENIZER_ID}
 
     @property
     def signature(self) -> str:
         return signature(
             self.name,
-            tok=TOKENIZER_ID,
+            **self._units(),
             n=_orders_text(self.orders),
-            ratio="unique-n-grams/tokens",
-            texts=f">{self.min_tokens}-tokens",
+            ratio=f"unique-{self.gram}/{self.unit}",
+            texts=f">{self.min_tokens}-{self.unit}",
             avg="mean-over-texts",
         )
 
@@ -328,6 +334,7 @@ class PosgDistinct(Metric):
 
 class PosgDistinctPOS(PosgDistinct):
     name = "posg-distinct-pos"
+    gram, unit = "n-pos", "tags"
     variant = (
         "Distinct-n-POS of the POSG paper (posg.txt section 6, Table 3): every text POS-tagged, an n-POS is n "
         "contiguous tags, and distinct_upto (util/evaluate.py) runs over the tag sequences: per text unique "
@@ -349,24 +356,14 @@ class PosgDistinctPOS(PosgDistinct):
             self._tagger = load_tagger()
         return self._tagger
 
-    @property
-    def signature(self) -> str:
+    def _units(self) -> dict:
         # spaCy's pipeline is pinned (with its sha256) by the asset registry: naming it needs no loading
         if self._custom:
-            tagger = getattr(self._tagger, "version", "custom")
-        else:
-            from systems.assets import ASSETS
+            return {"tagger": getattr(self._tagger, "version", "custom")}
+        from systems.assets import ASSETS
 
-            asset = ASSETS["spacy-en"]
-            tagger = f"spacy-{package_version('spacy')}/{asset.spec}(sha256:{asset.sha256[:12]})"
-        return signature(
-            self.name,
-            tagger=tagger,
-            n=_orders_text(self.orders),
-            ratio="unique-n-pos/tags",
-            texts=f">{self.min_tokens}-tags",
-            avg="mean-over-texts",
-        )
+        asset = ASSETS["spacy-en"]
+        return {"tagger": f"spacy-{package_version('spacy')}/{asset.spec}(sha256:{asset.sha256[:12]})"}
 
     def tags(self, texts: Sequence[str]) -> list[list[str]]:
         """The tag sequence of each text (whitespace tokens left out)."""
