@@ -194,6 +194,34 @@ def test_guided_sampling_keeps_top_k_tags_and_nucleus_within_the_tag():
     assert support == drawn
 
 
+def test_guided_sampling_warps_only_the_drawn_tag_and_draws_what_warping_every_kept_tag_draws():
+    """The drawn tag's row alone is warped; the tokens equal those of warping all tag_topk rows and
+    picking the drawn one (the layer before this shortcut), bit for bit, under a nucleus warper."""
+    head = random_head(seed=7)
+    layer = POSGLayer(tag_topk=3)
+    layer.set_head(head)
+    g = torch.Generator().manual_seed(7)
+    n = 64
+    logits, h = torch.randn(n, 40, generator=g) * 3, torch.randn(n, 8, generator=g)
+    setting = DecodingSetting(top_p=0.6)
+    warp = lambda s: setting.warpers()(None, s)  # noqa: E731
+    scores = layer.scores(logits, h)
+    got = layer.sample(scores, warp, [torch.Generator().manual_seed(i) for i in range(n)])
+    # every kept tag's row warped, then the drawn one picked, from the same generators
+    gens = [torch.Generator().manual_seed(i) for i in range(n)]
+    top_p, top_c = layer._tag_logp.exp().topk(3, dim=-1)
+    top_p = top_p / top_p.sum(-1, keepdim=True)
+    member = head.membership.T
+    restricted = logits[:, None, :].expand(n, 3, 40).masked_fill(~member[top_c], -math.inf)
+    within = torch.nan_to_num(torch.softmax(warp(restricted.reshape(3 * n, 40)), -1).reshape(n, 3, 40), nan=0.0)
+    slot = torch.cat([torch.multinomial(top_p[i : i + 1], 1, generator=gens[i])[0] for i in range(n)])
+    chosen = within[torch.arange(n), slot]
+    want = torch.cat([torch.multinomial(chosen[i : i + 1], 1, generator=gens[i])[0] for i in range(n)])
+    assert torch.equal(got, want)
+    assert torch.equal(layer.last_tags, top_c.gather(1, slot[:, None])[:, 0])
+    torch.testing.assert_close(layer.last_probs, (top_p[:, :, None] * within).sum(1), atol=0, rtol=0)
+
+
 def test_pos_control_raises_the_controlled_tags_share():
     head = random_head(seed=5)
     g = torch.Generator().manual_seed(5)

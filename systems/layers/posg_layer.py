@@ -91,21 +91,37 @@ class POSGLayer(OutputLayer):
 
     @torch.no_grad()
     def sample(self, scores, warp, generators):
-        """POS Guided Sampling: top-k tags, draw a tag, then the decoding setting within its vocabulary."""
-        head = self.head
+        """POS Guided Sampling: top-k tags, draw a tag, then the decoding setting within its vocabulary.
+
+        Only the drawn tag's vocabulary is warped (one row per text, not ``tag_topk``): the warpers
+        work row by row, so the draw is the same as from all kept tags' rows, at 1/tag_topk of the cost
+        (the sorting of top-p over a 262k vocabulary dominated Gemma's steps). The mixture the draw
+        comes from is :attr:`last_probs`, computed when asked for."""
         tag_p = self._tag_logp.exp()
         k = self.tag_topk or tag_p.shape[1]
         k = min(k, tag_p.shape[1])
         top_p, top_c = tag_p.topk(k, dim=-1)  # (B, k)
         top_p = top_p / top_p.sum(-1, keepdim=True)
-        bsz, vocab = self._logits.shape
-        member = head.membership.T  # (T, V)
-        # The token distribution within each kept tag, under the decoding setting (Eq. 5).
-        restricted = self._logits[:, None, :].expand(bsz, k, vocab).masked_fill(~member[top_c], -math.inf)
-        within = torch.softmax(warp(restricted.reshape(bsz * k, vocab)).float(), dim=-1).reshape(bsz, k, vocab)
-        within = torch.nan_to_num(within, nan=0.0)  # an empty class (never kept: p would be 0)
-        self.last_probs = (top_p[:, :, None] * within).sum(1)
+        self._kept = (top_p, top_c, warp)
         slot = sample_rows(top_p.cpu(), generators)
         self.last_tags = top_c.cpu().gather(1, slot[:, None])[:, 0]
-        chosen = within[torch.arange(bsz), slot.to(within.device)]
+        chosen = self._within(self.last_tags[:, None].to(top_c.device), warp)[:, 0]
         return sample_rows(chosen.cpu(), generators)
+
+    def _within(self, classes: torch.Tensor, warp) -> torch.Tensor:
+        """(B, k, V): for each row's classes (B, k), the token distribution within that class's
+        vocabulary under the decoding setting (Eq. 5); zero for an empty class (never kept)."""
+        bsz, vocab = self._logits.shape
+        member = self.head.membership.T  # (T, V)
+        restricted = (
+            self._logits[:, None, :].expand(bsz, classes.shape[1], vocab).masked_fill(~member[classes], -math.inf)
+        )
+        within = torch.softmax(warp(restricted.reshape(-1, vocab)).float(), dim=-1).reshape(bsz, -1, vocab)
+        return torch.nan_to_num(within, nan=0.0)
+
+    @property
+    def last_probs(self) -> torch.Tensor:
+        """The distribution the last :meth:`sample` drew from: the kept tags' within-tag
+        distributions mixed by their renormalised probabilities (B, V)."""
+        top_p, top_c, warp = self._kept
+        return (top_p[:, :, None] * self._within(top_c, warp)).sum(1)
