@@ -114,8 +114,13 @@ def test_a_damaged_entry_is_recomputed_never_trusted(fresh, computed, damage):
     elif damage == "truncated":
         path.write_text(path.read_text()[:100])
     elif damage == "edited value":  # valid JSON, but the body no longer matches its sha256
+        # a system's entry (comparisons hold differences, not values); the keys, hence the order
+        # of the entries, change with the code version
+        path = next(e for e in entries if '"value": ' in e.read_text())
+        doc = json.loads(path.read_text())
         path.write_text(path.read_text().replace('"value": ', '"value": 1', 1))
-        assert json.loads(path.read_text())["sha256"] == doc["sha256"]
+        edited = json.loads(path.read_text())
+        assert edited["sha256"] == doc["sha256"] and edited["body"] != doc["body"]
     elif damage == "other key":  # a whole valid entry, filed under another key
         path.write_text(entries[1].read_text())
     else:
