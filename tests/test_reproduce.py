@@ -503,3 +503,36 @@ def test_time_per_token_counts_cpu_seconds_per_generated_token(tmp_path):
     (tmp_path / "generations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert time_per_token(tmp_path) == {"a": 2.0, "b": 0.5}
     assert [_pct(v) for v in (None, -0.000015, 0.2, -1.0, 11.656)] == ["", "-0.0015%", "+20%", "-100%", "+1,166%"]
+
+
+def test_the_differences_plot_turns_symmetric_log_when_one_claim_dwarfs_the_others(tmp_path, monkeypatch):
+    """graphmax's paper solver moves perplexity by +95,000%: on a linear axis every BLEU row would sit on
+    the null. Past SYMLOG_ABOVE_PERCENT the axis is symmetric-logarithmic (linear near 0), and says so."""
+    import matplotlib.axes
+
+    from benchmark.reproduce import report
+    from benchmark.reproduce.report import Row
+
+    def row(difference, baseline=10.0):
+        return Row(
+            *("c", "m", "k", "graphmax", "softmax", "ppl", "paper"),
+            *(None, None, None, 1.0, 0.1, baseline, 0.1),
+            difference,
+            difference - 1,
+            difference + 1,
+            1,
+            "bootstrap",
+            REPRODUCED,
+            "",
+        )
+
+    scales, labels = [], []
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_xscale", lambda ax, v, **kw: scales.append((v, kw)), raising=True)
+    real_label = matplotlib.axes.Axes.set_xlabel
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_xlabel", lambda ax, t, **kw: labels.append(t) or real_label(ax, t))
+    assert report._plot([row(5.0), row(-3.0)], tmp_path / "narrow.png") is not None
+    assert scales == [] and "logarithmic" not in labels[-1]
+    assert report._plot([row(5.0), row(9_000.0)], tmp_path / "wide.png") is not None  # +90,000% of 10
+    assert scales == [("symlog", {"linthresh": report.SYMLOG_LINEAR_PERCENT})]
+    assert f"linear within ±{report.SYMLOG_LINEAR_PERCENT}%, logarithmic beyond" in labels[-1]
+    assert (tmp_path / "wide.png").read_bytes()[:4] == b"\x89PNG"

@@ -584,6 +584,17 @@ def _csv(rows: list[Row]) -> str:
     return buf.getvalue()
 
 
+#: the differences plot turns symmetric-logarithmic when some point lies further than this from 0
+#: (in % of its baseline), linear within ±SYMLOG_LINEAR_PERCENT
+SYMLOG_ABOVE_PERCENT = 1000
+SYMLOG_LINEAR_PERCENT = 10
+
+
+def _wide(pts: list[tuple]) -> bool:
+    """Whether the differences span too much for a linear axis (see SYMLOG_ABOVE_PERCENT)."""
+    return max(max(abs(d), abs(lo), abs(hi)) for _, d, lo, hi in pts) > SYMLOG_ABOVE_PERCENT
+
+
 def _plot(rows: list[Row], path: Path) -> Figure | None:
     import matplotlib
 
@@ -612,6 +623,9 @@ def _plot(rows: list[Row], path: Path) -> Figure | None:
         if r.paper_relative is not None:
             ax.plot(100 * r.paper_relative, y, "D", mfc="none", color="k", ms=5, label="paper's effect")
     ax.axvline(0, color="k", lw=0.8)
+    symlog = _wide(pts)
+    if symlog:  # one claim's +90,000% would flatten every other row onto the null
+        ax.set_xscale("symlog", linthresh=SYMLOG_LINEAR_PERCENT)
     ax.set_yticks(range(len(pts)))
     ax.set_yticklabels(
         [f"{r.claim} {r.model} {r.corpus} {r.method}-{r.baseline} {r.score}"[:90] for r, *_ in pts], fontsize=7
@@ -620,7 +634,8 @@ def _plot(rows: list[Row], path: Path) -> Figure | None:
     seen = dict(zip(labels, handles, strict=True))
     keys = [k for k in (*colours, "paper's effect") if k in seen]
     ax.legend([seen[k] for k in keys], keys, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
-    ax.set_xlabel("maxbench's difference, % of its baseline (a time ratio r: r - 1), with 95% interval")
+    scale = f"; linear within ±{SYMLOG_LINEAR_PERCENT}%, logarithmic beyond" if symlog else ""
+    ax.set_xlabel(f"maxbench's difference, % of its baseline (a time ratio r: r - 1), with 95% interval{scale}")
     ax.grid(alpha=0.3)
     plt.rcParams.update({"svg.hashsalt": "maxbench"})
     with atomic_open(path) as f:
