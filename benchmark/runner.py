@@ -11,7 +11,12 @@ uninterrupted run end byte-identical, and nothing written is ever lost.
 Sharding (``--shard i/n``) hands out whole batches round-robin, numbered across all systems
 in registry order (so n can exceed the batches of one system), and every row is decoded in
 the same batch as in a single process; shard i writes ``generations.shard-i-of-n.jsonl``
-and ``merge_shards`` joins the shards into the same ``generations.jsonl``.
+and ``merge_shards`` joins the shards into the same ``generations.jsonl``. A shard that has
+finished its own batches takes over the batches another shard of the run has not reached yet,
+while that shard is running (work stealing: the shard that fits a head does not keep the others
+waiting); each batch is claimed by a lock (``core.locks.claim``) before it is decoded, so none is
+decoded twice, and a shard that is not running keeps its batches (``--shard i/n`` on separate
+machines or at separate times still generates exactly shard i).
 
 Before the first token, ``preflight`` checks everything a run can be refused for (systems,
 models, corpus, folders, limits of the model and the machine, disk space), so a mistake costs
@@ -31,12 +36,14 @@ from pathlib import Path
 
 from core.errors import MaxbenchError
 from core.fileio import atomic_write, check_output_dir, ensure_dir, free_bytes, os_error
-from core.locks import exclusive
+from core.locks import claim, exclusive, held
 from core.provenance import versions
 
 MANIFEST = "manifest.json"
 GENERATIONS = "generations.jsonl"
 TIMINGS = "timings.jsonl"
+#: the run directory's folder of batch claims (lock files only; see ``core.locks.claim``)
+CLAIMS = ".claims"
 
 
 #: set by ``maxbench run --workers`` for its workers, so their phases join the parent's invocation
@@ -290,13 +297,61 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     return i, n
 
 
+class RowsSeen:
+    """Keys of the rows written so far to any generations file of the run (the merged file and every
+    shard's, whatever the number of shards that wrote them), read incrementally: ``refresh`` parses
+    only the whole lines appended since the last look (a file replaced by its canonical rewrite is
+    read again), so a worker can ask before every batch whether another process has written it."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        self.keys: set = set()
+        self._seen: dict = {}  # path -> (inode, bytes read, lines read)
+
+    def refresh(self) -> set:
+        for path in [self.run_dir / GENERATIONS, *sorted(self.run_dir.glob("generations.shard-*.jsonl"))]:
+            try:
+                with open(path, "rb") as f:
+                    inode = os.fstat(f.fileno()).st_ino
+                    old_inode, offset, lines = self._seen.get(path, (None, 0, 0))
+                    if old_inode != inode:
+                        offset, lines = 0, 0
+                    f.seek(offset)
+                    data = f.read()
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise os_error(path, exc, "read") from None
+            end = data.rfind(b"\n") + 1
+            for n, line in enumerate(data[:end].split(b"\n")[:-1], lines + 1):
+                if line.strip():
+                    try:
+                        self.keys.add(row_key(json.loads(line)))
+                    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                        raise MaxbenchError(
+                            f"{path}:{n} is not valid JSON; the run file is damaged (move it away to regenerate)"
+                        ) from None
+            self._seen[path] = (inode, offset + end, lines + data[:end].count(b"\n"))
+        return self.keys
+
+    def done(self, system: str, batch: list) -> bool:
+        return all((system, it.id, s) in self.keys for it, s in batch)
+
+
 def finished_keys(plan: RunPlan) -> set:
-    """Keys of the rows already written to any generations file of the run (the merged file and
-    every shard's, whatever the number of shards that wrote them): none is decoded again."""
-    done = set()
-    for path in [plan.run_dir / GENERATIONS, *sorted(plan.run_dir.glob("generations.shard-*.jsonl"))]:
-        done |= {row_key(r) for r in read_rows(path)}
-    return done
+    """Keys of the rows already written to any generations file of the run: none is decoded again."""
+    return RowsSeen(plan.run_dir).refresh()
+
+
+def shard_units(plan: RunPlan, shard: tuple[int, int] | None) -> list[list[tuple[int, list]]]:
+    """Per system, the (unit, batch) pairs of ``shard`` (every pair without one): the batches of all
+    systems are numbered in registry order, and unit k belongs to shard k mod n."""
+    out, unit = [], 0
+    for system in plan.systems:
+        batches = plan.batches(system)
+        out.append([(k, b) for k, b in enumerate(batches, start=unit) if shard is None or k % shard[1] == shard[0]])
+        unit += len(batches)
+    return out
 
 
 def shard_file(run_dir: Path, shard: tuple[int, int] | None) -> Path:
@@ -340,7 +395,7 @@ class Preflight:
     """What ``preflight`` checked and loaded, for ``generate_run`` to use."""
 
     layers: list  # one OutputLayer per system, unfitted
-    todo: list  # per system, the batches (lists of (item, sample)) that still lack rows
+    todo: list  # per system, the (unit, batch) pairs (batch: a list of (item, sample)) that still lack rows
     done: set  # keys of the rows already written
     models: dict = field(default_factory=dict)  # model name -> LoadedModel, for systems with work
     load_seconds: dict = field(default_factory=dict)
@@ -383,21 +438,19 @@ def preflight(
         )
     out = shard_file(plan.run_dir, shard)
     done = finished_keys(plan)
-    todo, unit = [], 0  # (system, batch) units are handed to shards round-robin across all systems
-    for system in plan.systems:
-        batches = plan.batches(system)
-        mine = [b for bi, b in enumerate(batches, start=unit) if shard is None or bi % shard[1] == shard[0]]
-        unit += len(batches)
-        todo.append([b for b in mine if any((system.name, it.id, s) not in done for it, s in b)])
+    todo = [
+        [(k, b) for k, b in units if any((system.name, it.id, s) not in done for it, s in b)]
+        for system, units in zip(plan.systems, shard_units(plan, shard))
+    ]
     pre = Preflight(layers=layers, todo=todo, done=done)
-    for system, layer, batches in zip(plan.systems, layers, todo):
-        if not batches:
+    for system, layer, units in zip(plan.systems, layers, todo):
+        if not units:
             continue
         if system.model not in pre.models:
             t0 = time.perf_counter()
             pre.models[system.model] = load_model(system.model, device=device, threads=threads)
             pre.load_seconds[system.model] = time.perf_counter() - t0
-        items = list(dict.fromkeys(it for batch in batches for it, _ in batch))
+        items = list(dict.fromkeys(it for _, batch in units for it, _ in batch))
         check_limits(
             pre.models[system.model],
             [it.prompt for it in items],
@@ -407,7 +460,7 @@ def preflight(
             references=[it.reference for it in items] if plan.reference_ppl else None,
             hidden_states=layer.needs_hidden,
         )
-    rows = [(it, system) for system, batches in zip(plan.systems, todo) for batch in batches for it, _ in batch]
+    rows = [(it, system) for system, units in zip(plan.systems, todo) for _, batch in units for it, _ in batch]
     new = sum(
         ROW_BYTES_FIXED
         + 2 * (len(it.prompt.encode()) + len(it.reference.encode()))
@@ -445,94 +498,168 @@ def generate_run(
         return _generate(plan, pre, out, shard, device, progress, timer or PhaseTimer(plan.run_dir, shard))
 
 
-def _schedule(plan: RunPlan, pre: Preflight, shard) -> list[tuple]:
-    """(system, layer, batches) in the order this process works through them: the lineup's order,
+def _schedule(plan: RunPlan, units: list, shard) -> list[tuple]:
+    """(system index, (unit, batch) pairs) in the order a shard works through them: the lineup's order,
     walked backwards by odd shards, so that two workers fit the heads of the first and the last
     systems (graphmax's graph, POSG's and KerBS's heads) at the same time rather than one waiting
     for the other. The order changes no row: each batch is decoded the same way in any order."""
-    work = list(zip(plan.systems, pre.layers, pre.todo))
+    work = list(enumerate(units))
     return work[::-1] if shard is not None and shard[0] % 2 else work
+
+
+class _Decoder:
+    """Decodes claimed batches of one run in one process: each system's layer fitted (or loaded) on
+    its first batch, rows appended to this process's file, time kept per system."""
+
+    def __init__(self, plan: RunPlan, pre: Preflight, out: Path, progress: bool, timer: PhaseTimer):
+        self.plan, self.pre, self.out, self.progress, self.timer = plan, pre, out, progress, timer
+        self.seen = RowsSeen(plan.run_dir)
+        self.seen.keys |= pre.done
+        self.ready: set = set()
+        self.ref_states = ReferenceStateCache()
+        self.spent: dict = {}  # system index -> {"generate", "ref-ppl", "cpu generate", "cpu ref-ppl", "clock"}
+
+    def _prepare(self, si: int) -> None:
+        from benchmark.corpora import load_corpus
+        from systems.layers.base import FitContext
+
+        system, layer = self.plan.systems[si], self.pre.layers[si]
+        lm = self.pre.models[system.model]
+        update_manifest(self.plan, "models", {system.model: lm.describe()})
+        if layer.needs_fit:
+            with self.timer.phase(f"fit {system.name}"):
+                opts = {"progress": self.progress}
+                layer.fit(FitContext(model=lm, corpus=load_corpus(self.plan.corpus), options=opts))
+            update_manifest(self.plan, "resources", {system.name: layer.resource_hashes()})
+        self.ready.add(si)
+
+    def batch(self, si: int, unit: int, batch: list) -> bool:
+        """Decode ``batch`` of system ``si`` unless another process holds its claim or has written its
+        rows; returns whether this process decoded it."""
+        system = self.plan.systems[si]
+        if self.seen.done(system.name, batch):
+            return False
+        with claim(self.plan.run_dir / CLAIMS / f"batch-{unit}") as mine:
+            if not mine:
+                return False
+            self.seen.refresh()
+            if self.seen.done(system.name, batch):
+                return False
+            if si not in self.ready:
+                self._prepare(si)
+            self._decode(si, batch)
+        return True
+
+    def _decode(self, si: int, batch: list) -> None:
+        from systems.decoding import decode, reference_logprobs
+
+        plan, system, layer = self.plan, self.plan.systems[si], self.pre.layers[si]
+        lm = self.pre.models[system.model]
+        spent = self.spent.setdefault(si, {"generate": 0.0, "ref-ppl": 0.0, "cpu generate": 0.0, "cpu ref-ppl": 0.0})
+        clock = spent.setdefault("clock", {})
+        t0, c0 = time.perf_counter(), time.process_time()
+        seeds = [derive_seed(plan.seed, it.id, s) for it, s in batch]
+        results = decode(lm, layer, [it.prompt for it, _ in batch], system.decoding, seeds, clock=clock)
+        t1, c1 = time.perf_counter(), time.process_time()
+        spent["generate"] += t1 - t0
+        spent["cpu generate"] += c1 - c0
+        if plan.reference_ppl:
+            # once per prompt (sample 0): the layer's distribution does not depend on the sample
+            firsts = [i for i, (it, s) in enumerate(batch) if s == 0 and it.reference.strip()]
+            states = [self.ref_states.get(lm, system.model, batch[i][0]) for i in firsts]
+            lps = reference_logprobs(lm, layer, [], [], states=states)
+            for i, lp in zip(firsts, lps):
+                results[i] = results[i] | {
+                    "reference_logprobs": [None if v is None else round(v, 6) for v in lp],
+                    "vocab_size": lm.vocab_size,
+                }
+            spent["ref-ppl"] += time.perf_counter() - t1
+            spent["cpu ref-ppl"] += time.process_time() - c1
+        rows = []
+        for (item, s), seed, res in zip(batch, seeds, results):
+            if (system.name, item.id, s) in self.seen.keys:
+                continue
+            rows.append(
+                {
+                    "system": system.name,
+                    "prompt_id": item.id,
+                    "sample": s,
+                    "seed": seed,
+                    "prompt": item.prompt,
+                    "reference": item.reference,
+                    **res,
+                }
+            )
+        _append(self.out, rows)
+        self.seen.keys |= {row_key(r) for r in rows}
+
+    def flush(self, si: int) -> None:
+        """The phase rows of system ``si``'s batches decoded since the last flush."""
+        spent = self.spent.pop(si, None)
+        if not spent:
+            return
+        name = self.plan.systems[si].name
+        clock = spent["clock"]
+        self.timer.add(
+            f"generate {name}",
+            spent["generate"],
+            spent["cpu generate"],
+            layer_seconds=clock["layer"],
+            decode_seconds=clock["decode"],
+        )
+        if spent["ref-ppl"]:
+            self.timer.add(f"ref-ppl {name}", spent["ref-ppl"], spent["cpu ref-ppl"])
+
+    def steal(self, shard: tuple[int, int]) -> bool:
+        """Decode one batch that a running shard of the run has not reached yet (the last one in its
+        own order); False when there is none."""
+        i, n = shard
+        for j in (*range(i + 1, n), *range(i)):
+            if not held(shard_file(self.plan.run_dir, (j, n))):
+                continue  # not running now: its batches stay its own
+            theirs = [
+                (si, k, b)
+                for si, units in _schedule(self.plan, shard_units(self.plan, (j, n)), (j, n))
+                for k, b in units
+            ]
+            for si, unit, batch in reversed(theirs):
+                if self.plan.systems[si].model in self.pre.models and self.batch(si, unit, batch):
+                    self.flush(si)
+                    return True
+        return False
 
 
 def _generate(plan: RunPlan, pre: Preflight, out: Path, shard, device, progress: bool, timer: PhaseTimer) -> Path:
     from tqdm import tqdm
 
-    from benchmark.corpora import load_corpus
-    from systems.decoding import decode, reference_logprobs
-    from systems.layers.base import FitContext
-
     for name, seconds in pre.load_seconds.items():
         timer.add(f"load {name}", seconds)
     read_rows(out, repair=True)  # a line cut by a crash goes; its row is decoded again
-    done = pre.done | finished_keys(plan)  # rows another process wrote since preflight are not decoded again
-    ref_states = ReferenceStateCache()
     first = next(iter(pre.models.values()), None)
     check_or_write_manifest(
         plan, {"versions": run_versions(), "machine": machine(first.device if first else device or "cpu")}
     )
-    for system, layer, todo in _schedule(plan, pre, shard):
-        todo = [b for b in todo if any((system.name, it.id, s) not in done for it, s in b)]
-        if not todo:
+    work = _Decoder(plan, pre, out, progress, timer)
+    work.seen.refresh()  # rows another process wrote since preflight are not decoded again
+    for si, units in _schedule(plan, pre.todo, shard):
+        units = [(k, b) for k, b in units if not work.seen.done(plan.systems[si].name, b)]
+        if not units:
             continue
-        lm = pre.models[system.model]
-        update_manifest(plan, "models", {system.model: lm.describe()})
-        if layer.needs_fit:
-            with timer.phase(f"fit {system.name}"):
-                layer.fit(FitContext(model=lm, corpus=load_corpus(plan.corpus), options={"progress": progress}))
-            update_manifest(plan, "resources", {system.name: layer.resource_hashes()})
         bar = tqdm(
-            total=sum(len(b) for b in todo), desc=system.name, unit="text", disable=not progress, dynamic_ncols=True
+            total=sum(len(b) for _, b in units),
+            desc=plan.systems[si].name,
+            unit="text",
+            disable=not progress,
+            dynamic_ncols=True,
         )
-        spent = {"generate": 0.0, "ref-ppl": 0.0}
-        cpu = {"generate": 0.0, "ref-ppl": 0.0}
-        clock: dict = {}
-        for batch in todo:
-            t0, c0 = time.perf_counter(), time.process_time()
-            seeds = [derive_seed(plan.seed, it.id, s) for it, s in batch]
-            results = decode(lm, layer, [it.prompt for it, _ in batch], system.decoding, seeds, clock=clock)
-            t1, c1 = time.perf_counter(), time.process_time()
-            spent["generate"] += t1 - t0
-            cpu["generate"] += c1 - c0
-            if plan.reference_ppl:
-                # once per prompt (sample 0): the layer's distribution does not depend on the sample
-                firsts = [i for i, (it, s) in enumerate(batch) if s == 0 and it.reference.strip()]
-                states = [ref_states.get(lm, system.model, batch[i][0]) for i in firsts]
-                lps = reference_logprobs(lm, layer, [], [], states=states)
-                for i, lp in zip(firsts, lps):
-                    results[i] = results[i] | {
-                        "reference_logprobs": [None if v is None else round(v, 6) for v in lp],
-                        "vocab_size": lm.vocab_size,
-                    }
-                spent["ref-ppl"] += time.perf_counter() - t1
-                cpu["ref-ppl"] += time.process_time() - c1
-            rows = []
-            for (item, s), seed, res in zip(batch, seeds, results):
-                if (system.name, item.id, s) in done:
-                    continue
-                rows.append(
-                    {
-                        "system": system.name,
-                        "prompt_id": item.id,
-                        "sample": s,
-                        "seed": seed,
-                        "prompt": item.prompt,
-                        "reference": item.reference,
-                        **res,
-                    }
-                )
-            _append(out, rows)
-            done |= {row_key(r) for r in rows}
+        for unit, batch in units:
+            work.batch(si, unit, batch)
             bar.update(len(batch))
         bar.close()
-        timer.add(
-            f"generate {system.name}",
-            spent["generate"],
-            cpu["generate"],
-            layer_seconds=clock["layer"],
-            decode_seconds=clock["decode"],
-        )
-        if spent["ref-ppl"]:
-            timer.add(f"ref-ppl {system.name}", spent["ref-ppl"], cpu["ref-ppl"])
+        work.flush(si)
+    if shard is not None:
+        while work.steal(shard):
+            pass
     _canonicalise(plan, out, shard)
     return out
 

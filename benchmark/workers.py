@@ -6,7 +6,8 @@ multi-GPU job and a job on a few CPU cores go through one code path, and their m
 ``generations.jsonl`` is the same file as one process's. Each worker takes whole batches
 round-robin, holds a lock on its own shard file, and fits a head or builds a graph under that
 cache's lock (``core.locks``), so a head is fitted once whichever worker gets there first; odd
-workers walk the lineup backwards so two fits overlap instead of one worker waiting.
+workers walk the lineup backwards so two fits overlap instead of one worker waiting, and a worker
+done with its own batches takes over those another has not reached (``benchmark.runner``).
 
 Workers die with their parent (``PR_SET_PDEATHSIG`` on Linux), and a worker left over would hold its
 shard's lock until it ends, so killing the parent or any worker at any moment (``kill -9``)

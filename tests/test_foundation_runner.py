@@ -8,8 +8,19 @@ import time
 
 import pytest
 
-from benchmark.runner import GENERATIONS, RunPlan, derive_seed, generate_run, merge_shards, read_rows
+from benchmark.runner import (
+    CLAIMS,
+    GENERATIONS,
+    RowsSeen,
+    RunPlan,
+    derive_seed,
+    generate_run,
+    merge_shards,
+    read_rows,
+    shard_file,
+)
 from benchmark.suites import load_suite
+from core.locks import exclusive
 from systems.registry import parse_system
 
 
@@ -85,6 +96,51 @@ def test_shards_are_numbered_across_systems(tmp_path, suite_path):
         rows = read_rows(generate_run(plan, device="cpu", shard=(i, 4), progress=False))
         assert len(rows) == 10 and len({r["system"] for r in rows}) == 1
     assert merge_shards(plan).read_bytes() == single
+
+
+def test_a_shard_takes_over_the_batches_a_running_shard_has_not_reached(tmp_path, suite_path):
+    """Shard 1 is running (it holds its file's lock, here: stuck in a long fit) and is decoding its
+    batch of unit 3 (it holds that claim): shard 0 decodes its own batches, then every batch of
+    shard 1 but the claimed one, into its own file; shard 1 then finds only that one left. The
+    merged run is the single process's bytes, whoever decoded what."""
+    single = generate_run(_plan(tmp_path / "one", suite_path), device="cpu", progress=False).read_bytes()
+    plan = _plan(tmp_path / "sharded", suite_path)  # 2 systems x 7 batches of 3 rows (20 rows each)
+    run = tmp_path / "sharded"
+    with exclusive(shard_file(run, (1, 2))), exclusive(run / CLAIMS / "batch-3"):
+        rows = read_rows(generate_run(plan, device="cpu", shard=(0, 2), progress=False))
+    # each system: jobs (prompt, sample) p00/0, p00/1, ... in batches of 3; units 0-6 and 7-13, the 7th of 2 jobs
+    assert len(rows) == 40 - 3  # everything but unit 3: the first system's jobs 9-11
+    rows = read_rows(generate_run(plan, device="cpu", shard=(1, 2), progress=False))
+    assert [(r["prompt_id"], r["sample"]) for r in rows] == [("p04", 1), ("p05", 0), ("p05", 1)]
+    assert merge_shards(plan).read_bytes() == single
+
+
+def test_a_shard_that_is_not_running_keeps_its_batches(tmp_path, suite_path):
+    """--shard i/n run at separate times (or on separate machines) still generates exactly shard i."""
+    plan = _plan(tmp_path / "sharded", suite_path)
+    rows = read_rows(generate_run(plan, device="cpu", shard=(0, 2), progress=False))
+    assert len(rows) == 20  # the even units of 14: 0, 2, 4, 6 (3 + 3 + 3 + 2 jobs), 8, 10, 12 (3 each)
+    assert RowsSeen(tmp_path / "sharded").refresh() == {(r["system"], r["prompt_id"], r["sample"]) for r in rows}
+
+
+def test_rows_seen_reads_only_what_was_appended_and_rereads_a_replaced_file(tmp_path):
+    run = tmp_path / "r"
+    run.mkdir()
+    path = run / "generations.shard-0-of-2.jsonl"
+    row = lambda p: json.dumps({"system": "s", "prompt_id": p, "sample": 0}) + "\n"  # noqa: E731
+    path.write_text(row("a") + row("b")[:10])  # a write cut in the middle of a line
+    seen = RowsSeen(run)
+    assert seen.refresh() == {("s", "a", 0)}
+    with open(path, "a") as f:
+        f.write(row("b")[10:] + row("c"))
+    assert seen.refresh() == {("s", "a", 0), ("s", "b", 0), ("s", "c", 0)}
+    (run / "new").write_text(row("d"))
+    (run / "new").replace(path)  # the canonical rewrite replaces the file
+    assert ("s", "d", 0) in seen.refresh()
+    with open(path, "a") as f:
+        f.write("{not json\n")
+    with pytest.raises(Exception, match=r"generations.shard-0-of-2.jsonl:2 is not valid JSON"):
+        seen.refresh()
 
 
 def test_run_dir_of_another_run_is_refused(cli, tmp_path, suite_path):

@@ -116,8 +116,9 @@ def _wait_gone(pids: list[int], seconds: float = 240) -> bool:
 
 @pytest.mark.skipif(cpu_cores() < 2, reason="two workers need two cores")
 def test_two_workers_write_the_same_files_as_one_process(sequential):
-    """Worker 1 walks the lineup backwards and each worker decodes half the batches: the merged
-    generations, the scores and the leaderboard are the sequential run's bytes."""
+    """Worker 1 walks the lineup backwards, each worker decodes its half of the batches and then takes
+    over batches the other has not reached: the merged generations, the scores and the leaderboard
+    are the sequential run's bytes."""
     tmp, one = sequential
     p = subprocess.run(_cmd(tmp, "two", "--workers", "2"), capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
@@ -133,7 +134,10 @@ def test_two_workers_write_the_same_files_as_one_process(sequential):
     assert "0/2" in table and "1/2" in table and "layer share" in table and "elapsed" in table
     timings = [json.loads(line) for line in (run / "timings.jsonl").read_text().splitlines()]
     gen = [t for t in timings if t["phase"].startswith("generate ")]
-    assert len(gen) == 6 and all(0 <= t["layer_seconds"] <= t["decode_seconds"] for t in gen)
+    # each worker decodes its half of every system, and a worker done first takes batches over
+    # (work stealing), which adds rows for the systems it took batches of
+    assert {t["shard"] for t in gen} == {"0/2", "1/2"} and len({t["phase"] for t in gen}) == 3
+    assert all(0 <= t["layer_seconds"] <= t["decode_seconds"] for t in gen)
     assert len({t["invocation"] for t in timings}) == 1
 
 

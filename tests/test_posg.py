@@ -145,6 +145,26 @@ def test_lm_prior_head_starts_at_the_base_models_tag_distribution():
         head.tag_logprobs(h)
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "last position of a sequence"])
+def test_catch_all_log_mass_and_prior_are_bit_identical_to_gathering_every_class(layout):
+    """The catch-all's log-mass is the logits' own logsumexp (no gathered copy of the vocabulary) and the
+    prior reuses it: bit for bit what gathering each class and reducing the logits again gives, on a
+    SmolLM2-sized vocabulary, for whole logits and for the decoding loop's strided last-position slice."""
+    vocab = 49_152
+    g = torch.Generator().manual_seed(5)
+    classes = [torch.randperm(vocab, generator=g)[:n].sort().values for n in (9, 3327, 5377, 1)]
+    pairs = [(int(w), c) for c, ws in enumerate(classes) for w in ws] + [(w, len(classes)) for w in range(vocab)]
+    head = POSGHead(vocab, ["A", "B", "C", "D", CATCH_ALL], torch.tensor(pairs), 8, lm_prior=True)
+    assert head.whole == len(classes)
+    logits = torch.randn(6, 3, vocab, generator=g) * 6
+    logits = logits[:, -1, :] if layout != "contiguous" else logits.reshape(18, vocab)
+    gathered = torch.stack([torch.logsumexp(logits[:, m], dim=-1) for m in head.class_members], 1)
+    assert torch.equal(head.class_lse(logits), gathered)
+    old_prior = (gathered - torch.logsumexp(logits, dim=-1, keepdim=True)).clamp_min(head.PRIOR_FLOOR)
+    assert torch.equal(head.prior(logits), old_prior) and torch.equal(head.prior(logits, gathered), old_prior)
+    assert random_head(catch_all=False).whole is None
+
+
 @pytest.mark.parametrize("catch_all", [False, True])
 def test_mixture_over_tags_matches_eq_2_3(catch_all):
     head = random_head(catch_all=catch_all)

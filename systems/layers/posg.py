@@ -75,6 +75,13 @@ class POSGHead(nn.Module):
     def _index(self) -> None:
         tok, cls = self.pairs[:, 0], self.pairs[:, 1]
         self.class_members = [tok[cls == c] for c in range(len(self.tags))]
+        # the class holding the whole vocabulary in order (the catch-all): its log-mass is the logits'
+        # own logsumexp, with no gathered copy of the (B, V) logits
+        everything = torch.arange(self.vocab_size, device=tok.device)
+        self.whole = next(
+            (c for c, m in enumerate(self.class_members) if len(m) == self.vocab_size and torch.equal(m, everything)),
+            None,
+        )
         self.membership = torch.zeros((self.vocab_size, len(self.tags)), dtype=torch.bool, device=tok.device)
         self.membership[tok, cls] = True  # (V, T): token w is in V_rho
 
@@ -87,14 +94,21 @@ class POSGHead(nn.Module):
         """log sum_{w in V_rho} exp(logit_w) for every class (B, T); -inf for an empty class."""
         out = torch.full((logits.shape[0], len(self.tags)), -math.inf, dtype=logits.dtype, device=logits.device)
         for c, members in enumerate(self.class_members):
-            if len(members):
+            if c == self.whole:  # the same values in the same (contiguous) layout as logits[:, members]
+                out[:, c] = torch.logsumexp(logits.contiguous(), dim=-1)
+            elif len(members):
                 out[:, c] = torch.logsumexp(logits[:, members], dim=-1)
         return out
 
     def prior(self, logits: torch.Tensor, class_lse: torch.Tensor | None = None) -> torch.Tensor:
         """The base model's log-mass of each class vocabulary (B, T), floored at PRIOR_FLOOR."""
-        class_lse = self.class_lse(logits.float()) if class_lse is None else class_lse
-        return (class_lse - torch.logsumexp(logits.float(), dim=-1, keepdim=True)).clamp_min(self.PRIOR_FLOOR)
+        logits = logits.float()
+        class_lse = self.class_lse(logits) if class_lse is None else class_lse
+        if self.whole is not None and class_lse.dtype == logits.dtype:
+            total = class_lse[:, self.whole, None]  # the whole vocabulary's log-mass, computed once
+        else:
+            total = torch.logsumexp(logits, dim=-1, keepdim=True)
+        return (class_lse - total).clamp_min(self.PRIOR_FLOOR)
 
     def tag_logits(self, hidden: torch.Tensor, prior: torch.Tensor | None) -> torch.Tensor:
         z = self.linear(hidden.float())
