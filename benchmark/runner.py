@@ -519,23 +519,31 @@ class _Decoder:
         self.ref_states = ReferenceStateCache()
         self.spent: dict = {}  # system index -> {"generate", "ref-ppl", "cpu generate", "cpu ref-ppl", "clock"}
 
-    def _prepare(self, si: int) -> None:
+    def _prepare(self, si: int, wait: bool) -> bool:
+        """Fit (or load) system ``si``'s layer; False, at once, when another process of the run is
+        fitting it and ``wait`` is False (with ``wait``, the layer's own cache lock makes this process
+        wait for that fit and load it)."""
         from benchmark.corpora import load_corpus
         from systems.layers.base import FitContext
 
         system, layer = self.plan.systems[si], self.pre.layers[si]
         lm = self.pre.models[system.model]
-        update_manifest(self.plan, "models", {system.model: lm.describe()})
         if layer.needs_fit:
-            with self.timer.phase(f"fit {system.name}"):
-                opts = {"progress": self.progress}
-                layer.fit(FitContext(model=lm, corpus=load_corpus(self.plan.corpus), options=opts))
+            with claim(self.plan.run_dir / CLAIMS / f"fit-{si}") as fitting_here:
+                if not fitting_here and not wait:
+                    return False
+                with self.timer.phase(f"fit {system.name}"):
+                    opts = {"progress": self.progress}
+                    layer.fit(FitContext(model=lm, corpus=load_corpus(self.plan.corpus), options=opts))
             update_manifest(self.plan, "resources", {system.name: layer.resource_hashes()})
+        update_manifest(self.plan, "models", {system.model: lm.describe()})
         self.ready.add(si)
+        return True
 
-    def batch(self, si: int, unit: int, batch: list) -> bool:
+    def batch(self, si: int, unit: int, batch: list, wait: bool = True) -> bool | None:
         """Decode ``batch`` of system ``si`` unless another process holds its claim or has written its
-        rows; returns whether this process decoded it."""
+        rows; returns whether this process decoded it, or None (only without ``wait``) when another
+        process is fitting the system's layer: the batch is left for later, not waited for."""
         system = self.plan.systems[si]
         if self.seen.done(system.name, batch):
             return False
@@ -545,8 +553,8 @@ class _Decoder:
             self.seen.refresh()
             if self.seen.done(system.name, batch):
                 return False
-            if si not in self.ready:
-                self._prepare(si)
+            if si not in self.ready and not self._prepare(si, wait):
+                return None
             self._decode(si, batch)
         return True
 
@@ -623,7 +631,7 @@ class _Decoder:
                 for k, b in units
             ]
             for si, unit, batch in reversed(theirs):
-                if self.plan.systems[si].model in self.pre.models and self.batch(si, unit, batch):
+                if self.plan.systems[si].model in self.pre.models and self.batch(si, unit, batch, wait=False):
                     self.flush(si)
                     return True
         return False
@@ -641,6 +649,7 @@ def _generate(plan: RunPlan, pre: Preflight, out: Path, shard, device, progress:
     )
     work = _Decoder(plan, pre, out, progress, timer)
     work.seen.refresh()  # rows another process wrote since preflight are not decoded again
+    later: list = []
     for si, units in _schedule(plan, pre.todo, shard):
         units = [(k, b) for k, b in units if not work.seen.done(plan.systems[si].name, b)]
         if not units:
@@ -653,13 +662,20 @@ def _generate(plan: RunPlan, pre: Preflight, out: Path, shard, device, progress:
             dynamic_ncols=True,
         )
         for unit, batch in units:
-            work.batch(si, unit, batch)
+            if work.batch(si, unit, batch, wait=False) is None:
+                later.append((si, unit, batch))  # another worker is fitting this layer: not waited for now
             bar.update(len(batch))
         bar.close()
         work.flush(si)
-    if shard is not None:
-        while work.steal(shard):
-            pass
+    # then batches another running shard has not reached; a batch left for later only when none is left
+    while True:
+        if shard is not None and work.steal(shard):
+            continue
+        if not later:
+            break
+        si, unit, batch = later.pop(0)
+        work.batch(si, unit, batch)  # waits for the other worker's fit and loads what it made
+        work.flush(si)
     _canonicalise(plan, out, shard)
     return out
 

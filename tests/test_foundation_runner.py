@@ -123,6 +123,39 @@ def test_a_shard_that_is_not_running_keeps_its_batches(tmp_path, suite_path):
     assert RowsSeen(tmp_path / "sharded").refresh() == {(r["system"], r["prompt_id"], r["sample"]) for r in rows}
 
 
+def test_a_batch_whose_layer_another_worker_is_fitting_is_left_for_later(tmp_path, suite_path, monkeypatch):
+    """Worker 1 reaches a system whose head worker 0 is fitting (it holds the system's fit claim): rather
+    than wait on the head's lock, it leaves the batch for later and goes on; with ``wait`` (when nothing
+    else is left) it fits, i.e. waits for the cache and loads it."""
+    from benchmark import corpora, runner
+
+    class Layer:
+        needs_fit = True
+
+        def fit(self, ctx):
+            fits.append(ctx)
+
+        def resource_hashes(self):
+            return {}
+
+    class LM:
+        def describe(self):
+            return {}
+
+    fits, decoded = [], []
+    plan = _plan(tmp_path / "r", suite_path)
+    pre = runner.Preflight(layers=[Layer(), Layer()], todo=[], done=set(), models={"tiny-random": LM()})
+    monkeypatch.setattr(runner, "update_manifest", lambda *a: None)
+    monkeypatch.setattr(corpora, "load_corpus", lambda name: None)
+    monkeypatch.setattr(runner._Decoder, "_decode", lambda self, si, batch: decoded.append((si, len(batch))))
+    work = runner._Decoder(plan, pre, tmp_path / "out.jsonl", False, runner.PhaseTimer(tmp_path / "r"))
+    batch = plan.batches(plan.systems[0])[0]
+    with exclusive(tmp_path / "r" / CLAIMS / "fit-0"):  # worker 0 is fitting system 0's layer
+        assert work.batch(0, 0, batch, wait=False) is None and not fits and not decoded
+        assert work.batch(1, 7, batch, wait=False) is True and decoded == [(1, 3)]  # another system goes on
+    assert work.batch(0, 0, batch, wait=False) is True and len(fits) == 2 and decoded[-1] == (0, 3)
+
+
 def test_rows_seen_reads_only_what_was_appended_and_rereads_a_replaced_file(tmp_path):
     run = tmp_path / "r"
     run.mkdir()

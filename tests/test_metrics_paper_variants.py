@@ -342,6 +342,8 @@ def test_posg_distinct_pos_counts_tags_not_words_and_names_its_tagger():
     # the same words as plain posg-distinct: every word differs, so it is much higher
     assert values("posg-distinct", batch)["posg-distinct-1"] == pytest.approx((6 / 6 + 7 / 7) / 2)
     assert "|tagger:word-length tagger 1|" in get_metric("posg-distinct-pos", tagger=tagger).signature
+    short = get_metric("posg-distinct-pos", tagger=tagger).compute(TextBatch(["a b c", "x y"], ["p", "q"]))
+    assert short.scores["posg-distinct-pos-1"].reason == "no text has more than 5 tags"
 
 
 def test_posg_rep_equals_the_loop_test_with_100_token_phrases_on_real_and_looping_text(paragraphs):

@@ -328,7 +328,7 @@ class PosgDistinct(Metric):
                 len(c) / size if size > self.min_tokens else np.nan
                 for c, size in zip(hashed_counts(token_lists, n), lengths)
             ]
-            scores.append(mean_score(batch, name, per_text, f"no text has more than {self.min_tokens} tokens"))
+            scores.append(mean_score(batch, name, per_text, f"no text has more than {self.min_tokens} {self.unit}"))
         return scores
 
 
