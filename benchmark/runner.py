@@ -327,9 +327,10 @@ class RowsSeen:
                 if line.strip():
                     try:
                         self.keys.add(row_key(json.loads(line)))
-                    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+                        what = "is not valid JSON" if isinstance(exc, json.JSONDecodeError) else "is not a row"
                         raise MaxbenchError(
-                            f"{path}:{n} is not valid JSON; the run file is damaged (move it away to regenerate)"
+                            f"{path}:{n} {what}; the run file is damaged (move it away to regenerate)"
                         ) from None
             self._seen[path] = (inode, offset + end, lines + data[:end].count(b"\n"))
         return self.keys

@@ -174,6 +174,9 @@ def test_rows_seen_reads_only_what_was_appended_and_rereads_a_replaced_file(tmp_
         f.write("{not json\n")
     with pytest.raises(Exception, match=r"generations.shard-0-of-2.jsonl:2 is not valid JSON"):
         seen.refresh()
+    path.write_text(row("d") + '{"system": "s"}\n')
+    with pytest.raises(Exception, match=r"generations.shard-0-of-2.jsonl:2 is not a row; the run file is damaged"):
+        RowsSeen(run).refresh()
 
 
 def test_run_dir_of_another_run_is_refused(cli, tmp_path, suite_path):
