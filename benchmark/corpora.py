@@ -251,6 +251,13 @@ def check_corpus(name: str) -> str:
     return name
 
 
+def is_extracted(name: str) -> bool:
+    """Whether corpus ``name`` has been extracted into the cache (its files exist; ``load_corpus``
+    verifies them)."""
+    root = maxbench_home() / "corpora"
+    return (root / f"{name}.jsonl").exists() and (root / f"{name}.json").exists()
+
+
 def load_corpus(name: str) -> Corpus:
     """Return the cleaned, split corpus ``name`` (or a fold view of one), extracting it once into the cache."""
     check_corpus(name)

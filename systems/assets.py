@@ -391,6 +391,15 @@ def fetch(name: str) -> Path:
     return out / asset.inner
 
 
+def fetch_all() -> dict[str, Path]:
+    """Fetch every asset the set-up fetches (all but the ``on_request`` ones); name -> path.
+
+    Only the standard library is needed, so the set-up runs this beside its pip installs
+    (``scripts/setup.sh``); anything it could not fetch is fetched, and reported, again by
+    ``maxbench assets fetch``."""
+    return {name: fetch(name) for name, asset in ASSETS.items() if not asset.on_request}
+
+
 def wordnet_ready() -> Path:
     """Make NLTK find the cached WordNet; returns the nltk_data directory."""
     import nltk

@@ -178,6 +178,26 @@ def test_the_set_up_fetch_leaves_gemma_alone_and_naming_it_fetches_it(monkeypatc
     assert rc == 2 and "did you mean 'gemma3-270m'" in err
 
 
+def test_the_set_up_extracts_missing_corpora_in_a_second_process(monkeypatch, cli, tmp_path):
+    # A fresh cache: the corpus is extracted by the set-up's second process (while the model
+    # converts) into $MAXBENCH_HOME, then verified and listed by the first.
+    import benchmark.corpora
+
+    home = tmp_path / "home"
+    (home / "assets").mkdir(parents=True)
+    (home / "assets" / "bbc").symlink_to(assets.maxbench_home() / "assets" / "bbc")
+    monkeypatch.setenv("MAXBENCH_HOME", str(home))
+    monkeypatch.setattr(assets, "fetch_all", lambda: {})
+    monkeypatch.setattr(models, "gguf_cache", lambda name: Path("/m"))
+    monkeypatch.setattr(benchmark.corpora, "CORPORA", {"news": benchmark.corpora.CORPORA["news"]})
+    monkeypatch.setattr(benchmark.corpora, "_extract", lambda name: pytest.fail("extracted in the first process"))
+    assert not benchmark.corpora.is_extracted("news")
+    rc, out, _ = cli("assets", "fetch")
+    assert rc == 0 and benchmark.corpora.is_extracted("news")
+    lines = out.splitlines()
+    assert lines[0] == "smollm2-135m   ok  /m" and lines[1].startswith("news           ok  2125 texts")
+
+
 def _tiny_gguf(path: Path, elements: int) -> None:
     import gguf
 

@@ -383,6 +383,29 @@ def test_torch_backend_equals_scipy_backend():
         assert torch.equal(i_sp.iterations, i_t.iterations)
 
 
+def test_threaded_products_give_the_single_thread_bits():
+    # With more than one torch thread the CPU products go through torch's row-parallel CSR
+    # kernel; the solver's results must keep every bit of scipy's single-threaded ones.
+    n = 4000
+    A = random_graph(n, seed=17)
+    z = torch.randn(24, n, generator=torch.Generator().manual_seed(17)) * 3
+    op = GraphOperator.prepare(A, "cpu")
+    x = z.T.softmax(0).contiguous()
+    threads = torch.get_num_threads()
+    results = {}
+    try:
+        for t in (1, 2):
+            torch.set_num_threads(t)
+            results[t] = graphmax(z, op, return_info=True, probs=False)[1]
+            results[t, "product"] = op.m_product_columns(x)
+    finally:
+        torch.set_num_threads(threads)
+    for key in ("log_probs", "gap", "iterations"):
+        assert torch.equal(getattr(results[1], key), getattr(results[2], key)), key
+    assert all(torch.equal(a, b) for a, b in zip(results[1, "product"], results[2, "product"]))
+    assert ("threaded", torch.float32) in op._by_dtype  # the 2-thread runs took torch's kernel
+
+
 def test_graph_given_as_torch_sparse_dense_or_prepared_operator():
     n = 30
     A = random_graph(n, seed=16)

@@ -210,3 +210,14 @@ def test_a_start_on_either_side_of_the_threshold_gives_the_same_projection():
     ):
         p, t = project_to_simplex(a, start)
         assert torch.allclose(p, want, rtol=0, atol=1e-12) and torch.allclose(t, tau, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape, dim", [((4097, 48), 0), ((3, 4, 5), 1), ((7, 5, 3), 0), ((1, 9), 0), ((6, 2), -1)])
+def test_pairwise_maximum_equals_amax(shape, dim):
+    # project_to_simplex takes each slice's maximum by halving (faster off the innermost
+    # dimension); the values must be amax's, -inf entries and odd lengths included.
+    from systems.layers.sparsemax import _amax
+
+    a = torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape)))
+    a.view(-1)[::7] = float("-inf")
+    assert torch.equal(_amax(a, dim), a.amax(dim=dim, keepdim=True))

@@ -98,6 +98,25 @@ def _sparsemax_forward(z: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.clamp(z - _threshold(z), min=0).movedim(-1, dim)
 
 
+def _amax(a: torch.Tensor, dim: int) -> torch.Tensor:
+    """``a.amax(dim, keepdim=True)``, the same values (a maximum is exact in any order). Over a
+    dimension that is not the innermost one, torch's CPU amax runs about 4x slower than taking
+    the elementwise maximum of the two halves until one slice is left (2.8 ms against 0.6 ms for
+    the graphmax paper solver's 49,152 x 48 float32 block, one thread)."""
+    n = a.shape[dim]
+    if a.device.type != "cpu" or dim % a.dim() == a.dim() - 1 or n < 2:
+        return a.amax(dim=dim, keepdim=True)
+    m = a
+    while n > 1:
+        half = n // 2
+        top = torch.maximum(m.narrow(dim, 0, half), m.narrow(dim, half, half))
+        if n % 2:
+            first = top.narrow(dim, 0, 1)
+            torch.maximum(first, m.narrow(dim, n - 1, 1), out=first)
+        m, n = top, half
+    return m
+
+
 def project_to_simplex(
     a: torch.Tensor, start: torch.Tensor | None = None, dim: int = -1
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -121,7 +140,7 @@ def project_to_simplex(
         The projection p = max(a - tau, 0) in a's shape and dtype, and the threshold tau
         of each slice (``dim`` kept with size 1) in a's own coordinates.
     """
-    row_max = a.amax(dim=dim, keepdim=True)
+    row_max = _amax(a, dim)
     z = a - row_max
     tau = _threshold(z, None if start is None else start - row_max, dim)
     return z.sub_(tau).clamp_(min=0), tau + row_max  # z is this call's own block
