@@ -41,7 +41,11 @@ def main() -> None:
     threads = [int(t) for t in args.threads.split(",")]
     lm = load_model(args.model, device="cpu", threads=1)
     print(f"model {args.model}; products M x on float32 N x batch blocks; threads {threads}; {load_average()}")
-    print(f"{'graph':<14} {'nnz':>9} {'batch':>5} " + " ".join(f"{f'{t} thr. ms':>10}" for t in threads) + "  ratio  same bits")
+    print(
+        f"{'graph':<14} {'nnz':>9} {'batch':>5} "
+        + " ".join(f"{f'{t} thr. ms':>10}" for t in threads)
+        + "  ratio  same bits"
+    )
     for corpus in args.corpora.split(","):
         graph = get_graph(lm, load_corpus(corpus))
         op = GraphOperator.prepare(graph, "cpu")
@@ -56,9 +60,7 @@ def main() -> None:
                     start = time.perf_counter()
                     results[t] = op.m_product_columns(x)
                     times[t].append(time.perf_counter() - start)
-            same = all(
-                torch.equal(a, b) for t in threads[1:] for a, b in zip(results[threads[0]], results[t])
-            )
+            same = all(torch.equal(a, b) for t in threads[1:] for a, b in zip(results[threads[0]], results[t]))
             med = {t: statistics.median(v) * 1000 for t, v in times.items()}
             cells = " ".join(f"{med[t]:>10.2f}" for t in threads)
             ratio = " ".join(f"{med[threads[0]] / med[t]:.2f}x" for t in threads[1:])
