@@ -213,7 +213,10 @@ def cmd_assets(args) -> int:
             extracting = pool.submit(_extract_corpora, missing)
         print(f"{'smollm2-135m':<14} ok  {smollm2_cache()}")
         if extracting is not None:
-            extracting.result()
+            try:
+                extracting.result()
+            except Exception:  # noqa: BLE001 - the loop below extracts, and reports, what is still missing
+                pass
     for name in CORPORA:
         c = load_corpus(name)
         print(f"{name:<14} ok  {c.meta['texts']} texts, sha256 {c.sha256[:16]}")

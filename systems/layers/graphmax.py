@@ -207,8 +207,8 @@ class GraphOperator:
             if torch.get_num_threads() > 1:
                 # scipy's kernel runs on one thread; torch's CSR kernel splits the rows over
                 # torch's threads and adds each row's terms in the same order, so the bits are
-                # scipy's (tests/test_graphmax.py) at up to 2x the speed on 2 threads
-                # (benchmarks/graphmax_decode.py --threads 2).
+                # scipy's (tests/test_graphmax.py), 1.1-1.9x as fast on 2 threads
+                # (benchmarks/graph_products.py).
                 A, AT = self._threaded(dtype)
                 BXT = (A @ torch.from_numpy(XT)).numpy()
                 np.subtract(XT, BXT, out=BXT)
