@@ -12,16 +12,11 @@ alternate the order; the median is kept. The load average is printed before and 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 
 import torch
-
-
-def load_average() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} CPUs"
+from graphmax_decode import load_average  # this folder's scripts run with it on sys.path
 
 
 def main() -> None:
