@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,8 @@ GENERATIONS = "generations.jsonl"
 TIMINGS = "timings.jsonl"
 #: the run directory's folder of batch claims (lock files only; see ``core.locks.claim``)
 CLAIMS = ".claims"
+#: the run directory's folder of reference states its workers share (``ReferenceStateCache``)
+REFERENCE_STATES = ".reference-states"
 
 
 #: set by ``maxbench run --workers`` for its workers, so their phases join the parent's invocation
@@ -363,10 +366,22 @@ class ReferenceStateCache:
     """The base model's forward pass over each prompt + reference, kept for the other systems
     of the same model (the output layer and the LM head are all that differ between them).
     Holds at most ``max_bytes``; past that, states are computed again for each system, which
-    gives the same values."""
+    gives the same values.
 
-    def __init__(self, max_bytes: int = 1 << 30):
+    With ``directory`` (the run's ``REFERENCE_STATES`` folder), a state is also written there,
+    atomically, for the run's other workers, which read it instead of running the same forward
+    pass (a worker takes over the other's batches, so both would otherwise compute every state).
+    The file is named by a hash of the model's weights and tokenizer, the prompt and the
+    reference; one that cannot be read is computed and written again. The folder goes when the
+    run's generations are merged."""
+
+    def __init__(self, max_bytes: int = 1 << 30, directory: Path | None = None):
         self.max_bytes, self.used, self.states = max_bytes, 0, {}
+        self.directory = directory
+
+    def _file(self, lm, item) -> Path:
+        ident = [getattr(lm, "hash", None), getattr(lm, "tokenizer_hash", None), item.prompt, item.reference]
+        return self.directory / (hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:32] + ".pt")
 
     def get(self, lm, model_name: str, item):
         from systems.decoding import reference_states
@@ -374,11 +389,38 @@ class ReferenceStateCache:
         key = (model_name, item.id)
         if key in self.states:
             return self.states[key]
-        st = reference_states(lm, item.prompt, item.reference)
+        st = self._read(lm, item) if self.directory is not None else None
+        if st is None:
+            st = reference_states(lm, item.prompt, item.reference)
+            if st is not None and self.directory is not None:
+                self._write(lm, item, st)
         if st is not None and self.used + st.nbytes <= self.max_bytes:
             self.states[key] = st
             self.used += st.nbytes
         return st
+
+    def _read(self, lm, item):
+        import torch
+
+        from systems.decoding import ReferenceStates
+
+        path = self._file(lm, item)
+        try:
+            saved = torch.load(path, map_location=lm.device, weights_only=True)
+            return ReferenceStates(hidden=saved["hidden"], targets=saved["targets"])
+        except Exception:  # missing, half-written by a killed worker, or corrupt: computed again
+            return None
+
+    def _write(self, lm, item, st) -> None:
+        import torch
+
+        from core.fileio import atomic_open
+
+        try:
+            with atomic_open(self._file(lm, item)) as f:  # the hidden states are a view: save only their rows
+                torch.save({"hidden": st.hidden.cpu().clone(), "targets": st.targets.cpu()}, f)
+        except (MaxbenchError, OSError):  # a full disk: the other workers compute the state themselves
+            pass
 
 
 #: bytes a generated row takes per new token (token id, text, per-step statistics; about 60 with
@@ -517,7 +559,7 @@ class _Decoder:
         self.seen = RowsSeen(plan.run_dir)
         self.seen.keys |= pre.done
         self.ready: set = set()
-        self.ref_states = ReferenceStateCache()
+        self.ref_states = ReferenceStateCache(directory=plan.run_dir / REFERENCE_STATES)
         self.spent: dict = {}  # system index -> {"generate", "ref-ppl", "cpu generate", "cpu ref-ppl", "clock"}
 
     def _prepare(self, si: int, wait: bool) -> bool:
@@ -715,4 +757,5 @@ def merge_shards(plan: RunPlan) -> Path:
         )
     out = plan.run_dir / GENERATIONS
     atomic_write(out, "".join(json.dumps(by_key[k], ensure_ascii=False) + "\n" for k in sorted(order, key=order.get)))
+    shutil.rmtree(plan.run_dir / REFERENCE_STATES, ignore_errors=True)  # every row is written: not needed again
     return out

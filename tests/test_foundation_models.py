@@ -220,3 +220,31 @@ def test_reference_states_are_computed_once_per_model_and_give_the_same_logprobs
     full = ReferenceStateCache(max_bytes=0)  # over budget: computed again, same values
     again = full.get(tiny, "tiny-random", item)
     assert again is not full.get(tiny, "tiny-random", item) and torch.equal(again.hidden, first.hidden)
+
+
+def test_workers_share_reference_states_through_the_run_folder(tiny, tmp_path, monkeypatch):
+    """A second worker's cache reads the state the first wrote instead of running the forward
+    pass again; a file it cannot read (a killed writer, a corrupt disk) is computed again."""
+    from types import SimpleNamespace
+
+    import systems.decoding
+    from benchmark.runner import ReferenceStateCache
+
+    computed = []
+    real = systems.decoding.reference_states
+    monkeypatch.setattr(systems.decoding, "reference_states", lambda *a: computed.append(a[1:]) or real(*a))
+    item = SimpleNamespace(id="p0", prompt="the soup", reference="was cold and salty")
+    other = SimpleNamespace(id="p1", prompt="the soup", reference="was warm")
+    first = ReferenceStateCache(directory=tmp_path).get(tiny, "tiny-random", item)
+    assert len(computed) == 1 and len(list(tmp_path.glob("*.pt"))) == 1
+    second = ReferenceStateCache(directory=tmp_path)
+    shared = second.get(tiny, "tiny-random", item)
+    assert len(computed) == 1  # read, not computed
+    assert torch.equal(shared.hidden, first.hidden) and torch.equal(shared.targets, first.targets)
+    assert shared.hidden.dtype == first.hidden.dtype and shared.hidden.device == first.hidden.device
+    second.get(tiny, "tiny-random", other)  # another reference: its own file
+    assert len(computed) == 2 and len(list(tmp_path.glob("*.pt"))) == 2
+    for path in tmp_path.glob("*.pt"):
+        path.write_bytes(path.read_bytes()[:100])  # truncated
+    again = ReferenceStateCache(directory=tmp_path).get(tiny, "tiny-random", item)
+    assert len(computed) == 3 and torch.equal(again.hidden, first.hidden)

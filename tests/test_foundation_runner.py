@@ -11,6 +11,7 @@ import pytest
 from benchmark.runner import (
     CLAIMS,
     GENERATIONS,
+    REFERENCE_STATES,
     RowsSeen,
     RunPlan,
     derive_seed,
@@ -84,7 +85,10 @@ def test_shards_merge_to_the_single_run(tmp_path, suite_path):
     for i in range(3):
         generate_run(plan, device="cpu", shard=(i, 3), progress=False)
     assert not (tmp_path / "sharded" / GENERATIONS).exists()
+    # the shards shared the references' forward passes through the run folder, which the merge removes
+    assert len(list((tmp_path / "sharded" / REFERENCE_STATES).glob("*.pt"))) == len(plan.suite.items)
     assert merge_shards(plan).read_bytes() == single
+    assert not (tmp_path / "sharded" / REFERENCE_STATES).exists()
 
 
 def test_shards_are_numbered_across_systems(tmp_path, suite_path):

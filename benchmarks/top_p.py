@@ -1,0 +1,77 @@
+"""Top-p truncation: transformers' TopPLogitsWarper against maxbench's (systems/top_p.py), side by side.
+
+Inputs are real: the embedded model's next-token logits at the last position of the first
+--batch-size prompts of the food-reviews suite (the default registry's decoding batch is 48),
+and the same rows with -inf outside each row's 200 best tokens (the sparse scores of sparsemax,
+graphmax's paper solver and POSG). For each input and top-p it prints the median time of both
+warpers over --repeats alternating runs, their ratio and whether the outputs are equal bit for
+bit; then the load average.
+
+    .venv/bin/python benchmarks/top_p.py --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from graphmax_decode import load_average  # noqa: E402
+
+
+def inputs(batch_size: int) -> dict[str, torch.Tensor]:
+    from benchmark.suites import load_suite
+    from systems.models import load_model
+
+    lm = load_model("smollm2-135m", device="cpu")
+    prompts = [it.prompt for it in load_suite("food-reviews").items[:batch_size]]
+    enc = lm.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    with torch.inference_mode():
+        out = lm.model(**enc)
+    last = enc["attention_mask"].sum(-1) - 1
+    logits = out.logits[torch.arange(len(prompts)), last].float()
+    top = logits.topk(200, dim=-1).indices
+    sparse = torch.full_like(logits, float("-inf")).scatter(1, top, torch.log_softmax(logits.gather(1, top), -1))
+    return {"LM logits": logits, "sparse (200 tokens)": sparse}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (set deliberately)")
+    ap.add_argument("--batch-size", type=int, default=48)
+    ap.add_argument("--top-p", default="0.9,0.95", help="comma-separated top-p values")
+    ap.add_argument("--repeats", type=int, default=7)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    import transformers as tf
+
+    from systems.top_p import TopPLogitsWarper
+
+    print(f"threads {args.threads}, batch {args.batch_size}; {load_average()}")
+    for name, scores in inputs(args.batch_size).items():
+        for top_p in (float(p) for p in args.top_p.split(",")):
+            warpers = {"transformers": tf.TopPLogitsWarper(top_p=top_p), "maxbench": TopPLogitsWarper(top_p=top_p)}
+            times: dict[str, list[float]] = {k: [] for k in warpers}
+            for r in range(args.repeats):
+                for label in list(warpers) if r % 2 == 0 else list(warpers)[::-1]:
+                    t0 = time.perf_counter()
+                    warpers[label](None, scores)
+                    times[label].append(time.perf_counter() - t0)
+            same = torch.equal(warpers["transformers"](None, scores), warpers["maxbench"](None, scores))
+            theirs, ours = (statistics.median(times[k]) for k in warpers)
+            print(
+                f"{name:<20} {tuple(scores.shape)} top_p {top_p:<5}: transformers {theirs * 1e3:7.1f} ms, "
+                f"maxbench {ours * 1e3:7.1f} ms, ratio {theirs / ours:4.1f}x, same output: {'yes' if same else 'NO'}"
+            )
+    print(load_average())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
