@@ -1,4 +1,4 @@
-"""One draw per row with torch.multinomial's exact result and generator use, at a third of its cost.
+"""One draw per row with torch.multinomial's exact result and generator use, in half its time after top-p.
 
 For one sample, ``torch.multinomial(p, 1, generator=g)`` on the CPU draws ``q ~ Exp(1)`` for every
 entry of the row (``exponential_``: one 64-bit draw of g's Mersenne twister per entry, ``u`` its low

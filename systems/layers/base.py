@@ -77,7 +77,7 @@ def sample_rows(probs: torch.Tensor, generators: list[torch.Generator]) -> torch
     """One draw per row, each from its own generator, so a row's tokens do not depend on
     which other rows share its batch (this is what makes resumed and sharded runs equal):
     ``torch.multinomial(probs[i:i+1], 1, generator=generators[i])``, computed by
-    :func:`systems.multinomial.multinomial_rows` (the same draws, a third of the time)."""
+    :func:`systems.multinomial.multinomial_rows` (the same draws; half the time after top-p truncation)."""
     from systems.multinomial import multinomial_rows
 
     return multinomial_rows(probs, generators)
