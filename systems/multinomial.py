@@ -13,9 +13,10 @@ states match), computes ``q`` only where ``p > 0``, finds the entries whose rati
 rounding of the row's largest, and settles those with the exact double ``log1p`` of the C
 library, the one torch's kernel calls. The result is torch's index for every row, and each
 generator ends in torch's state (``python benchmarks/multinomial.py``: the times side by side).
-A row torch would refuse (negative, non-finite or all-zero probabilities), or whose draws
-include ``u = 0`` (``q = 0``, chance 2^-53 per entry), goes through ``torch.multinomial`` itself
-from the generator state before the draws.
+A row with a wide support (over an eighth of its entries nonzero: no truncation, nothing to
+gain), a row torch would refuse (negative, non-finite or all-zero probabilities), or one whose
+draws include ``u = 0`` (``q = 0``, chance 2^-53 per entry) goes through ``torch.multinomial``
+itself, from the generator state before any draw.
 """
 
 from __future__ import annotations
