@@ -554,12 +554,13 @@ class _Decoder:
     """Decodes claimed batches of one run in one process: each system's layer fitted (or loaded) on
     its first batch, rows appended to this process's file, time kept per system."""
 
-    def __init__(self, plan: RunPlan, pre: Preflight, out: Path, progress: bool, timer: PhaseTimer):
+    def __init__(self, plan: RunPlan, pre: Preflight, out: Path, progress: bool, timer: PhaseTimer, shared: bool):
         self.plan, self.pre, self.out, self.progress, self.timer = plan, pre, out, progress, timer
         self.seen = RowsSeen(plan.run_dir)
         self.seen.keys |= pre.done
         self.ready: set = set()
-        self.ref_states = ReferenceStateCache(directory=plan.run_dir / REFERENCE_STATES)
+        # a shard shares its reference states with the run's other shards; one process keeps them in memory
+        self.ref_states = ReferenceStateCache(directory=plan.run_dir / REFERENCE_STATES if shared else None)
         self.spent: dict = {}  # system index -> {"generate", "ref-ppl", "cpu generate", "cpu ref-ppl", "clock"}
 
     def _prepare(self, si: int, wait: bool) -> bool:
@@ -690,7 +691,7 @@ def _generate(plan: RunPlan, pre: Preflight, out: Path, shard, device, progress:
     check_or_write_manifest(
         plan, {"versions": run_versions(), "machine": machine(first.device if first else device or "cpu")}
     )
-    work = _Decoder(plan, pre, out, progress, timer)
+    work = _Decoder(plan, pre, out, progress, timer, shared=shard is not None)
     work.seen.refresh()  # rows another process wrote since preflight are not decoded again
     later: list = []
     for si, units in _schedule(plan, pre.todo, shard):

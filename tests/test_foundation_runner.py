@@ -81,6 +81,7 @@ def test_rerun_after_partial_write_is_byte_identical(tmp_path, suite_path):
 
 def test_shards_merge_to_the_single_run(tmp_path, suite_path):
     single = generate_run(_plan(tmp_path / "one", suite_path), device="cpu", progress=False).read_bytes()
+    assert not (tmp_path / "one" / REFERENCE_STATES).exists()  # one process: nothing to share, nothing left
     plan = _plan(tmp_path / "sharded", suite_path)
     for i in range(3):
         generate_run(plan, device="cpu", shard=(i, 3), progress=False)
