@@ -554,7 +554,9 @@ class _Decoder:
     """Decodes claimed batches of one run in one process: each system's layer fitted (or loaded) on
     its first batch, rows appended to this process's file, time kept per system."""
 
-    def __init__(self, plan: RunPlan, pre: Preflight, out: Path, progress: bool, timer: PhaseTimer, shared: bool):
+    def __init__(
+        self, plan: RunPlan, pre: Preflight, out: Path, progress: bool, timer: PhaseTimer, shared: bool = False
+    ):
         self.plan, self.pre, self.out, self.progress, self.timer = plan, pre, out, progress, timer
         self.seen = RowsSeen(plan.run_dir)
         self.seen.keys |= pre.done
