@@ -135,11 +135,14 @@ def run_versions() -> dict:
 def machine(device: str) -> dict:
     import torch
 
+    from core.arithmetic import arithmetic_record
+
     info = {
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "device": device,
+        "arithmetic": arithmetic_record(),
     }
     if device.startswith("cuda"):
         info["gpu"] = torch.cuda.get_device_name(0)

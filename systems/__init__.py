@@ -4,6 +4,8 @@
 are imported on first access so that importing ``systems`` stays light (no torch/scipy).
 """
 
+import core  # noqa: F401  (first: pins the CPU arithmetic before NumPy or torch load)
+
 _LAZY_OPERATORS = {
     "sparsemax": "systems.layers.sparsemax",
     "graphmax": "systems.layers.graphmax",

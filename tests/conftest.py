@@ -3,6 +3,8 @@ from pathlib import Path
 
 import pytest
 
+import core  # noqa: F401  (pins the CPU arithmetic before any test loads NumPy or torch)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
