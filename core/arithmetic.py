@@ -5,10 +5,11 @@ when they start, by the CPU's instruction set. An AVX-512 kernel adds in another
 AVX2 one, so the same command gave other last bits on an AVX-512 machine than on an AVX2 one:
 the default leaderboard, rebuilt on an AMD EPYC with AVX-512, had every text the same but
 perplexities moved in their 7th digit and graphmax paper's ref-eps-ppl from 4488.00 to 4492.53
-(its exact zeros flip). With ATen on its AVX2 kernels the softmax reference perplexity there is
-the committed one to the last bit. AVX2 (with FMA) is on every x86-64 CPU sold for a decade,
-so pinning every library to it makes a result the same on all of them, at a small cost in
-speed where AVX-512 would have been used.
+(its exact zeros flip), and MAUVE of two identical text sets was 0.75 instead of 1 (NumPy's
+AVX-512 loops). AVX2 (with FMA) is on every x86-64 CPU sold for a decade; pinned to it, that
+machine gives the committed figures but the trained heads' reference perplexities (8th digit:
+something in their batched hidden-state pass still depends on the machine), and the main job
+ran no slower (benchmarks/cpu_arithmetic.py).
 
 ``pin_cpu_arithmetic`` sets the libraries' own environment variables. It must run before any
 of them computes anything (NumPy and OpenBLAS read theirs when imported, ATen at its first
@@ -36,34 +37,30 @@ AVX2_SETTINGS = {
 OPT_OUT = "MAXBENCH_NATIVE_ARITHMETIC"
 
 
-def cpu_flags(cpuinfo: str | None = None) -> set[str]:
-    """The instruction-set flags of the first CPU in /proc/cpuinfo (empty where it cannot be read)."""
+def _cpuinfo_field(name: str, cpuinfo: str | None) -> str | None:
+    """The first value of ``name`` in /proc/cpuinfo (or in the text given), None where it is absent
+    or the file cannot be read."""
     if cpuinfo is None:
         try:
             with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
                 cpuinfo = f.read()
         except OSError:
-            return set()
+            return None
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
-        if key.strip() == "flags":
-            return set(value.split())
-    return set()
+        if key.strip() == name:
+            return value.strip()
+    return None
+
+
+def cpu_flags(cpuinfo: str | None = None) -> set[str]:
+    """The instruction-set flags of the first CPU in /proc/cpuinfo (empty where it cannot be read)."""
+    return set((_cpuinfo_field("flags", cpuinfo) or "").split())
 
 
 def cpu_model(cpuinfo: str | None = None) -> str:
     """The CPU's model name from /proc/cpuinfo, else what the platform module says."""
-    try:
-        if cpuinfo is None:
-            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-                cpuinfo = f.read()
-        for line in cpuinfo.splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                return value.strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return _cpuinfo_field("model name", cpuinfo) or platform.processor() or platform.machine()
 
 
 def pin_cpu_arithmetic(
