@@ -4,7 +4,7 @@ torch (ATen's vectorised kernels), MKL, oneDNN, OpenBLAS and NumPy each choose t
 when they start, by the CPU's instruction set. An AVX-512 kernel adds in another order than the
 AVX2 one, so the same command gave other last bits on an AVX-512 machine than on an AVX2 one:
 the default leaderboard, rebuilt on an AMD EPYC with AVX-512, had every text the same but
-perplexities moved in their 7th digit and graphmax paper's ref-eps-ppl from 4488.00 to 4492.53
+perplexities moved in their 5th to 9th digit and graphmax paper's ref-eps-ppl from 4488.00 to 4492.53
 (its exact zeros flip), and MAUVE of two identical text sets was 0.75 instead of 1 (NumPy's
 AVX-512 loops). AVX2 (with FMA) is on every x86-64 CPU sold for a decade; pinned to it, that
 machine gives the committed figures but the trained heads' reference perplexities (8th digit:
