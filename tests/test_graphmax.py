@@ -569,6 +569,119 @@ def test_float32_solve_is_certified_like_float64():
         assert certified <= 1e-6 * max(1.0, abs(objective(xi, zi, A, lam)))
 
 
+# ---- tokens outside the graph in closed form (systems/layers/graphmax_isolated.py) -----------
+
+
+def sparse_graph(n, touched, density=0.3, seed=0):
+    """A random graph on the first ``touched`` of n tokens; the others have no edge at all."""
+    A = random_graph(touched, density=density, seed=seed)
+    A.resize((n, n))
+    return A.tocsr()
+
+
+def peaked_scores(rows, n, touched, seed, dtype=F64):
+    """Scores whose mass lies mostly on the graph's tokens, as on a real corpus."""
+    z = torch.randn(rows, n, generator=torch.Generator().manual_seed(seed), dtype=dtype) * 3
+    z[:, touched:] -= 3.0
+    return z
+
+
+def full_width(monkeypatch):
+    from systems.layers import graphmax_isolated
+
+    monkeypatch.setattr(graphmax_isolated, "split", lambda *a: None)
+
+
+@pytest.mark.parametrize("lam", [0.3, 1.0])
+def test_isolated_tokens_in_closed_form_give_the_full_problem_optimum(lam, monkeypatch):
+    from systems.layers import graphmax_isolated
+
+    n = 300
+    A = sparse_graph(n, 60, seed=40)
+    z = peaked_scores(5, n, 60, seed=40)
+    ZT = (z - z.amax(-1, keepdim=True)).T.contiguous()
+    block, _, light = graphmax_isolated.split(ZT, GraphOperator(A), lam)
+    assert 60 <= block.numel() < 0.7 * n and (light.power[0] > 0).all()  # the closed form is used
+    x, info = graphmax(z, A, lam=lam, tol=1e-12, return_info=True)
+    assert info.converged.all()
+    for xi, zi, gap in zip(x.numpy(), z.numpy(), info.gap.tolist()):
+        # the reported gap is the full problem's certificate, computed densely here
+        assert gap == pytest.approx(dual_certificate(xi, zi, A, lam), rel=1e-6, abs=1e-9)
+        assert abs(xi.sum() - 1) < 1e-9  # the truncated series: W(t) e^W(t) = t to ~t^5
+    x_ref = torch.from_numpy(np.stack([dual_lbfgs_reference(zi, A, lam) for zi in z.numpy()]))
+    assert torch.allclose(x, x_ref, atol=1e-7)
+    full_width(monkeypatch)
+    x_full, info_full = graphmax(z, A, lam=lam, tol=1e-12, return_info=True)
+    # the series of W to t^4 is exact to 5.2 t^4 relative (t <= 0.014 here)
+    assert ((x - x_full).abs() / x_full).max() < 1e-6
+    # the light tokens' series is exact to ~t^5: about the same steps as the full iteration
+    assert (info.iterations - info_full.iterations).abs().max() <= 1
+
+
+def test_isolated_tokens_in_float32_are_certified(monkeypatch):
+    n, lam = 2000, 1.0
+    A = sparse_graph(n, 300, density=0.05, seed=41)
+    z = peaked_scores(8, n, 300, seed=41, dtype=torch.float32)
+    x, info = graphmax(z, A, lam=lam, return_info=True)
+    assert info.converged.all() and (info.relative_gap <= 1e-6).all()
+    x64 = info.log_probs.double().exp()
+    assert (x64.sum(-1) - 1).abs().max() < 1e-5
+    for xi, zi, gap in zip(x64.numpy(), z.double().numpy(), info.gap.tolist()):
+        assert abs(dual_certificate(xi / xi.sum(), zi, A, lam) - gap) < 2e-6
+    full_width(monkeypatch)
+    _, info_full = graphmax(z, A, lam=lam, return_info=True)
+    assert (info_full.log_probs - info.log_probs).abs().max() < 1e-4
+
+
+def test_isolated_tokens_in_closed_form_on_the_torch_backend():
+    # the CUDA code path (torch sparse CSR, index tensors on the device), run on the CPU
+    n, lam = 300, 1.0
+    A = sparse_graph(n, 60, seed=44)
+    z = peaked_scores(4, n, 60, seed=44)
+    x_scipy = graphmax(z, GraphOperator(A), lam=lam)
+    x_torch = graphmax(z, GraphOperator(A, backend="torch"), lam=lam)
+    assert torch.allclose(x_scipy, x_torch, rtol=1e-9, atol=1e-15)
+
+
+def test_a_problem_outside_the_series_reach_is_solved_on_all_tokens(monkeypatch):
+    from systems.layers import graphmax_isolated
+
+    n, lam = 300, 1.0
+    A = sparse_graph(n, 60, seed=42)
+    z = peaked_scores(4, n, 60, seed=42)
+    normalise = graphmax_isolated.LightTokens.normalise
+
+    def column_1_out_of_reach(self, S, shift):
+        v, c, mass, squares, ok = normalise(self, S, shift)
+        if ok.numel() == 4:  # the first evaluation, all four columns: report column 1 out of reach
+            ok = ok.clone()
+            ok[1] = False
+        return v, c, mass, squares, ok
+
+    monkeypatch.setattr(graphmax_isolated.LightTokens, "normalise", column_1_out_of_reach)
+    _, info = graphmax(z, A, lam=lam, return_info=True)
+    full_width(monkeypatch)
+    _, alone = graphmax(z[1], A, lam=lam, return_info=True)
+    # solved again on all tokens: the bits of that problem solved alone at full width
+    assert torch.equal(info.log_probs[1], alone.log_probs)
+    assert info.iterations[1] == alone.iterations and info.gap[1] == alone.gap
+    _, info_full = graphmax(z, A, lam=lam, return_info=True)
+    assert not torch.equal(info.log_probs[0], info_full.log_probs[0])  # the others kept the closed form
+
+
+def test_the_closed_form_is_used_only_where_it_pays():
+    from systems.layers import graphmax_isolated
+
+    n = 300
+    z = peaked_scores(3, n, 60, seed=43)
+    ZT = (z - z.amax(-1, keepdim=True)).T.contiguous()
+    sparse = GraphOperator(sparse_graph(n, 60, seed=43))
+    assert graphmax_isolated.split(ZT, sparse, 1.0) is not None
+    assert graphmax_isolated.split(ZT, sparse, 0.0) is None  # softmax: nothing to solve
+    assert graphmax_isolated.split(ZT, sparse, 30.0) is None  # the bound on c puts every token in the block
+    assert graphmax_isolated.split(ZT, GraphOperator(sparse_graph(n, 200, seed=43)), 1.0) is None  # 67% touched
+
+
 # ---- golden values: the solvers' results before their speed-ups (main at 68c8820) -----------
 # The speed-ups (column gathers, in-place steps, no final exponential) must not change a single
 # step; these pin iterations and values of batches whose rows finish at different steps and take

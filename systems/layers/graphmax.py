@@ -39,6 +39,13 @@ Two solvers, chosen by name:
     "iterations" counts the steps taken, rejected ones included (each costs one product with
     M). The returned x is the last accepted iterate, whose gap is the one reported.
 
+    Tokens that no edge of the graph touches are solved in closed form
+    (``systems.layers.graphmax_isolated``): each is a scalar fixed point given the
+    normaliser, and the light ones (nearly all) enter every sum as a short series in
+    ``exp(-c)``. The iteration then runs on the touched and the few heavy isolated tokens
+    only (a third of the vocabulary on the food-reviews graph), and the gap and f stay those
+    of the full problem. Graphs that touch more than 60% of the vocabulary keep all tokens.
+
     ``topk=k`` restricts the support to the union over the batch of each row's k largest
     scores S: x is zero outside S, and the restricted problem keeps every row of the graph,
     i.e. uses ``A[:, S]`` (N x |S|), because ``||(I - A) x||^2`` sums over all N rows even
@@ -78,6 +85,7 @@ import torch
 
 from core.errors import MaxbenchError
 
+from . import graphmax_isolated
 from .sparsemax import project_to_simplex
 
 __all__ = ["graphmax", "check_graphmax_args", "GraphmaxInfo", "GraphOperator", "SOLVERS"]
@@ -224,6 +232,22 @@ class GraphOperator:
         MXT = BXT - AT @ BXT
         return MXT, torch.linalg.vecdot(BXT, BXT, dim=0)
 
+    def touched(self) -> torch.Tensor:
+        """The ids of the tokens that some edge of the graph touches (sorted, on the device)."""
+        if "touched" not in self._by_dtype:
+            A = self._scipy["A"]
+            ids = np.union1d(np.flatnonzero(np.diff(A.indptr)), A.indices)
+            self._by_dtype["touched"] = torch.from_numpy(ids.astype(np.int64)).to(self.device)
+        return self._by_dtype["touched"]
+
+    def touched_operator(self) -> GraphOperator:
+        """The operator of the graph restricted to its touched tokens (it holds every edge)."""
+        if "touched_op" not in self._by_dtype:
+            ids = self.touched().cpu().numpy()
+            A = self._scipy["A"][ids][:, ids].tocsr()
+            self._by_dtype["touched_op"] = GraphOperator(A, A.T.tocsr(), device=self.device, backend=self.backend)
+        return self._by_dtype["touched_op"]
+
     def diag_m(self, dtype: torch.dtype) -> torch.Tensor:
         """diag((I - A)^T (I - A))_i = 1 - 2 A_ii + sum_k A_ki^2, on the device."""
         if self._diag_m is None:
@@ -345,24 +369,35 @@ def _columns(T: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
 # exponential over it). Sums over tokens are sums over dim 0.
 
 
-def _kl_gap(X: torch.Tensor, D: torch.Tensor, first: torch.Tensor, logX_of) -> torch.Tensor:
+def _kl_gap(X: torch.Tensor, D: torch.Tensor, first: torch.Tensor, logX_of, light=None) -> torch.Tensor:
     """``log sum_i x_i e^{d_i} - sum_i x_i d_i`` per column, with d the centred logit residual
     ``r - <x, r>`` and ``first = <x, d>``: the duality gap (r is ``z - 2 lam M x - log x`` up to
     a per-column constant, to which it is invariant).
 
     Centring r and using expm1 keeps the result accurate when the gap is far below the
     rounding error of numbers of size 1 (needed to certify and to compare iterates there):
-    the two sums then cancel only the rounding error of the centre."""
-    gap = torch.log1p(_vecdot(X, torch.expm1(D), dim=0)) - first
+    the two sums then cancel only the rounding error of the centre.
+
+    ``light``: (mass, centre) of the tokens outside the block, whose residual is 0 (d = -centre)."""
+    terms = _vecdot(X, torch.expm1(D), dim=0)
+    if light is not None:
+        terms = terms + light[0] * torch.expm1(-light[1])
+    gap = torch.log1p(terms) - first
     overflow = ~torch.isfinite(gap)
     if bool(overflow.any()):  # only far from the optimum: take the plain log-sum-exp there
         cols = overflow.nonzero().flatten()
-        gap[cols] = torch.logsumexp(logX_of(cols) + _columns(D, cols), dim=0) - first[cols]
+        lse = torch.logsumexp(logX_of(cols) + _columns(D, cols), dim=0)
+        if light is not None:
+            lse = torch.logaddexp(lse, light[0][cols].log() - light[1][cols])
+        gap[cols] = lse - first[cols]
     return gap.clamp_min(0.0)
 
 
-def _softmax_columns(YT: torch.Tensor, shift: torch.Tensor):
-    """softmax of each column of YT and its log-sum-exp, exponentiating ``y - shift``.
+def _softmax_columns(YT: torch.Tensor, shift: torch.Tensor, light=None):
+    """softmax of each column of YT and its log-sum-exp, exponentiating ``y - shift``; with
+    ``light`` (graphmax_isolated.LightTokens) the block's share of the softmax over all tokens,
+    its normaliser, and the light tokens' mass, sum of squares and whether the normaliser is
+    within the series' reach (else None, None, None).
 
     ``shift`` is the log-sum-exp of the previous iterate (a step moves y little), which saves
     the pass that finds each column's maximum; a column whose sum leaves [1e-10, 1e10] (a
@@ -379,15 +414,23 @@ def _softmax_columns(YT: torch.Tensor, shift: torch.Tensor):
         shift = shift.clone()
         shift[cols] = m
         s[cols] = Xc.sum(0)
-    X.div_(s)
-    return X, shift + s.log()
+    if light is None:
+        X.div_(s)
+        return X, shift + s.log(), None, None, None
+    v, c, mass, squares, ok = light.normalise(s, shift)
+    X.mul_(v.to(X.dtype))
+    return X, c.to(X.dtype), mass.to(X.dtype), squares.to(X.dtype), ok
 
 
-def _evaluate(YT, ZT, op, lam, curvature, shift, tol=None):
+def _evaluate(YT, ZT, op, lam, curvature, shift, tol=None, light=None):
     """At x = softmax(y), per column: the next step's direction, the duality gap, whether that
-    gap is exact, f(x), log sum exp(y) and the rounding error of f (in units of the dtype's
+    gap is exact, f(x), log sum exp(y), the rounding error of f (in units of the dtype's
     epsilon: f is a sum of terms that can be much larger than f itself, lam ||Bx||^2 in
-    particular).
+    particular) and whether the light tokens' series still holds (None without ``light``).
+
+    With ``light`` (graphmax_isolated.LightTokens) YT holds the block's tokens only and the
+    light isolated tokens sit at their conditional optimum: residual 0, mass and sum of
+    squares in closed form; the gap and f are still those of the full problem.
 
     The direction is the logit residual ``r = z - 2 lam M x - y`` itself when curvature is
     None, else ``(r - <x, r>) / (1 + curvature * x)``.
@@ -398,8 +441,10 @@ def _evaluate(YT, ZT, op, lam, curvature, shift, tol=None):
     ``gap >= log(1 + <x, d> + <x, d^2>/2 + <x, d^3>/6) - <x, d>``. A column whose bound
     exceeds ``tol`` (relative, with a factor 2 for rounding) cannot have converged, so the
     stopping decisions are the ones the exact gaps would give."""
-    X, lse = _softmax_columns(YT, shift)
+    X, lse, mass, squares, ok = _softmax_columns(YT, shift, light)
     MX, bx_sq = op.m_product_columns(X)
+    if light is not None:
+        bx_sq = bx_sq + squares
     R = torch.sub(ZT, YT).add_(MX, alpha=-2.0 * lam)
     del MX
     plain = R.clone() if curvature is None else None
@@ -407,6 +452,9 @@ def _evaluate(YT, ZT, op, lam, curvature, shift, tol=None):
     D = R.sub_(centre)
     XD = torch.mul(X, D)
     first = XD.sum(0)
+    outside = None if light is None else (mass, centre)
+    if light is not None:
+        first = first - mass * centre
     # f = <x, y - lse - z> + lam ||Bx||^2 and <x, r> = <x, z - y> - 2 lam ||Bx||^2 (as <x, Mx>
     # = ||Bx||^2), so f = -<x, r> - lam ||Bx||^2 - lse without another pass over x.
     f = -(centre + first) - lam * bx_sq - lse
@@ -416,6 +464,8 @@ def _evaluate(YT, ZT, op, lam, curvature, shift, tol=None):
     if tol is not None:
         m2 = XD.mul_(D).sum(0)
         m3 = XD.mul_(D).sum(0)
+        if light is not None:
+            m2, m3 = m2 + mass * centre**2, m3 - mass * centre**3
         moments = first + 0.5 * m2 + m3 / 6.0
         lower = torch.where(moments > -1.0, torch.log1p(moments.clamp_min(-0.5)) - first, 0.0).clamp_min(0.0)
         exact = lower <= (2.0 * tol) * f.abs().clamp_min(1.0)
@@ -424,18 +474,55 @@ def _evaluate(YT, ZT, op, lam, curvature, shift, tol=None):
             cols = exact.nonzero().flatten()
             if cols.numel():
                 Xc, Dc, lse_c = _columns(X, cols), _columns(D, cols), lse[cols]
-                gap[cols] = _kl_gap(Xc, Dc, first[cols], lambda c: _columns(YT, cols[c]) - lse_c[c])
+                part = None if light is None else (mass[cols], centre[cols])
+                gap[cols] = _kl_gap(Xc, Dc, first[cols], lambda c: _columns(YT, cols[c]) - lse_c[c], part)
     del XD
     if gap is None:
-        gap = _kl_gap(X, D, first, lambda cols: _columns(YT, cols) - lse[cols])
+        gap = _kl_gap(X, D, first, lambda cols: _columns(YT, cols) - lse[cols], outside)
     direction = plain if curvature is None else D.div_(X.mul_(curvature).add_(1.0))
-    return direction, gap, exact, f, lse, f_error
+    if light is not None and curvature is not None:
+        # The full step would move the light tokens by -theta <x, r> / (1 + 2 lam x_k), about
+        # -theta <x, r>; they re-solve in closed form instead, so the block takes that shift
+        # with the opposite sign (x is invariant to a common shift of y). Without it the
+        # block's level relative to the light tokens would never settle: r = <x, r> != 0 on
+        # the block would be a fixed point.
+        direction.add_(centre)
+    return direction, gap, exact, f, lse, f_error, ok
 
 
 def _solve_exact(ZT, op, lam, tol, max_iter, theta0, safeguard):
     """Fixed point of y = z - 2 lam M softmax(y) on the columns of ZT (N x batch, one problem
     per column) from y = z; returns (log x, gap, f, steps, converged), log x with one row per
     problem (batch x N).
+
+    On a graph that leaves most tokens untouched, the iteration runs on the touched and the
+    heavy isolated tokens only, with the light ones in closed form
+    (systems.layers.graphmax_isolated); a problem whose normaliser leaves the closed form's
+    reach is solved again on all tokens."""
+    split = graphmax_isolated.split(ZT, op, lam) if isinstance(op, GraphOperator) else None
+    if split is None:
+        logXT, gap, f, steps, conv, _, _ = _iterate_exact(ZT, op, lam, tol, max_iter, theta0, safeguard)
+        return logXT.T.contiguous(), gap, f, steps, conv
+    block, block_op, light = split
+    logXT_block, gap, f, steps, conv, lse, ok = _iterate_exact(
+        torch.index_select(ZT, 0, block), block_op, lam, tol, max_iter, theta0, safeguard, light
+    )
+    logXT = light.log_probs(ZT, lse)
+    logXT.index_copy_(0, block, logXT_block)
+    redo = (~ok).nonzero().flatten()
+    if redo.numel():
+        logXT_r, gap_r, f_r, steps_r, conv_r, _, _ = _iterate_exact(
+            _columns(ZT, redo), op, lam, tol, max_iter, theta0, safeguard
+        )
+        logXT.index_copy_(1, redo, logXT_r)
+        gap[redo], f[redo], steps[redo], conv[redo] = gap_r, f_r, steps_r, conv_r
+    return logXT.T.contiguous(), gap, f, steps, conv
+
+
+def _iterate_exact(ZT, op, lam, tol, max_iter, theta0, safeguard, light=None):
+    """The iteration of ``_solve_exact`` on the rows of ZT (all tokens, or with ``light`` the
+    block's tokens); returns (log x as ZT's rows x batch, gap, f, steps, converged, log-sum-exp,
+    the light tokens' series held at every evaluation).
 
     With ``safeguard`` (the default) each step is
     ``y += theta * (r - <x, r>) / (1 + 2 lam diag(M) x)`` with r the logit residual: the step
@@ -450,17 +537,19 @@ def _solve_exact(ZT, op, lam, tol, max_iter, theta0, safeguard):
     batch does not wait for its slowest row at full width."""
     n, batch = ZT.shape
     device = ZT.device
-    out_gap, out_f = ZT.new_empty(batch), ZT.new_empty(batch)
+    out_gap, out_f, out_lse = ZT.new_empty(batch), ZT.new_empty(batch), ZT.new_empty(batch)
     out_steps = torch.zeros(batch, dtype=torch.long, device=device)
     out_conv = torch.zeros(batch, dtype=torch.bool, device=device)
-    # log x of the finished problems, one per column in the original order; transposed once at the end
+    out_ok = torch.ones(batch, dtype=torch.bool, device=device)
+    # log x of the finished problems, one per column in the original order
     out_logXT = ZT.new_empty(n, batch)
     idx = torch.arange(batch, device=device)
     curvature = ((2.0 * lam) * op.diag_m(ZT.dtype))[:, None] if safeguard else None
     YT = ZT  # never written in place
     # graphmax() max-shifts the scores, so 0 is the right shift (any other is corrected)
     shift = ZT.new_zeros(batch)
-    direction, gap, exact, f, lse, f_error = _evaluate(YT, ZT, op, lam, curvature, shift, tol)
+    direction, gap, exact, f, lse, f_error, ok = _evaluate(YT, ZT, op, lam, curvature, shift, tol, light)
+    ok = torch.ones_like(exact) if ok is None else ok
     theta = ZT.new_full((batch,), float(theta0))
     steps = torch.zeros(batch, dtype=torch.long, device=device)
     while True:
@@ -470,8 +559,9 @@ def _solve_exact(ZT, op, lam, tol, max_iter, theta0, safeguard):
             cols = done.nonzero().flatten()
             bound_only = cols[~exact[cols]]
             if bound_only.numel():  # out of steps with only a bound: certify what is returned
-                _, gap_b, _, f_b, _, _ = _evaluate(
-                    _columns(YT, bound_only), _columns(ZT, bound_only), op, lam, curvature, lse[bound_only]
+                part = None if light is None else light.columns(bound_only)
+                _, gap_b, _, f_b, _, _, _ = _evaluate(
+                    _columns(YT, bound_only), _columns(ZT, bound_only), op, lam, curvature, lse[bound_only], None, part
                 )
                 gap[bound_only], f[bound_only] = gap_b, f_b
                 conv[bound_only] = gap_b <= tol * f_b.abs().clamp_min(1.0)
@@ -480,19 +570,22 @@ def _solve_exact(ZT, op, lam, tol, max_iter, theta0, safeguard):
                 torch.sub(YT, lse, out=out_logXT)
             else:
                 out_logXT.index_copy_(1, rows, _columns(YT, cols).sub_(lse[cols]))
-            out_gap[rows], out_f[rows] = gap[cols], f[cols]
-            out_steps[rows], out_conv[rows] = steps[cols], conv[cols]
+            out_gap[rows], out_f[rows], out_lse[rows] = gap[cols], f[cols], lse[cols]
+            out_steps[rows], out_conv[rows], out_ok[rows] = steps[cols], conv[cols], ok[cols]
             if bool(done.all()):
                 break
             keep = (~done).nonzero().flatten()
-            idx, gap, exact, f, lse, f_error, theta, steps = (
-                t[keep] for t in (idx, gap, exact, f, lse, f_error, theta, steps)
+            idx, gap, exact, f, lse, f_error, theta, steps, ok = (
+                t[keep] for t in (idx, gap, exact, f, lse, f_error, theta, steps, ok)
             )
             YT, direction, ZT = (torch.index_select(t, 1, keep) for t in (YT, direction, ZT))
+            light = None if light is None else light.columns(keep)
         Y_try = torch.addcmul(YT, direction, theta)
-        direction_try, gap_try, exact_try, f_try, lse_try, f_error_try = _evaluate(
-            Y_try, ZT, op, lam, curvature, lse, tol
+        direction_try, gap_try, exact_try, f_try, lse_try, f_error_try, ok_try = _evaluate(
+            Y_try, ZT, op, lam, curvature, lse, tol, light
         )
+        if ok_try is not None:
+            ok = ok & ok_try
         steps += 1
         if safeguard:
             # Only an increase of f beyond rounding counts: near the optimum the changes of f
@@ -522,7 +615,7 @@ def _solve_exact(ZT, op, lam, tol, max_iter, theta0, safeguard):
             lse_try,
             f_error_try,
         )
-    return out_logXT.T.contiguous(), out_gap, out_f, out_steps, out_conv
+    return out_logXT, out_gap, out_f, out_steps, out_conv, out_lse, out_ok
 
 
 def _solve_paper(Z, op, lam, alpha, T, stop, log_floor):
