@@ -601,7 +601,7 @@ def test_isolated_tokens_in_closed_form_give_the_full_problem_optimum(lam, monke
     z = peaked_scores(5, n, 60, seed=40)
     ZT = (z - z.amax(-1, keepdim=True)).T.contiguous()
     block, _, light = graphmax_isolated.split(ZT, GraphOperator(A), lam)
-    assert 60 <= block.numel() < 0.7 * n and (light.power[0] > 0).all()  # the closed form is used
+    assert 60 <= block.numel() < 0.7 * n and (light.mass_coef[0] > 0).all()  # the closed form is used
     x, info = graphmax(z, A, lam=lam, tol=1e-12, return_info=True)
     assert info.converged.all()
     for xi, zi, gap in zip(x.numpy(), z.numpy(), info.gap.tolist()):

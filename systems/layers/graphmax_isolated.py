@@ -45,43 +45,47 @@ _BLOCK_SHARE = 0.7
 # W(t) = sum_j w_j t^j and W(t)^2 = sum_j q_j t^j, to the 4th power
 _W = (1.0, -1.0, 1.5, -8.0 / 3.0)
 _W_SQUARED = (0.0, 1.0, -2.0, 4.0)
+_POWERS = torch.arange(1, 5, dtype=torch.float64)[:, None]
 
 
 @dataclass
 class LightTokens:
-    """The light isolated tokens of each column (problem), as power sums relative to ``c_lo``:
-    ``power[j - 1] = sum_k exp(j (z_k - c_lo))`` (float64, 4 x batch)."""
+    """The light isolated tokens of each column (problem) as polynomials in ``u = e^{c_lo - c}``:
+    their mass ``sum_j mass_coef[j] u^(j+1)`` and sum of squares ``sum_j square_coef[j] u^(j+1)``
+    (float64, 4 x batch), from the power sums ``sum_k e^{j (z_k - c_lo)}``."""
 
     lam: float
     c_lo: torch.Tensor  # (batch,) float64
-    power: torch.Tensor  # (4, batch) float64
+    mass_coef: torch.Tensor  # (4, batch) float64
+    square_coef: torch.Tensor  # (4, batch) float64
+
+    @classmethod
+    def from_power_sums(cls, lam: float, c_lo: torch.Tensor, power: torch.Tensor) -> LightTokens:
+        # with t_k = 2 lam e^{z_k - c_lo} u: mass = sum_k W(t_k) / (2 lam), squares = sum_k W(t_k)^2 / (4 lam^2)
+        scale = (2.0 * lam) ** torch.arange(4, dtype=power.dtype, device=power.device)[:, None]
+        w = power.new_tensor(_W)[:, None]
+        q = power.new_tensor(_W_SQUARED)[:, None]
+        return cls(lam, c_lo, w * scale * power, q * scale / (2.0 * lam) * power)
 
     def columns(self, cols: torch.Tensor) -> LightTokens:
-        return LightTokens(self.lam, self.c_lo[cols], self.power[:, cols])
+        return LightTokens(self.lam, self.c_lo[cols], self.mass_coef[:, cols], self.square_coef[:, cols])
 
     def normalise(self, S: torch.Tensor, shift: torch.Tensor):
         """The normaliser c with ``S e^{shift - c} + mass(c) = 1`` (S: sum over the block of
         ``e^{y - shift}``), by Newton's method on ``v = e^{shift - c}`` from the value that
-        ignores the series' corrections (each of which is <= 5% of the mass, so 4 steps reach
-        float64 rounding). Returns (v, c, light mass, light sum of squares, c within reach)."""
+        ignores the series' corrections (together <= 5% of the mass, so 3 steps reach float64
+        rounding). Returns (v, c, light mass, light sum of squares, c within reach)."""
         S, shift = S.double(), shift.double()
-        two_lam = 2.0 * self.lam
-        kappa = torch.exp(self.c_lo - shift)  # u = e^{c_lo - c} = kappa v
-        coef = [w * two_lam**j * p for j, (w, p) in enumerate(zip(_W, self.power))]  # mass = sum_j coef_j u^(j+1)
-        v = 1.0 / (S + coef[0] * kappa)
-        for _ in range(4):
-            u = kappa * v
-            g = S * v - 1.0
-            dg = S.clone()
-            for j, cj in enumerate(coef):
-                term = cj * u ** (j + 1)
-                g = g + term
-                dg = dg + (j + 1) * term / v
-            v = v - g / dg
-        u = kappa * v
-        mass = sum(cj * u ** (j + 1) for j, cj in enumerate(coef))
-        squares = sum(q * two_lam ** (j - 1) * p * u ** (j + 1) for j, (q, p) in enumerate(zip(_W_SQUARED, self.power)))
-        return v, shift - v.log(), mass, squares, u <= _U_MAX
+        powers = _POWERS.to(S.device)
+        kappa = torch.exp(self.c_lo - shift)  # u = kappa v
+        a = self.mass_coef * kappa**powers  # mass = sum_j a_j v^(j+1)
+        v = 1.0 / (S + a[0])
+        for _ in range(3):
+            av = a * v**powers
+            v = v - (S * v + av.sum(0) - 1.0) / (S + (av * powers).sum(0) / v)
+        u = (kappa * v) ** powers
+        mass, squares = (self.mass_coef * u).sum(0), (self.square_coef * u).sum(0)
+        return v, shift - v.log(), mass, squares, u[0] <= _U_MAX
 
     def log_probs(self, ZT: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
         """log x of every token as if light, at normaliser c per column (the caller overwrites
@@ -143,10 +147,10 @@ def split(ZT: torch.Tensor, op, lam: float):
     # float64 accumulation would cost as much as the rest of the set-up)
     E2 = E * E
     sums = [E.sum(0).double(), E2.sum(0).double(), torch.mul(E2, E).sum(0).double(), E2.mul_(E2).sum(0).double()]
-    power = torch.stack([s * torch.exp(-(j + 1) * c_lo) for j, s in enumerate(sums)])
+    power = torch.stack(sums) * torch.exp(-_POWERS.to(c_lo.device) * c_lo)
     block = torch.cat([touched, heavy])
     return (
         block,
         IsolatedBlock(op.touched_operator(), touched.numel(), heavy.numel(), ZT.dtype),
-        LightTokens(float(lam), c_lo, power),
+        LightTokens.from_power_sums(float(lam), c_lo, power),
     )
