@@ -602,7 +602,9 @@ def test_isolated_tokens_in_closed_form_give_the_full_problem_optimum(lam, monke
     ZT = (z - z.amax(-1, keepdim=True)).T.contiguous()
     block, _, light = graphmax_isolated.split(ZT, GraphOperator(A), lam)
     assert 60 <= block.numel() < 0.7 * n and (light.mass_coef[0] > 0).all()  # the closed form is used
-    x, info = graphmax(z, A, lam=lam, tol=1e-12, return_info=True)
+    # without the Newton first step, whose K likeliest tokens differ between the block and all
+    # tokens: both solves then take the same steps
+    x, info = graphmax(z, A, lam=lam, tol=1e-12, return_info=True, presolve=False)
     assert info.converged.all()
     for xi, zi, gap in zip(x.numpy(), z.numpy(), info.gap.tolist()):
         # the reported gap is the full problem's certificate, computed densely here
@@ -611,7 +613,7 @@ def test_isolated_tokens_in_closed_form_give_the_full_problem_optimum(lam, monke
     x_ref = torch.from_numpy(np.stack([dual_lbfgs_reference(zi, A, lam) for zi in z.numpy()]))
     assert torch.allclose(x, x_ref, atol=1e-7)
     full_width(monkeypatch)
-    x_full, info_full = graphmax(z, A, lam=lam, tol=1e-12, return_info=True)
+    x_full, info_full = graphmax(z, A, lam=lam, tol=1e-12, return_info=True, presolve=False)
     # the series of W to t^4 is exact to 5.2 t^4 relative (t <= 0.014 here)
     assert ((x - x_full).abs() / x_full).max() < 1e-6
     # the light tokens' series is exact to ~t^5: about the same steps as the full iteration
@@ -622,14 +624,14 @@ def test_isolated_tokens_in_float32_are_certified(monkeypatch):
     n, lam = 2000, 1.0
     A = sparse_graph(n, 300, density=0.05, seed=41)
     z = peaked_scores(8, n, 300, seed=41, dtype=torch.float32)
-    x, info = graphmax(z, A, lam=lam, return_info=True)
+    x, info = graphmax(z, A, lam=lam, return_info=True, presolve=False)  # same steps as full width
     assert info.converged.all() and (info.relative_gap <= 1e-6).all()
     x64 = info.log_probs.double().exp()
     assert (x64.sum(-1) - 1).abs().max() < 1e-5
     for xi, zi, gap in zip(x64.numpy(), z.double().numpy(), info.gap.tolist()):
         assert abs(dual_certificate(xi / xi.sum(), zi, A, lam) - gap) < 2e-6
     full_width(monkeypatch)
-    _, info_full = graphmax(z, A, lam=lam, return_info=True)
+    _, info_full = graphmax(z, A, lam=lam, return_info=True, presolve=False)
     assert (info_full.log_probs - info.log_probs).abs().max() < 1e-4
 
 
@@ -682,10 +684,108 @@ def test_the_closed_form_is_used_only_where_it_pays():
     assert graphmax_isolated.split(ZT, GraphOperator(sparse_graph(n, 200, seed=43)), 1.0) is None  # 67% touched
 
 
+# ---- the Newton first step (systems/layers/graphmax_presolve.py) ------------------------------
+
+
+def test_hub_block_is_M_among_the_hubs_and_its_diagonal_elsewhere(monkeypatch):
+    from systems.layers import graphmax_presolve
+
+    n = 80
+    A = random_graph(n, density=0.15, seed=50)
+    M = torch.from_numpy(dense_M(A))
+    H = torch.stack([torch.randperm(n, generator=torch.Generator().manual_seed(s))[:12] for s in range(3)], 1)
+    # a graph smaller than HUB_TOKENS: every token is a hub and the block is M's, exactly
+    block = GraphOperator(A).hub_block(H, F64)
+    for b in range(3):
+        assert torch.allclose(block[b], M[H[:, b]][:, H[:, b]], rtol=1e-12, atol=1e-14)
+    # 20 hubs: the tokens with the most predecessors; an entry with a non-hub is 0 off the diagonal
+    monkeypatch.setattr(graphmax_presolve, "HUB_TOKENS", 20)
+    hubs = set(np.argsort(-np.diff(A.T.tocsr().indptr), kind="stable")[:20].tolist())
+    block = GraphOperator(A).hub_block(H, F64)
+    for b in range(3):
+        ids = H[:, b].tolist()
+        for i, p in enumerate(ids):
+            for j, q in enumerate(ids):
+                expected = M[p, q] if i == j or (p in hubs and q in hubs) else 0.0
+                assert float(block[b, i, j]) == pytest.approx(float(expected), rel=1e-12, abs=1e-14)
+
+
+def test_hub_block_of_the_closed_form_block_maps_to_the_touched_tokens():
+    from systems.layers import graphmax_isolated
+
+    n, lam = 300, 1.0
+    A = sparse_graph(n, 60, seed=51)
+    z = peaked_scores(3, n, 60, seed=51)
+    ZT = (z - z.amax(-1, keepdim=True)).T.contiguous()
+    block, block_op, _ = graphmax_isolated.split(ZT, GraphOperator(A), lam)
+    assert block.numel() > 60  # some heavy isolated tokens follow the 60 touched ones
+    M = torch.from_numpy(dense_M(A))
+    H = torch.topk(torch.index_select(ZT, 0, block), 16, dim=0).indices  # positions in the block
+    got = block_op.hub_block(H, F64)
+    for b in range(3):
+        ids = block[H[:, b]]
+        assert torch.allclose(got[b], M[ids][:, ids], rtol=1e-12, atol=1e-14)  # isolated: 1 on the diagonal
+
+
+@pytest.mark.parametrize("lam, scale, share", [(1.0, 4.0, 0.7), (3.0, 6.0, 0.8)])
+def test_newton_first_step_reaches_the_same_certified_optimum_in_fewer_steps(lam, scale, share):
+    n = 400
+    A = random_graph(n, density=0.02, seed=52)
+    z = torch.randn(12, n, generator=torch.Generator().manual_seed(52), dtype=F64) * scale
+    x, info = graphmax(z, A, lam=lam, tol=1e-10, return_info=True)
+    x_plain, plain = graphmax(z, A, lam=lam, tol=1e-10, return_info=True, presolve=False)
+    assert info.converged.all() and plain.converged.all()
+    for xi, zi, gap in zip(x.numpy(), z.numpy(), info.gap.tolist()):
+        assert gap == pytest.approx(dual_certificate(xi, zi, A, lam), rel=1e-6, abs=1e-12)
+    assert torch.allclose(x, x_plain, atol=1e-5)  # both within the tolerance of the one optimum
+    # the point of the first step (measured: 44 steps in place of 69 at lam 1, 54 of 76 at lam 3)
+    assert info.iterations.sum() < share * plain.iterations.sum()
+
+
+def test_a_first_step_that_increases_f_is_taken_back_for_the_plain_one(monkeypatch):
+    from systems.layers import graphmax_presolve
+
+    n, lam = 400, 3.0
+    A = random_graph(n, density=0.02, seed=53)
+    z = torch.randn(5, n, generator=torch.Generator().manual_seed(53), dtype=F64) * 4
+    x_plain, plain = graphmax(z, A, lam=lam, return_info=True, presolve=False)
+    # a step far uphill: every row takes it back and goes on exactly as without the first step
+    monkeypatch.setattr(graphmax_presolve, "first_step", lambda ZT, R, lse, op, lam: -50.0 * R)
+    x, info = graphmax(z, A, lam=lam, return_info=True)
+    assert torch.equal(x, x_plain) and torch.equal(info.gap, plain.gap)
+    assert torch.equal(info.iterations, plain.iterations + 1)  # the step taken back counts
+
+
+def test_a_float32_problem_that_does_not_converge_is_solved_again_in_float64(monkeypatch):
+    from systems.layers import graphmax as graphmax_module
+
+    n, lam = 400, 1.0
+    A = random_graph(n, density=0.02, seed=54)
+    z = torch.randn(4, n, generator=torch.Generator().manual_seed(54)) * 4
+    _, before = graphmax(z, A, lam=lam, return_info=True)
+    solve = graphmax_module._solve_exact
+
+    def row_2_stalls_in_float32(ZT, *args):
+        logX, gap, f, steps, conv = solve(ZT, *args)
+        if ZT.dtype == torch.float32:  # as a crawling row would end: out of steps, not converged
+            conv = conv.clone()
+            conv[2] = False
+        return logX, gap, f, steps, conv
+
+    monkeypatch.setattr(graphmax_module, "_solve_exact", row_2_stalls_in_float32)
+    x, info = graphmax(z, A, lam=lam, return_info=True)
+    _, alone = graphmax(z[2].double(), A, lam=lam, return_info=True)
+    assert info.converged.all() and x.dtype == torch.float32
+    assert torch.equal(info.log_probs[2], alone.log_probs.float())  # the float64 solve's result
+    assert info.iterations[2] == before.iterations[2] + alone.iterations  # both solves' steps
+    assert torch.equal(info.log_probs[[0, 1, 3]], before.log_probs[[0, 1, 3]])  # the others untouched
+
+
 # ---- golden values: the solvers' results before their speed-ups (main at 68c8820) -----------
 # The speed-ups (column gathers, in-place steps, no final exponential) must not change a single
 # step; these pin iterations and values of batches whose rows finish at different steps and take
-# rejected steps (lam 30), and a decode through the layer.
+# rejected steps (lam 30), and a decode through the layer. The Newton first step changes the path
+# (not the optimum, within the tolerance): the plain path keeps main's pins, and it has its own.
 
 
 def test_solver_results_are_pinned():
@@ -695,12 +795,20 @@ def test_solver_results_are_pinned():
         10.0: ([7, 4, 7, 4, 4, 8], [-12.87608, -8.340576, -11.34916, -11.05166, -9.107502, -7.333806]),
         30.0: ([12, 9, 12, 8, 8, 9], [-11.76024, -7.509281, -10.13253, -10.15990, -8.061301, -6.331875]),
     }
-    for lam, (iterations, log_x7) in pinned.items():
-        x, info = graphmax(z, A, lam=lam, return_info=True)
-        assert info.iterations.tolist() == iterations and info.converged.all()
-        assert torch.allclose(info.log_probs[:, 7].double(), torch.tensor(log_x7, dtype=F64), rtol=2e-6, atol=0)
-        none, again = graphmax(z, A, lam=lam, return_info=True, probs=False)
-        assert none is None and torch.equal(again.log_probs, info.log_probs) and torch.equal(x, info.log_probs.exp())
+    # with the Newton first step (graphmax_presolve, 2026-11-25): fewer steps, the same optimum
+    # within the tolerance; the two rows at lam 30 that take one more step take it back
+    with_first_step = {
+        10.0: ([8, 3, 4, 3, 3, 4], [-12.87608, -8.342340, -11.35057, -11.05132, -9.106968, -7.333192]),
+        30.0: ([13, 6, 13, 6, 6, 10], [-11.76024, -7.509257, -10.13253, -10.15911, -8.060884, -6.331875]),
+    }
+    for presolve, pins in ((False, pinned), (True, with_first_step)):
+        for lam, (iterations, log_x7) in pins.items():
+            x, info = graphmax(z, A, lam=lam, return_info=True, presolve=presolve)
+            assert info.iterations.tolist() == iterations and info.converged.all()
+            assert torch.allclose(info.log_probs[:, 7].double(), torch.tensor(log_x7, dtype=F64), rtol=2e-6, atol=0)
+            none, again = graphmax(z, A, lam=lam, return_info=True, probs=False, presolve=presolve)
+            assert none is None and torch.equal(again.log_probs, info.log_probs)
+            assert torch.equal(x, info.log_probs.exp())
     x, info = graphmax(z, A, lam=1.0, solver="paper", return_info=True)
     assert info.iterations.tolist() == [19] * 6
     expected = [1.024287e-04, 6.136093e-04, 4.167585e-03, 1.025247e-02, 7.991735e-04, 7.390603e-05]
@@ -720,7 +828,8 @@ def test_layer_decode_is_pinned(fitted, tiny):
         [246, 217, 234, 200, 42, 172, 54, 230, 184, 228, 67, 124],
         [168, 29, 19, 176, 5, 220, 167, 12, 170, 10, 47, 164],
     ]
-    assert [r["stats"]["iterations"] for r in exact] == [[2.0] * 12, [2.0] * 12, [2.0, 1.0] + [2.0] * 10, [2.0] * 12]
+    # one step per token since the Newton first step (two before, with the same tokens)
+    assert [r["stats"]["iterations"] for r in exact] == [[1.0] * 12] * 4
     paper = decode(tiny, fitted(solver="paper"), prompts, DecodingSetting(max_new_tokens=12), seeds)
     paper_ids = [r["token_ids"] for r in paper]
     assert paper_ids[1][10] == 212  # the only token where the paper's solver samples another one

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 
 import torch
 
+from . import graphmax_presolve
+
 # a light isolated token has t = 2 lam exp(z - c) <= _T_CLASSIFY at c = c_lo ...
 _T_CLASSIFY = 0.01
 # ... and stays within the series' reach while c >= c_lo - log(_U_MAX)
@@ -87,16 +89,19 @@ class LightTokens:
         mass, squares = (self.mass_coef * u).sum(0), (self.square_coef * u).sum(0)
         return v, shift - v.log(), mass, squares, u[0] <= _U_MAX
 
-    def log_probs(self, ZT: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-        """log x of every token as if light, at normaliser c per column (the caller overwrites
-        the block's rows): ``x = W(t) / (2 lam)`` with the same series as the sums, written
+    def log_probs(self, Z: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        """log x of every token as if light, at normaliser c per problem, for the scores Z with
+        one row per problem (batch x N; the caller overwrites the block's tokens):
+        ``x = W(t) / (2 lam)`` with the same series as the sums, written
         ``log x = z - c + log1p(W(t) / t - 1)``, ``t = 2 lam e^{z - c}``, which stays finite
         where t underflows."""
-        shifted = torch.sub(ZT, c.to(ZT.dtype))
-        t = torch.exp(shifted).mul_(2.0 * self.lam)
-        # W(t) / t - 1 = t (-1 + t (3/2 - 8/3 t)), by Horner
-        ratio = t.mul(_W[3]).add_(_W[2]).mul_(t).add_(_W[1]).mul_(t)
-        return shifted.add_(ratio.log1p_())
+        out = torch.sub(Z, c.to(Z.dtype)[:, None])
+        e = torch.exp(out)
+        lam2 = 2.0 * self.lam
+        # W(t) / t - 1 = t (-1 + t (3/2 - 8/3 t)) by Horner, as e (-2 lam + (2 lam)^2 e (3/2 - 16/3 lam e))
+        h = torch.add(Z.new_tensor(_W[2]), e, alpha=_W[3] * lam2)
+        torch.addcmul(Z.new_tensor(_W[1] * lam2), e, h, value=lam2 * lam2, out=h)
+        return out.add_(e.mul_(h).log1p_())
 
 
 class IsolatedBlock:
@@ -111,6 +116,13 @@ class IsolatedBlock:
 
     def diag_m(self, dtype: torch.dtype) -> torch.Tensor:
         return self._diag.to(dtype)
+
+    def hub_block(self, H: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """``GraphOperator.hub_block`` on the block: the touched tokens' hubs, and the heavy
+        isolated tokens with M = 1 on the diagonal and nothing else."""
+        pos, M_SS = self.touched_op.hubs(dtype)
+        hub_pos = torch.where(H < self.n_touched, pos[H.clamp_max(self.n_touched - 1)], -1)
+        return graphmax_presolve.hub_block(hub_pos, M_SS, self.diag_m(dtype)[H])
 
     def m_product_columns(self, XT: torch.Tensor):
         nt = self.n_touched
@@ -127,8 +139,8 @@ def split(ZT: torch.Tensor, op, lam: float):
     n = op.n
     if lam <= 0 or touched.numel() > _TOUCHED_SHARE * n or touched.numel() == n:
         return None
-    E = ZT.exp()
-    E.index_fill_(0, touched, 0.0)
+    untouched = op.untouched()
+    E = torch.index_select(ZT, 0, untouched).exp_()
     iso_sum = E.sum(0).double()
     if not bool((iso_sum > 0).all()):
         return None
@@ -139,15 +151,17 @@ def split(ZT: torch.Tensor, op, lam: float):
         return None
     # heavy: t = 2 lam e^{z - c_lo} > _T_CLASSIFY in some column
     scale = (torch.exp(-c_lo) * (2.0 * lam / _T_CLASSIFY)).to(E.dtype)
-    heavy = (torch.mul(E, scale).amax(1) > 1.0).nonzero().flatten()
+    heavy_rows = (torch.mul(E, scale).amax(1) > 1.0).nonzero().flatten()
+    heavy = untouched[heavy_rows]
     if touched.numel() + heavy.numel() > _BLOCK_SHARE * n:
         return None
-    E.index_fill_(0, heavy, 0.0)
+    E.index_fill_(0, heavy_rows, 0.0)
     # float32 sums over dim 0 (within 1e-6 relative, as the solver's own softmax sums; a
     # float64 accumulation would cost as much as the rest of the set-up)
     E2 = E * E
-    sums = [E.sum(0).double(), E2.sum(0).double(), torch.mul(E2, E).sum(0).double(), E2.mul_(E2).sum(0).double()]
-    power = torch.stack(sums) * torch.exp(-_POWERS.to(c_lo.device) * c_lo)
+    dot = torch.linalg.vecdot
+    sums = [E.sum(0), E2.sum(0), dot(E2, E, dim=0), dot(E2, E2, dim=0)]
+    power = torch.stack(sums).double() * torch.exp(-_POWERS.to(c_lo.device) * c_lo)
     block = torch.cat([touched, heavy])
     return (
         block,
