@@ -77,8 +77,8 @@ others in float32 (half the memory traffic; the safeguard allows for f's roundin
 the float32 gaps agree with float64 certificates of the same x). A float32 problem that has not
 converged after ``max_iter`` steps is solved again in float64, where the safeguard sees f's
 changes that float32 rounds away (one movie-review problem in 3,072 crawled at a gap of 2e-3
-for 100 steps in float32 and converged in 10 in float64); its iterations are the sum of both. Only the exact solver is
-differentiable; its backward is implicit (not unrolled):
+for 100 steps in float32 and converged in 8 in float64); its iterations are the sum of both.
+Only the exact solver is differentiable; its backward is implicit (not unrolled):
 ``dL/dz = S (I + 2 lam M S)^{-1} g`` with ``S = diag(x) - x x^T``, solved by conjugate
 gradients on the equivalent symmetric system
 ``R^T (I + 2 lam R M R^T)^{-1} R g``, ``R = (I - s s^T) diag(s)``, ``s = sqrt(x)``.
