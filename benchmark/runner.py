@@ -120,6 +120,7 @@ RUN_PACKAGES = (
     "transformers",
     "numpy",
     "scipy",
+    "numba",
     "sacrebleu",
     "nltk",
     "rouge-score",

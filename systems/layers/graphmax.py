@@ -70,7 +70,8 @@ Two solvers, chosen by name:
     zero, and the iteration falls into a period-2 cycle that never meets the stop rule: the
     output is close to uniform over thousands of tokens, depends on ``log_floor`` and on the
     parity of T, hardly depends on the graph, and is NOT the minimiser of eq. 3 (its reported
-    gap shows how far it is). It is here to reproduce the paper, not as graphmax.
+    gap shows how far it is). It is here to reproduce the paper, not as graphmax. It runs in
+    ``systems.layers.graphmax_paper`` (fused numba kernels on the CPU, torch elsewhere).
 
 Probabilities come back on z's device and dtype; float64 scores are solved in float64, all
 others in float32 (half the memory traffic; the safeguard allows for f's rounding error, and
@@ -95,8 +96,7 @@ import torch
 
 from core.errors import MaxbenchError
 
-from . import graphmax_isolated, graphmax_presolve
-from .sparsemax import project_to_simplex
+from . import graphmax_isolated, graphmax_paper, graphmax_presolve
 
 __all__ = ["graphmax", "check_graphmax_args", "GraphmaxInfo", "GraphOperator", "SOLVERS"]
 
@@ -680,48 +680,6 @@ def _iterate_exact(ZT, op, lam, tol, max_iter, theta0, safeguard, presolve=True,
     return out_logXT, out_gap, out_f, out_steps, out_conv, out_lse, out_ok
 
 
-def _solve_paper(Z, op, lam, alpha, T, stop, log_floor):
-    batch = Z.shape[0]
-    # One problem per column: the graph products want the N x batch layout, so the iterates
-    # stay in it and only the result is transposed back.
-    ZT = Z.T.contiguous()
-    XT = torch.zeros_like(ZT)
-    iterations = torch.zeros(batch, dtype=torch.long, device=Z.device)
-    done = torch.zeros(batch, dtype=torch.bool, device=Z.device)
-    # The iterates settle into a period-2 cycle (module docstring), so the projection's threshold
-    # two steps back is a close guess that saves most of its passes (it does not change the result).
-    taus: list[torch.Tensor | None] = [None, None]
-    t = 1
-    while t < T:  # Algorithm 1, line 2, with x^1 = 0 (line 1)
-        active = (~done).nonzero().flatten()
-        if active.numel() == 0:
-            break
-        everyone = active.numel() == batch
-        Xa = XT if everyone else _columns(XT, active)
-        # every block below is new and used once, so the steps run in place on it
-        grad = Xa.clamp_min(log_floor).log_().sub_(ZT if everyone else _columns(ZT, active)).add_(1)
-        grad.add_(op.m_product_columns(Xa)[0], alpha=2.0 * lam)
-        start = taus[0] if taus[0] is None or everyone else taus[0][:, active]
-        # lines 3-7: gradient step and projection onto the simplex (exact; Michelot's iteration)
-        X_next, tau = project_to_simplex(torch.sub(Xa, grad.mul_(alpha), out=grad), start, dim=0)
-        # ||x^{t+1} - x^t||_2 as the root of a dot product: torch's vector_norm over dim 0 takes
-        # about 4x as long; the two differ in the last bits only, which matter only for a step
-        # within rounding of the stop threshold (the iterates are the same either way)
-        delta = torch.sub(X_next, Xa, out=grad)
-        step = _vecdot(delta, delta, dim=0).sqrt_()
-        if everyone:
-            XT, taus = X_next, [taus[1], tau]
-        else:
-            XT.index_copy_(1, active, X_next)
-            full = torch.full((1, batch), float("nan"), dtype=Z.dtype, device=Z.device)
-            full[:, active] = tau
-            taus = [taus[1], full]
-        iterations[active] += 1
-        done[active] = step < stop  # line 8
-        t += 1
-    return XT.T.contiguous(), iterations, done
-
-
 def _certify(X, Z, op, lam):
     """Duality gap and f(x) of the full problem for a feasible x on all N tokens that may
     have exact zeros (0 log 0 = 0)."""
@@ -962,9 +920,10 @@ def graphmax(
     support = None
     with torch.no_grad():
         if solver == "paper":
-            X, iterations, converged = _solve_paper(Z, op, lam, float(alpha), T, float(paper_stop), float(log_floor))
-            gap, f = _certify(X, Z, op, lam)
-            logX = torch.log(X)
+            X, iterations, converged, certified = graphmax_paper.solve(
+                Z, op, lam, float(alpha), T, float(paper_stop), float(log_floor)
+            )
+            logX, gap, f = certified if certified is not None else (torch.log(X), *_certify(X, Z, op, lam))
             solve_op = op
         elif topk is not None and topk < n:
             support = torch.unique(torch.topk(Z, topk, dim=-1).indices)
