@@ -37,6 +37,14 @@ def load_average() -> str:
     return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} CPUs"
 
 
+def paper_kernels_line() -> str:
+    """What ran the paper solver's CPU kernels (systems.layers.paper_kernels): numba's version
+    and threading layer (omp where the system's libgomp is there, else numba's workqueue)."""
+    import numba
+
+    return f"graphmax paper's CPU kernels: numba {numba.__version__}, threading layer {numba.threading_layer()}"
+
+
 def record_solver_stats(layer) -> dict[str, list[torch.Tensor]]:
     """Keep every step's iterations and gap as the layer reports them (the run files round
     statistics to a few decimals, which would show gaps of 1e-7 as 0)."""
@@ -158,6 +166,8 @@ def main() -> None:
                     cpu_times[name].append(time.process_time() - c0)
                     layer_cpu[name].append(scores_cpu[name][0])
             print_table(results, times, cpu_times, layer_cpu, solver_stats)
+            if "graphmax paper" in layers and torch.device(lm.device).type == "cpu":
+                print(paper_kernels_line())
             print(f"after: {load_average()}")
             for i in range(min(args.show, len(prompts))):
                 print(f"\n-- prompt: {prompts[i]}")

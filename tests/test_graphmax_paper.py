@@ -68,20 +68,28 @@ def test_graphmax_takes_the_kernels_on_the_cpu_and_torch_elsewhere(monkeypatch):
     assert torch.allclose(x, info.log_probs.exp(), rtol=1e-14, atol=0)  # log x of the same x
 
 
+@pytest.mark.parametrize("kernel", [True, False])
 @pytest.mark.parametrize("touched", [1000, 3000])
-def test_the_kernels_graph_product_has_scipy_bits(touched):
+def test_the_graph_product_has_scipy_bits(touched, kernel):
+    """Both ways to the product (the kernel for graphs of short rows, torch's CSR kernel for
+    the others) give scipy's M x on the touched tokens, and x on the others."""
     n = 3000
     op = GraphOperator(partly_touched_graph(n, touched, seed=5) if touched < n else random_graph(n, 0.01, seed=5))
     X = torch.rand(n, 17, generator=torch.Generator().manual_seed(5))
     product = graphmax_paper._Product(op, torch.float32)
+    assert product.kernel == (op.matrices(torch.float32)[0].nnz <= 16 * product.n_touched)
+    product.kernel = kernel
     blocks = graphmax_paper._Blocks(n, product.n_touched, 17, np.float32)
-    MX, BX = product(paper_kernels, X.numpy(), blocks)
-    want, _ = op.m_product_columns(X)  # scipy's kernel on all tokens
+    MX, norm = product(paper_kernels, X.numpy(), blocks, norm=True)
+    want, want_norm = op.m_product_columns(X)  # scipy's kernel on all tokens
     rows = op.touched().numpy()
     assert np.array_equal(MX, want.numpy()[rows])
     assert np.array_equal(np.delete(want.numpy(), rows, axis=0), np.delete(X.numpy(), rows, axis=0))
-    A = op.matrices(torch.float32)[0]
-    assert np.array_equal(BX, (X.numpy() - A @ X.numpy())[rows])
+    BX = X.numpy() - op.matrices(torch.float32)[0] @ X.numpy()
+    if kernel:
+        assert np.array_equal(blocks.bx, BX[rows])
+    untouched = np.delete(BX, rows, axis=0)
+    assert np.allclose(norm + (untouched * untouched).sum(0), want_norm.numpy(), rtol=1e-5)
 
 
 def test_the_transpose_kernel():
@@ -117,3 +125,17 @@ def test_a_threshold_still_moving_after_the_passes_is_found_by_sorting(monkeypat
     got, steps_1, _, _ = graphmax_paper.solve(Z, op, 1.0, 1e-4, 20, 1e-4, 1e-10)
     assert torch.equal(steps, steps_1)
     assert torch.allclose(got, want, atol=1e-13, rtol=0)
+
+
+def test_either_graph_product_gives_the_same_iterates(monkeypatch):
+    n = 900
+    op = GraphOperator(partly_touched_graph(n, 400, seed=8))
+    Z = scores(6, n, seed=8)
+    results = []
+    for short_rows in (0, 10**9):  # torch's CSR kernel everywhere, then the kernel everywhere
+        monkeypatch.setattr(graphmax_paper._Product, "SHORT_ROWS", short_rows)
+        X, steps, _, (log_X, gap, f) = graphmax_paper.solve(Z, op, 1.0, 1e-4, 20, 1e-4, 1e-10)
+        results.append((X, steps, log_X, gap, f))
+    (X, steps, log_X, gap, f), (X2, steps2, log_X2, gap2, f2) = results
+    assert torch.equal(X, X2) and torch.equal(steps, steps2) and torch.equal(log_X, log_X2)
+    assert torch.allclose(gap, gap2, rtol=1e-6) and torch.allclose(f, f2, rtol=1e-6)

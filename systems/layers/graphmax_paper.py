@@ -75,7 +75,7 @@ def _solve_cpu(Z, op, lam, alpha, T, stop, log_floor):
         blocks = full if everyone else _Blocks(n, product.n_touched, active.size, ZT.dtype)
         Xa = XT if everyone else np.ascontiguousarray(XT[:, active])
         Za = ZT if everyone else np.ascontiguousarray(ZT[:, active])
-        MX = product(paper_kernels, Xa, blocks)[0]
+        MX = product(paper_kernels, Xa, blocks)
         start = taus[0] if taus[0] is None or everyone else taus[0][active]
         # NumPy's vectorised logarithm (one thread): 60% of torch's time on two threads here
         np.log(np.maximum(Xa, floor, out=blocks.log_x), out=blocks.log_x)
@@ -103,34 +103,52 @@ def _transposed(kernels, X):
 
 
 class _Product:
-    """``M X`` and ``(I - A) X`` on the tokens some edge touches (all tokens where every one
-    is), in the kernels: the rows of A at those tokens, with X's row numbers as column indices
-    (so that the first product reads X where it lies), and A^T among them. An untouched token's
-    ``(B x)_i = x_i`` and ``(M x)_i = x_i``: ``mx_rows`` gives each token's row of the
-    products' blocks, -1 for an untouched one. The same sums in the same order as
-    ``GraphOperator.m_product_columns``."""
+    """``M X`` on the tokens some edge touches (all tokens where every one is), and
+    ``||(I - A) x||^2`` of each column on request. An untouched token's ``(B x)_i = x_i`` and
+    ``(M x)_i = x_i``: ``mx_rows`` gives each token's row of the product's block, -1 for an
+    untouched one. Both kernels below add each row's terms in stored order, scipy's bits.
+
+    Where the touched tokens' rows hold few edges on average (at most ``SHORT_ROWS``: the
+    food-reviews graph, 9), ``paper_kernels.residual`` (the rows of A at the touched tokens
+    with X's row numbers as column indices, so that it reads X where it lies, then A^T among
+    them); where they hold many (movie reviews, 48), torch's CSR kernel, 1.1x as fast there at a
+    batch of 48 and 1.9x at 16 in the solver's loop, where the kernel is 1.25x as fast on food
+    reviews at 48 and as fast at 16 (benchmarks/graphmax_decode.py, 2026-11-25)."""
+
+    SHORT_ROWS = 16
 
     def __init__(self, op, dtype: torch.dtype):
         touched = op.touched().numpy()
         n = op.n
+        t_op = op.touched_operator() if touched.size < n else op
+        A, self.AT = t_op.matrices(dtype)
+        self.n_touched = touched.size
+        self.kernel = A.nnz <= self.SHORT_ROWS * max(1, touched.size)
         if touched.size < n:
-            A, self.AT = op.touched_operator().matrices(dtype)
             self.rows = touched
             self.A = (A.indptr, touched[A.indices], A.data)
             self.mx_rows = np.full(n, -1, dtype=np.int64)
             self.mx_rows[touched] = np.arange(touched.size)
         else:
-            A, self.AT = op.matrices(dtype)
             self.rows = self.mx_rows = np.arange(n)
             self.A = (A.indptr, A.indices, A.data)
         self.local = np.arange(touched.size)
-        self.n_touched = touched.size
+        self.t_op = t_op
 
-    def __call__(self, kernels, X, blocks):
-        """(M X, B X) on the touched tokens, into the blocks."""
+    def __call__(self, kernels, X, blocks, norm=False):
+        """M X on the touched tokens (blocks.mx), with ``norm`` also ``||(I - A) x||^2`` over them."""
+        if not self.kernel:
+            XT = X if self.n_touched == X.shape[0] else np.take(X, self.rows, 0, blocks.bx)
+            MX, bx_sq = self.t_op.m_product_columns(torch.from_numpy(XT))
+            blocks.mx[...] = MX.numpy()
+            return (blocks.mx, bx_sq.numpy()) if norm else blocks.mx
         kernels.residual(*self.A, X, self.rows, blocks.bx)
         kernels.residual(self.AT.indptr, self.AT.indices, self.AT.data, blocks.bx, self.local, blocks.mx)
-        return blocks.mx, blocks.bx
+        if not norm:
+            return blocks.mx
+        squares = np.empty((kernels.chunks(self.n_touched), X.shape[1]), dtype=X.dtype)
+        kernels.column_sums(blocks.bx, True, squares)
+        return blocks.mx, squares.sum(0)
 
 
 class _Blocks:
@@ -146,7 +164,7 @@ def _certify(kernels, XT, ZT, lam, product, blocks):
     """log x (-inf at exact zeros), the duality gap and f of the full problem at x, one
     problem per column: ``graphmax._certify`` in the kernels' passes."""
     n, b = XT.shape
-    MX, BX = product(kernels, XT, blocks)
+    MX, touched_sq = product(kernels, XT, blocks, norm=True)
     with np.errstate(divide="ignore"):
         log_X = np.log(XT)
     V = blocks.step
@@ -154,13 +172,11 @@ def _certify(kernels, XT, ZT, lam, product, blocks):
     kernels.certificate(XT, log_X, ZT, MX, product.mx_rows, XT.dtype.type(2.0 * lam), V, part)
     f_z, f_v, untouched_sq = part[:, :3].sum(0)
     top = part[:, 3].max(0)
-    squares = np.empty((kernels.chunks(BX.shape[0]), b), dtype=XT.dtype)
-    kernels.column_sums(BX, True, squares)
     np.exp(np.subtract(V, top, out=V), out=V)
     sums = np.empty((kernels.chunks(n), b), dtype=XT.dtype)
     kernels.column_sums(V, False, sums)
     gap = np.maximum(f_v + (top + np.log(sums.sum(0))), 0)
-    return log_X, gap, f_z + lam * (squares.sum(0) + untouched_sq)
+    return log_X, gap, f_z + lam * (touched_sq + untouched_sq)
 
 
 def _update(kernels, X, Z, MX, mx_rows, scalars, start, blocks):
