@@ -113,6 +113,14 @@ def _lines(run_dir: Path) -> int:
     return count
 
 
+def thread_env(threads: int) -> dict[str, str]:
+    """Each math library's thread count for a worker of ``threads`` threads. numba's pool (the
+    graphmax paper solver's CPU kernels) included: with its default of one thread per core,
+    each 1-thread worker kept a second thread spinning between the kernels, and the cold main
+    job's two workers ran 2-8x slower (2026-11-25)."""
+    return {name: str(threads) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")}
+
+
 def run_workers(args, plan, n: int, threads: int, device: str | None, invocation: str, progress: bool) -> None:
     """Generate ``plan`` in ``n`` worker processes and wait for them; a worker that fails stops the
     others and ends in one line (every row written so far is kept for the rerun)."""
@@ -120,7 +128,7 @@ def run_workers(args, plan, n: int, threads: int, device: str | None, invocation
 
     from benchmark.runner import INVOCATION_ENV
 
-    env = os.environ | {INVOCATION_ENV: invocation, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    env = os.environ | {INVOCATION_ENV: invocation} | thread_env(threads)
     procs = [
         subprocess.Popen(
             worker_command(args, plan.run_dir.name, (i, n), threads, device),

@@ -206,3 +206,12 @@ def test_workers_with_shard_is_refused(tmp_path, cli):
     _registry(tmp_path)
     rc, _, err = cli(*_cmd(tmp_path, "bad", "--workers", "2", "--shard", "0/2")[3:])
     assert rc == 2 and "--workers and --shard" in err and err.count("\n") == 1
+
+
+def test_workers_get_every_library_s_thread_count():
+    """numba's pool too: with its default (a thread per core) a 1-thread worker kept a second
+    thread spinning between the paper solver's kernels, and two workers ran 2-8x slower."""
+    from benchmark.workers import thread_env
+
+    assert thread_env(1) == {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+    assert thread_env(3)["NUMBA_NUM_THREADS"] == "3"

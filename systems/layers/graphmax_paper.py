@@ -13,19 +13,23 @@ Two implementations of the same arithmetic:
   per pass of Michelot's iteration, where torch's operations take about 30, and no torch
   thread runs meanwhile. The graph product runs on the tokens some edge touches only
   (``GraphOperator.touched_operator``, the same sums in the same order), and an untouched
-  token's ``(M x)_i`` is its own ``x_i``. 2.3-3x as fast as the torch path on the food-reviews
-  graph (benchmarks/graphmax_decode.py);
+  token's ``(M x)_i`` is its own ``x_i``. 2.3x and 4.3x as fast as the torch path on the
+  food-reviews graph at a batch of 16 and 48, 1.7x and 1.2x on movie reviews
+  (benchmarks/graphmax_paper_kernels.py, 2 threads);
 - elsewhere (CUDA), torch operations (``sparsemax.project_to_simplex``), also used by the tests
   on the CPU to check that both give the same iterates to rounding.
 
 Rounding differs between the two (the sums run in another order), and from the third update on
 the iteration amplifies such differences about 100-fold per update (tests/test_graphmax_paper.py):
-in float32 the two paths' outputs differ by up to 3e-9 on real food-review problems and can differ
-by a few percent of x on random scores. Either is the paper's algorithm; runs record which
+in float32 the two paths' outputs differ by up to 2.5e-6 in a probability on real decoding logits
+(benchmarks/graphmax_paper_kernels.py) and by a few percent of x on random scores. Either is the paper's algorithm; runs record which
 produced them (the maxbench commit).
 """
 
 from __future__ import annotations
+
+import os
+import sys
 
 import numpy as np
 import torch
@@ -47,6 +51,10 @@ def solve(Z: torch.Tensor, op, lam: float, alpha: float, T: int, stop: float, lo
 
 
 def _solve_cpu(Z, op, lam, alpha, T, stop, log_floor):
+    if "numba" not in sys.modules:
+        # numba's pool is as large as this at most (read when numba is imported): with its default,
+        # a thread per core, a 1-thread process kept a second thread spinning between the kernels
+        os.environ.setdefault("NUMBA_NUM_THREADS", str(torch.get_num_threads()))
     import numba
 
     from . import paper_kernels
@@ -111,9 +119,10 @@ class _Product:
     Where the touched tokens' rows hold few edges on average (at most ``SHORT_ROWS``: the
     food-reviews graph, 9), ``paper_kernels.residual`` (the rows of A at the touched tokens
     with X's row numbers as column indices, so that it reads X where it lies, then A^T among
-    them); where they hold many (movie reviews, 48), torch's CSR kernel, 1.1x as fast there at a
-    batch of 48 and 1.9x at 16 in the solver's loop, where the kernel is 1.25x as fast on food
-    reviews at 48 and as fast at 16 (benchmarks/graphmax_decode.py, 2026-11-25)."""
+    them); where they hold many (movie reviews, 48), torch's CSR kernel. Whole solver calls with
+    one and the other (benchmarks/graphmax_paper_kernels.py, 2 threads, 2026-11-25): on movie
+    reviews torch's is 2.0x as fast at a batch of 16 and 1.04x at 48; on food reviews the
+    kernel is 1.08x and 1.23x as fast."""
 
     SHORT_ROWS = 16
 
