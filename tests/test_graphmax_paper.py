@@ -139,3 +139,12 @@ def test_either_graph_product_gives_the_same_iterates(monkeypatch):
     (X, steps, log_X, gap, f), (X2, steps2, log_X2, gap2, f2) = results
     assert torch.equal(X, X2) and torch.equal(steps, steps2) and torch.equal(log_X, log_X2)
     assert torch.allclose(gap, gap2, rtol=1e-6) and torch.allclose(f, f2, rtol=1e-6)
+
+
+def test_a_graph_without_edges():
+    """No touched token: the product has no rows and every (M x)_i is x_i."""
+    A = sp.csr_matrix((50, 50))
+    z = scores(3, 50, seed=9, dtype=torch.float64)
+    x, info = graphmax(z, A, solver="paper", return_info=True)
+    x_t, info_t = graphmax(z, GraphOperator(A, backend="torch"), solver="paper", return_info=True)
+    assert torch.allclose(x, x_t, atol=1e-12) and torch.allclose(info.gap, info_t.gap, rtol=1e-10)

@@ -99,7 +99,7 @@ def _solve_cpu(Z, op, lam, alpha, T, stop, log_floor):
         done[active] = step < dtype(stop)  # line 8
         t += 1
     log_X, gap, f = _certify(paper_kernels, XT, ZT, lam, product, full)
-    X, log_X = (torch.from_numpy(_transposed(paper_kernels, T)) for T in (XT, log_X))
+    X, log_X = (torch.from_numpy(_transposed(paper_kernels, block)) for block in (XT, log_X))
     certified = (log_X, torch.from_numpy(gap), torch.from_numpy(f))
     return X, torch.from_numpy(iterations), torch.from_numpy(done), certified
 
@@ -222,13 +222,17 @@ def _update(kernels, X, Z, MX, mx_rows, scalars, start, blocks):
 
 def _solve_torch(Z, op, lam, alpha, T, stop, log_floor):
     batch = Z.shape[0]
+    # One problem per column: the graph products want the N x batch layout, so the iterates
+    # stay in it and only the result is transposed back.
     ZT = Z.T.contiguous()
     XT = torch.zeros_like(ZT)
     iterations = torch.zeros(batch, dtype=torch.long, device=Z.device)
     done = torch.zeros(batch, dtype=torch.bool, device=Z.device)
+    # The iterates settle into a period-2 cycle, so the projection's threshold two steps back is
+    # a close guess that saves most of its passes (it does not change the result).
     taus: list[torch.Tensor | None] = [None, None]
     t = 1
-    while t < T:
+    while t < T:  # Algorithm 1, line 2, with x^1 = 0 (line 1)
         active = (~done).nonzero().flatten()
         if active.numel() == 0:
             break
@@ -238,7 +242,11 @@ def _solve_torch(Z, op, lam, alpha, T, stop, log_floor):
         grad = Xa.clamp_min(log_floor).log_().sub_(ZT if everyone else torch.index_select(ZT, 1, active)).add_(1)
         grad.add_(op.m_product_columns(Xa)[0], alpha=2.0 * lam)
         start = taus[0] if taus[0] is None or everyone else taus[0][:, active]
+        # lines 3-7: gradient step and projection onto the simplex (exact; Michelot's iteration)
         X_next, tau = project_to_simplex(torch.sub(Xa, grad.mul_(alpha), out=grad), start, dim=0)
+        # ||x^{t+1} - x^t||_2 as the root of a dot product: torch's vector_norm over dim 0 takes
+        # about 4x as long; the two differ in the last bits only, which matter only for a step
+        # within rounding of the stop threshold (the iterates are the same either way)
         delta = torch.sub(X_next, Xa, out=grad)
         step = torch.linalg.vecdot(delta, delta, dim=0).sqrt_()
         if everyone:
@@ -249,6 +257,6 @@ def _solve_torch(Z, op, lam, alpha, T, stop, log_floor):
             full[:, active] = tau
             taus = [taus[1], full]
         iterations[active] += 1
-        done[active] = step < stop
+        done[active] = step < stop  # line 8
         t += 1
     return XT.T.contiguous(), iterations, done
