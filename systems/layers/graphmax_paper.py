@@ -13,9 +13,9 @@ Two implementations of the same arithmetic:
   per pass of Michelot's iteration, where torch's operations take about 30, and no torch
   thread runs meanwhile. The graph product runs on the tokens some edge touches only
   (``GraphOperator.touched_operator``, the same sums in the same order), and an untouched
-  token's ``(M x)_i`` is its own ``x_i``. 2.3x and 4.3x as fast as the torch path on the
-  food-reviews graph at a batch of 16 and 48, 1.7x and 1.2x on movie reviews
-  (benchmarks/graphmax_paper_kernels.py, 2 threads);
+  token's ``(M x)_i`` is its own ``x_i``. 2.3x and about 2.5x as fast as the torch path on
+  the food-reviews graph at a batch of 16 and 48, 1.7x and 1.2x on movie reviews
+  (benchmarks/graphmax_paper_kernels.py, 2 threads; README for the figures);
 - elsewhere (CUDA), torch operations (``sparsemax.project_to_simplex``), also used by the tests
   on the CPU to check that both give the same iterates to rounding.
 
