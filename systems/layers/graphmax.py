@@ -53,6 +53,17 @@ Two solvers, chosen by name:
     needs 3.3 steps in place of 5.5 on real food-review problems (4.2 of 6.0 on movie reviews).
     A row where that step increases f takes it back and the plain step instead.
 
+    On the CPU, float32 problems run in numba kernels (``systems.layers.exact_kernels``): an
+    evaluation is the graph product and three reads of the block (the step with the softmax's
+    exponential, the residual and its centre, the gap's sums with the next direction) where
+    torch's operations make about 25 passes, with an exponential of its own that vectorises
+    (within 2 ulp); every column's gap is then the exact one (e^d - 1 costs no extra pass).
+    Sums run over fixed chunks of rows in float64, so the result does not depend on the thread
+    count. float64, CUDA and ``backend="torch"`` take torch's operations; the two paths differ in
+    rounding only (tests/test_exact_kernels.py). Finished problems leave the block in groups
+    (an eighth of it at a time, ``COMPACT``): the copy of the blocks costs about what a step
+    of that many columns does.
+
     ``topk=k`` restricts the support to the union over the batch of each row's k largest
     scores S: x is zero outside S, and the restricted problem keeps every row of the graph,
     i.e. uses ``A[:, S]`` (N x |S|), because ``||(I - A) x||^2`` sums over all N rows even
@@ -96,7 +107,7 @@ import torch
 
 from core.errors import MaxbenchError
 
-from . import graphmax_isolated, graphmax_paper, graphmax_presolve
+from . import cpu_kernels, graphmax_isolated, graphmax_paper, graphmax_presolve
 
 __all__ = ["graphmax", "check_graphmax_args", "GraphmaxInfo", "GraphOperator", "SOLVERS"]
 
@@ -104,6 +115,12 @@ SOLVERS = ("exact", "paper")
 # Largest step of the safeguarded solver: measured on SmolLM2 logits with the food and movie
 # review graphs (lam 1 and 10), 0.85 needed fewer steps than 1 (fewer rejected steps) or 0.7.
 _THETA_MAX = 0.85
+# Done problems leave the solver's block once they are 1/COMPACT of it: dropping columns copies
+# three blocks, about what a step of an eighth of the columns costs (food reviews, batch 48).
+COMPACT = 8
+# The kernels' graph product (paper_kernels.residual) from this many columns; scipy's or torch's
+# below, where the kernel's cost per edge dominates (1.3 ms against 0.4 for one column, food).
+_KERNEL_PRODUCT_WIDTH = 32
 
 
 # --------------------------------------------------------------------------------------
@@ -436,6 +453,23 @@ def _kl_gap(X: torch.Tensor, D: torch.Tensor, first: torch.Tensor, logX_of, ligh
     return gap.clamp_min(0.0)
 
 
+def _redo_off_range(YT: torch.Tensor, X: torch.Tensor, s: torch.Tensor, shift: torch.Tensor):
+    """A column whose sum s of ``exp(y - shift)`` left [1e-10, 1e10] (a long step, or the
+    first one) is exponentiated again at its maximum: X and s are updated in place; returns
+    (s, the shifts used)."""
+    off = ~((s >= 1e-10) & (s <= 1e10))
+    if bool(off.any()):
+        cols = off.nonzero().flatten()
+        Yc = _columns(YT, cols)
+        m = Yc.amax(0)
+        Xc = torch.sub(Yc, m).exp_()
+        X.index_copy_(1, cols, Xc)
+        shift = shift.clone()
+        shift[cols] = m
+        s[cols] = Xc.sum(0).to(s.dtype)
+    return s, shift
+
+
 def _softmax_columns(YT: torch.Tensor, shift: torch.Tensor, light=None):
     """softmax of each column of YT and its log-sum-exp, exponentiating ``y - shift``; with
     ``light`` (graphmax_isolated.LightTokens) the block's share of the softmax over all tokens,
@@ -446,17 +480,7 @@ def _softmax_columns(YT: torch.Tensor, shift: torch.Tensor, light=None):
     the pass that finds each column's maximum; a column whose sum leaves [1e-10, 1e10] (a
     long step, or the first one) is redone with its maximum."""
     X = torch.sub(YT, shift).exp_()
-    s = X.sum(0)
-    off = ~((s >= 1e-10) & (s <= 1e10))
-    if bool(off.any()):
-        cols = off.nonzero().flatten()
-        Yc = _columns(YT, cols)
-        m = Yc.amax(0)
-        Xc = torch.sub(Yc, m).exp_()
-        X.index_copy_(1, cols, Xc)
-        shift = shift.clone()
-        shift[cols] = m
-        s[cols] = Xc.sum(0)
+    s, shift = _redo_off_range(YT, X, X.sum(0), shift)
     if light is None:
         X.div_(s)
         return X, shift + s.log(), None, None, None
@@ -536,7 +560,88 @@ def _evaluate(YT, ZT, op, lam, curvature, shift, tol=None, light=None, residual=
     return (*out, plain) if residual else out
 
 
-def _solve_exact(ZT, op, lam, tol, max_iter, theta0, safeguard, presolve=True, rows=None):
+def _evaluate_kernels(K, YT, step, ZT, op, lam, curvature, shift, tol, light=None, residual=False):
+    """``_evaluate`` in the CPU kernels (``systems.layers.exact_kernels``, float32), at
+    ``y = YT + direction * theta`` for ``step = (direction, theta)``, else at YT; returns
+    (y, then ``_evaluate``'s results). The kernels' e^d - 1 costs no extra pass, so every
+    column's gap is the exact one but where some d is too large for float32's exponential."""
+    n, b = YT.shape
+    nch = K.chunks(n)
+    part = np.empty((nch, b), dtype=np.float64)
+    X = torch.empty_like(YT)
+    if step is None:
+        Y, D, theta = YT, np.empty((0, b), dtype=np.float32), np.empty(b, dtype=np.float32)
+    else:
+        Y, D, theta = torch.empty_like(YT), step[0].numpy(), step[1].numpy()
+    K.step_softmax(YT.numpy(), D, theta, shift.numpy(), Y.numpy(), X.numpy(), part)
+    s, shift = _redo_off_range(Y, X, torch.from_numpy(part.sum(0)), shift)
+    if light is None:
+        v, lse, mass, squares, ok = 1.0 / s, shift.double() + s.log(), None, None, None
+    else:
+        v, lse, mass, squares, ok = light.normalise(s, shift)
+    # the product of the unnormalised x, scaled by v in the residual's pass
+    if isinstance(op, graphmax_isolated.IsolatedBlock):
+        # the kernels' product where the block is wide (the same bits either way)
+        MX, bx_sq = op.touched_product(X, cpu_kernels.load("paper_kernels") if b >= _KERNEL_PRODUCT_WIDTH else None)
+    else:
+        MX, bx_sq = op.m_product_columns(X)
+    bx_sq = bx_sq.double() * v**2
+    if squares is not None:
+        bx_sq = bx_sq + squares
+    R = torch.empty_like(YT)
+    K.residual(
+        X.numpy(),
+        v.float().numpy(),
+        ZT.numpy(),
+        Y.numpy(),
+        MX.numpy(),
+        (2.0 * lam * v).float().numpy(),
+        R.numpy(),
+        part,
+    )
+    centre = torch.from_numpy(part.sum(0))
+    del MX
+    sums = np.empty((nch, 3, b), dtype=np.float64)
+    direction = torch.empty_like(YT)
+    # with light tokens the block takes the light tokens' shift of the full step (see _evaluate)
+    level = centre if light is not None else torch.zeros_like(centre)
+    K.direction(
+        X.numpy(),
+        R.numpy(),
+        centre.float().numpy(),
+        curvature[:, 0].contiguous().numpy(),
+        level.float().numpy(),
+        direction.numpy(),
+        sums,
+    )
+    first, terms = (torch.from_numpy(t) for t in sums[:, :2].sum(0))
+    top = torch.from_numpy(sums[:, 2].max(0))
+    if light is not None:
+        first = first - mass * centre
+        terms = terms + mass * torch.expm1(-centre)
+    gap = (torch.log1p(terms) - first).clamp_min(0.0)
+    f = -(centre + first) - lam * bx_sq - lse
+    eps = torch.finfo(YT.dtype).eps
+    f_error = (centre.abs() + first.abs() + lam * bx_sq + lse.abs() + 1.0) * (64 * eps)
+    # The kernel takes e^min(d, CLAMP) - 1 (e^d overflows float32 above 88.7): where some d
+    # exceeds CLAMP (far from the optimum: a first step) the gap is a lower bound, exact only
+    # where it could be within tol, by the plain log-sum-exp.
+    exact = top <= K.CLAMP
+    if not bool(exact.all()):
+        cols = (~exact & (gap <= (2.0 * tol) * f.abs().clamp_min(1.0))).nonzero().flatten()
+        if cols.numel():
+            D = _columns(R, cols).sub_(centre[cols].float())
+            lse_c = torch.logsumexp((_columns(Y, cols) - lse[cols].float() + D).double(), dim=0)
+            if light is not None:
+                lse_c = torch.logaddexp(lse_c, mass[cols].log() - centre[cols])
+            gap[cols] = (lse_c - first[cols]).clamp_min(0.0)
+            exact[cols] = True
+    dt = YT.dtype
+    out = (Y, direction, gap.to(dt), exact, f.to(dt), lse.to(dt), f_error.to(dt), ok)
+    return (*out, R) if residual else out
+
+
+def _solve_exact(ZT, op, lam, tol, max_iter, theta0, safeguard, presolve=True, rows=None, K=None):
     """Fixed point of y = z - 2 lam M softmax(y) on the columns of ZT (N x batch, one problem
     per column) from y = z; returns (log x, gap, f, steps, converged), log x with one row per
     problem (batch x N). ``rows``: (Z, shift), the same scores with one problem per row before
@@ -546,29 +651,34 @@ def _solve_exact(ZT, op, lam, tol, max_iter, theta0, safeguard, presolve=True, r
     heavy isolated tokens only, with the light ones in closed form
     (systems.layers.graphmax_isolated); a problem whose normaliser leaves the closed form's
     reach is solved again on all tokens."""
-    split = graphmax_isolated.split(ZT, op, lam) if isinstance(op, GraphOperator) else None
+    split = graphmax_isolated.split(ZT, op, lam, K) if isinstance(op, GraphOperator) else None
     if split is None:
-        logXT, gap, f, steps, conv, _, _ = _iterate_exact(ZT, op, lam, tol, max_iter, theta0, safeguard, presolve)
+        logXT, gap, f, steps, conv, _, _ = _iterate_exact(
+            ZT, op, lam, tol, max_iter, theta0, safeguard, presolve, None, K
+        )
         return logXT.T.contiguous(), gap, f, steps, conv
     block, block_op, light = split
     logXT_block, gap, f, steps, conv, lse, ok = _iterate_exact(
-        torch.index_select(ZT, 0, block), block_op, lam, tol, max_iter, theta0, safeguard, presolve, light
+        torch.index_select(ZT, 0, block), block_op, lam, tol, max_iter, theta0, safeguard, presolve, light, K
     )
     # the light tokens' log x straight in the rows' layout (one transpose of the block only)
     Z, shift = rows if rows is not None else (ZT.T, ZT.new_zeros(ZT.shape[1]))
-    logX = light.log_probs(Z, lse + shift)
-    logX.index_copy_(1, block, logXT_block.T.contiguous())
+    logX = light.log_probs(Z, lse + shift, K)
+    if K is not None:
+        K.scatter_transpose(logXT_block.numpy(), block.numpy(), logX.numpy())
+    else:
+        logX.index_copy_(1, block, logXT_block.T.contiguous())
     redo = (~ok).nonzero().flatten()
     if redo.numel():
         logXT_r, gap_r, f_r, steps_r, conv_r, _, _ = _iterate_exact(
-            _columns(ZT, redo), op, lam, tol, max_iter, theta0, safeguard, presolve
+            _columns(ZT, redo), op, lam, tol, max_iter, theta0, safeguard, presolve, None, K
         )
         logX.index_copy_(0, redo, logXT_r.T)
         gap[redo], f[redo], steps[redo], conv[redo] = gap_r, f_r, steps_r, conv_r
     return logX, gap, f, steps, conv
 
 
-def _iterate_exact(ZT, op, lam, tol, max_iter, theta0, safeguard, presolve=True, light=None):
+def _iterate_exact(ZT, op, lam, tol, max_iter, theta0, safeguard, presolve=True, light=None, kernels=None):
     """The iteration of ``_solve_exact`` on the rows of ZT (all tokens, or with ``light`` the
     block's tokens); returns (log x as ZT's rows x batch, gap, f, steps, converged, log-sum-exp,
     the light tokens' series held at every evaluation).
@@ -582,8 +692,10 @@ def _iterate_exact(ZT, op, lam, tol, max_iter, theta0, safeguard, presolve=True,
     scaling differs between tokens: a constant in r would no longer cancel.
     Without ``safeguard``: the plain damped iteration ``y += theta0 * r`` (for comparison).
 
-    Problems leave the working block as soon as they are done, so the block shrinks and the
-    batch does not wait for its slowest row at full width."""
+    A problem's results are stored when it is done, and done problems leave the working block
+    in groups (``COMPACT``), so the block shrinks and the batch does not wait for its slowest
+    row at full width. ``kernels``: the module ``exact_kernels`` (float32 on the CPU), else
+    torch's operations."""
     n, batch = ZT.shape
     device = ZT.device
     out_gap, out_f, out_lse = ZT.new_empty(batch), ZT.new_empty(batch), ZT.new_empty(batch)
@@ -600,7 +712,10 @@ def _iterate_exact(ZT, op, lam, tol, max_iter, theta0, safeguard, presolve=True,
     # The first step is graphmax_presolve's (Newton's method on each problem's likeliest
     # tokens), with theta 1; a problem where it increases f takes the plain first step instead.
     first = safeguard and presolve and hasattr(op, "hub_block")
-    evaluation = _evaluate(YT, ZT, op, lam, curvature, shift, tol, light, residual=first)
+    if kernels is not None:
+        evaluation = _evaluate_kernels(kernels, YT, None, ZT, op, lam, curvature, shift, tol, light, residual=first)[1:]
+    else:
+        evaluation = _evaluate(YT, ZT, op, lam, curvature, shift, tol, light, residual=first)
     direction, gap, exact, f, lse, f_error, ok = evaluation[:7]
     ok = torch.ones_like(exact) if ok is None else ok
     theta = ZT.new_full((batch,), float(theta0))
@@ -610,9 +725,11 @@ def _iterate_exact(ZT, op, lam, tol, max_iter, theta0, safeguard, presolve=True,
         theta.fill_(1.0)
         del evaluation
     steps = torch.zeros(batch, dtype=torch.long, device=device)
+    # finished problems whose results are stored; they leave the block in groups (below)
+    stored = torch.zeros(batch, dtype=torch.bool, device=device)
     while True:
         conv = exact & (gap <= tol * f.abs().clamp_min(1.0))
-        done = conv | (steps >= max_iter)
+        done = (conv | (steps >= max_iter)) & ~stored
         if bool(done.any()):
             cols = done.nonzero().flatten()
             bound_only = cols[~exact[cols]]
@@ -630,20 +747,29 @@ def _iterate_exact(ZT, op, lam, tol, max_iter, theta0, safeguard, presolve=True,
                 out_logXT.index_copy_(1, rows, _columns(YT, cols).sub_(lse[cols]))
             out_gap[rows], out_f[rows], out_lse[rows] = gap[cols], f[cols], lse[cols]
             out_steps[rows], out_conv[rows], out_ok[rows] = steps[cols], conv[cols], ok[cols]
-            if bool(done.all()):
-                break
-            keep = (~done).nonzero().flatten()
-            idx, gap, exact, f, lse, f_error, theta, steps, ok = (
-                t[keep] for t in (idx, gap, exact, f, lse, f_error, theta, steps, ok)
+            stored |= done
+        if bool(stored.all()):
+            break
+        # Done problems leave the block once they are an eighth of it (COMPACT); until then they
+        # take steps whose results are not used (the problems are independent).
+        if COMPACT * int(stored.sum()) >= stored.numel():
+            keep = (~stored).nonzero().flatten()
+            idx, gap, exact, f, lse, f_error, theta, steps, ok, stored = (
+                t[keep] for t in (idx, gap, exact, f, lse, f_error, theta, steps, ok, stored)
             )
             YT, direction, ZT = (torch.index_select(t, 1, keep) for t in (YT, direction, ZT))
             if first:
                 regular = torch.index_select(regular, 1, keep)
             light = None if light is None else light.columns(keep)
-        Y_try = torch.addcmul(YT, direction, theta)
-        direction_try, gap_try, exact_try, f_try, lse_try, f_error_try, ok_try = _evaluate(
-            Y_try, ZT, op, lam, curvature, lse, tol, light
-        )
+        if kernels is not None:
+            Y_try, direction_try, gap_try, exact_try, f_try, lse_try, f_error_try, ok_try = _evaluate_kernels(
+                kernels, YT, (direction, theta), ZT, op, lam, curvature, lse, tol, light
+            )
+        else:
+            Y_try = torch.addcmul(YT, direction, theta)
+            direction_try, gap_try, exact_try, f_try, lse_try, f_error_try, ok_try = _evaluate(
+                Y_try, ZT, op, lam, curvature, lse, tol, light
+            )
         if ok_try is not None:
             ok = ok & ok_try
         steps += 1
@@ -911,7 +1037,15 @@ def graphmax(
     shift = Z.amax(-1, keepdim=True)
     n = Z.shape[-1]
     full_exact = solver == "exact" and (topk is None or topk >= n)
-    if full_exact:
+    # the exact solver's CPU kernels (systems.layers.exact_kernels): float32 with scipy's products
+    K = None
+    if full_exact and safeguard and op.backend == "scipy" and compute == torch.float32:
+        K = cpu_kernels.load("exact_kernels")
+    if K is not None:
+        Z = Z.contiguous()
+        ZT = Z.new_empty(n, Z.shape[0])
+        K.shifted_transpose(Z.numpy(), shift.squeeze(-1).contiguous().numpy(), ZT.numpy())
+    elif full_exact:
         # the solver wants one problem per column: shift and transpose in one pass
         ZT = torch.sub(Z.T, shift.T, out=Z.new_empty(n, Z.shape[0]))
     else:
@@ -940,7 +1074,7 @@ def graphmax(
         else:
             solve_op = op
             logX, gap, f, iterations, converged = _solve_exact(
-                ZT, op, lam, float(tol), max_iter, float(theta0), safeguard, presolve, (Z, shift)
+                ZT, op, lam, float(tol), max_iter, float(theta0), safeguard, presolve, (Z, shift), K
             )
             stuck = (~converged).nonzero().flatten()
             if compute == torch.float32 and safeguard and max_iter > 0 and stuck.numel():

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from . import graphmax_presolve
@@ -44,6 +45,8 @@ _U_MAX = 5.0
 # the solver works on the touched and heavy tokens when they are at most these shares of N
 _TOUCHED_SHARE = 0.6
 _BLOCK_SHARE = 0.7
+# IsolatedBlock.touched_product's kernel where the touched rows hold at most this many edges on average
+_SHORT_ROWS = 16
 # W(t) = sum_j w_j t^j and W(t)^2 = sum_j q_j t^j, to the 4th power
 _W = (1.0, -1.0, 1.5, -8.0 / 3.0)
 _W_SQUARED = (0.0, 1.0, -2.0, 4.0)
@@ -89,12 +92,17 @@ class LightTokens:
         mass, squares = (self.mass_coef * u).sum(0), (self.square_coef * u).sum(0)
         return v, shift - v.log(), mass, squares, u[0] <= _U_MAX
 
-    def log_probs(self, Z: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    def log_probs(self, Z: torch.Tensor, c: torch.Tensor, kernels=None) -> torch.Tensor:
         """log x of every token as if light, at normaliser c per problem, for the scores Z with
         one row per problem (batch x N; the caller overwrites the block's tokens):
         ``x = W(t) / (2 lam)`` with the same series as the sums, written
         ``log x = z - c + log1p(W(t) / t - 1)``, ``t = 2 lam e^{z - c}``, which stays finite
-        where t underflows."""
+        where t underflows. With ``kernels`` (systems.layers.exact_kernels, float32) in one pass,
+        as ``log x = z - c - W(t)`` (``W(t) / t = e^{-W(t)}``)."""
+        if kernels is not None:
+            out = torch.empty_like(Z)
+            kernels.light_log_probs(Z.numpy(), c.float().numpy(), np.float32(2.0 * self.lam), out.numpy())
+            return out
         out = torch.sub(Z, c.to(Z.dtype)[:, None])
         e = torch.exp(out)
         lam2 = 2.0 * self.lam
@@ -124,6 +132,30 @@ class IsolatedBlock:
         hub_pos = torch.where(H < self.n_touched, pos[H.clamp_max(self.n_touched - 1)], -1)
         return graphmax_presolve.hub_block(hub_pos, M_SS, self.diag_m(dtype)[H])
 
+    def touched_product(self, XT: torch.Tensor, kernels=None):
+        """``M X`` on the touched tokens only (the block's first rows; M is the identity on the
+        rest) and ``||(I - A) x||^2`` of each column (float64). With ``kernels``
+        (``paper_kernels``) in their ``residual``, with scipy's bits, where the touched rows
+        hold few edges (at most ``_SHORT_ROWS`` on average: the food-reviews graph, 9)."""
+        nt = self.n_touched
+        X = XT.numpy()
+        A, AT = self.touched_op.matrices(XT.dtype)
+        if kernels is None or A.nnz > _SHORT_ROWS * nt:
+            MX, bx_sq = self.touched_op.m_product_columns(XT[:nt])
+            bx_sq = bx_sq.double().numpy()
+        else:
+            rows = np.arange(nt)
+            BX, MX = (np.empty((nt, X.shape[1]), dtype=X.dtype) for _ in range(2))
+            kernels.residual(A.indptr, A.indices, A.data, X, rows, BX)
+            kernels.residual(AT.indptr, AT.indices, AT.data, BX, rows, MX)
+            part = np.empty((kernels.chunks(nt), X.shape[1]), dtype=np.float64)
+            kernels.column_sums(BX, True, part)
+            MX, bx_sq = torch.from_numpy(MX), part.sum(0)
+        if nt < X.shape[0]:
+            XH = X[nt:]
+            bx_sq = bx_sq + np.einsum("ij,ij->j", XH, XH, dtype=np.float64)
+        return MX, torch.from_numpy(bx_sq)
+
     def m_product_columns(self, XT: torch.Tensor):
         nt = self.n_touched
         MXT, bx_sq = self.touched_op.m_product_columns(XT[:nt])
@@ -131,17 +163,24 @@ class IsolatedBlock:
         return torch.cat([MXT, XH]), bx_sq + torch.linalg.vecdot(XH, XH, dim=0)
 
 
-def split(ZT: torch.Tensor, op, lam: float):
+def split(ZT: torch.Tensor, op, lam: float, kernels=None):
     """Decide whether the solve runs on the touched and heavy tokens only and prepare it:
     (block token ids, block operator, LightTokens), or None to solve on all tokens. ZT is
-    N x batch, max-shifted (every column's maximum is 0)."""
+    N x batch, max-shifted (every column's maximum is 0). With ``kernels``
+    (systems.layers.exact_kernels, float32) in two reads of the untouched tokens."""
     touched = op.touched()
     n = op.n
     if lam <= 0 or touched.numel() > _TOUCHED_SHARE * n or touched.numel() == n:
         return None
     untouched = op.untouched()
-    E = torch.index_select(ZT, 0, untouched).exp_()
-    iso_sum = E.sum(0).double()
+    if kernels is not None:
+        rows, Zn = untouched.numpy(), ZT.numpy()
+        part = np.empty((kernels.chunks(rows.size), ZT.shape[1]), dtype=np.float64)
+        kernels.isolated_sums(Zn, rows, part)
+        iso_sum = torch.from_numpy(part.sum(0))
+    else:
+        E = torch.index_select(ZT, 0, untouched).exp_()
+        iso_sum = E.sum(0).double()
     if not bool((iso_sum > 0).all()):
         return None
     # c >= logsumexp_iso(z) - 2 lam; the tokens are classified at c_lo = that bound + log(_U_MAX),
@@ -150,18 +189,27 @@ def split(ZT: torch.Tensor, op, lam: float):
     if float(c_lo.min()) < -60.0:  # the isolated tokens carry nothing: not worth it (and e^{-4 c_lo} overflows)
         return None
     # heavy: t = 2 lam e^{z - c_lo} > _T_CLASSIFY in some column
-    scale = (torch.exp(-c_lo) * (2.0 * lam / _T_CLASSIFY)).to(E.dtype)
-    heavy_rows = (torch.mul(E, scale).amax(1) > 1.0).nonzero().flatten()
-    heavy = untouched[heavy_rows]
-    if touched.numel() + heavy.numel() > _BLOCK_SHARE * n:
-        return None
-    E.index_fill_(0, heavy_rows, 0.0)
-    # float32 sums over dim 0 (within 1e-6 relative, as the solver's own softmax sums; a
-    # float64 accumulation would cost as much as the rest of the set-up)
-    E2 = E * E
-    dot = torch.linalg.vecdot
-    sums = [E.sum(0), E2.sum(0), dot(E2, E, dim=0), dot(E2, E2, dim=0)]
-    power = torch.stack(sums).double() * torch.exp(-_POWERS.to(c_lo.device) * c_lo)
+    scale = (torch.exp(-c_lo) * (2.0 * lam / _T_CLASSIFY)).to(ZT.dtype)
+    if kernels is not None:
+        flags = np.empty(rows.size, dtype=np.bool_)
+        powers = np.empty((part.shape[0], 4, ZT.shape[1]), dtype=np.float64)
+        kernels.isolated_powers(Zn, rows, scale.numpy(), flags, powers)
+        heavy = untouched[torch.from_numpy(flags)]
+        if touched.numel() + heavy.numel() > _BLOCK_SHARE * n:
+            return None
+        sums = torch.from_numpy(powers.sum(0))
+    else:
+        heavy_rows = (torch.mul(E, scale).amax(1) > 1.0).nonzero().flatten()
+        heavy = untouched[heavy_rows]
+        if touched.numel() + heavy.numel() > _BLOCK_SHARE * n:
+            return None
+        E.index_fill_(0, heavy_rows, 0.0)
+        # float32 sums over dim 0 (within 1e-6 relative, as the solver's own softmax sums; a
+        # float64 accumulation would cost as much as the rest of the set-up)
+        E2 = E * E
+        dot = torch.linalg.vecdot
+        sums = torch.stack([E.sum(0), E2.sum(0), dot(E2, E, dim=0), dot(E2, E2, dim=0)])
+    power = sums.double() * torch.exp(-_POWERS.to(c_lo.device) * c_lo)
     block = torch.cat([touched, heavy])
     return (
         block,

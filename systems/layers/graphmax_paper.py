@@ -15,25 +15,23 @@ Two implementations of the same arithmetic:
   (``GraphOperator.touched_operator``, the same sums in the same order), and an untouched
   token's ``(M x)_i`` is its own ``x_i``. 2.3x and about 2.5x as fast as the torch path on
   the food-reviews graph at a batch of 16 and 48, 1.7x and 1.2x on movie reviews
-  (benchmarks/graphmax_paper_kernels.py, 2 threads; README for the figures);
+  (benchmarks/graphmax_kernels.py, 2 threads; README for the figures);
 - elsewhere (CUDA), torch operations (``sparsemax.project_to_simplex``), also used by the tests
   on the CPU to check that both give the same iterates to rounding.
 
 Rounding differs between the two (the sums run in another order), and from the third update on
 the iteration amplifies such differences about 100-fold per update (tests/test_graphmax_paper.py):
 in float32 the two paths' outputs differ by up to 2.5e-6 in a probability on real decoding logits
-(benchmarks/graphmax_paper_kernels.py) and by a few percent of x on random scores. Either is the paper's algorithm; runs record which
+(benchmarks/graphmax_kernels.py) and by a few percent of x on random scores. Either is the paper's algorithm; runs record which
 produced them (the maxbench commit).
 """
 
 from __future__ import annotations
 
-import os
-import sys
-
 import numpy as np
 import torch
 
+from . import cpu_kernels
 from .sparsemax import _MAX_PASSES, _threshold_by_sorting, project_to_simplex
 
 __all__ = ["solve"]
@@ -51,15 +49,7 @@ def solve(Z: torch.Tensor, op, lam: float, alpha: float, T: int, stop: float, lo
 
 
 def _solve_cpu(Z, op, lam, alpha, T, stop, log_floor):
-    if "numba" not in sys.modules:
-        # numba's pool is as large as this at most (read when numba is imported): with its default,
-        # a thread per core, a 1-thread process kept a second thread spinning between the kernels
-        os.environ.setdefault("NUMBA_NUM_THREADS", str(torch.get_num_threads()))
-    import numba
-
-    from . import paper_kernels
-
-    numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
+    paper_kernels = cpu_kernels.load("paper_kernels")
     batch, n = Z.shape
     ZT = _transposed(paper_kernels, Z.numpy())
     dtype = ZT.dtype.type
@@ -120,7 +110,7 @@ class _Product:
     food-reviews graph, 9), ``paper_kernels.residual`` (the rows of A at the touched tokens
     with X's row numbers as column indices, so that it reads X where it lies, then A^T among
     them); where they hold many (movie reviews, 48), torch's CSR kernel. Whole solver calls with
-    one and the other (benchmarks/graphmax_paper_kernels.py, 2 threads, 2026-11-25): on movie
+    one and the other (benchmarks/graphmax_kernels.py, 2 threads, 2026-11-25): on movie
     reviews torch's is 2.0x as fast at a batch of 16 and 1.04x at 48; on food reviews the
     kernel is 1.08x and 1.23x as fast."""
 

@@ -7,7 +7,8 @@ the log, the gradient's terms, the projection's maximum, 2-3 passes of Michelot'
 is a call per number) and three reads of the block plus one per pass of Michelot's iteration:
 ``ascent`` (the gradient step and each column's maximum), ``michelot`` (each column's sum and
 count above tau), ``finish`` (the new iterate and the squared length of the step). ``residual``
-is the graph product ``(I - A) X`` on chosen rows, with scipy's bits; ``certificate`` and
+is the graph product ``(I - A) X`` on chosen rows, with scipy's bits (the exact solver's
+kernels use it too: ``graphmax_isolated.IsolatedBlock.touched_product``); ``certificate`` and
 ``column_sums`` give the duality gap and f at the result; ``transpose`` turns the blocks
 between the rows' and the columns' layout. benchmarks/graphmax_decode.py measures the whole.
 
@@ -102,16 +103,16 @@ def residual(indptr, indices, data, X, rows, out):  # pragma: no cover - compile
     kernels do: the same bits (tests/test_graphmax_paper.py)."""
     b = out.shape[1]
     for k in numba.prange(out.shape[0]):
-        acc = out[k]
-        acc[:] = 0.0
+        for c in range(b):
+            out[k, c] = 0.0
         for e in range(indptr[k], indptr[k + 1]):
             a = data[e]
-            row = X[indices[e]]
+            j = indices[e]
             for c in range(b):
-                acc[c] += a * row[c]
-        own = X[rows[k]]
+                out[k, c] += a * X[j, c]
+        i = rows[k]
         for c in range(b):
-            acc[c] = own[c] - acc[c]
+            out[k, c] = X[i, c] - out[k, c]
 
 
 @numba.njit(parallel=True, cache=True, error_model="numpy")
