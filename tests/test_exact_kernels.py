@@ -40,10 +40,20 @@ def test_exp32_is_within_2_ulp_of_the_exact_exponential():
     # subnormal results: within the smallest subnormal
     assert np.abs(got[~normal] - want[~normal]).max() <= 2.0**-149
     assert got[x == 0.0][0] == 1.0
-    below = np.array([-104.0, -120.0, -1e30], dtype=np.float32)
+    below = np.array([-104.0, -120.0, -1e30, -np.inf], dtype=np.float32)
     out = np.empty_like(below)
     _apply(below, out, False)
     assert (out <= 2.0**-149).all() and (out >= 0).all()
+    # the top of float32's range: finite and within 2 ulp up to ln(max float32), inf above it
+    top = np.float32(88.72) + np.arange(200, dtype=np.float32) * np.spacing(np.float32(88.72))
+    top = top[top <= np.log(np.float64(np.finfo(np.float32).max))]
+    got = np.empty_like(top)
+    _apply(top, got, False)
+    assert np.isfinite(got).all() and _ulps(got, np.exp(top.astype(np.float64))).max() <= 2.0
+    above = np.array([88.723, 89.0, 100.0, 1e30, np.inf], dtype=np.float32)
+    out = np.empty_like(above)
+    _apply(above, out, False)
+    assert np.isposinf(out).all()
 
 
 def test_expm1_32_keeps_its_relative_accuracy_near_zero():
@@ -78,6 +88,7 @@ def test_kernels_solve_the_problem_the_torch_path_solves(lam, touched):
     assert (info.iterations - info_t.iterations).abs().max() <= 1
     assert torch.allclose(x, x_t, atol=2e-6, rtol=0)
     assert torch.allclose(info.log_probs, info_t.log_probs, atol=2e-4, rtol=0)
+    assert torch.allclose(info.objective, info_t.objective, rtol=1e-5, atol=0)
     # the reported gap is the full problem's certificate of the returned x (float64, dense)
     x64 = info.log_probs.double().exp()
     for xi, zi, gap in zip(x64.numpy(), z.double().numpy(), info.gap.tolist()):
@@ -136,12 +147,15 @@ def test_the_results_do_not_depend_on_the_number_of_threads():
     n = 5 * K.CHUNK + 77  # several chunks, the last one short
     A = sparse_graph(n, 1500, density=0.004, seed=14)
     z = peaked_scores(10, n, 1500, seed=14, dtype=torch.float32)
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba's pool has one thread (NUMBA_NUM_THREADS)")
     before = torch.get_num_threads()
     try:
         results = []
         for threads in (1, 2):
             torch.set_num_threads(threads)
             _, info = graphmax(z, A, return_info=True, probs=False)
+            assert numba.get_num_threads() == threads
             results.append((info.log_probs, info.gap, info.objective, info.iterations))
     finally:
         torch.set_num_threads(before)
@@ -205,19 +219,93 @@ def test_the_layout_kernels_move_the_bits_unchanged():
 @pytest.mark.parametrize("threads", [1, 2])
 def test_either_graph_product_gives_the_same_bits(threads, monkeypatch):
     """The kernel's product (wide blocks) and scipy's (one thread) or torch's CSR kernel (more)
-    add each row's terms in the same order."""
-    n = 500
-    A = sparse_graph(n, 150, density=0.05, seed=18)
-    z = peaked_scores(40, n, 150, seed=18, dtype=torch.float32)
+    add each row's terms in the same order. (A fifth of the tokens touched, so that the block
+    is the touched and heavy tokens, where the product is chosen by width.)"""
+    n = 3000
+    A = sparse_graph(n, 600, density=0.01, seed=18)
+    z = peaked_scores(40, n, 600, seed=18, dtype=torch.float32)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
+    kernel_products = []
+    real = graphmax_isolated.IsolatedBlock.touched_product
+
+    def spy(self, XT, kernels, short_product=True):
+        kernel_products.append(
+            short_product
+            and self.touched_op.matrices(XT.dtype)[0].nnz <= graphmax_isolated._SHORT_ROWS * self.n_touched
+        )
+        return real(self, XT, kernels, short_product)
+
+    monkeypatch.setattr(graphmax_isolated.IsolatedBlock, "touched_product", spy)
     try:
-        results = []
+        results, used = [], []
         for width in (0, 10**9):  # the kernel's product everywhere, then nowhere
             monkeypatch.setattr(graphmax_module, "_KERNEL_PRODUCT_WIDTH", width)
+            kernel_products.clear()
             _, info = graphmax(z, A, return_info=True, probs=False)
             results.append(info)
+            used.append(set(kernel_products))
     finally:
         torch.set_num_threads(before)
-    for key in ("log_probs", "gap", "iterations"):
+    assert used == [{True}, {False}]
+    for key in ("log_probs", "gap", "objective", "iterations"):
         assert torch.equal(getattr(results[0], key), getattr(results[1], key)), key
+
+
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("step", [False, True])
+def test_one_evaluation_in_the_kernels_equals_torch_s(split, step):
+    """``_evaluate_kernels`` against ``_evaluate`` on the same iterate: the direction, gap, f,
+    its error bound, the log-sum-exp and the residual that the first (Newton) step uses, on all
+    tokens and with the light isolated tokens in closed form."""
+    n, lam, b = 2500, 1.0, 6
+    A = sparse_graph(n, 600, density=0.01, seed=19)
+    op = GraphOperator(A)
+    z = peaked_scores(b, n, 600, seed=19, dtype=torch.float32)
+    ZT = (z - z.amax(-1, keepdim=True)).T.contiguous()
+    light = None
+    if split:
+        parts = graphmax_isolated.split(ZT, op, lam, K)
+        assert parts is not None
+        block, op, light = parts
+        ZT = torch.index_select(ZT, 0, block)
+    curvature = ((2.0 * lam) * op.diag_m(torch.float32))[:, None]
+    gen = torch.Generator().manual_seed(19)
+    YT = ZT + 0.1 * torch.randn(ZT.shape, generator=gen)
+    shift = YT.amax(0) - 0.5
+    if step:
+        direction, theta = 0.3 * torch.randn(ZT.shape, generator=gen), torch.full((b,), 0.7)
+        Y, *got = graphmax_module._evaluate_kernels(
+            K, YT, (direction, theta), ZT, op, lam, curvature, shift, 1e-6, light, residual=True
+        )
+        # (torch's addcmul may fuse the multiply-add: the kernels do not)
+        assert torch.allclose(Y, torch.addcmul(YT, direction, theta), rtol=1e-6, atol=0)
+    else:
+        Y, *got = graphmax_module._evaluate_kernels(
+            K, YT, None, ZT, op, lam, curvature, shift, 1e-6, light, residual=True
+        )
+        assert Y is YT
+    # without tol torch's operations compute every column's exact gap, as the kernels do
+    want = graphmax_module._evaluate(Y, ZT, op, lam, curvature, shift, None, light, residual=True)
+    names = ("direction", "gap", "exact", "f", "lse", "f_error", "ok", "residual")
+    for name, g, w in zip(names, got, want):
+        if name in ("exact", "ok"):
+            assert w is None if g is None else torch.equal(g, w), name
+        elif name == "gap":
+            assert torch.allclose(g, w, rtol=1e-3, atol=1e-6), name
+        else:
+            assert torch.allclose(g.double(), w.double(), rtol=1e-5, atol=1e-5), name
+
+
+def test_chunk_partials_add_in_chunk_order_for_any_batch_width():
+    """paper_kernels.total adds the chunks' partials one after the other, also for a block of
+    one column (NumPy's sum(0) adds a contiguous column pairwise: other bits)."""
+    rng = np.random.default_rng(20)
+    part = rng.standard_normal((15, 3)) * 10.0 ** rng.uniform(-3, 3, (15, 3))
+    want = np.zeros(3)
+    for row in part:
+        want += row
+    assert np.array_equal(K.total(part), want)
+    for c in range(3):
+        assert K.total(part[:, c : c + 1].copy())[0] == want[c]
+    assert np.array_equal(K.total(np.empty((0, 4, 2))), np.zeros((4, 2)))

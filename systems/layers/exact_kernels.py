@@ -14,13 +14,15 @@ What makes the fusion pay is an exponential that vectorises: numba calls libm's 
 per number (3.1 ms over a 16k x 48 block, against 0.5-1.6 ms for torch's vectorised one).
 ``exp32`` is range reduction to ``|r| <= ln 2 / 2`` (Cody and Waite's two-part ln 2, exact in
 float32) and a degree-7 Taylor polynomial, scaled by ``2^k`` through the float's bits: within 2
-ulp of the exact value for every float32 (tests/test_exact_kernels.py), and LLVM turns the loop
-into vector code. ``expm1_32`` is the Taylor polynomial of ``e^x - 1`` itself near 0, so that it
+ulp of the exact value for every float32 whose e^x is finite and normal
+(tests/test_exact_kernels.py), and LLVM turns the loop into vector code. ``expm1_32`` is the Taylor polynomial of ``e^x - 1`` itself near 0, so that it
 keeps its relative accuracy where the duality gap needs it (centred residuals of 1e-8).
 
-Sums run over fixed chunks of ``paper_kernels.CHUNK`` rows in float64, each chunk in row order,
-and the chunks' partials are added in chunk order by the caller: the result does not depend on
-the number of threads. No fastmath and no contraction, so it does not depend on the vector
+Sums run over fixed chunks of ``CHUNK`` rows in float64, each chunk in row order, and the
+chunks' partials are added in chunk order by the caller (``total``): the result does not depend on the
+number of threads. (Two rare fallbacks of the solver reduce with torch instead, whose order may
+depend on it for 32k tokens and more: a column exponentiated again after a long step, and the
+gap of a column whose centred residual exceeds ``CLAMP``.) No fastmath and no contraction, so it does not depend on the vector
 width either. The kernels take float32 blocks; float64 problems take the torch path.
 """
 
@@ -32,11 +34,12 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-from .paper_kernels import CHUNK, chunks
+from .paper_kernels import total
 
 __all__ = [
     "CLAMP",
     "chunks",
+    "total",
     "exp32",
     "expm1_32",
     "step_softmax",
@@ -49,12 +52,23 @@ __all__ = [
     "scatter_transpose",
 ]
 
+# Rows per chunk of every sum. This file's own constant, as paper_kernels' is: numba's cache
+# keeps the value a kernel was compiled with and is renewed only when this file changes.
+CHUNK = 1024
+
+
+def chunks(n: int) -> int:
+    """The number of chunks of ``n`` rows: the first dimension of the kernels' ``part``."""
+    return (n + CHUNK - 1) // CHUNK
+
+
 _LOG2E = np.float32(1.4426950408889634)
 # ln 2 in two parts: the first has 9 significant bits, so k * _LN2_HI is exact for |k| <= 2^15
 _LN2_HI = np.float32(0.693359375)
 _LN2_LO = np.float32(-2.1219444005469057e-4)
 _LOW = np.float32(-104.0)  # e^-104 is below float32's smallest subnormal: exp32 gives 0 (or 2^-149)
-_HIGH = np.float32(88.72)  # ln of float32's largest value is 88.7228
+# ln of float32's largest value is 88.7228: above it 2^128 overflows to inf, as e^x should
+_HIGH = np.float32(89.0)
 #: ``direction`` takes e^min(d, CLAMP) - 1 in the duality gap's sum
 CLAMP = np.float32(80.0)
 _ONE = np.float32(1.0)
@@ -75,7 +89,7 @@ def _float32_from_bits(typingctx, bits):  # pragma: no cover - compiled
 
 @numba.njit(inline="always", cache=True)
 def _reduce(x):  # pragma: no cover - compiled
-    """x = k ln 2 + r with |r| <= ln 2 / 2 (x clamped to [-104, 88.72]): (k as an integer, r)."""
+    """x = k ln 2 + r with |r| <= ln 2 / 2 (x clamped to [-104, 89]): (k as an integer, r)."""
     x = min(max(x, _LOW), _HIGH)
     k = np.float32(np.floor(x * _LOG2E + np.float32(0.5)))
     return np.int32(k), (x - k * _LN2_HI) - k * _LN2_LO
@@ -90,7 +104,8 @@ def _power_of_two(k):  # pragma: no cover - compiled
 
 @numba.njit(inline="always", cache=True)
 def exp32(x):  # pragma: no cover - compiled
-    """e^x for a float32 x, to 2 ulp; 0 below -104 (2^-149 at most), finite up to 88.72."""
+    """e^x for a float32 x, to 2 ulp; 0 below -104 (2^-149 at most), inf above 88.7228 (and
+    for +inf). Not for NaN (the scores are checked finite before the solver runs)."""
     k, r = _reduce(x)
     p = _C7 * r + _C6
     p = p * r + _C5

@@ -59,8 +59,10 @@ Two solvers, chosen by name:
     torch's operations make about 25 passes, with an exponential of its own that vectorises
     (within 2 ulp); every column's gap is then the exact one (e^d - 1 costs no extra pass).
     Sums run over fixed chunks of rows in float64, so the result does not depend on the thread
-    count. float64, CUDA and ``backend="torch"`` take torch's operations; the two paths differ in
-    rounding only (tests/test_exact_kernels.py). Finished problems leave the block in groups
+    count (but for two rare fallbacks, see exact_kernels). float64, CUDA and ``backend="torch"``
+    take torch's operations; the two paths differ in rounding, and in the light isolated
+    tokens' log x, where the kernel takes ``-W(t)`` and torch ``log(W(t) / t)`` of the same
+    4-term series (at most 5 t^4 apart: 5e-8 at t = 0.01) (tests/test_exact_kernels.py). Finished problems leave the block in groups
     (an eighth of it at a time, ``COMPACT``): the copy of the blocks costs about what a step
     of that many columns does.
 
@@ -235,6 +237,13 @@ class GraphOperator:
         """``m_product`` for the transposed N x batch block (one problem per column), the layout
         scipy's CSR kernel wants; (I - A) x stays in it between the two products. Solvers that
         keep their iterates in this layout skip two transposes per product."""
+        BXT, MXT = self.products_columns(XT)
+        if self.backend == "scipy":
+            return MXT, torch.from_numpy(np.einsum("ij,ij->j", BXT.numpy(), BXT.numpy()))
+        return MXT, torch.linalg.vecdot(BXT, BXT, dim=0)
+
+    def products_columns(self, XT: torch.Tensor):
+        """``((I - A) X, M X)`` for the N x batch block X (one problem per column)."""
         dtype = XT.dtype
         A, AT = self.matrices(dtype)
         if self.backend == "scipy":
@@ -253,11 +262,10 @@ class GraphOperator:
                 np.subtract(XT, BXT, out=BXT)
                 MXT = AT @ BXT
             np.subtract(BXT, MXT, out=MXT)
-            return torch.from_numpy(MXT), torch.from_numpy(np.einsum("ij,ij->j", BXT, BXT))
+            return torch.from_numpy(BXT), torch.from_numpy(MXT)
         XT = XT.contiguous()
         BXT = XT - A @ XT
-        MXT = BXT - AT @ BXT
-        return MXT, torch.linalg.vecdot(BXT, BXT, dim=0)
+        return BXT, BXT - AT @ BXT
 
     def touched(self) -> torch.Tensor:
         """The ids of the tokens that some edge of the graph touches (sorted, on the device)."""
@@ -574,18 +582,22 @@ def _evaluate_kernels(K, YT, step, ZT, op, lam, curvature, shift, tol, light=Non
     else:
         Y, D, theta = torch.empty_like(YT), step[0].numpy(), step[1].numpy()
     K.step_softmax(YT.numpy(), D, theta, shift.numpy(), Y.numpy(), X.numpy(), part)
-    s, shift = _redo_off_range(Y, X, torch.from_numpy(part.sum(0)), shift)
+    s, shift = _redo_off_range(Y, X, torch.from_numpy(K.total(part)), shift)
     if light is None:
         v, lse, mass, squares, ok = 1.0 / s, shift.double() + s.log(), None, None, None
     else:
         v, lse, mass, squares, ok = light.normalise(s, shift)
     # the product of the unnormalised x, scaled by v in the residual's pass
+    # and ||(I - A) x||^2 as chunk sums in float64 whichever product ran
+    PK = cpu_kernels.load("paper_kernels")
     if isinstance(op, graphmax_isolated.IsolatedBlock):
         # the kernels' product where the block is wide (the same bits either way)
-        MX, bx_sq = op.touched_product(X, cpu_kernels.load("paper_kernels") if b >= _KERNEL_PRODUCT_WIDTH else None)
+        MX, bx_sq = op.touched_product(X, PK, b >= _KERNEL_PRODUCT_WIDTH)
     else:
-        MX, bx_sq = op.m_product_columns(X)
-    bx_sq = bx_sq.double() * v**2
+        BX, MX = op.products_columns(X)
+        bx_sq = torch.from_numpy(graphmax_isolated.squares(PK, BX.numpy()))
+        del BX
+    bx_sq = bx_sq * v**2
     if squares is not None:
         bx_sq = bx_sq + squares
     R = torch.empty_like(YT)
@@ -599,7 +611,7 @@ def _evaluate_kernels(K, YT, step, ZT, op, lam, curvature, shift, tol, light=Non
         R.numpy(),
         part,
     )
-    centre = torch.from_numpy(part.sum(0))
+    centre = torch.from_numpy(K.total(part))
     del MX
     sums = np.empty((nch, 3, b), dtype=np.float64)
     direction = torch.empty_like(YT)
@@ -614,7 +626,7 @@ def _evaluate_kernels(K, YT, step, ZT, op, lam, curvature, shift, tol, light=Non
         direction.numpy(),
         sums,
     )
-    first, terms = (torch.from_numpy(t) for t in sums[:, :2].sum(0))
+    first, terms = (torch.from_numpy(t) for t in K.total(sums[:, :2]))
     top = torch.from_numpy(sums[:, 2].max(0))
     if light is not None:
         first = first - mass * centre

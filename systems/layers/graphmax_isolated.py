@@ -45,7 +45,8 @@ _U_MAX = 5.0
 # the solver works on the touched and heavy tokens when they are at most these shares of N
 _TOUCHED_SHARE = 0.6
 _BLOCK_SHARE = 0.7
-# IsolatedBlock.touched_product's kernel where the touched rows hold at most this many edges on average
+# IsolatedBlock.touched_product: the kernel's product where the touched rows hold at most this many
+# edges on average (as graphmax_paper._Product.SHORT_ROWS, measured there)
 _SHORT_ROWS = 16
 # W(t) = sum_j w_j t^j and W(t)^2 = sum_j q_j t^j, to the 4th power
 _W = (1.0, -1.0, 1.5, -8.0 / 3.0)
@@ -132,35 +133,38 @@ class IsolatedBlock:
         hub_pos = torch.where(H < self.n_touched, pos[H.clamp_max(self.n_touched - 1)], -1)
         return graphmax_presolve.hub_block(hub_pos, M_SS, self.diag_m(dtype)[H])
 
-    def touched_product(self, XT: torch.Tensor, kernels=None):
+    def touched_product(self, XT: torch.Tensor, kernels, short_product: bool = True):
         """``M X`` on the touched tokens only (the block's first rows; M is the identity on the
-        rest) and ``||(I - A) x||^2`` of each column (float64). With ``kernels``
-        (``paper_kernels``) in their ``residual``, with scipy's bits, where the touched rows
-        hold few edges (at most ``_SHORT_ROWS`` on average: the food-reviews graph, 9)."""
+        rest) and ``||(I - A) x||^2`` of each column in float64, as fixed chunks' sums of
+        ``kernels`` (``paper_kernels``) whichever product ran. The product is the kernels'
+        ``residual`` with ``short_product`` where the touched rows hold few edges (at most
+        ``_SHORT_ROWS`` on average: the food-reviews graph, 9), else scipy's or torch's CSR
+        kernel: the same bits."""
         nt = self.n_touched
         X = XT.numpy()
         A, AT = self.touched_op.matrices(XT.dtype)
-        if kernels is None or A.nnz > _SHORT_ROWS * nt:
-            MX, bx_sq = self.touched_op.m_product_columns(XT[:nt])
-            bx_sq = bx_sq.double().numpy()
-        else:
+        if short_product and A.nnz <= _SHORT_ROWS * nt:
             rows = np.arange(nt)
             BX, MX = (np.empty((nt, X.shape[1]), dtype=X.dtype) for _ in range(2))
             kernels.residual(A.indptr, A.indices, A.data, X, rows, BX)
             kernels.residual(AT.indptr, AT.indices, AT.data, BX, rows, MX)
-            part = np.empty((kernels.chunks(nt), X.shape[1]), dtype=np.float64)
-            kernels.column_sums(BX, True, part)
-            MX, bx_sq = torch.from_numpy(MX), part.sum(0)
-        if nt < X.shape[0]:
-            XH = X[nt:]
-            bx_sq = bx_sq + np.einsum("ij,ij->j", XH, XH, dtype=np.float64)
-        return MX, torch.from_numpy(bx_sq)
+        else:
+            BX, MX = (t.numpy() for t in self.touched_op.products_columns(XT[:nt]))
+        return torch.from_numpy(MX), torch.from_numpy(squares(kernels, BX) + squares(kernels, X[nt:]))
 
     def m_product_columns(self, XT: torch.Tensor):
         nt = self.n_touched
         MXT, bx_sq = self.touched_op.m_product_columns(XT[:nt])
         XH = XT[nt:]
         return torch.cat([MXT, XH]), bx_sq + torch.linalg.vecdot(XH, XH, dim=0)
+
+
+def squares(kernels, X: np.ndarray) -> np.ndarray:
+    """Each column's sum of squares of X in float64, over fixed chunks of rows added in chunk
+    order (``kernels``: ``paper_kernels``): the same bits for any thread count or batch width."""
+    part = np.empty((kernels.chunks(X.shape[0]), X.shape[1]), dtype=np.float64)
+    kernels.column_sums(X, True, part)
+    return kernels.total(part)
 
 
 def split(ZT: torch.Tensor, op, lam: float, kernels=None):
@@ -177,7 +181,7 @@ def split(ZT: torch.Tensor, op, lam: float, kernels=None):
         rows, Zn = untouched.numpy(), ZT.numpy()
         part = np.empty((kernels.chunks(rows.size), ZT.shape[1]), dtype=np.float64)
         kernels.isolated_sums(Zn, rows, part)
-        iso_sum = torch.from_numpy(part.sum(0))
+        iso_sum = torch.from_numpy(kernels.total(part))
     else:
         E = torch.index_select(ZT, 0, untouched).exp_()
         iso_sum = E.sum(0).double()
@@ -197,7 +201,7 @@ def split(ZT: torch.Tensor, op, lam: float, kernels=None):
         heavy = untouched[torch.from_numpy(flags)]
         if touched.numel() + heavy.numel() > _BLOCK_SHARE * n:
             return None
-        sums = torch.from_numpy(powers.sum(0))
+        sums = torch.from_numpy(kernels.total(powers))
     else:
         heavy_rows = (torch.mul(E, scale).amax(1) > 1.0).nonzero().flatten()
         heavy = untouched[heavy_rows]

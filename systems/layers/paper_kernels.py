@@ -24,7 +24,18 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["CHUNK", "chunks", "ascent", "michelot", "finish", "residual", "transpose", "certificate", "column_sums"]
+__all__ = [
+    "CHUNK",
+    "chunks",
+    "total",
+    "ascent",
+    "michelot",
+    "finish",
+    "residual",
+    "transpose",
+    "certificate",
+    "column_sums",
+]
 
 #: rows per chunk of every sum (a 1,024 x 48 float32 chunk is 192 KiB: it stays in L2)
 CHUNK = 1024
@@ -32,6 +43,15 @@ CHUNK = 1024
 
 def chunks(n: int) -> int:
     return (n + CHUNK - 1) // CHUNK
+
+
+def total(part: np.ndarray) -> np.ndarray:
+    """The chunks' partial sums (``part``: chunks first) added one after the other, in chunk
+    order, whatever the other dimensions (NumPy's ``sum(0)`` adds pairwise where the chunks lie
+    contiguous, in a batch of one: another order)."""
+    if part.shape[0] == 0:
+        return np.zeros(part.shape[1:], dtype=part.dtype)
+    return np.cumsum(part, axis=0)[-1]
 
 
 @numba.njit(parallel=True, cache=True, error_model="numpy")
