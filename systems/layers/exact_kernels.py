@@ -28,12 +28,15 @@ width either. The kernels take float32 blocks; float64 problems take the torch p
 
 from __future__ import annotations
 
+from functools import partial
+
 import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
+from . import paper_kernels
 from .paper_kernels import total
 
 __all__ = [
@@ -55,11 +58,8 @@ __all__ = [
 # Rows per chunk of every sum. This file's own constant, as paper_kernels' is: numba's cache
 # keeps the value a kernel was compiled with and is renewed only when this file changes.
 CHUNK = 1024
-
-
-def chunks(n: int) -> int:
-    """The number of chunks of ``n`` rows: the first dimension of the kernels' ``part``."""
-    return (n + CHUNK - 1) // CHUNK
+#: the number of chunks of n rows: the first dimension of the kernels' ``part``
+chunks = partial(paper_kernels.chunks, size=CHUNK)
 
 
 _LOG2E = np.float32(1.4426950408889634)

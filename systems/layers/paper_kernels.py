@@ -41,8 +41,9 @@ __all__ = [
 CHUNK = 1024
 
 
-def chunks(n: int) -> int:
-    return (n + CHUNK - 1) // CHUNK
+def chunks(n: int, size: int = CHUNK) -> int:
+    """The number of chunks of ``size`` rows in ``n`` rows."""
+    return (n + size - 1) // size
 
 
 def total(part: np.ndarray) -> np.ndarray:
