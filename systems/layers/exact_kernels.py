@@ -15,15 +15,17 @@ per number (3.1 ms over a 16k x 48 block, against 0.5-1.6 ms for torch's vectori
 ``exp32`` is range reduction to ``|r| <= ln 2 / 2`` (Cody and Waite's two-part ln 2, exact in
 float32) and a degree-7 Taylor polynomial, scaled by ``2^k`` through the float's bits: within 2
 ulp of the exact value for every float32 whose e^x is finite and normal
-(tests/test_exact_kernels.py), and LLVM turns the loop into vector code. ``expm1_32`` is the Taylor polynomial of ``e^x - 1`` itself near 0, so that it
-keeps its relative accuracy where the duality gap needs it (centred residuals of 1e-8).
+(tests/test_exact_kernels.py), and LLVM turns the loop into vector code. ``expm1_32`` is the
+Taylor polynomial of ``e^x - 1`` itself near 0, so that it keeps its relative accuracy where the
+duality gap needs it (centred residuals of 1e-8).
 
 Sums run over fixed chunks of ``CHUNK`` rows in float64, each chunk in row order, and the
-chunks' partials are added in chunk order by the caller (``total``): the result does not depend on the
-number of threads. (Two rare fallbacks of the solver reduce with torch instead, whose order may
-depend on it for 32k tokens and more: a column exponentiated again after a long step, and the
-gap of a column whose centred residual exceeds ``CLAMP``.) No fastmath and no contraction, so it does not depend on the vector
-width either. The kernels take float32 blocks; float64 problems take the torch path.
+chunks' partials are added in chunk order by the caller (``total``): the result does not depend
+on the number of threads. (Two rare fallbacks of the solver reduce with torch instead, whose
+order may depend on it for 32k tokens and more: a column exponentiated again after a long step,
+and the gap of a column whose centred residual exceeds ``CLAMP``.) No fastmath and no
+contraction, so it does not depend on the vector width either. The kernels take float32 blocks;
+float64 problems take the torch path.
 """
 
 from __future__ import annotations

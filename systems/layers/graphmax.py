@@ -62,9 +62,9 @@ Two solvers, chosen by name:
     count (but for two rare fallbacks, see exact_kernels). float64, CUDA and ``backend="torch"``
     take torch's operations; the two paths differ in rounding, and in the light isolated
     tokens' log x, where the kernel takes ``-W(t)`` and torch ``log(W(t) / t)`` of the same
-    4-term series (at most 5 t^4 apart: 5e-8 at t = 0.01) (tests/test_exact_kernels.py). Finished problems leave the block in groups
-    (an eighth of it at a time, ``COMPACT``): the copy of the blocks costs about what a step
-    of that many columns does.
+    4-term series (at most 5 t^4 apart: 5e-8 at t = 0.01) (tests/test_exact_kernels.py).
+    Finished problems leave the block in groups (an eighth of it at a time, ``COMPACT``): the
+    copy of the blocks costs about what a step of that many columns does.
 
     ``topk=k`` restricts the support to the union over the batch of each row's k largest
     scores S: x is zero outside S, and the restricted problem keeps every row of the graph,
