@@ -21,7 +21,7 @@ import torch
 from core.errors import MaxbenchError
 from core.registry import unknown_name
 
-from .layers.base import OutputLayer, require_finite_logits
+from .layers.base import OutputLayer, all_finite, require_finite_logits
 
 _STAT_DIGITS = 6  # significant digits: keeps certified gaps near 1e-7 readable
 
@@ -158,6 +158,8 @@ def warp_rows(warp, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tens
     """``warp(input_ids, scores)`` on the rows that have a distribution; a row of -inf only (an
     empty POS class of POSG) has none, is left as it is, and would make eta's entropy NaN. The
     warpers of ``DecodingSetting`` do not read ``input_ids``."""
+    if all_finite(scores):  # the common case, in a fraction of the exact check's time
+        return warp(input_ids, scores)
     alive = torch.isfinite(scores).any(-1)
     if bool(alive.all()):
         return warp(input_ids, scores)

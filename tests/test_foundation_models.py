@@ -164,6 +164,33 @@ def test_empty_prompt_and_nan_logits_are_refused(tiny):
         model.forward = orig
 
 
+def test_the_fast_finiteness_check_agrees_with_isfinite_even_when_the_sum_overflows():
+    from systems.decoding import warp_rows
+    from systems.layers.base import all_finite, require_finite_logits
+
+    logits = torch.randn(3, 1000, generator=torch.Generator().manual_seed(0))
+    huge = torch.full((2, 8), 3e38)  # every entry finite, the float32 sum is inf
+    assert not torch.isfinite(huge.sum())
+    cases = [logits, huge, huge.double(), torch.empty(0, 5), torch.arange(12).reshape(3, 4)]
+    for r, c, v in [(1, 7, float("nan")), (2, 0, float("inf")), (0, 999, float("-inf"))]:
+        bad = logits.clone()
+        bad[r, c] = v
+        cases.append(bad)
+    for t in cases:
+        assert all_finite(t) == bool(torch.isfinite(t).all()), t
+    require_finite_logits(huge, "x")  # finite logits pass, whatever their sum
+    dead = logits.clone()
+    dead[2, 0] = float("-inf")
+    with pytest.raises(MaxbenchError, match=r"x: the model's logits contain infinite values \(batch rows \[2\]\)"):
+        require_finite_logits(dead, "x")
+    # warp_rows: finite rows go to the warper whole; a row of -inf only is left as it is
+    warp = DecodingSetting.parse("top_p=0.9").warpers()
+    assert torch.equal(warp_rows(warp, None, logits), warp(None, logits))
+    dead[2] = float("-inf")
+    out = warp_rows(warp, None, dead)
+    assert torch.equal(out[:2], warp(None, logits[:2])) and torch.isneginf(out[2]).all()
+
+
 def test_device_choice():
     from systems.models import choose_device
 
