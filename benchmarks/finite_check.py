@@ -13,9 +13,7 @@ then the load average.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -23,7 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from graphmax_decode import load_average  # noqa: E402
-from top_p import inputs  # noqa: E402
+from top_p import alternate, inputs  # noqa: E402
 
 
 def main() -> int:
@@ -38,14 +36,8 @@ def main() -> int:
     print(f"threads {args.threads}, batch {args.batch_size}; {load_average()}")
     ways = {"isfinite().all()": lambda t: bool(torch.isfinite(t).all()), "all_finite": all_finite}
     for name, scores in inputs(args.batch_size).items():
-        times: dict[str, list[float]] = {k: [] for k in ways}
-        answers = {}
-        for r in range(args.repeats):
-            for label in list(ways) if r % 2 == 0 else list(ways)[::-1]:
-                t0 = time.perf_counter()
-                answers[label] = ways[label](scores)
-                times[label].append(time.perf_counter() - t0)
-        theirs, ours = (statistics.median(times[k]) for k in ways)
+        medians, answers = alternate(ways, args.repeats, scores)
+        theirs, ours = medians["isfinite().all()"], medians["all_finite"]
         print(
             f"{name:<20} {tuple(scores.shape)}: isfinite {theirs * 1e3:6.2f} ms, all_finite {ours * 1e3:6.2f} ms, "
             f"ratio {theirs / ours:5.1f}x, same answer ({answers['all_finite']}): "

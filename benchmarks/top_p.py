@@ -25,6 +25,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from graphmax_decode import load_average  # noqa: E402
 
 
+def alternate(ways: dict, repeats: int, *args) -> tuple[dict[str, float], dict]:
+    """The median seconds of each of ``ways`` called on ``args`` over ``repeats`` runs that
+    alternate their order (so that noise from other processes hits them alike), and each one's
+    last result."""
+    times: dict[str, list[float]] = {k: [] for k in ways}
+    results = {}
+    for r in range(repeats):
+        for label in list(ways) if r % 2 == 0 else list(ways)[::-1]:
+            t0 = time.perf_counter()
+            results[label] = ways[label](*args)
+            times[label].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}, results
+
+
 def inputs(batch_size: int) -> dict[str, torch.Tensor]:
     from benchmark.suites import load_suite
     from systems.models import load_model
@@ -57,14 +71,9 @@ def main() -> int:
     for name, scores in inputs(args.batch_size).items():
         for top_p in (float(p) for p in args.top_p.split(",")):
             warpers = {"transformers": tf.TopPLogitsWarper(top_p=top_p), "maxbench": TopPLogitsWarper(top_p=top_p)}
-            times: dict[str, list[float]] = {k: [] for k in warpers}
-            for r in range(args.repeats):
-                for label in list(warpers) if r % 2 == 0 else list(warpers)[::-1]:
-                    t0 = time.perf_counter()
-                    warpers[label](None, scores)
-                    times[label].append(time.perf_counter() - t0)
-            same = torch.equal(warpers["transformers"](None, scores), warpers["maxbench"](None, scores))
-            theirs, ours = (statistics.median(times[k]) for k in warpers)
+            medians, outputs = alternate(warpers, args.repeats, None, scores)
+            same = torch.equal(outputs["transformers"], outputs["maxbench"])
+            theirs, ours = medians["transformers"], medians["maxbench"]
             print(
                 f"{name:<20} {tuple(scores.shape)} top_p {top_p:<5}: transformers {theirs * 1e3:7.1f} ms, "
                 f"maxbench {ours * 1e3:7.1f} ms, ratio {theirs / ours:4.1f}x, same output: {'yes' if same else 'NO'}"
