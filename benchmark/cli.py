@@ -39,23 +39,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def run_guarded(prog: str, func, *args) -> int:
+    """``func(*args)``'s return code, with a MaxbenchError or an operating-system error as one
+    line on stderr (``prog: error: ...``) and its exit code (2), an interrupt as 130: the
+    ``maxbench`` command's and the benchmark scripts' (benchmarks/harness.py) one way out."""
     try:
-        rc = args.func(args)
+        rc = func(*args)
     except MaxbenchError as exc:
-        print(f"maxbench: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except OSError as exc:
         # the operating system's answer about a path no command anticipated: still one line
         err = os_error(exc.filename, exc, "use") if exc.filename else MaxbenchError(exc.strerror or str(exc))
-        print(f"maxbench: error: {err}", file=sys.stderr)
+        print(f"{prog}: error: {err}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
-        print("maxbench: interrupted; what was written so far is kept", file=sys.stderr)
+        print(f"{prog}: interrupted; what was written so far is kept", file=sys.stderr)
         return 130
     return int(rc or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return run_guarded("maxbench", args.func, args)
 
 
 if __name__ == "__main__":

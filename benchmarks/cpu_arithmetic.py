@@ -22,8 +22,9 @@ import sys
 import time
 from pathlib import Path
 
+from harness import load_average, positive_int, run
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 LAYERS = {"softmax": "softmax", "graphmax exact": "graphmax(lam=1.0,solver=exact)"}
 
@@ -60,16 +61,16 @@ def child(args) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (set deliberately)")
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--new-tokens", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (set deliberately)")
+    ap.add_argument("--batch-size", type=positive_int, default=16)
+    ap.add_argument("--new-tokens", type=positive_int, default=32)
+    ap.add_argument("--repeats", type=positive_int, default=3)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(args)
         return 0
-    from graphmax_decode import load_average
+    from core.errors import MaxbenchError
 
     print(f"threads {args.threads}, batch {args.batch_size}, {args.new_tokens} new tokens; {load_average()}")
     runs: dict[str, list[dict]] = {"pinned": [], "native": []}
@@ -81,8 +82,8 @@ def main() -> int:
             cmd = [sys.executable, __file__, "--child", *sys.argv[1:]]
             p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
             if p.returncode:
-                print(p.stderr, file=sys.stderr)
-                return 1
+                last = (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
+                raise MaxbenchError(f"the {kind} decoding job failed: {last}")
             runs[kind].append(json.loads(p.stdout.strip().splitlines()[-1]))
     caps = {k: v[0]["capability"] for k, v in runs.items()}
     print(f"torch kernels: pinned {caps['pinned']}, native {caps['native']}")
@@ -98,4 +99,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main)

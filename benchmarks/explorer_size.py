@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
+import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import harness
 
+CHROMIUM = "/usr/bin/chromium"  # scripts/browser_setup.sh installs it
 WORDS = (
     "the a soup was cold salty great tea coffee flavor taste bought box bag price amazon love good bad "
     "really not very my dog cat loves these chips sweet bitter fresh order again would recommend it "
@@ -99,13 +99,25 @@ def synthesise(run: Path, n_prompts: int, n_systems: int, n_tokens: int, seed: i
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--prompts", type=int, default=1536)
-    ap.add_argument("--systems", type=int, default=6)
-    ap.add_argument("--tokens", type=int, default=100)
+    ap.add_argument("--prompts", type=harness.positive_int, default=1536)
+    ap.add_argument("--systems", type=harness.positive_int, default=6, help="1 to 8")
+    ap.add_argument("--tokens", type=harness.positive_int, default=100)
     args = ap.parse_args()
+    if args.systems > 8:
+        ap.error(f"--systems: at most 8 synthetic systems, got {args.systems}")
     from benchmark.explorer import write_explorer
+    from core.errors import MaxbenchError
 
+    if not Path(CHROMIUM).exists():
+        raise MaxbenchError(f"{CHROMIUM} is not there; install it with: bash scripts/browser_setup.sh")
     tmp = Path(tempfile.mkdtemp(prefix="explorer-bench-"))
+    try:
+        measure(args, tmp, write_explorer)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def measure(args, tmp: Path, write_explorer) -> None:
     run = tmp / "run"
     synthesise(run, args.prompts, args.systems, args.tokens)
     gen = (run / "generations.jsonl").stat().st_size
@@ -115,7 +127,7 @@ def main() -> None:
     files = [p for p in index.parent.rglob("*") if p.is_file()]
     total = sum(p.stat().st_size for p in files)
     first = sum((index.parent / n).stat().st_size for n in ("index.html", "explorer.js", "explorer.css"))
-    print(f"{args.systems} systems x {args.prompts} prompts x {args.tokens} tokens; load average {os.getloadavg()}")
+    print(f"{args.systems} systems x {args.prompts} prompts x {args.tokens} tokens; {harness.load_average()}")
     print(f"generations.jsonl         {gen / 2**20:8.1f} MiB")
     print(f"explorer, all files       {total / 2**20:8.1f} MiB  = {total / gen:.2f}x the generations (target <= 3x)")
     print(f"  read at first render    {first / 2**20:8.1f} MiB  (index.html + explorer.js + .css)")
@@ -124,9 +136,7 @@ def main() -> None:
 
     render, prompt = [], []
     with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path="/usr/bin/chromium", args=["--headless", "--no-sandbox", "--disable-gpu"]
-        )
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
         for _ in range(3):
             page = browser.new_page(viewport={"width": 1366, "height": 800})
             t0 = time.perf_counter()
@@ -146,4 +156,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    harness.run(main)

@@ -13,22 +13,17 @@ then the load average.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from graphmax_decode import load_average  # noqa: E402
-from top_p import alternate, inputs  # noqa: E402
+from harness import alternate, load_average, positive_int, run
+from top_p import inputs
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (set deliberately)")
-    ap.add_argument("--batch-size", type=int, default=48)
-    ap.add_argument("--repeats", type=int, default=21)
+    ap.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (set deliberately)")
+    ap.add_argument("--batch-size", type=positive_int, default=48)
+    ap.add_argument("--repeats", type=positive_int, default=21)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from systems.layers.base import all_finite
@@ -48,4 +43,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main)

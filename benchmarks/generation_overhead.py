@@ -14,17 +14,19 @@ import statistics
 import time
 
 import torch
+from harness import check_inputs, load_average, positive_int, positive_ints, run
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--suite", default="food-reviews")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--batch-sizes", default="1,8")
-    ap.add_argument("--new-tokens", type=int, default=48)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=positive_int, default=1)
+    ap.add_argument("--batch-sizes", type=positive_ints, default="1,8")
+    ap.add_argument("--new-tokens", type=positive_int, default=48)
+    ap.add_argument("--repeats", type=positive_int, default=3)
     args = ap.parse_args()
+    check_inputs(args.model, suites=[args.suite])
 
     from benchmark.suites import load_suite
     from systems.decoding import DecodingSetting, decode
@@ -35,10 +37,10 @@ def main() -> None:
     prompts = [it.prompt for it in load_suite(args.suite).items]
     print(
         f"model {args.model}, {torch.get_num_threads()} torch thread(s), {args.new_tokens} new tokens, "
-        f"median of {args.repeats}"
+        f"median of {args.repeats}; {load_average()}"
     )
     print(f"{'decoding':<8} {'batch':>5} {'generate tok/s':>15} {'maxbench tok/s':>15} {'ratio':>7}")
-    for bs in (int(b) for b in args.batch_sizes.split(",")):
+    for bs in args.batch_sizes:
         batch = prompts[:bs]
         for label, setting in (
             ("greedy", DecodingSetting(do_sample=False, max_new_tokens=args.new_tokens)),
@@ -69,6 +71,7 @@ def main() -> None:
             hf = hf_tokens / statistics.median(hf_t)
             mb = mb_tokens / statistics.median(mb_t)
             print(f"{label:<8} {bs:>5} {hf:>15.1f} {mb:>15.1f} {mb / hf:>7.3f}")
+    print(f"after: {load_average()}")
 
 
 class _NoEos(__import__("systems.layers.softmax", fromlist=["SoftmaxLayer"]).SoftmaxLayer):
@@ -85,4 +88,4 @@ class _NoEos(__import__("systems.layers.softmax", fromlist=["SoftmaxLayer"]).Sof
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -16,24 +16,30 @@ import statistics
 import time
 
 import torch
-from graphmax_decode import load_average  # this folder's scripts run with it on sys.path
+from harness import check_inputs, load_average, names, positive_int, positive_ints, run
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--corpora", default="food-reviews,movie-reviews")
-    ap.add_argument("--threads", default="1,2", help="comma-separated torch thread counts; the first is the baseline")
-    ap.add_argument("--batch-sizes", default="16,48")
-    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--corpora", type=names, default="food-reviews,movie-reviews")
+    ap.add_argument(
+        "--threads",
+        type=positive_ints,
+        default="1,2",
+        help="comma-separated torch thread counts; the first is the baseline",
+    )
+    ap.add_argument("--batch-sizes", type=positive_ints, default="16,48")
+    ap.add_argument("--repeats", type=positive_int, default=20)
     args = ap.parse_args()
+    check_inputs(args.model, args.corpora)
 
     from benchmark.corpora import load_corpus
     from systems.graph import get_graph
     from systems.layers.graphmax import GraphOperator
     from systems.models import load_model
 
-    threads = [int(t) for t in args.threads.split(",")]
+    threads = args.threads
     lm = load_model(args.model, device="cpu", threads=1)
     print(f"model {args.model}; products M x on float32 N x batch blocks; threads {threads}; {load_average()}")
     print(
@@ -41,10 +47,10 @@ def main() -> None:
         + " ".join(f"{f'{t} thr. ms':>10}" for t in threads)
         + "  ratio  same bits"
     )
-    for corpus in args.corpora.split(","):
+    for corpus in args.corpora:
         graph = get_graph(lm, load_corpus(corpus))
         op = GraphOperator.prepare(graph, "cpu")
-        for batch in (int(b) for b in args.batch_sizes.split(",")):
+        for batch in args.batch_sizes:
             x = torch.rand(op.n, batch, generator=torch.Generator().manual_seed(batch))
             x /= x.sum(0)
             times: dict[int, list[float]] = {t: [] for t in threads}
@@ -64,4 +70,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

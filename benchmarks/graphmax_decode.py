@@ -22,19 +22,13 @@ ratios are measured side by side, but absolute rates on a shared machine mean li
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 
 import torch
+from harness import check_inputs, load_average, names, nonnegative_int, positive_int, positive_ints, run
 
 LAYERS = ("softmax", "sparsemax", "graphmax exact", "graphmax paper")
-
-
-def load_average() -> str:
-    """``uptime``'s load average (1, 5, 15 minutes) and the machine's CPU count."""
-    one, five, fifteen = os.getloadavg()
-    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} on {os.cpu_count()} CPUs"
 
 
 def paper_kernels_line() -> str:
@@ -85,17 +79,22 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument(
         "--corpora",
+        type=names,
         default="food-reviews,movie-reviews",
         help="corpora whose graphs are used; each one's suite gives the prompts",
     )
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (set deliberately)")
+    ap.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (set deliberately)")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--batch-sizes", default="16,48", help="comma-separated batch sizes, each timed on its own")
-    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument(
+        "--batch-sizes", type=positive_ints, default="16,48", help="comma-separated batch sizes, each timed on its own"
+    )
+    ap.add_argument("--new-tokens", type=positive_int, default=64)
     ap.add_argument("--decoding", default="top_p=0.9")
     ap.add_argument("--lam", type=float, default=1.0)
-    ap.add_argument("--repeats", type=int, default=2, help="timed runs of softmax and exact (sparsemax, paper: one)")
-    ap.add_argument("--show", type=int, default=2, help="generations printed per corpus and batch size")
+    ap.add_argument(
+        "--repeats", type=positive_int, default=2, help="timed runs of softmax and exact (sparsemax, paper: one)"
+    )
+    ap.add_argument("--show", type=nonnegative_int, default=2, help="generations printed per corpus and batch size")
     ap.add_argument(
         "--layers",
         default=",".join(LAYERS),
@@ -111,23 +110,27 @@ def main() -> None:
     from benchmark.suites import load_suite
     from systems.decoding import DecodingSetting, decode
     from systems.graph import get_graph
+    from systems.layers.graphmax import check_graphmax_args
     from systems.layers.graphmax_layer import GraphmaxLayer
     from systems.layers.softmax import SoftmaxLayer
     from systems.layers.sparsemax_layer import SparsemaxLayer
     from systems.models import load_model
 
-    torch.set_num_threads(args.threads)
-    lm = load_model(args.model, device=args.device, threads=args.threads)
+    # every name and setting is checked before the model loads (each corpus's suite gives the prompts)
+    check_inputs(args.model, args.corpora, args.corpora)
+    check_graphmax_args(args.lam, "exact", 1e-6, 100, None)
     setting = DecodingSetting.parse(args.decoding)
     setting = DecodingSetting(**{**setting.__dict__, "max_new_tokens": args.new_tokens})
-    batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    torch.set_num_threads(args.threads)
+    lm = load_model(args.model, device=args.device, threads=args.threads)
+    batch_sizes = args.batch_sizes
     print(
         f"model {args.model} on {lm.device}, {torch.get_num_threads()} torch thread(s), batch sizes {batch_sizes}, "
         f"{args.new_tokens} new tokens, decoding {setting.label}, lam {args.lam}"
     )
     once = ("sparsemax", "graphmax paper")  # slow or not the subject: one timed run each
 
-    for corpus_name in args.corpora.split(","):
+    for corpus_name in args.corpora:
         corpus = load_corpus(corpus_name)
         graph = get_graph(lm, corpus)
         suite_prompts = [it.prompt for it in load_suite(corpus_name).items]
@@ -208,4 +211,4 @@ def print_table(results, times, cpu_times, layer_cpu, solver_stats) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -28,7 +28,7 @@ import time
 from contextlib import contextmanager
 
 import torch
-from graphmax_decode import load_average  # this folder's scripts run with it on sys.path
+from harness import check_inputs, load_average, names, positive_int, positive_ints, run
 
 
 @contextmanager
@@ -67,15 +67,16 @@ def time_calls(solver: str, way: str, ops: dict, logits: list, chosen: bool):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--corpora", default="food-reviews,movie-reviews")
-    ap.add_argument("--solvers", default="exact,paper")
-    ap.add_argument("--threads", type=int, default=2, help="torch (and numba) CPU threads (set deliberately)")
-    ap.add_argument("--batch-sizes", default="16,48")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--corpora", type=names, default="food-reviews,movie-reviews")
+    ap.add_argument("--solvers", type=names, default="exact,paper")
+    ap.add_argument("--threads", type=positive_int, default=2, help="torch (and numba) CPU threads (set deliberately)")
+    ap.add_argument("--batch-sizes", type=positive_ints, default="16,48")
+    ap.add_argument("--repeats", type=positive_int, default=3)
     args = ap.parse_args()
-    solvers = args.solvers.split(",")
+    solvers = args.solvers
     if any(s not in ("exact", "paper") for s in solvers):
         ap.error("--solvers: exact, paper or both")
+    check_inputs(args.model, args.corpora, args.corpora)
 
     import numba
 
@@ -95,11 +96,11 @@ def main() -> None:
     print(
         f"{'graph':<14} {'batch':>5} {'solver':<6} {'way':<40} {'ms/call':>8} {'vs last':>8} {'steps':>6} {'max |dx|':>9}"
     )
-    for corpus_name in args.corpora.split(","):
+    for corpus_name in args.corpora:
         graph = get_graph(lm, load_corpus(corpus_name))
         ops = {backend: GraphOperator.prepare(graph, "cpu", backend=backend) for backend in ("scipy", "torch")}
         prompts = [it.prompt for it in load_suite(corpus_name).items]
-        for batch in [int(b) for b in args.batch_sizes.split(",")]:
+        for batch in args.batch_sizes:
             layer, kept = SoftmaxLayer(), []
             scores = layer.scores
 
@@ -145,4 +146,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

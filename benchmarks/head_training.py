@@ -38,11 +38,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness import check_inputs, load_average, positive_int, run
 
 KERBS_SETTINGS = [
     "lr=5e-5,epochs=4",
@@ -60,7 +58,9 @@ def parse_setting(text: str) -> dict:
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, _, value = part.partition("=")
         if not value:
-            raise SystemExit(f"setting '{text}': write key=value,... (got '{part}')")
+            from core.errors import MaxbenchError
+
+            raise MaxbenchError(f"setting '{text}': write key=value,... (got '{part}')")
         low = value.strip().lower()
         if low in ("true", "false"):
             out[key.strip()] = low == "true"
@@ -72,6 +72,20 @@ def parse_setting(text: str) -> dict:
             except ValueError:
                 pass
     return out
+
+
+def config(fit, text: str):
+    """``fit.config_from_options`` of a setting, refusing a key the head has no field for."""
+    import dataclasses
+
+    from core.errors import MaxbenchError
+
+    opts = parse_setting(text)
+    known = {f.name for f in dataclasses.fields(fit.config_from_options({}))}
+    unknown = sorted(set(opts) - known)
+    if unknown:
+        raise MaxbenchError(f"setting '{text}': unknown key '{unknown[0]}'; known: {', '.join(sorted(known))}")
+    return fit.config_from_options(opts)
 
 
 def report(layer: str, setting: str, meta: dict, valid_softmax: float) -> None:
@@ -91,10 +105,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--corpus", default="food-reviews")
-    ap.add_argument("--budget-tokens", type=int, default=None, help="default: the hidden cache's default budget")
+    ap.add_argument(
+        "--budget-tokens", type=positive_int, default=None, help="default: the hidden cache's default budget"
+    )
     ap.add_argument("--kerbs", nargs="*", default=None, help="KerBS settings (default: the recorded ones)")
     ap.add_argument("--posg", nargs="*", default=None, help="POSG settings (default: the recorded ones)")
-    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--threads", type=positive_int, default=None)
     ap.add_argument("--device", default=None)
     args = ap.parse_args()
     kerbs = KERBS_SETTINGS if args.kerbs is None else args.kerbs
@@ -111,28 +127,33 @@ def main() -> int:
     from systems.layers import kerbs_fit, posg_fit
     from systems.models import load_model
 
+    # every name and setting is checked before the model loads
+    check_inputs(args.model, [args.corpus])
+    kerbs_cfgs = [(s, config(kerbs_fit, s)) for s in kerbs]
+    posg_cfgs = [(s, config(posg_fit, s)) for s in posg]
     corpus = load_corpus(args.corpus)
     lm = load_model(args.model, device=args.device, threads=args.threads)
     budget = args.budget_tokens or hc.DEFAULT_BUDGET_TOKENS
     cache = hc.load_or_build(lm, corpus, budget, progress=True)
     valid_softmax = math.exp(-float(np.asarray(cache["valid"].base_logprob, dtype=np.float64).mean()))
-    print(f"model {lm.name}, corpus {corpus.name}, budget {budget}: {len(cache['train'])} training positions")
+    print(
+        f"model {lm.name}, corpus {corpus.name}, budget {budget}: {len(cache['train'])} training positions; "
+        f"{load_average()}"
+    )
     t0 = time.perf_counter()
-    for setting in kerbs:
-        cfg = kerbs_fit.config_from_options(parse_setting(setting))
+    for setting, cfg in kerbs_cfgs:
         _, meta = kerbs_fit.fit_kerbs(lm, corpus, budget, cfg, progress=False)
         report("kerbs", setting, meta, valid_softmax)
-    for setting in posg:
-        cfg = posg_fit.config_from_options(parse_setting(setting))
+    for setting, cfg in posg_cfgs:
         _, meta = posg_fit.fit_posg(lm, corpus, budget, cfg, progress=False)
         report("posg", setting, meta, valid_softmax)
     info = json.loads((cache.path / "meta.json").read_text())
     print(
         f"hidden-state cache: built in {info['build_seconds']} s with {info['torch_threads']} torch threads; "
-        f"heads: {time.perf_counter() - t0:.1f} s in this run"
+        f"heads: {time.perf_counter() - t0:.1f} s in this run; {load_average()}"
     )
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main)

@@ -13,16 +13,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from graphmax_decode import load_average  # noqa: E402
-from top_p import inputs  # noqa: E402
+from harness import load_average, positive_int, run
+from top_p import inputs
 
 
 def torch_rows(probs, generators):
@@ -31,9 +26,9 @@ def torch_rows(probs, generators):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (set deliberately)")
-    ap.add_argument("--batch-size", type=int, default=48)
-    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (set deliberately)")
+    ap.add_argument("--batch-size", type=positive_int, default=48)
+    ap.add_argument("--repeats", type=positive_int, default=7)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from systems.decoding import DecodingSetting, warp_rows
@@ -67,4 +62,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main)

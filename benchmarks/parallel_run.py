@@ -22,11 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from harness import names, positive_int, run
 
 SCHEDULES = {
     "seq1": ["--workers", "1", "--threads", "1"],
@@ -37,31 +40,50 @@ SCHEDULES = {
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prompts", type=int, default=16)
-    ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--prompts", type=positive_int, default=16)
+    ap.add_argument("--batch-size", type=positive_int, default=8)
+    ap.add_argument("--new-tokens", type=positive_int, default=64)
     ap.add_argument("--systems", default="softmax;graphmax(lam=1.0,solver=exact)", help="layers, separated by ;")
-    ap.add_argument("--schedules", default="seq1,w2,seq")
-    ap.add_argument("--workdir", default=None, help="scratch folder (default: a temporary one)")
+    ap.add_argument("--schedules", type=names, default="seq1,w2,seq", help=f"from: {', '.join(SCHEDULES)}")
+    ap.add_argument("--workdir", default=None, help="scratch folder (default: a temporary one, removed afterwards)")
     args = ap.parse_args()
+    unknown = [name for name in args.schedules if name not in SCHEDULES]
+    if unknown:
+        ap.error(f"--schedules: unknown schedule {unknown[0]!r}; choose from {', '.join(SCHEDULES)}")
 
+    from systems.registry import parse_system
+
+    systems = [f"smollm2-135m/{layer}/top_p=0.9,max_new_tokens={args.new_tokens}" for layer in args.systems.split(";")]
+    for system in systems:
+        parse_system(system)  # a bad layer or setting stops here, before any run
+    if args.workdir:
+        work = Path(args.workdir)
+        work.mkdir(parents=True, exist_ok=True)
+        measure(args, systems, work)
+        return
+    work = Path(tempfile.mkdtemp(prefix="maxbench-parallel-"))
+    try:
+        measure(args, systems, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(args, systems: list[str], work: Path) -> None:
     from benchmark.suites import load_suite
+    from core.errors import MaxbenchError
 
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="maxbench-parallel-"))
-    work.mkdir(parents=True, exist_ok=True)
     items = load_suite("food-reviews").items[: args.prompts]
     (work / "p.jsonl").write_text(
         "".join(json.dumps({"id": it.id, "prompt": it.prompt, "reference": it.reference}) + "\n" for it in items)
     )
     (work / "s.toml").write_text(f'name = "food-{args.prompts}"\nfile = "p.jsonl"\n')
-    systems = [f"smollm2-135m/{layer}/top_p=0.9,max_new_tokens={args.new_tokens}" for layer in args.systems.split(";")]
     (work / "reg.toml").write_text(
         f'name = "par"\nsuite = "{work / "s.toml"}"\ncorpus = "food-reviews"\nsamples = 1\nseed = 1234\n'
         f'batch_size = {args.batch_size}\nbaseline = "{systems[0]}"\nmetrics = ["distinct"]\n'
         f"systems = {json.dumps(systems)}\n"
     )
 
-    def run(name: str, extra: list[str]) -> tuple[float, bytes]:
+    def run_schedule(name: str, extra: list[str]) -> tuple[float, bytes]:
         cmd = [sys.executable, "-m", "benchmark", "run", "--registry", str(work / "reg.toml")]
         cmd += ["--runs-dir", str(work / "runs"), "--run-id", name, "--out", str(work / f"lb-{name}")]
         cmd += ["--n-resamples", "100", "--no-progress", *extra]
@@ -69,14 +91,15 @@ def main() -> None:
         p = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.perf_counter() - t0
         if p.returncode:
-            sys.exit(f"{name} failed: {p.stderr.strip().splitlines()[-1]}")
+            last = (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
+            raise MaxbenchError(f"the {name} run failed: {last}")
         return wall, (work / "runs" / name / "generations.jsonl").read_bytes()
 
-    run("warm-up", SCHEDULES["seq1"])  # graph and heads into the cache, files into the page cache
+    run_schedule("warm-up", SCHEDULES["seq1"])  # graph and heads into the cache, files into the page cache
     load_before = os.getloadavg()
     results = {}
-    for name in args.schedules.split(","):
-        results[name] = run(name, SCHEDULES[name])
+    for name in args.schedules:
+        results[name] = run_schedule(name, SCHEDULES[name])
     load_after = os.getloadavg()
     first = next(iter(results))
     print(
@@ -92,4 +115,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -17,12 +17,13 @@ positions and at a decoding batch of 48.
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
+import harness
 import torch
 
-from systems.layers.posg import CATCH_ALL, POSGHead
+harness.require_checkout()
+from systems.layers.posg import CATCH_ALL, POSGHead  # noqa: E402
 
 #: class sizes of the SmolLM2 food-reviews POSG head (its meta.json's class_sizes, catch-all left out)
 FOOD_CLASS_SIZES = [
@@ -54,10 +55,12 @@ def best_of(fn, head: POSGHead, logits: torch.Tensor, repeats: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--vocab", type=int, default=49_152)
+    ap.add_argument("--threads", type=harness.positive_int, default=1)
+    ap.add_argument("--repeats", type=harness.positive_int, default=5)
+    ap.add_argument("--vocab", type=harness.positive_int, default=49_152)
     args = ap.parse_args()
+    if args.vocab < max(FOOD_CLASS_SIZES):
+        ap.error(f"--vocab: at least {max(FOOD_CLASS_SIZES)}, the largest class, got {args.vocab}")
     torch.set_num_threads(args.threads)
     g = torch.Generator().manual_seed(0)
     classes = [torch.randperm(args.vocab, generator=g)[:n].sort().values for n in FOOD_CLASS_SIZES]
@@ -65,7 +68,7 @@ def main() -> None:
     pairs += [(w, len(classes)) for w in range(args.vocab)]
     tags = [f"T{i}" for i in range(len(classes))] + [CATCH_ALL]
     head = POSGHead(args.vocab, tags, torch.tensor(pairs), 8, lm_prior=True)
-    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; torch threads {args.threads}")
+    print(f"{harness.load_average()}; torch threads {args.threads}")
     print(f"{'positions':>9}  {'gather every class s':>20}  {'catch-all direct s':>18}  {'speed-up':>8}  bit-identical")
     for rows in (512, 48):
         logits = torch.randn(rows, args.vocab, generator=g) * 6
@@ -76,4 +79,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    harness.run(main)

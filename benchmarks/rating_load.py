@@ -23,20 +23,22 @@ import argparse
 import os
 import random
 import statistics
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import harness
 
+harness.require_checkout()
 from sqlalchemy import select  # noqa: E402
 
 from human_eval.db import dispose_engines, session_for  # noqa: E402
 from human_eval.models import Assignment  # noqa: E402
 from human_eval.rubrics import load_rubric  # noqa: E402
 from human_eval.testing import ScriptedAnnotator, make_study, start_server  # noqa: E402
+
+SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")  # SQLite's PRAGMA synchronous settings
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -126,17 +128,17 @@ def run_once(args, synchronous: str, db_url: str | None = None) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--annotators", type=int, default=50)
-    parser.add_argument("--pages", type=int, default=20, help="rated texts per annotator (default 20)")
+    parser.add_argument("--annotators", type=harness.positive_int, default=50)
+    parser.add_argument("--pages", type=harness.positive_int, default=20, help="rated texts per annotator (default 20)")
     parser.add_argument(
         "--think-ms",
-        type=float,
+        type=harness.nonnegative_float,
         default=1000,
         help="mean reading time per page, uniform in [0.5, 1.5] x mean (default 1000; "
         "real annotators take 10-60 s, so this is ~20x denser than a real study)",
     )
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--workers", type=harness.positive_int, default=2)
+    parser.add_argument("--threads", type=harness.positive_int, default=8)
     parser.add_argument(
         "--synchronous",
         default="FULL,NORMAL",
@@ -148,6 +150,9 @@ def main() -> int:
     )
     args = parser.parse_args()
     modes = [m.strip().upper() for m in args.synchronous.split(",") if m.strip()]
+    bad = [m for m in modes if m not in SYNCHRONOUS] or ([] if modes else [args.synchronous])
+    if bad:
+        parser.error(f"--synchronous: unknown mode {bad[0]!r}; choose from {', '.join(SYNCHRONOUS)}")
     cluster = None
     if args.db == "postgresql":
         from human_eval.pgcluster import PostgresCluster
@@ -197,4 +202,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.run(main)

@@ -14,12 +14,9 @@ Target: fast path <= 2 s on 2 cores, largest difference <= 1e-9.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness import load_average, positive_int, run
 
 
 def real_texts(n: int, length: int) -> list[list[str]]:
@@ -33,27 +30,31 @@ def real_texts(n: int, length: int) -> list[list[str]]:
             texts.append(tokens[:length])
             if len(texts) == n:
                 return texts
-    raise SystemExit(f"the news corpus has only {len(texts)} articles of >= {length} tokens")
+    from core.errors import MaxbenchError
+
+    raise MaxbenchError(f"the news corpus has only {len(texts)} articles of >= {length} tokens; ask for fewer --texts")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--texts", type=int, default=1536)
-    ap.add_argument("--tokens", type=int, default=100)
+    ap.add_argument("--texts", type=positive_int, default=1536, help="2 or more")
+    ap.add_argument("--tokens", type=positive_int, default=100)
     ap.add_argument(
         "--nltk-texts",
-        type=int,
+        type=positive_int,
         default=None,
         help="run the nltk loop for only the first K hypotheses (each still against all others)",
     )
     args = ap.parse_args()
+    if args.texts < 2:
+        ap.error("--texts: Self-BLEU scores each text against the others, so give 2 or more")
 
     import numpy as np
     from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 
     from benchmark.metrics.sentence_bleu import self_bleu
 
-    print(f"machine: {os.cpu_count()} CPUs visible, load average {os.getloadavg()[0]:.2f}")
+    print(f"machine: {load_average()}")
     t0 = time.perf_counter()
     texts = real_texts(args.texts, args.tokens)
     print(
@@ -91,4 +92,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main)

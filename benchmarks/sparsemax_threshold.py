@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness import load_average, positive_int, run
 
 
 def sparsemax_by_sorting(z: torch.Tensor) -> torch.Tensor:
@@ -33,10 +30,11 @@ def sparsemax_by_sorting(z: torch.Tensor) -> torch.Tensor:
 
 
 def inputs(batch_size: int) -> dict[str, list[torch.Tensor]]:
-    import systems.layers.graphmax as gm
     from benchmark.corpora import load_corpus
     from benchmark.suites import load_suite
     from systems.graph import get_graph
+    from systems.layers import graphmax_paper
+    from systems.layers.graphmax import GraphOperator, graphmax
     from systems.models import load_model
 
     lm = load_model("smollm2-135m", device="cpu")
@@ -44,28 +42,30 @@ def inputs(batch_size: int) -> dict[str, list[torch.Tensor]]:
     enc = lm.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
     with torch.inference_mode():
         logits = lm.model(**enc).logits[:, -1].float()
+    # the paper solver's torch path (CUDA's) projects with sparsemax's threshold: keep its inputs
     seen: list[torch.Tensor] = []
-    original = gm.project_to_simplex
-    gm.project_to_simplex = lambda a, start=None, dim=-1: (
+    original = graphmax_paper.project_to_simplex
+    graphmax_paper.project_to_simplex = lambda a, start=None, dim=-1: (
         seen.append(a.movedim(dim, -1).contiguous()) or original(a, start, dim)
     )
     try:
-        gm.graphmax(logits, get_graph(lm, load_corpus("food-reviews")), lam=1.0, solver="paper")
+        op = GraphOperator.prepare(get_graph(lm, load_corpus("food-reviews")), "cpu", backend="torch")
+        graphmax(logits, op, lam=1.0, solver="paper")
     finally:
-        gm.project_to_simplex = original
+        graphmax_paper.project_to_simplex = original
     return {"LM logits": [logits], "graphmax paper steps": seen}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (set deliberately)")
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (set deliberately)")
+    ap.add_argument("--batch-size", type=positive_int, default=16)
+    ap.add_argument("--repeats", type=positive_int, default=5)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from systems.layers.sparsemax import sparsemax
 
-    print(f"threads {args.threads}, batch {args.batch_size}")
+    print(f"threads {args.threads}, batch {args.batch_size}; {load_average()}")
     for name, zs in inputs(args.batch_size).items():
         times = {"sort": [], "michelot": []}
         for r in range(args.repeats):
@@ -84,8 +84,9 @@ def main() -> int:
             f"sort {t_sort * 1e3:8.1f} ms, michelot {t_fast * 1e3:8.1f} ms, ratio {t_sort / t_fast:5.1f}x, "
             f"max |diff| {diff:.1e}, support entries that differ {flips}"
         )
+    print(f"after: {load_average()}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run(main)

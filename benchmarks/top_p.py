@@ -13,30 +13,20 @@ bit; then the load average.
 from __future__ import annotations
 
 import argparse
-import statistics
-import sys
-import time
-from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from graphmax_decode import load_average  # noqa: E402
+from harness import alternate, load_average, positive_int, run
 
 
-def alternate(ways: dict, repeats: int, *args) -> tuple[dict[str, float], dict]:
-    """The median seconds of each of ``ways`` called on ``args`` over ``repeats`` runs that
-    alternate their order (so that noise from other processes hits them alike), and each one's
-    last result."""
-    times: dict[str, list[float]] = {k: [] for k in ways}
-    results = {}
-    for r in range(repeats):
-        for label in list(ways) if r % 2 == 0 else list(ways)[::-1]:
-            t0 = time.perf_counter()
-            results[label] = ways[label](*args)
-            times[label].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}, results
+def probabilities(text: str) -> list[float]:
+    """An argparse type: comma-separated top-p values in (0, 1]."""
+    try:
+        values = [float(p) for p in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated numbers, e.g. 0.9,0.95") from None
+    if not all(0.0 < p <= 1.0 for p in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: every top-p must lie in (0, 1]")
+    return values
 
 
 def inputs(batch_size: int) -> dict[str, torch.Tensor]:
@@ -57,10 +47,10 @@ def inputs(batch_size: int) -> dict[str, torch.Tensor]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (set deliberately)")
-    ap.add_argument("--batch-size", type=int, default=48)
-    ap.add_argument("--top-p", default="0.9,0.95", help="comma-separated top-p values")
-    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (set deliberately)")
+    ap.add_argument("--batch-size", type=positive_int, default=48)
+    ap.add_argument("--top-p", type=probabilities, default="0.9,0.95", help="comma-separated top-p values")
+    ap.add_argument("--repeats", type=positive_int, default=7)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     import transformers as tf
@@ -69,7 +59,7 @@ def main() -> int:
 
     print(f"threads {args.threads}, batch {args.batch_size}; {load_average()}")
     for name, scores in inputs(args.batch_size).items():
-        for top_p in (float(p) for p in args.top_p.split(",")):
+        for top_p in args.top_p:
             warpers = {"transformers": tf.TopPLogitsWarper(top_p=top_p), "maxbench": TopPLogitsWarper(top_p=top_p)}
             medians, outputs = alternate(warpers, args.repeats, None, scores)
             same = torch.equal(outputs["transformers"], outputs["maxbench"])
@@ -83,4 +73,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main)
