@@ -26,26 +26,24 @@ def require_checkout() -> None:
         sys.path.insert(0, root)
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1."""
+def _int_from(text: str, low: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
+    if value < low:
+        raise argparse.ArgumentTypeError(f"{text!r} must be {low} or more")
     return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    return _int_from(text, 1)
 
 
 def nonnegative_int(text: str) -> int:
     """An argparse type: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
-    return value
+    return _int_from(text, 0)
 
 
 def nonnegative_float(text: str) -> float:
