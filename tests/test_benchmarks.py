@@ -102,7 +102,10 @@ def test_every_script_has_a_smoke_run_and_its_help():
     assert {name for name, _, _ in BAD} == set(SCRIPTS)
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.browser) if n == "explorer_size.py" else n for n in SCRIPTS]
+)
 def test_the_script_runs_end_to_end_on_a_tiny_setting(name, run_script):
     args, expected = SMOKE[name]
     code, out, err = run_script(name, *args)
