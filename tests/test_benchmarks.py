@@ -97,7 +97,7 @@ def run_script(monkeypatch, capsys):
     torch.set_num_threads(threads)  # the scripts set torch's threads deliberately
 
 
-def test_every_script_has_a_smoke_run_and_its_help():
+def test_every_script_has_a_smoke_run_and_bad_input():
     assert sorted(SMOKE) == SCRIPTS
     assert {name for name, _, _ in BAD} == set(SCRIPTS)
 
