@@ -37,6 +37,58 @@ def tiny():
     return load_model("tiny-random", device="cpu")
 
 
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory):
+    """A GGUF file transformers loads as a one-block Llama: byte-level BPE over 32 tokens, Q8_0
+    weights (dequantised on loading, as SmolLM2's Q4_1 are) and fp32 norms, seeded."""
+    import gguf
+    import numpy as np
+
+    path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
+    hidden, ffn = 32, 64  # Q8_0 packs rows in blocks of 32
+    tokens = ["<|endoftext|>", "<|im_end|>"] + [chr(c) for c in range(ord("a"), ord("z") + 1)] + ["Ġ", "Ġa", "Ġb", "ab"]
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_context_length(64)
+    w.add_embedding_length(hidden)
+    w.add_block_count(1)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(2)
+    w.add_head_count_kv(1)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_dimension_count(hidden // 2)
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types([gguf.TokenType.CONTROL] * 2 + [gguf.TokenType.NORMAL] * (len(tokens) - 2))
+    w.add_token_merges(["Ġ a", "Ġ b", "a b"])
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(1)
+    rng = np.random.default_rng(0)
+    q8 = gguf.GGMLQuantizationType.Q8_0
+
+    def matrix(name, rows, cols):
+        data = gguf.quants.quantize((rng.standard_normal((rows, cols)) * 0.1).astype(np.float32), q8)
+        w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=q8)
+
+    matrix("token_embd.weight", len(tokens), hidden)
+    for name in ("output_norm.weight", "blk.0.attn_norm.weight", "blk.0.ffn_norm.weight"):
+        w.add_tensor(name, np.ones(hidden, np.float32))
+    for name, rows, cols in (
+        ("attn_q", hidden, hidden),
+        ("attn_k", hidden // 2, hidden),
+        ("attn_v", hidden // 2, hidden),
+        ("attn_output", hidden, hidden),
+        ("ffn_gate", ffn, hidden),
+        ("ffn_up", ffn, hidden),
+        ("ffn_down", hidden, ffn),
+    ):
+        matrix(f"blk.0.{name}.weight", rows, cols)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
 @pytest.fixture
 def artifacts_dir():
     d = ROOT / os.environ.get("MAXBENCH_TEST_ARTIFACTS", "test-artifacts")

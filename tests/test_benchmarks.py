@@ -34,6 +34,7 @@ SMOKE = {
         ["--budget-tokens", "1000", "--kerbs", "epochs=1", "--threads", "1"],
         "test perplexity",
     ),
+    "model_conversion.py": (["--gguf", "{tiny_gguf}"], "same files"),
     "multinomial.py": (["--batch-size", "2", "--repeats", "1"], "same tokens and generator states: yes"),
     "parallel_run.py": (
         ["--prompts", "2", "--batch-size", "2", "--new-tokens", "3", "--schedules", "seq1", "--systems", "softmax"],
@@ -72,6 +73,9 @@ BAD = [
     ("explorer_size.py", ["--systems", "9"], "at most 8 synthetic systems"),
     ("self_bleu.py", ["--texts", "1"], "give 2 or more"),
     ("posg_class_mass.py", ["--vocab", "10"], "at least 5377"),
+    ("model_conversion.py", ["--gguf", "/nonexistent.gguf"], "/nonexistent.gguf is not a file"),
+    ("model_conversion.py", ["--gguf", str(ROOT / "README.md")], "README.md is not a GGUF file"),
+    ("model_conversion.py", ["--model", "nope"], "invalid choice: 'nope'"),
     ("parallel_run.py", ["--schedules", "w9"], "unknown schedule 'w9'"),
     ("parallel_run.py", ["--systems", "nope(x=1)"], "unknown output layer 'nope'"),
     ("parallel_run.py", ["--workdir", "/proc/maxbench-nope"], "cannot use /proc/maxbench-nope"),
@@ -106,8 +110,10 @@ def test_every_script_has_a_smoke_run_and_bad_input():
 @pytest.mark.parametrize(
     "name", [pytest.param(n, marks=pytest.mark.browser) if n == "explorer_size.py" else n for n in SCRIPTS]
 )
-def test_the_script_runs_end_to_end_on_a_tiny_setting(name, run_script):
+def test_the_script_runs_end_to_end_on_a_tiny_setting(name, run_script, request):
     args, expected = SMOKE[name]
+    if "{tiny_gguf}" in args:
+        args = [str(request.getfixturevalue("tiny_gguf")) if a == "{tiny_gguf}" else a for a in args]
     code, out, err = run_script(name, *args)
     assert code == 0, err[-2000:]
     assert expected in out
