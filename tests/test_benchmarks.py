@@ -48,6 +48,7 @@ SMOKE = {
     "self_bleu.py": (["--texts", "20", "--tokens", "20", "--nltk-texts", "3"], "speed-up"),
     "sparsemax_threshold.py": (["--batch-size", "2", "--repeats", "1"], "graphmax paper steps"),
     "top_p.py": (["--batch-size", "2", "--repeats", "1"], "same output: yes"),
+    "wiki_markup.py": (["--articles", "3"], "same prose: yes"),
 }
 
 # Bad input each script refuses, and what its one line must say.
@@ -81,6 +82,7 @@ BAD = [
     ("parallel_run.py", ["--workdir", "/proc/maxbench-nope"], "cannot use /proc/maxbench-nope"),
     ("rating_load.py", ["--synchronous", "FAST"], "unknown mode 'FAST'"),
     ("rating_load.py", ["--think-ms", "-3"], "must be a finite number, 0 or more"),
+    ("wiki_markup.py", ["--articles", "0"], "'0' must be 1 or more"),
 ]
 
 

@@ -489,6 +489,35 @@ def test_wikipedia_articles_lose_their_markup_and_only_articles_are_kept(tmp_pat
     assert corpora._wikipedia() == ["Cats are small", "mammals. They live", "with people."]
 
 
+def _namespaced_links(code):
+    return [x for x in code.filter_wikilinks() if ":" in str(x.title)]
+
+
+def test_removing_through_one_walk_of_the_page_is_mwparserfromhells_remove():
+    import mwparserfromhell
+
+    from benchmark.corpora import _holders, _remove
+
+    page = (
+        WIKI_ARTICLE + "\n<ref>[[File:b.png|thumb]] ''x''</ref> and [[Category:y]] {{t|[[File:c.png]]|k=[[Image:d]]}}"
+    )
+    ours, theirs = mwparserfromhell.parse(page), mwparserfromhell.parse(page)
+    assert len(_namespaced_links(ours)) == 6  # in the page, in a tag, in a template's parameters
+    _remove(_holders(ours), _namespaced_links(ours))
+    for node in _namespaced_links(theirs):
+        theirs.remove(node)
+    assert str(ours) == str(theirs) and "File:" not in str(ours) and "[[people]]" in str(ours)
+    # a link inside one removed before is no longer in the page: both raise ValueError
+    nested = "a [[File:a.jpg|a [[Category:x]] b]] c"
+    ours, theirs = mwparserfromhell.parse(nested), mwparserfromhell.parse(nested)
+    with pytest.raises(ValueError):
+        _remove(_holders(ours), _namespaced_links(ours))
+    with pytest.raises(ValueError):
+        for node in _namespaced_links(theirs):
+            theirs.remove(node)
+    assert str(ours) == str(theirs) == "a  c"
+
+
 def test_time_per_token_counts_cpu_seconds_per_generated_token(tmp_path):
     from benchmark.reproduce.report import _pct, time_per_token
 
