@@ -124,16 +124,21 @@ def _remove(holders: dict, nodes) -> None:
     ValueError, as there. mwparserfromhell searches the whole page for each node it removes, which
     made the extraction quadratic (72 of its 89 seconds under cProfile, for 11,334 removals); here
     the holders come from one walk of the page (``_holders``)."""
+
+    def position(wikicode, child) -> int:
+        for i, n in enumerate(wikicode.nodes):
+            if n is child:
+                return i
+        raise ValueError(node)
+
     for node in nodes:
-        child, (wikicode, owner) = node, holders[id(node)]
-        while True:  # every ancestor must still be where the walk found it
-            if not any(n is child for n in wikicode.nodes):
-                raise ValueError(node)
-            if owner is None:
-                break
-            child, (wikicode, owner) = owner, holders[id(owner)]
-        wikicode, _ = holders[id(node)]
-        wikicode.nodes.pop(next(i for i, n in enumerate(wikicode.nodes) if n is node))
+        wikicode, owner = holders[id(node)]
+        index = position(wikicode, node)
+        while owner is not None:  # every ancestor must still be where the walk found it
+            holder, above = holders[id(owner)]
+            position(holder, owner)
+            owner = above
+        wikicode.nodes.pop(index)
 
 
 def _wikipedia() -> list[str]:

@@ -16,6 +16,7 @@ each parsed the file, their ratio, and whether both wrote the same bytes; then t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import tempfile
 from pathlib import Path
@@ -66,12 +67,8 @@ def main() -> int:
         parses[label] = 0
         gguf.GGUFReader = counting
         try:
-            if once:
-                with models.parsed_once():
-                    models.fp32_bytes(path)  # the space check gguf_cache makes first
-                    models.convert_gguf(path, folder)
-            else:
-                models.fp32_bytes(path)
+            with models.parsed_once() if once else contextlib.nullcontext():
+                models.fp32_bytes(path)  # the space check gguf_cache makes first
                 models.convert_gguf(path, folder)
         finally:
             gguf.GGUFReader = reader
