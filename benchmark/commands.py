@@ -7,8 +7,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from core.errors import MaxbenchError
-from core.fileio import plain_name
+from maxbench.errors import MaxbenchError
+from maxbench.fileio import plain_name
 
 DEFAULT_RUNS = Path("results") / "runs"
 
@@ -81,7 +81,7 @@ def register(sub) -> None:
 
 
 def cmd_suites(args) -> int:
-    from benchmark.suites import builtin_suites, load_suite
+    from maxbench.benchmark.suites import builtin_suites, load_suite
 
     rows = [load_suite(name).describe() | {"builtin": True} for name in builtin_suites()]
     rows += [load_suite(m).describe() | {"builtin": False} for m in args.manifests]
@@ -116,8 +116,8 @@ def generate_systems(args) -> list:
     --max-new-tokens applies to all of them."""
     import dataclasses
 
-    from systems.decoding import DecodingSetting
-    from systems.registry import parse_system
+    from maxbench.systems.decoding import DecodingSetting
+    from maxbench.systems.system_strings import parse_system
 
     layers = args.layer or ([] if args.system else ["softmax"])
     systems = [parse_system(f"{args.model}/{layer}/{args.decoding}") for layer in layers]
@@ -142,8 +142,8 @@ def generate_systems(args) -> list:
 
 
 def cmd_generate(args) -> int:
-    from benchmark.runner import RunPlan, generate_run, parse_shard
-    from benchmark.suites import load_suite
+    from maxbench.benchmark.runner import RunPlan, generate_run, parse_shard
+    from maxbench.benchmark.suites import load_suite
 
     if args.samples < 1 or args.batch_size < 1:
         raise MaxbenchError("--samples and --batch-size must be >= 1")
@@ -179,8 +179,8 @@ def register_assets(sub) -> None:
 
 
 def cmd_assets(args) -> int:
-    from systems.assets import ASSETS, fetch_all, maxbench_home
-    from systems.models import fetch_named
+    from maxbench.systems.assets import ASSETS, fetch_all, maxbench_home
+    from maxbench.systems.models import fetch_named
 
     if args.action == "fetch" and args.name:
         print(f"{args.name:<14} ok  {fetch_named(args.name)}")
@@ -189,7 +189,7 @@ def cmd_assets(args) -> int:
         for name, asset in ASSETS.items():
             done = (maxbench_home() / "assets" / name / ".complete").exists()
             print(
-                f"{name:<14} {'cached ' if done else 'missing'}  {asset.registry}:{asset.spec}  sha256 {asset.sha256[:16]}"
+                f"{name:<14} {'cached ' if done else 'missing'}  {asset.source}:{asset.spec}  sha256 {asset.sha256[:16]}"
             )
         return 0
     for name, path in fetch_all().items():
@@ -201,8 +201,8 @@ def cmd_assets(args) -> int:
     import contextlib
     import multiprocessing
 
-    from benchmark.corpora import CORPORA, is_extracted, load_corpus
-    from systems.models import smollm2_cache
+    from maxbench.benchmark.corpora import CORPORA, is_extracted, load_corpus
+    from maxbench.systems.models import smollm2_cache
 
     missing = [name for name in CORPORA if not is_extracted(name)]
     with contextlib.ExitStack() as stack:
@@ -225,31 +225,37 @@ def cmd_assets(args) -> int:
 
 def _extract_corpora(names: list[str]) -> None:
     """Extract the named corpora into the cache (the set-up's second process)."""
-    from benchmark.corpora import load_corpus
+    from maxbench.benchmark.corpora import load_corpus
 
     for name in names:
         load_corpus(name)
 
 
 def register_run(sub) -> None:
-    from benchmark.metrics.cli import add_evaluator_option
+    from maxbench.benchmark.metrics.cli import add_evaluator_option
 
     p = sub.add_parser(
         "run",
-        help="run a registry of systems on a suite: fit, generate, score, leaderboard",
+        help="run a lineup of systems on a suite: fit, generate, score, leaderboard",
         description="Fit what needs fitting (graph, heads; cached), generate every system of the "
-        "registry on the suite (resuming), score every run, and write the leaderboard "
-        "(md, csv, html, plots). The README's main command runs the default registry.",
+        "lineup on the suite (resuming), score every run, and write the leaderboard "
+        "(md, csv, html, plots). The README's main command runs the default lineup.",
     )
-    p.add_argument("--registry", default="default", help="built-in registry name or a registry .toml")
-    p.add_argument("--suite", default=None, help="override the registry's suite")
-    p.add_argument("--run-id", default=None, help="run directory name (default: <registry>-<suite>)")
+    p.add_argument(
+        "--lineup",
+        "--registry",
+        dest="lineup",
+        default="default",
+        help="built-in lineup name or a lineup .toml (--registry: its old name)",
+    )
+    p.add_argument("--suite", default=None, help="override the lineup's suite")
+    p.add_argument("--run-id", default=None, help="run directory name (default: <lineup>-<suite>)")
     p.add_argument("--runs-dir", default=str(DEFAULT_RUNS))
     p.add_argument(
         "--out",
         default=None,
-        help="leaderboard folder, with the explorer in its explorer/ (default: results/ for the default registry, "
-        "results/<registry>/ otherwise)",
+        help="leaderboard folder, with the explorer in its explorer/ (default: results/ for the default lineup, "
+        "results/<lineup>/ otherwise)",
     )
     p.add_argument(
         "--shard",
@@ -263,9 +269,9 @@ def register_run(sub) -> None:
         help="worker processes that generate side by side, each a shard (i/N) of the run with --threads "
         "threads (default 1 each); default: what fits the machine (its CPU cores, and memory; 1 on a GPU)",
     )
-    p.add_argument("--metrics", default=None, help="comma-separated metrics (default: the registry's)")
+    p.add_argument("--metrics", default=None, help="comma-separated metrics (default: the lineup's)")
     p.add_argument("--n-resamples", type=int, default=1000, help="bootstrap / permutation resamples")
-    add_evaluator_option(p, "the registry's evaluator, else smollm2-135m")
+    add_evaluator_option(p, "the lineup's evaluator, else smollm2-135m")
     p.add_argument("--no-progress", action="store_true")
     add_model_options(p)
     p.set_defaults(func=cmd_run)
@@ -289,7 +295,7 @@ def register_run(sub) -> None:
 def _shard_arg(text):
     import os
 
-    from benchmark.runner import parse_shard
+    from maxbench.benchmark.runner import parse_shard
 
     if text == "auto":
         if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
@@ -302,14 +308,14 @@ def cmd_run(args) -> int:
     import os
     import time
 
-    from benchmark.explorer import write_explorer
-    from benchmark.leaderboard import render
-    from benchmark.lineup import load_lineup
-    from benchmark.metrics.base import parse_metric_list
-    from benchmark.metrics.scoring import ScoringOptions, score_run
-    from benchmark.runner import INVOCATION_ENV, PhaseTimer, RunPlan, generate_run, new_invocation, preflight
-    from benchmark.suites import load_suite
-    from benchmark.workers import WORKER_THREADS, default_workers, parse_workers, run_workers
+    from maxbench.benchmark.explorer import write_explorer
+    from maxbench.benchmark.leaderboard import render
+    from maxbench.benchmark.lineup import load_lineup
+    from maxbench.benchmark.metrics.base import parse_metric_list
+    from maxbench.benchmark.metrics.scoring import ScoringOptions, score_run
+    from maxbench.benchmark.runner import INVOCATION_ENV, PhaseTimer, RunPlan, generate_run, new_invocation, preflight
+    from maxbench.benchmark.suites import load_suite
+    from maxbench.benchmark.workers import WORKER_THREADS, default_workers, parse_workers, run_workers
 
     if args.n_resamples < 0:
         raise MaxbenchError(f"--n-resamples must be >= 0 (0: no intervals or tests), got {args.n_resamples}")
@@ -319,7 +325,7 @@ def cmd_run(args) -> int:
     if args.shard is not None and workers not in (None, 1):
         raise MaxbenchError("--workers and --shard exclude each other: a shard is one worker (give one of them)")
     started = time.perf_counter()
-    reg = load_lineup(args.registry)
+    reg = load_lineup(args.lineup)
     suite = load_suite(args.suite or reg.suite)
     metrics = parse_metric_list(args.metrics or ",".join(reg.metrics) or None)
     shard = _shard_arg(args.shard)
@@ -392,7 +398,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_leaderboard(args) -> int:
-    from benchmark.leaderboard import render
+    from maxbench.benchmark.leaderboard import render
 
     for path in render([Path(r) for r in args.run_dirs], Path(args.out), mixed=args.mixed):
         print(f"wrote {path}")

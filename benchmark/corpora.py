@@ -1,6 +1,6 @@
 """Real corpora extracted from registry packages, cleaned, deduplicated and split.
 
-Each corpus is read from its asset (systems.assets), cleaned (markup stripped, HTML entities
+Each corpus is read from its asset (maxbench.systems.assets), cleaned (markup stripped, HTML entities
 decoded, whitespace normalised), deduplicated (first occurrence kept) and split by a hash of
 the cleaned text: a text goes to the test split when the first 8 hex digits of its sha256,
 read as an integer, are divisible by 10 (about 10%). The split therefore does not depend
@@ -19,10 +19,10 @@ import re
 import warnings
 from dataclasses import dataclass, field
 
-from core.errors import MaxbenchError
-from core.fileio import atomic_write
-from core.registry import closest
-from systems.assets import ASSETS, fetch, maxbench_home
+from maxbench.errors import MaxbenchError
+from maxbench.fileio import atomic_write
+from maxbench.registry import closest
+from maxbench.systems.assets import ASSETS, fetch, maxbench_home
 
 CORPUS_VERSION = "1"
 _TAG = re.compile(r"<[^>]{0,200}>")
@@ -215,7 +215,7 @@ def _extract(name: str) -> tuple[list[str], dict]:
         "name": name,
         "version": CORPUS_VERSION,
         "description": description,
-        "source": f"{asset.registry}:{asset.spec}",
+        "source": f"{asset.source}:{asset.spec}",
         "source_sha256": asset.sha256,
         "licence": asset.licence,
         "raw_texts": len(raw),

@@ -36,9 +36,9 @@ def register(sub) -> None:
 def cmd_graph_build(args) -> int:
     import time
 
-    from benchmark.corpora import load_corpus
-    from systems.graph import DEFAULT_EPS, get_graph
-    from systems.models import load_model
+    from maxbench.benchmark.corpora import load_corpus
+    from maxbench.systems.graph import DEFAULT_EPS, get_graph
+    from maxbench.systems.models import load_model
 
     corpus = load_corpus(args.corpus)
     lm = load_model(args.model, device="cpu")

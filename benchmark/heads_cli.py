@@ -79,9 +79,9 @@ def _default_threads() -> int:
 def cmd_fit(args) -> int:
     import time
 
-    from benchmark.corpora import load_corpus
-    from core.errors import MaxbenchError
-    from systems.hidden_cache import MIN_TRAIN_POSITIONS
+    from maxbench.benchmark.corpora import load_corpus
+    from maxbench.errors import MaxbenchError
+    from maxbench.systems.hidden_cache import MIN_TRAIN_POSITIONS
 
     # Cheap checks first, so bad input fails before the model loads.
     corpus = load_corpus(args.corpus)
@@ -97,24 +97,24 @@ def cmd_fit(args) -> int:
     if args.lr is not None and not args.lr > 0:
         raise MaxbenchError(f"--lr must be > 0, got {args.lr}")
     if args.layer == "posg":
-        from systems.layers.posg_fit import load_tagger
+        from maxbench.systems.layers.posg.fit import load_tagger
 
         tagger = load_tagger()  # a missing tagger fails here, before any model work
     threads = args.threads if args.threads is not None else _default_threads()
 
-    from systems.models import load_model
+    from maxbench.systems.models import load_model
 
     lm = load_model(args.model, device=args.device, threads=threads)
     t0 = time.perf_counter()
     opts = {"epochs": args.epochs, "lr": args.lr, "seed": args.seed}
     progress = not args.quiet
     if args.layer == "kerbs":
-        from systems.layers.kerbs_fit import config_from_options, fit_kerbs
+        from maxbench.systems.layers.kerbs.fit import config_from_options, fit_kerbs
 
         cfg = config_from_options(dict(opts, senses=args.senses, active_vocab=args.active_vocab))
         _, meta = fit_kerbs(lm, corpus, args.budget_tokens, cfg, progress=progress, retrain=args.retrain)
     else:
-        from systems.layers.posg_fit import config_from_options, fit_posg
+        from maxbench.systems.layers.posg.fit import config_from_options, fit_posg
 
         cfg = config_from_options(dict(opts, catch_all=not args.no_catch_all, lm_prior=not args.no_lm_prior))
         _, meta = fit_posg(lm, corpus, args.budget_tokens, cfg, tagger=tagger, progress=progress, retrain=args.retrain)
@@ -170,7 +170,7 @@ def _report(layer: str, lm, corpus, meta: dict, elapsed: float) -> None:
     print(f"loaded from cache in {elapsed:.1f} s" if meta.get("loaded_from_cache") else f"trained in {elapsed:.1f} s")
     print(f"sha256: {meta['sha256']}")
     print(f"cache path: {meta['path']}")
-    from systems.assets import maxbench_home
+    from maxbench.systems.assets import maxbench_home
 
     hidden = maxbench_home() / "hidden" / meta["cache_key"]
     built = ""

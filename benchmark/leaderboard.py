@@ -28,9 +28,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.document import Cell, Code, Figure, Para, Section, Table, num, render_html, render_markdown
-from core.errors import MaxbenchError
-from core.fileio import atomic_open, atomic_write, ensure_dir
+from maxbench.document import Cell, Code, Figure, Para, Section, Table, num, render_html, render_markdown
+from maxbench.errors import MaxbenchError
+from maxbench.fileio import atomic_open, atomic_write, ensure_dir
 
 #: score columns in display order; scores not listed follow in their own order
 PREFERRED = [
@@ -101,13 +101,13 @@ class Row:
 
     @property
     def model(self) -> str:
-        from systems.registry import parse_system
+        from maxbench.systems.system_strings import parse_system
 
         return parse_system(self.system).model
 
     @property
     def layer(self) -> str:
-        from systems.registry import parse_system
+        from maxbench.systems.system_strings import parse_system
 
         return parse_system(self.system).layer
 
@@ -251,7 +251,7 @@ def _by_base_model(rows: list[Row]) -> list[Row]:
 
 def _from_generations(run_dir: Path, max_steps: int = 64) -> tuple[dict, dict]:
     """Per system: the mean entropy and support size at each decoding step, and the prompts covered."""
-    from benchmark.runner import GENERATIONS, read_rows
+    from maxbench.benchmark.runner import GENERATIONS, read_rows
 
     acc: dict = {}
     prompts: dict = {}
@@ -471,7 +471,7 @@ def _plots(rows: list[Row], plot_dir: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from systems.registry import parse_system
+    from maxbench.systems.system_strings import parse_system
 
     scores = {row.label: row.scores for row in rows}
     system_of = {row.label: row.system for row in rows}

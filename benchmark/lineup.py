@@ -1,6 +1,6 @@
 """Lineups: the systems a leaderboard compares, and how they are run, named in a TOML file.
 
-A lineup file (``benchmark/registries/<name>.toml``, or any path; ``maxbench run --registry``
+A lineup file (``benchmark/lineups/<name>.toml``, or any path; ``maxbench run --lineup``
 takes either) names a suite, a fitting corpus, samples per prompt, the seed, the batch size,
 the baseline, the metrics and the systems as system strings::
 
@@ -17,7 +17,8 @@ the baseline, the metrics and the systems as system strings::
 
 Loading checks everything it names (keys, system strings, models, layers and their
 parameters, metrics, the baseline) before anything runs; an unknown name is one line with the
-closest known one. The folder and the ``--registry`` flag keep their historical names.
+closest known one. ``--registry`` is the flag's old name, kept as an alias; a run's manifest still records
+its lineup under the key ``registry``, so runs made before the rename resume.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.errors import MaxbenchError
-from core.registry import unknown_name
+from maxbench.errors import MaxbenchError
+from maxbench.registry import unknown_name
 
-LINEUP_DIR = Path(__file__).parent / "registries"
+LINEUP_DIR = Path(__file__).parent / "lineups"
 KEYS = ("name", "suite", "corpus", "samples", "seed", "batch_size", "baseline", "evaluator", "metrics", "systems")
 
 
@@ -37,7 +38,7 @@ KEYS = ("name", "suite", "corpus", "samples", "seed", "batch_size", "baseline", 
 class Lineup:
     name: str
     suite: str
-    systems: list  # [systems.registry.SystemSpec]
+    systems: list  # [maxbench.systems.system_strings.SystemSpec]
     corpus: str | None = None
     samples: int = 1
     seed: int = 1234
@@ -66,9 +67,9 @@ def _find(name_or_path: str) -> Path:
 
 def load_lineup(name_or_path: str) -> Lineup:
     """The built-in lineup ``name_or_path`` or the lineup file at that path, checked."""
-    from benchmark.metrics.base import METRICS
-    from systems.models import check_model
-    from systems.registry import parse_system
+    from maxbench.benchmark.metrics.base import METRICS
+    from maxbench.systems.models import check_model
+    from maxbench.systems.system_strings import parse_system
 
     path = _find(name_or_path)
     try:

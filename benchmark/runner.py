@@ -14,7 +14,7 @@ the same batch as in a single process; shard i writes ``generations.shard-i-of-n
 and ``merge_shards`` joins the shards into the same ``generations.jsonl``. A shard that has
 finished its own batches takes over the batches another shard of the run has not reached yet,
 while that shard is running (work stealing: the shard that fits a head does not keep the others
-waiting); each batch is claimed by a lock (``core.locks.claim``) before it is decoded, so none is
+waiting); each batch is claimed by a lock (``maxbench.locks.claim``) before it is decoded, so none is
 decoded twice, and a shard that is not running keeps its batches (``--shard i/n`` on separate
 machines or at separate times still generates exactly shard i).
 
@@ -35,15 +35,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.errors import MaxbenchError
-from core.fileio import atomic_write, check_output_dir, ensure_dir, free_bytes, os_error
-from core.locks import claim, exclusive, held
-from core.provenance import versions
+from maxbench.errors import MaxbenchError
+from maxbench.fileio import atomic_write, check_output_dir, ensure_dir, free_bytes, os_error
+from maxbench.locks import claim, exclusive, held
+from maxbench.provenance import versions
 
 MANIFEST = "manifest.json"
 GENERATIONS = "generations.jsonl"
 TIMINGS = "timings.jsonl"
-#: the run directory's folder of batch claims (lock files only; see ``core.locks.claim``)
+#: the run directory's folder of batch claims (lock files only; see ``maxbench.locks.claim``)
 CLAIMS = ".claims"
 #: the run directory's folder of reference states its workers share (``ReferenceStateCache``)
 REFERENCE_STATES = ".reference-states"
@@ -136,7 +136,7 @@ def run_versions() -> dict:
 def machine(device: str) -> dict:
     import torch
 
-    from core.arithmetic import arithmetic_record
+    from maxbench.arithmetic import arithmetic_record
 
     info = {
         "platform": platform.platform(),
@@ -184,7 +184,7 @@ class RunPlan:
     """Everything that defines a run's content (what the manifest pins)."""
 
     run_dir: Path
-    suite: object  # benchmark.suites.Suite
+    suite: object  # maxbench.benchmark.suites.Suite
     systems: list  # [SystemSpec]
     samples: int = 1
     seed: int = 1234
@@ -388,7 +388,7 @@ class ReferenceStateCache:
         return self.directory / (hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:32] + ".pt")
 
     def get(self, lm, model_name: str, item):
-        from systems.decoding import reference_states
+        from maxbench.systems.decoding import reference_states
 
         key = (model_name, item.id)
         if key in self.states:
@@ -406,7 +406,7 @@ class ReferenceStateCache:
     def _read(self, lm, item):
         import torch
 
-        from systems.decoding import ReferenceStates
+        from maxbench.systems.decoding import ReferenceStates
 
         path = self._file(lm, item)
         try:
@@ -418,7 +418,7 @@ class ReferenceStateCache:
     def _write(self, lm, item, st) -> None:
         import torch
 
-        from core.fileio import atomic_open
+        from maxbench.fileio import atomic_open
 
         try:
             with atomic_open(self._file(lm, item)) as f:  # the hidden states are a view: save only their rows
@@ -458,13 +458,13 @@ def preflight(
     """Everything a run can be refused for, checked before the first token and before anything is
     written, so that a mistake anywhere in a lineup costs seconds and leaves no half-made run
     directory: every system's layer and parameters, its model name and, for a hub id not cached,
-    the hub (``systems.models.check_model_reachable``), the fitting corpus, the run directory and the other ``outputs`` ((folder, option)
+    the hub (``maxbench.systems.models.check_model_reachable``), the fitting corpus, the run directory and the other ``outputs`` ((folder, option)
     pairs: writable folders, not files or devices), a run directory made by another run, then each
     model with work to do is loaded and every prompt is checked against its context and a batch
-    against free memory (``systems.decoding.check_limits``), and last the free disk space."""
-    from benchmark.corpora import check_corpus
-    from systems.decoding import check_limits
-    from systems.models import check_model_reachable, load_model
+    against free memory (``maxbench.systems.decoding.check_limits``), and last the free disk space."""
+    from maxbench.benchmark.corpora import check_corpus
+    from maxbench.systems.decoding import check_limits
+    from maxbench.systems.models import check_model_reachable, load_model
 
     layers = [s.build_layer() for s in plan.systems]
     for name in dict.fromkeys(s.model for s in plan.systems):
@@ -573,8 +573,8 @@ class _Decoder:
         """Fit (or load) system ``si``'s layer; False, at once, when another process of the run is
         fitting it and ``wait`` is False (with ``wait``, the layer's own cache lock makes this process
         wait for that fit and load it)."""
-        from benchmark.corpora import load_corpus
-        from systems.layers.base import FitContext
+        from maxbench.benchmark.corpora import load_corpus
+        from maxbench.systems.layers.base import FitContext
 
         system, layer = self.plan.systems[si], self.pre.layers[si]
         lm = self.pre.models[system.model]
@@ -609,7 +609,7 @@ class _Decoder:
         return True
 
     def _decode(self, si: int, batch: list) -> None:
-        from systems.decoding import decode, reference_logprobs
+        from maxbench.systems.decoding import decode, reference_logprobs
 
         plan, system, layer = self.plan, self.plan.systems[si], self.pre.layers[si]
         lm = self.pre.models[system.model]

@@ -2,7 +2,7 @@
 
 A suite is a TOML manifest naming one data file (JSONL, CSV or TXT) and, for the built-in
 suites, that file's sha256. Built-in suites live in ``benchmark/suites/`` and were made once
-from the corpora's test splits by ``python -m benchmark.suites build`` (deterministic);
+from the corpora's test splits by ``python -m maxbench.benchmark.suites build`` (deterministic);
 their files are committed, and a manifest whose hash no longer matches its file is an
 error. A user suite is the same kind of TOML file anywhere on disk::
 
@@ -28,8 +28,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.errors import MaxbenchError
-from core.fileio import os_error
+from maxbench.errors import MaxbenchError
+from maxbench.fileio import os_error
 
 SUITE_DIR = Path(__file__).parent / "suites"
 
@@ -259,7 +259,7 @@ BUILD = {
 def build_builtin_suites() -> None:
     import random
 
-    from benchmark.corpora import load_corpus
+    from maxbench.benchmark.corpora import load_corpus
 
     SUITE_DIR.mkdir(exist_ok=True)
     for name, (corpus_name, builder, n, description) in BUILD.items():

@@ -1,13 +1,13 @@
 """``maxbench run --workers N``: the run's generation in N worker processes on one machine.
 
 The workers are the shards of ``--shard i/N`` (what ``torchrun ... --shard auto`` launches, one per
-GPU), started by the parent as ``python -m benchmark run ... --shard i/N --threads T``: a
+GPU), started by the parent as ``python -m maxbench run ... --shard i/N --threads T``: a
 multi-GPU job and a job on a few CPU cores go through one code path, and their merged
 ``generations.jsonl`` is the same file as one process's. Each worker takes whole batches
 round-robin, holds a lock on its own shard file, and fits a head or builds a graph under that
-cache's lock (``core.locks``), so a head is fitted once whichever worker gets there first; odd
+cache's lock (``maxbench.locks``), so a head is fitted once whichever worker gets there first; odd
 workers walk the lineup backwards so two fits overlap instead of one worker waiting, and a worker
-done with its own batches takes over those another has not reached (``benchmark.runner``).
+done with its own batches takes over those another has not reached (``maxbench.benchmark.runner``).
 
 Workers die with their parent (``PR_SET_PDEATHSIG`` on Linux), and a worker left over would hold its
 shard's lock until it ends, so killing the parent or any worker at any moment (``kill -9``)
@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from core.errors import MaxbenchError
+from maxbench.errors import MaxbenchError
 
 #: each worker's torch threads unless --threads says otherwise: two single-threaded processes beat one
 #: process with two threads on a shared machine
@@ -64,7 +64,7 @@ def parse_workers(text: str | None) -> int | None:
 
 def default_workers(device: str | None, threads: int | None, pre) -> int:
     """What fits the machine (see the module's docstring); ``pre`` is the run's preflight."""
-    from systems.decoding import available_memory
+    from maxbench.systems.decoding import available_memory
 
     if device is not None and device.startswith("cuda"):
         return 1
@@ -92,7 +92,7 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
 
 def worker_command(args, run_id: str, shard: tuple[int, int], threads: int, device: str | None) -> list[str]:
     """The command line of one worker: the parent's run, one shard of it, ``threads`` threads."""
-    cmd = [sys.executable, "-m", "benchmark", "run", "--registry", args.registry, "--runs-dir", args.runs_dir]
+    cmd = [sys.executable, "-m", "maxbench", "run", "--lineup", args.lineup, "--runs-dir", args.runs_dir]
     cmd += ["--run-id", run_id, "--shard", f"{shard[0]}/{shard[1]}", "--threads", str(threads), "--workers", "1"]
     cmd += ["--no-progress"]
     if args.suite:
@@ -126,7 +126,7 @@ def run_workers(args, plan, n: int, threads: int, device: str | None, invocation
     others and ends in one line (every row written so far is kept for the rerun)."""
     from tqdm import tqdm
 
-    from benchmark.runner import INVOCATION_ENV
+    from maxbench.benchmark.runner import INVOCATION_ENV
 
     env = os.environ | {INVOCATION_ENV: invocation} | thread_env(threads)
     procs = [

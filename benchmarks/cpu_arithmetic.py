@@ -35,12 +35,12 @@ def child(args) -> None:
 
     import torch
 
-    from benchmark.corpora import load_corpus
-    from benchmark.suites import load_suite
-    from systems.decoding import DecodingSetting, decode
-    from systems.layers.base import FitContext
-    from systems.models import load_model
-    from systems.registry import parse_system
+    from maxbench.benchmark.corpora import load_corpus
+    from maxbench.benchmark.suites import load_suite
+    from maxbench.systems.decoding import DecodingSetting, decode
+    from maxbench.systems.layers.base import FitContext
+    from maxbench.systems.models import load_model
+    from maxbench.systems.system_strings import parse_system
 
     torch.set_num_threads(args.threads)
     lm = load_model("smollm2-135m", device="cpu", threads=args.threads)
@@ -70,7 +70,7 @@ def main() -> int:
     if args.child:
         child(args)
         return 0
-    from core.errors import MaxbenchError
+    from maxbench.errors import MaxbenchError
 
     print(f"threads {args.threads}, batch {args.batch_size}, {args.new_tokens} new tokens; {load_average()}")
     runs: dict[str, list[dict]] = {"pinned": [], "native": []}

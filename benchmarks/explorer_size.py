@@ -105,8 +105,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.systems > 8:
         ap.error(f"--systems: at most 8 synthetic systems, got {args.systems}")
-    from benchmark.explorer import write_explorer
-    from core.errors import MaxbenchError
+    from maxbench.benchmark.explorer import write_explorer
+    from maxbench.errors import MaxbenchError
 
     if not Path(CHROMIUM).exists():
         raise MaxbenchError(f"{CHROMIUM} is not there; install it with: bash scripts/browser_setup.sh")

@@ -26,7 +26,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=positive_int, default=21)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from systems.layers.base import all_finite
+    from maxbench.systems.layers.base import all_finite
 
     print(f"threads {args.threads}, batch {args.batch_size}; {load_average()}")
     ways = {"isfinite().all()": lambda t: bool(torch.isfinite(t).all()), "all_finite": all_finite}

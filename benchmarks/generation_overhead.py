@@ -28,9 +28,9 @@ def main() -> None:
     args = ap.parse_args()
     check_inputs(args.model, suites=[args.suite])
 
-    from benchmark.suites import load_suite
-    from systems.decoding import DecodingSetting, decode
-    from systems.models import load_model
+    from maxbench.benchmark.suites import load_suite
+    from maxbench.systems.decoding import DecodingSetting, decode
+    from maxbench.systems.models import load_model
 
     torch.set_num_threads(args.threads)
     lm = load_model(args.model, device="cpu", threads=args.threads)
@@ -74,7 +74,7 @@ def main() -> None:
     print(f"after: {load_average()}")
 
 
-class _NoEos(__import__("systems.layers.softmax", fromlist=["SoftmaxLayer"]).SoftmaxLayer):
+class _NoEos(__import__("maxbench.systems.layers.softmax", fromlist=["SoftmaxLayer"]).SoftmaxLayer):
     """Softmax with EOS masked, so both sides decode exactly --new-tokens tokens per row
     (generate's min_new_tokens does the same on its side)."""
 

@@ -34,10 +34,10 @@ def main() -> None:
     args = ap.parse_args()
     check_inputs(args.model, args.corpora)
 
-    from benchmark.corpora import load_corpus
-    from systems.graph import get_graph
-    from systems.layers.graphmax import GraphOperator
-    from systems.models import load_model
+    from maxbench.benchmark.corpora import load_corpus
+    from maxbench.systems.graph import get_graph
+    from maxbench.systems.layers.graphmax.operator import GraphOperator
+    from maxbench.systems.models import load_model
 
     threads = args.threads
     lm = load_model(args.model, device="cpu", threads=1)

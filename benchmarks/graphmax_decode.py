@@ -32,7 +32,7 @@ LAYERS = ("softmax", "sparsemax", "graphmax exact", "graphmax paper")
 
 
 def paper_kernels_line() -> str:
-    """What ran the paper solver's CPU kernels (systems.layers.paper_kernels): numba's version
+    """What ran the paper solver's CPU kernels (maxbench.systems.layers.graphmax.kernels.paper): numba's version
     and threading layer (omp where the system's libgomp is there, else numba's workqueue)."""
     import numba
 
@@ -106,15 +106,15 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown layer {unknown[0]!r}; choose from {', '.join(LAYERS)}")
 
-    from benchmark.corpora import load_corpus
-    from benchmark.suites import load_suite
-    from systems.decoding import DecodingSetting, decode
-    from systems.graph import get_graph
-    from systems.layers.graphmax import check_graphmax_args
-    from systems.layers.graphmax_layer import GraphmaxLayer
-    from systems.layers.softmax import SoftmaxLayer
-    from systems.layers.sparsemax_layer import SparsemaxLayer
-    from systems.models import load_model
+    from maxbench.benchmark.corpora import load_corpus
+    from maxbench.benchmark.suites import load_suite
+    from maxbench.systems.decoding import DecodingSetting, decode
+    from maxbench.systems.graph import get_graph
+    from maxbench.systems.layers.graphmax.layer import GraphmaxLayer
+    from maxbench.systems.layers.graphmax.operator import check_graphmax_args
+    from maxbench.systems.layers.softmax import SoftmaxLayer
+    from maxbench.systems.layers.sparsemax.layer import SparsemaxLayer
+    from maxbench.systems.models import load_model
 
     # every name and setting is checked before the model loads (each corpus's suite gives the prompts)
     check_inputs(args.model, args.corpora, args.corpora)

@@ -4,10 +4,10 @@ For each corpus graph and batch size it decodes the suite's first B prompts with
 (top-p 0.9, 32 new tokens), keeps the logits of every 4th step, and times ``graphmax`` on them
 for each solver (``--solvers``) three ways:
 
-- exact: the CPU default (``systems.layers.exact_kernels``, with the graph products of the
+- exact: the CPU default (``maxbench.systems.layers.graphmax.kernels.exact``, with the graph products of the
   scipy backend), torch's operations with the same products (the CPU's path before the
   kernels), and the torch path that CUDA runs (``backend="torch"``: torch's sparse products);
-- paper: the CPU default (``systems.layers.paper_kernels``, with the graph product that
+- paper: the CPU default (``maxbench.systems.layers.graphmax.kernels.paper``, with the graph product that
   ``graphmax_paper._Product`` chooses for the graph), the same kernels with the other graph
   product, and the torch path that CUDA runs (``graphmax_paper.solve(..., kernels=False)``).
 
@@ -35,7 +35,8 @@ from harness import check_inputs, load_average, names, positive_int, positive_in
 def way_of(solver: str, way: str, chosen: bool):
     """Patch the solver for one way (see the module docstring); ``chosen``: whether
     ``graphmax_paper._Product`` chose the kernel's product for the graph."""
-    from systems.layers import cpu_kernels, graphmax_paper
+    from maxbench.systems.layers.graphmax import paper as graphmax_paper
+    from maxbench.systems.layers.graphmax.kernels import loader as cpu_kernels
 
     saved = graphmax_paper._Product.SHORT_ROWS, graphmax_paper.solve, cpu_kernels.load
     original_solve, original_load = saved[1], saved[2]
@@ -53,7 +54,7 @@ def way_of(solver: str, way: str, chosen: bool):
 
 def time_calls(solver: str, way: str, ops: dict, logits: list, chosen: bool):
     """graphmax on every kept batch of logits; returns (seconds, probabilities, mean steps)."""
-    from systems.layers.graphmax import graphmax
+    from maxbench.systems.layers.graphmax.operator import graphmax
 
     op = ops["torch"] if way == "torch" and solver == "exact" else ops["scipy"]
     with way_of(solver, way, chosen):
@@ -80,14 +81,14 @@ def main() -> None:
 
     import numba
 
-    from benchmark.corpora import load_corpus
-    from benchmark.suites import load_suite
-    from systems.decoding import DecodingSetting, decode
-    from systems.graph import get_graph
-    from systems.layers import graphmax_paper
-    from systems.layers.graphmax import GraphOperator
-    from systems.layers.softmax import SoftmaxLayer
-    from systems.models import load_model
+    from maxbench.benchmark.corpora import load_corpus
+    from maxbench.benchmark.suites import load_suite
+    from maxbench.systems.decoding import DecodingSetting, decode
+    from maxbench.systems.graph import get_graph
+    from maxbench.systems.layers.graphmax import paper as graphmax_paper
+    from maxbench.systems.layers.graphmax.operator import GraphOperator
+    from maxbench.systems.layers.softmax import SoftmaxLayer
+    from maxbench.systems.models import load_model
 
     torch.set_num_threads(args.threads)
     lm = load_model(args.model, device="cpu", threads=args.threads)

@@ -1,6 +1,6 @@
 """What every benchmark script shares: argument types that refuse a bad value with argparse's
 usage line and exit status 2, the guard that turns a MaxbenchError or an operating-system error
-into one line and exit status 2 (``benchmark.cli.run_guarded``, as the ``maxbench`` command
+into one line and exit status 2 (``maxbench.cli.run_guarded``, as the ``maxbench`` command
 does), the load average printed beside every figure, and the timer that alternates the ways
 it compares.
 
@@ -75,9 +75,9 @@ def names(text: str) -> list[str]:
 
 def check_inputs(model: str | None = None, corpora=(), suites=()) -> None:
     """Refuse an unknown model, corpus or suite (a MaxbenchError naming it) before anything loads."""
-    from benchmark.corpora import check_corpus
-    from benchmark.suites import load_suite
-    from systems.models import check_model
+    from maxbench.benchmark.corpora import check_corpus
+    from maxbench.benchmark.suites import load_suite
+    from maxbench.systems.models import check_model
 
     if model is not None:
         check_model(model)
@@ -90,7 +90,7 @@ def check_inputs(model: str | None = None, corpora=(), suites=()) -> None:
 def run(main) -> None:
     """Run a script's ``main`` and exit with its code, bad input as one line and status 2."""
     require_checkout()
-    from benchmark.cli import run_guarded
+    from maxbench.cli import run_guarded
 
     sys.exit(run_guarded(Path(sys.argv[0]).name, main))
 

@@ -6,7 +6,7 @@ under $MAXBENCH_HOME/heads) on the same cached hidden states of --model over --c
 epoch (epoch 0: the untrained head) next to softmax's on the same validation part, the seconds
 each epoch took, and the test-part perplexity of softmax and of the head; then how long the
 hidden-state cache took to build. A setting is ``key=value,...`` over the fields of
-systems/layers/kerbs_fit.py's KerBSConfig or systems/layers/posg_fit.py's POSGConfig.
+systems/layers/kerbs/fit.py's KerBSConfig or systems/layers/posg/fit.py's POSGConfig.
 
     .venv/bin/python benchmarks/head_training.py --threads 2
     .venv/bin/python benchmarks/head_training.py --kerbs lr=5e-5,epochs=4 --posg
@@ -58,7 +58,7 @@ def parse_setting(text: str) -> dict:
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, _, value = part.partition("=")
         if not value:
-            from core.errors import MaxbenchError
+            from maxbench.errors import MaxbenchError
 
             raise MaxbenchError(f"setting '{text}': write key=value,... (got '{part}')")
         low = value.strip().lower()
@@ -78,7 +78,7 @@ def config(fit, text: str):
     """``fit.config_from_options`` of a setting, refusing a key the head has no field for."""
     import dataclasses
 
-    from core.errors import MaxbenchError
+    from maxbench.errors import MaxbenchError
 
     opts = parse_setting(text)
     known = {f.name for f in dataclasses.fields(fit.config_from_options({}))}
@@ -122,10 +122,11 @@ def main() -> int:
 
     import numpy as np
 
-    from benchmark.corpora import load_corpus
-    from systems import hidden_cache as hc
-    from systems.layers import kerbs_fit, posg_fit
-    from systems.models import load_model
+    from maxbench.benchmark.corpora import load_corpus
+    from maxbench.systems import hidden_cache as hc
+    from maxbench.systems.layers.kerbs import fit as kerbs_fit
+    from maxbench.systems.layers.posg import fit as posg_fit
+    from maxbench.systems.models import load_model
 
     # every name and setting is checked before the model loads
     check_inputs(args.model, [args.corpus])

@@ -1,5 +1,5 @@
 """Converting a GGUF model to fp32 safetensors: transformers' loaders called plainly against the
-same calls with the file parsed once (systems.models.parsed_once), side by side.
+same calls with the file parsed once (maxbench.systems.models.parsed_once), side by side.
 
 A cold main job converts the embedded model before anything else can run: the set-up's
 ``maxbench assets fetch`` does it beside the bytecode compile. transformers' config, tokenizer and
@@ -26,7 +26,7 @@ from harness import alternate, load_average, positive_int, run
 
 
 def main() -> int:
-    from systems import models
+    from maxbench.systems import models
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     which = ap.add_mutually_exclusive_group()
@@ -38,7 +38,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     import gguf
 
-    from core.errors import MaxbenchError
+    from maxbench.errors import MaxbenchError
 
     if args.gguf is None:
         spec = models.GGUF_MODELS[args.model]

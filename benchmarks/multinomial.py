@@ -31,8 +31,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=positive_int, default=7)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from systems.decoding import DecodingSetting, warp_rows
-    from systems.multinomial import multinomial_rows
+    from maxbench.systems.decoding import DecodingSetting, warp_rows
+    from maxbench.systems.multinomial import multinomial_rows
 
     logits = inputs(args.batch_size)["LM logits"]
     warp = DecodingSetting.parse("top_p=0.9").warpers()

@@ -51,7 +51,7 @@ def main() -> None:
     if unknown:
         ap.error(f"--schedules: unknown schedule {unknown[0]!r}; choose from {', '.join(SCHEDULES)}")
 
-    from systems.registry import parse_system
+    from maxbench.systems.system_strings import parse_system
 
     systems = [f"smollm2-135m/{layer}/top_p=0.9,max_new_tokens={args.new_tokens}" for layer in args.systems.split(";")]
     for system in systems:
@@ -69,8 +69,8 @@ def main() -> None:
 
 
 def measure(args, systems: list[str], work: Path) -> None:
-    from benchmark.suites import load_suite
-    from core.errors import MaxbenchError
+    from maxbench.benchmark.suites import load_suite
+    from maxbench.errors import MaxbenchError
 
     items = load_suite("food-reviews").items[: args.prompts]
     (work / "p.jsonl").write_text(
@@ -84,7 +84,7 @@ def measure(args, systems: list[str], work: Path) -> None:
     )
 
     def run_schedule(name: str, extra: list[str]) -> tuple[float, bytes]:
-        cmd = [sys.executable, "-m", "benchmark", "run", "--registry", str(work / "reg.toml")]
+        cmd = [sys.executable, "-m", "maxbench", "run", "--lineup", str(work / "reg.toml")]
         cmd += ["--runs-dir", str(work / "runs"), "--run-id", name, "--out", str(work / f"lb-{name}")]
         cmd += ["--n-resamples", "100", "--no-progress", *extra]
         t0 = time.perf_counter()

@@ -23,7 +23,7 @@ import harness
 import torch
 
 harness.require_checkout()
-from systems.layers.posg import CATCH_ALL, POSGHead  # noqa: E402
+from maxbench.systems.layers.posg.head import CATCH_ALL, POSGHead  # noqa: E402
 
 #: class sizes of the SmolLM2 food-reviews POSG head (its meta.json's class_sizes, catch-all left out)
 FOOD_CLASS_SIZES = [

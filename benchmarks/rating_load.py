@@ -14,7 +14,7 @@ upper bound on what the server alone would show. Nothing leaves 127.0.0.1.
     .venv/bin/python benchmarks/rating_load.py                 # 50 annotators x 20 pages
     .venv/bin/python benchmarks/rating_load.py --think-ms 0    # closed loop: a stress test
     .venv/bin/python benchmarks/rating_load.py --db postgresql --annotators 200 --workers 4
-        # on a throwaway PostgreSQL 15 cluster (human_eval/pgcluster.py), private unix socket
+        # on a throwaway PostgreSQL 15 cluster (human_eval/testing/postgres.py), private unix socket
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ import harness
 harness.require_checkout()
 from sqlalchemy import select  # noqa: E402
 
-from human_eval.db import dispose_engines, session_for  # noqa: E402
-from human_eval.models import Assignment  # noqa: E402
-from human_eval.rubrics import load_rubric  # noqa: E402
-from human_eval.testing import ScriptedAnnotator, make_study, start_server  # noqa: E402
+from maxbench.human_eval.store.db import dispose_engines, session_for  # noqa: E402
+from maxbench.human_eval.store.models import Assignment  # noqa: E402
+from maxbench.human_eval.studies.rubrics import load_rubric  # noqa: E402
+from maxbench.human_eval.testing.participants import ScriptedAnnotator, make_study, start_server  # noqa: E402
 
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")  # SQLite's PRAGMA synchronous settings
 
@@ -155,7 +155,7 @@ def main() -> int:
         parser.error(f"--synchronous: unknown mode {bad[0]!r}; choose from {', '.join(SYNCHRONOUS)}")
     cluster = None
     if args.db == "postgresql":
-        from human_eval.pgcluster import PostgresCluster
+        from maxbench.human_eval.testing.postgres import PostgresCluster
 
         cluster = PostgresCluster().start()
         modes = ["postgresql"]

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/self_bleu.py            # full run, a few minutes (the nltk loop)
     .venv/bin/python benchmarks/self_bleu.py --nltk-texts 100   # nltk on the first 100 texts only
 
-Texts: the first 100 word tokens (benchmark.metrics.tokenize) of each of the first 1,536 articles
+Texts: the first 100 word tokens (maxbench.benchmark.metrics.tokenize) of each of the first 1,536 articles
 of the BBC news corpus's fitting split that have that many. Both paths get the same token lists;
 tokenising is timed apart. The nltk loop is Texygen's leave-one-out Self-BLEU: for each text,
 ``sentence_bleu(all other texts, text, weights=(0.25,)*4, smoothing_function=method1)``. Both run
@@ -20,8 +20,8 @@ from harness import load_average, positive_int, run
 
 
 def real_texts(n: int, length: int) -> list[list[str]]:
-    from benchmark.corpora import load_corpus
-    from benchmark.metrics.tokenize import word_tokens
+    from maxbench.benchmark.corpora import load_corpus
+    from maxbench.benchmark.metrics.tokenize import word_tokens
 
     texts = []
     for article in load_corpus("news").fit:
@@ -30,7 +30,7 @@ def real_texts(n: int, length: int) -> list[list[str]]:
             texts.append(tokens[:length])
             if len(texts) == n:
                 return texts
-    from core.errors import MaxbenchError
+    from maxbench.errors import MaxbenchError
 
     raise MaxbenchError(f"the news corpus has only {len(texts)} articles of >= {length} tokens; ask for fewer --texts")
 
@@ -52,7 +52,7 @@ def main() -> int:
     import numpy as np
     from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 
-    from benchmark.metrics.sentence_bleu import self_bleu
+    from maxbench.benchmark.metrics.sentence_bleu import self_bleu
 
     print(f"machine: {load_average()}")
     t0 = time.perf_counter()

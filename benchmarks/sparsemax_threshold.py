@@ -23,19 +23,19 @@ from harness import load_average, positive_int, run
 
 
 def sparsemax_by_sorting(z: torch.Tensor) -> torch.Tensor:
-    from systems.layers.sparsemax import _threshold_by_sorting
+    from maxbench.systems.layers.sparsemax.operator import _threshold_by_sorting
 
     z = z - z.amax(-1, keepdim=True)
     return torch.clamp(z - _threshold_by_sorting(z), min=0)
 
 
 def inputs(batch_size: int) -> dict[str, list[torch.Tensor]]:
-    from benchmark.corpora import load_corpus
-    from benchmark.suites import load_suite
-    from systems.graph import get_graph
-    from systems.layers import graphmax_paper
-    from systems.layers.graphmax import GraphOperator, graphmax
-    from systems.models import load_model
+    from maxbench.benchmark.corpora import load_corpus
+    from maxbench.benchmark.suites import load_suite
+    from maxbench.systems.graph import get_graph
+    from maxbench.systems.layers.graphmax import paper as graphmax_paper
+    from maxbench.systems.layers.graphmax.operator import GraphOperator, graphmax
+    from maxbench.systems.models import load_model
 
     lm = load_model("smollm2-135m", device="cpu")
     prompts = [it.prompt for it in load_suite("food-reviews").items[:batch_size]]
@@ -63,7 +63,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=positive_int, default=5)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from systems.layers.sparsemax import sparsemax
+    from maxbench.systems.layers.sparsemax.operator import sparsemax
 
     print(f"threads {args.threads}, batch {args.batch_size}; {load_average()}")
     for name, zs in inputs(args.batch_size).items():

@@ -30,8 +30,8 @@ def probabilities(text: str) -> list[float]:
 
 
 def inputs(batch_size: int) -> dict[str, torch.Tensor]:
-    from benchmark.suites import load_suite
-    from systems.models import load_model
+    from maxbench.benchmark.suites import load_suite
+    from maxbench.systems.models import load_model
 
     lm = load_model("smollm2-135m", device="cpu")
     prompts = [it.prompt for it in load_suite("food-reviews").items[:batch_size]]
@@ -55,7 +55,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     import transformers as tf
 
-    from systems.top_p import TopPLogitsWarper
+    from maxbench.systems.top_p import TopPLogitsWarper
 
     print(f"threads {args.threads}, batch {args.batch_size}; {load_average()}")
     for name, scores in inputs(args.batch_size).items():

@@ -5,6 +5,6 @@ Importing ``core`` pins the math libraries to their AVX2 kernels (``core/arithme
 that a result has the same bits on every x86-64 CPU; every maxbench package imports ``core``
 before NumPy or torch for that reason."""
 
-from .arithmetic import pin_cpu_arithmetic
+from maxbench.arithmetic import pin_cpu_arithmetic
 
 pin_cpu_arithmetic()

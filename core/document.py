@@ -7,7 +7,7 @@ labels, generated text) goes in as an argument of a :class:`Para`, as a :class:`
 with :func:`num`, optionally with a significance mark, a detail such as an interval, and a bold
 "best in column" flag.
 
-Both the human-evaluation significance report (``human_eval/report.py``) and the benchmark
+Both the human-evaluation significance report (``human_eval/report/render.py``) and the benchmark
 leaderboard render through this model, so a markdown file and the HTML page beside it always say
 the same thing, and the same sections give the same bytes.
 """

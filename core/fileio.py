@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import MaxbenchError
+from maxbench.errors import MaxbenchError
 
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=-]{0,99}")
 

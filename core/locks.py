@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from .fileio import ensure_dir, os_error
+from maxbench.fileio import ensure_dir, os_error
 
 
 def lock_path(path: str | Path) -> Path:

@@ -5,7 +5,7 @@ rating over the rated texts), each with a percentile bootstrap interval that res
 texts of a drawn prompt together, so the texts of one prompt stay paired, at both levels).
 
 It lives in ``core`` because both the explorer (``benchmark/explorer``) and the significance report
-(``human_eval/report.py``) show it, and those two packages never import each other. The bootstrap
+(``human_eval/report/render.py``) show it, and those two packages never import each other. The bootstrap
 computes tau-b and rho of every resample at once; a test checks them against ``scipy.stats`` too.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .intervals import ConfidenceInterval
+from maxbench.intervals import ConfidenceInterval
 
 DEFAULT_RESAMPLES = 1000
 DEFAULT_SEED = 0

@@ -3,7 +3,7 @@
 As lm-evaluation-harness's ``lm_eval/api/registry.py``, but small. An entry is a
 ``"module:Object"`` string (or the object itself), so listing or checking names imports
 nothing and ``maxbench --help`` stays fast. Base models (``systems/models.py``), output layers
-(``systems/registry.py``) and metrics (``benchmark/metrics/base.py``) are registries;
+(``systems/system_strings.py``) and metrics (``benchmark/metrics/base.py``) are registries;
 a name that is not registered is a ``MaxbenchError`` of one line naming it, the closest
 known name and all known names (``unknown_name``, which the lineup files of
 ``benchmark/lineup.py`` use too).
@@ -16,7 +16,7 @@ import importlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Generic, TypeVar
 
-from .errors import MaxbenchError
+from maxbench.errors import MaxbenchError
 
 T = TypeVar("T")
 

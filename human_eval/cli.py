@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from core.errors import MaxbenchError
-from core.fileio import atomic_write
+from maxbench.errors import MaxbenchError
+from maxbench.fileio import atomic_write
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 
@@ -87,7 +87,7 @@ def register(subparsers) -> None:
         default=0,
         metavar="N",
         help="gold pairs every annotator judges: a suite reference against a shuffled, looped or truncated copy "
-        "of it (default 0; see human_eval/gold.py)",
+        "of it (default 0; see human_eval/studies/gold.py)",
     )
     create.add_argument(
         "--completion-code", help="code shown on the finish page; Prolific participants are redirected with it"
@@ -124,7 +124,7 @@ def register(subparsers) -> None:
         "plan",
         help="items and raters a study needs for a target power, simulated with the report's own tests",
         description="Simulate studies of each judgment type with the tests maxbench report runs (see "
-        "human_eval/plan.py for the model) and print, per number of raters, the fewest items reaching the power.",
+        "human_eval/studies/plan.py for the model) and print, per number of raters, the fewest items reaching the power.",
     )
     size = plan.add_mutually_exclusive_group(required=True)
     size.add_argument("--effect", type=float, metavar="D", help="assumed effect: Cohen's d of one rating (e.g. 0.3)")
@@ -179,7 +179,7 @@ def register(subparsers) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from .server import serve
+    from maxbench.human_eval.app.server import serve
 
     if args.db:
         os.environ["MAXBENCH_DB_URL"] = args.db  # the workers build their app from the environment
@@ -234,9 +234,9 @@ def _print_created(created, base_url: str, links_fd: int | None, links_out: Path
 
 
 def cmd_study_create(args: argparse.Namespace) -> int:
-    from .db import database_errors, session_for
-    from .rubrics import load_rubric
-    from .study import create_study
+    from maxbench.human_eval.store.db import database_errors, session_for
+    from maxbench.human_eval.studies.create import create_study
+    from maxbench.human_eval.studies.rubrics import load_rubric
 
     _check_base_url(args.base_url)
     rubric = load_rubric(args.rubric)
@@ -285,8 +285,8 @@ def cmd_study_create(args: argparse.Namespace) -> int:
 def cmd_study_list(args: argparse.Namespace) -> int:
     from sqlalchemy import select
 
-    from .db import database_errors, session_for
-    from .models import Study
+    from maxbench.human_eval.store.db import database_errors, session_for
+    from maxbench.human_eval.store.models import Study
 
     with database_errors(args.db), session_for(args.db) as session:
         studies = session.scalars(select(Study).order_by(Study.id)).all()
@@ -301,8 +301,8 @@ def cmd_study_list(args: argparse.Namespace) -> int:
 
 
 def cmd_study_export(args: argparse.Namespace) -> int:
-    from .db import database_errors, session_for
-    from .export import explorer_export, long_format_rows, rows_to_csv, rows_to_json
+    from maxbench.human_eval.store.db import database_errors, session_for
+    from maxbench.human_eval.studies.export import explorer_export, long_format_rows, rows_to_csv, rows_to_json
 
     if args.format == "explorer" and args.blind:
         raise MaxbenchError("--format explorer joins ratings to the run's systems by name; it cannot be --blind")
@@ -329,9 +329,9 @@ def cmd_study_export(args: argparse.Namespace) -> int:
 
 
 def _set_closed(args: argparse.Namespace, closed: bool):
-    from .db import database_errors, session_for, write_transaction
-    from .models import utcnow
-    from .study import find_study
+    from maxbench.human_eval.store.db import database_errors, session_for, write_transaction
+    from maxbench.human_eval.store.models import utcnow
+    from maxbench.human_eval.studies.create import find_study
 
     with database_errors(args.db), session_for(args.db) as session, write_transaction(session):
         study = find_study(session, args.study_id)
@@ -360,7 +360,7 @@ def cmd_study_reopen(args: argparse.Namespace) -> int:
 
 
 def cmd_study_rubric(args: argparse.Namespace) -> int:
-    from .rubrics import load_rubric, preset_names
+    from maxbench.human_eval.studies.rubrics import load_rubric, preset_names
 
     if not args.rubric:
         for name in preset_names():
@@ -377,8 +377,8 @@ def cmd_study_rubric(args: argparse.Namespace) -> int:
 
 
 def cmd_study_plan(args: argparse.Namespace) -> int:
-    from .plan import ITEMS, JUDGMENTS, RATERS, format_plan, pilot_effect, plan
-    from .ratings import load_ratings
+    from maxbench.human_eval.analysis.ratings import load_ratings
+    from maxbench.human_eval.studies.plan import ITEMS, JUDGMENTS, RATERS, format_plan, pilot_effect, plan
 
     if args.reference and not args.pilot:
         raise MaxbenchError("--reference names the pilot's reference system: give --pilot FILE with it")

@@ -11,7 +11,7 @@ so no line may carry one. ``redact(text)`` replaces
 with ``[redacted]``. ``RedactSecrets`` is a logging filter that rewrites a record's message
 and traceback through ``redact``; inside a request it also redacts that request's link
 token wherever it appears (an exception message may quote it without its ``/a/``). It guards ``log`` (the app's own logger) here and the
-server's error and access logs in human_eval/server.py.
+server's error and access logs in human_eval/app/server.py.
 """
 
 from __future__ import annotations

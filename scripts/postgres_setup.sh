@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs Debian's PostgreSQL server for the rating app's tests: each test session starts a
-# throwaway cluster of its own (human_eval/pgcluster.py: initdb into a temporary folder, a
+# throwaway cluster of its own (human_eval/testing/postgres.py: initdb into a temporary folder, a
 # private unix socket, as the postgres user when run as root). The Debian package's own
 # cluster service is not needed and is left as the package sets it up.
 # Idempotent: does nothing when initdb is already installed.

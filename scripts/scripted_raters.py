@@ -8,7 +8,7 @@ how well each automatic metric tracks THIS rule, not human judgment.
 
 The rule (rubric ``posg-lm``: ``diversity`` and ``quality``, 1-5; any rubric with those names).
 A rater reads only what the annotator page shows (the continuation; never a system name). With
-``words`` the continuation's alphabetic word tokens, lower-cased (``benchmark.metrics.tokenize``):
+``words`` the continuation's alphabetic word tokens, lower-cased (``maxbench.benchmark.metrics.tokenize``):
 
 - ``length``   = min(1, len(words) / 20): short and empty texts say little;
 - ``repeat``   = share of the text's word 4-grams (all tokens, lower-cased) seen earlier in it;
@@ -44,10 +44,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmark.metrics.tokenize import word_tokens  # noqa: E402
-from core.errors import MaxbenchError  # noqa: E402
-from human_eval.rubrics import load_rubric  # noqa: E402
-from human_eval.testing import ScriptedAnnotator  # noqa: E402
+from maxbench.benchmark.metrics.tokenize import word_tokens  # noqa: E402
+from maxbench.errors import MaxbenchError  # noqa: E402
+from maxbench.human_eval.studies.rubrics import load_rubric  # noqa: E402
+from maxbench.human_eval.testing.participants import ScriptedAnnotator  # noqa: E402
 
 MIN_COUNT = 3  # a lexicon word occurs at least this often in the corpus
 FULL_LENGTH = 20  # words for a text to count as long enough
@@ -160,7 +160,7 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed of biases and noise (default: %(default)s)")
     args = p.parse_args(argv)
     try:
-        from benchmark.corpora import load_corpus
+        from maxbench.benchmark.corpora import load_corpus
 
         links, rubric = read_links(args.links), load_rubric(args.rubric)
         lexicon = lexicon_of(load_corpus(args.lexicon_corpus).fit)

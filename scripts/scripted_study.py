@@ -2,7 +2,7 @@
 
 For each judgment type (likert ``fluency``, direct ``direct-quality``, pairwise
 ``pairwise-quality``, best-worst ``bestworst-quality``) this creates a study over a run's
-generations, serves it with ``maxbench serve`` (gunicorn, ``human_eval.testing.start_server``),
+generations, serves it with ``maxbench serve`` (gunicorn, ``maxbench.human_eval.testing.participants.start_server``),
 lets scripted participants rate every page over HTTP and writes ``maxbench report`` for the study
 under ``--out``/scripted-<judgment>/.
 
@@ -36,11 +36,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from core.errors import MaxbenchError  # noqa: E402
-from human_eval.db import session_for  # noqa: E402
-from human_eval.rubrics import load_rubric  # noqa: E402
-from human_eval.study import create_study, read_generations  # noqa: E402
-from human_eval.testing import ScriptedAnnotator, start_server  # noqa: E402
+from maxbench.errors import MaxbenchError  # noqa: E402
+from maxbench.human_eval.store.db import session_for  # noqa: E402
+from maxbench.human_eval.studies.create import create_study, read_generations  # noqa: E402
+from maxbench.human_eval.studies.rubrics import load_rubric  # noqa: E402
+from maxbench.human_eval.testing.participants import ScriptedAnnotator, start_server  # noqa: E402
 
 DEFAULT_RUN = ROOT / "results" / "base-lms" / "runs" / "base-lms-food-reviews"
 DEFAULT_SYSTEMS = [
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
         for judgment, slug in slugs.items():
             name = f"scripted-{judgment}"
-            cmd = [sys.executable, "-m", "benchmark.cli", "report", "--study", slug, "--db", db_url]
+            cmd = [sys.executable, "-m", "maxbench", "report", "--study", slug, "--db", db_url]
             cmd += ["--out", str(args.out), "--name", name, "--n-boot", str(args.n_boot), "--seed", str(args.seed)]
             if judgment in ("likert", "direct"):  # tested against the first system given (quality 0)
                 cmd += ["--reference", args.systems[0]]

@@ -11,18 +11,21 @@ VENV=${MAXBENCH_VENV:-.venv}
 want_tests=0
 [ "${1:-}" = "--tests" ] && want_tests=1
 
-stamp_of() { cat requirements.txt constraints.txt requirements-test.txt pyproject.toml | sha256sum | cut -c1-16; }
+stamp_of() { cat constraints.txt pyproject.toml | sha256sum | cut -c1-16; }
 stamp="$VENV/.maxbench-setup-$(stamp_of)-$want_tests"
 
 if [ ! -f "$stamp" ]; then
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-  # The model and data downloads need only the standard library: they run beside the installs
-  # (any that fails is fetched, and reported, again by `maxbench assets fetch` below).
-  "$VENV/bin/python" -c 'from systems.assets import fetch_all; fetch_all()' >/dev/null 2>&1 &
-  downloads=$!
   # pip would compile every wheel's bytecode on one core as it installs (about 40 s); instead the
   # installs skip it and compileall writes it beside them, on the core the installs leave idle.
   pip_() { "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile "$@"; }
+  # maxbench itself first (editable, no dependencies yet; the pinned setuptools builds it): the
+  # model and data downloads need only the standard library, so they run beside the installs
+  # (any that fails is fetched, and reported, again by `maxbench assets fetch` below).
+  pip_ -c constraints.txt setuptools
+  pip_ --no-deps --no-build-isolation -e .
+  "$VENV/bin/python" -c 'from maxbench.systems.assets import fetch_all; fetch_all()' >/dev/null 2>&1 &
+  downloads=$!
   site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
   # Libraries' own test folders (a quarter of site-packages' 17,000 files) and pip are never
   # imported by maxbench: they are left out.
@@ -32,9 +35,10 @@ if [ ! -f "$stamp" ]; then
   # torch's own folders are complete now and no later install writes into them
   compile_ "$site/torch" "$site/sympy" "$site/networkx" "$site/mpmath" &
   compiling=$!
-  pip_ -c constraints.txt -r requirements.txt
-  if [ "$want_tests" = 1 ]; then pip_ -c constraints.txt -r requirements-test.txt; fi
-  pip_ --no-deps --no-build-isolation -e .
+  # the dependencies pyproject.toml declares, at the versions constraints.txt locks
+  extras=server,postgres
+  if [ "$want_tests" = 1 ]; then extras=$extras,test; fi
+  pip_ -c constraints.txt --no-build-isolation -e ".[$extras]"
   wait "$compiling"
   # the rest, beside the model conversion and corpus extraction below, in one process per core:
   # with a warm cache nothing else runs and the set-up waits for it (all of site-packages: 57 s

@@ -1,14 +1,12 @@
 """What generates text: base models, output layers, the corpus graph, the decoding loop.
 
-``from systems import sparsemax, graphmax`` gives the two operators as plain functions; they
-are imported on first access so that importing ``systems`` stays light (no torch/scipy).
+``from maxbench.systems import sparsemax, graphmax`` gives the two operators as plain functions; they
+are imported on first access so that importing ``maxbench.systems`` stays light (no torch/scipy).
 """
 
-import core  # noqa: F401  (first: pins the CPU arithmetic before NumPy or torch load)
-
 _LAZY_OPERATORS = {
-    "sparsemax": "systems.layers.sparsemax",
-    "graphmax": "systems.layers.graphmax",
+    "sparsemax": "maxbench.systems.layers.sparsemax.operator",
+    "graphmax": "maxbench.systems.layers.graphmax.operator",
 }
 
 
@@ -17,4 +15,4 @@ def __getattr__(name):
         import importlib
 
         return getattr(importlib.import_module(_LAZY_OPERATORS[name]), name)
-    raise AttributeError(f"module 'systems' has no attribute {name!r}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

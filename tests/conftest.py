@@ -3,14 +3,14 @@ from pathlib import Path
 
 import pytest
 
-import core  # noqa: F401  (pins the CPU arithmetic before any test loads NumPy or torch)
+import maxbench  # noqa: F401  (pins the CPU arithmetic before any test loads NumPy or torch)
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_cli(argv, capsys):
     """Run the maxbench CLI in-process; returns (exit code, stdout, stderr)."""
-    from benchmark.cli import main
+    from maxbench.cli import main
 
     rc = main([str(a) for a in argv])
     out, err = capsys.readouterr()
@@ -25,14 +25,14 @@ def cli(capsys):
 @pytest.fixture(scope="session")
 def smollm2():
     """The real embedded model, loaded once per test session."""
-    from systems.models import load_model
+    from maxbench.systems.models import load_model
 
     return load_model("smollm2-135m", device="cpu")
 
 
 @pytest.fixture(scope="session")
 def tiny():
-    from systems.models import load_model
+    from maxbench.systems.models import load_model
 
     return load_model("tiny-random", device="cpu")
 
@@ -100,7 +100,7 @@ def artifacts_dir():
 def bbc_paragraphs():
     """``bbc_paragraphs(k)``: paragraphs 2-4 (after the headline) of the first k BBC articles of each
     topic (the ``bbc`` asset), real text for the metric tests."""
-    from systems.assets import fetch
+    from maxbench.systems.assets import fetch
 
     def paragraphs(per_topic: int) -> list[str]:
         root = fetch("bbc")
@@ -120,11 +120,11 @@ def bbc_paragraphs():
 @pytest.fixture(scope="session")
 def postgres_cluster():
     """One throwaway PostgreSQL server (Debian's, on a private unix socket) per test session."""
-    from human_eval.pgcluster import PostgresCluster
+    from maxbench.human_eval.testing.postgres import PostgresCluster
 
     cluster = PostgresCluster().start()
     yield cluster
-    from human_eval.db import dispose_engines
+    from maxbench.human_eval.store.db import dispose_engines
 
     dispose_engines()
     cluster.stop()
@@ -138,6 +138,6 @@ def db_url(request, tmp_path):
         yield f"sqlite:///{tmp_path / 'ratings.sqlite3'}"
     else:
         yield request.getfixturevalue("postgres_cluster").new_database()
-    from human_eval.db import dispose_engines
+    from maxbench.human_eval.store.db import dispose_engines
 
     dispose_engines()

@@ -28,7 +28,7 @@ def make_scored_run(root: Path) -> Path:
         f'name = "t"\nsuite = "{root / "s.toml"}"\nsamples = 1\nbatch_size = 4\nbaseline = "{SYSTEMS[0]}"\n'
         f'metrics = ["bleu-n", "self-bleu", "rep", "seq-rep", "distinct", "rouge-l"]\nsystems = {json.dumps(SYSTEMS)}\n'
     )
-    cmd = [sys.executable, "-m", "benchmark", "run", "--registry", str(root / "reg.toml"), "--runs-dir"]
+    cmd = [sys.executable, "-m", "maxbench", "run", "--lineup", str(root / "reg.toml"), "--runs-dir"]
     cmd += [str(root / "runs"), "--run-id", "r", "--out", str(root / "out"), "--n-resamples", "50", "--threads", "1"]
     subprocess.run([*cmd, "--no-progress"], check=True, capture_output=True)
     # one text says hostile things too (the texts of tiny-random are bytes noise)
@@ -45,11 +45,11 @@ def make_study_export(root: Path, run_dir: Path) -> Path:
     """A study over ``run_dir`` in a fresh database, every page rated by a scripted rater, exported for the explorer."""
     from sqlalchemy import select
 
-    from human_eval.db import session_for
-    from human_eval.export import explorer_export
-    from human_eval.models import Assignment, Rating
-    from human_eval.rubrics import load_rubric
-    from human_eval.study import create_study
+    from maxbench.human_eval.store.db import session_for
+    from maxbench.human_eval.store.models import Assignment, Rating
+    from maxbench.human_eval.studies.create import create_study
+    from maxbench.human_eval.studies.export import explorer_export
+    from maxbench.human_eval.studies.rubrics import load_rubric
 
     url = f"sqlite:///{root / 'ratings.sqlite3'}"
     rubric = load_rubric("graphmax")

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from core.arithmetic import AVX2_SETTINGS, OPT_OUT, cpu_flags, cpu_model, pin_cpu_arithmetic
+from maxbench.arithmetic import AVX2_SETTINGS, OPT_OUT, cpu_flags, cpu_model, pin_cpu_arithmetic
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,7 +58,7 @@ def test_a_maxbench_process_computes_with_the_avx2_kernels():
     # the first thing a maxbench command imports is the benchmark package; torch's kernels are
     # chosen at its first vectorised operation, NumPy's when it is imported
     code = (
-        "import benchmark.cli, numpy, torch; torch.ones(4).exp();"
+        "import maxbench.cli, numpy, torch; torch.ones(4).exp();"
         "import json; print(json.dumps([torch.backends.cpu.get_cpu_capability(),"
         " numpy.core._multiarray_umath.__cpu_features__.get('AVX512F', False)]))"
     )
@@ -73,7 +73,7 @@ def test_a_maxbench_process_computes_with_the_avx2_kernels():
 
 
 def test_the_run_manifest_records_the_arithmetic():
-    from benchmark.runner import machine
+    from maxbench.benchmark.runner import machine
 
     rec = machine("cpu")["arithmetic"]
     assert rec["cpu"] and rec["torch_cpu_capability"]

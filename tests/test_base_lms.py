@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from benchmark.cli import main
-from benchmark.metrics.scoring import baselines_of, model_baselines
+from maxbench.benchmark.metrics.scoring import baselines_of, model_baselines
+from maxbench.cli import main
 
 SMOL, GEMMA = "smollm2-135m", "gemma3-270m"
 
@@ -133,19 +133,19 @@ def _lineup(tmp_path, extra: str) -> str:
 
 def test_a_lineups_evaluator_scores_its_run_and_the_flag_overrides_it(tmp_path, cli):
     reg = _lineup(tmp_path, 'evaluator = "tiny-random"\n')
-    common = ["--registry", reg, "--runs-dir", tmp_path / "runs", "--n-resamples", "0", "--threads", "1"]
+    common = ["--lineup", reg, "--runs-dir", tmp_path / "runs", "--n-resamples", "0", "--threads", "1"]
     rc, out, err = cli("run", *common, "--run-id", "a", "--out", tmp_path / "lb", "--no-progress")
     assert rc == 0, err
     scores = json.loads((tmp_path / "runs" / "a" / "scores.json").read_text())
     assert scores["metrics"]["ppl"]["signature"].startswith("ppl|model:tiny-random|")
     rc, out, err = cli("run", *common, "--run-id", "a", "--out", tmp_path / "lb", "--evaluator", "nope-model")
     assert rc == 2 and "cannot load evaluator model 'nope-model'" in err
-    rc, _, err = cli("run", "--registry", _lineup(tmp_path, 'evaluator = "smolm2-135m"\n'))
+    rc, _, err = cli("run", "--lineup", _lineup(tmp_path, 'evaluator = "smolm2-135m"\n'))
     assert rc == 2 and "did you mean 'smollm2-135m'" in err
 
 
 def test_the_base_lms_lineup_has_both_models_every_layer_and_one_evaluator():
-    from benchmark.lineup import load_lineup
+    from maxbench.benchmark.lineup import load_lineup
 
     reg = load_lineup("base-lms")
     assert reg.evaluator == SMOL and reg.baseline is None and reg.suite == reg.corpus == "food-reviews"

@@ -1,6 +1,6 @@
 """The benchmark scripts (benchmarks/*.py): each one runs end to end on a tiny setting and prints
 its figures with the load average, and each refuses bad input with one line and exit status 2,
-never a traceback (benchmarks/harness.py, benchmark.cli.run_guarded).
+never a traceback (benchmarks/harness.py, maxbench.cli.run_guarded).
 
 The scripts run in this process (``runpy``, as ``python benchmarks/<name>.py`` would), so they
 share the loaded libraries; one test runs a script as its own program."""

@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from systems.graph import build_graph, save_graph
+from maxbench.systems.graph import build_graph, save_graph
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def test_a_converted_model_folder_gets_the_umasks_mode(umask_022, monkeypatch):
     how the folder is put in place, not transformers' GGUF reader."""
     import transformers
 
-    from systems import models
+    from maxbench.systems import models
 
     model, tok, _ = models.tiny_random_model()
     src = umask_022 / "asset"
@@ -54,7 +54,7 @@ def test_a_converted_model_folder_gets_the_umasks_mode(umask_022, monkeypatch):
 
 
 def test_an_interrupted_folder_leaves_the_old_one_and_no_temporary(umask_022):
-    from core.fileio import atomic_dir
+    from maxbench.fileio import atomic_dir
 
     final = umask_022 / "cache"
     final.mkdir()

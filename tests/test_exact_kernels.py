@@ -1,4 +1,4 @@
-"""graphmax's exact solver on the CPU: the numba kernels (systems.layers.exact_kernels) against
+"""graphmax's exact solver on the CPU: the numba kernels (maxbench.systems.layers.graphmax.kernels.exact) against
 the torch path that CUDA runs, their exponentials against float64, threads, the layout kernels'
 bits and the solver's schedule.
 
@@ -11,11 +11,12 @@ import pytest
 import torch
 from test_graphmax import dual_certificate, peaked_scores, random_graph, sparse_graph
 
-from systems.layers import cpu_kernels, graphmax_isolated
-from systems.layers import graphmax as graphmax_module
-from systems.layers.graphmax import GraphOperator, graphmax
+from maxbench.systems.layers.graphmax import isolated as graphmax_isolated
+from maxbench.systems.layers.graphmax import operator as graphmax_module
+from maxbench.systems.layers.graphmax.kernels import loader as cpu_kernels
+from maxbench.systems.layers.graphmax.operator import GraphOperator, graphmax
 
-K = cpu_kernels.load("exact_kernels")
+K = cpu_kernels.load("exact")
 
 
 @numba.njit

@@ -5,8 +5,8 @@ import json
 import pytest
 from explorer_fixtures import HOSTILE, SYSTEMS, make_scored_run, make_study_export
 
-from benchmark.explorer import script_json, write_explorer
-from benchmark.explorer.data import quantise
+from maxbench.benchmark.explorer import script_json, write_explorer
+from maxbench.benchmark.explorer.data import quantise
 
 
 @pytest.fixture(scope="module")

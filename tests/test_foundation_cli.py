@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from benchmark.cli import build_parser
+from maxbench.cli import build_parser
 
 
 def _subcommand_paths(parser, prefix=()):
@@ -30,7 +30,7 @@ def test_every_subcommand_has_help(capsys):
 
 
 def test_python_dash_m_benchmark_help():
-    proc = subprocess.run([sys.executable, "-m", "benchmark", "--help"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "maxbench", "--help"], capture_output=True, text=True)
     assert proc.returncode == 0 and "generate" in proc.stdout
 
 
@@ -61,7 +61,7 @@ def test_unknown_model_offline_says_what_to_do(tmp_path):
         [
             sys.executable,
             "-m",
-            "benchmark",
+            "maxbench",
             "generate",
             "--suite",
             "smoke",
@@ -82,7 +82,7 @@ def test_unknown_model_offline_says_what_to_do(tmp_path):
 
 def test_subprocess_error_has_no_traceback(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmark", "generate", "--suite", str(tmp_path / "x.toml")],
+        [sys.executable, "-m", "maxbench", "generate", "--suite", str(tmp_path / "x.toml")],
         capture_output=True,
         text=True,
     )

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from core.errors import MaxbenchError
-from systems.decoding import DecodingSetting, decode
-from systems.layers.softmax import SoftmaxLayer
-from systems.models import load_model
+from maxbench.errors import MaxbenchError
+from maxbench.systems.decoding import DecodingSetting, decode
+from maxbench.systems.layers.softmax import SoftmaxLayer
+from maxbench.systems.models import load_model
 
 PROMPTS = [
     "I have bought these cookies twice and",
@@ -78,7 +78,7 @@ def test_tiny_random_is_deterministic():
 def test_a_misspelled_model_fails_before_any_download(monkeypatch):
     import transformers
 
-    from systems.models import check_model, load_model
+    from maxbench.systems.models import check_model, load_model
 
     def no_network(*a, **k):
         raise AssertionError("the hub was asked for a name that cannot be a model")
@@ -99,7 +99,7 @@ def test_an_uncached_hub_id_is_refused_at_once_when_offline_and_built_ins_never_
 
     from huggingface_hub import constants
 
-    from systems.models import check_model_reachable
+    from maxbench.systems.models import check_model_reachable
 
     def no_network(*a, **k):
         raise AssertionError("the network was tried")
@@ -165,8 +165,8 @@ def test_empty_prompt_and_nan_logits_are_refused(tiny):
 
 
 def test_the_fast_finiteness_check_agrees_with_isfinite_even_when_the_sum_overflows():
-    from systems.decoding import warp_rows
-    from systems.layers.base import all_finite, require_finite_logits
+    from maxbench.systems.decoding import warp_rows
+    from maxbench.systems.layers.base import all_finite, require_finite_logits
 
     logits = torch.randn(3, 1000, generator=torch.Generator().manual_seed(0))
     huge = torch.full((2, 8), 3e38)  # every entry finite, the float32 sum is inf
@@ -192,7 +192,7 @@ def test_the_fast_finiteness_check_agrees_with_isfinite_even_when_the_sum_overfl
 
 
 def test_device_choice():
-    from systems.models import choose_device
+    from maxbench.systems.models import choose_device
 
     assert choose_device("cpu") == "cpu"
     if not torch.cuda.is_available():
@@ -204,7 +204,7 @@ def test_device_choice():
 
 
 def test_reference_logprobs_are_the_layers_teacher_forced_logprobs(tiny):
-    from systems.decoding import reference_logprobs
+    from maxbench.systems.decoding import reference_logprobs
 
     prompt, ref = "the soup", "was cold"
     got = reference_logprobs(tiny, SoftmaxLayer(), [prompt, "x"], [ref, "  "], chunk=3)
@@ -218,7 +218,7 @@ def test_reference_logprobs_are_the_layers_teacher_forced_logprobs(tiny):
 
 
 def test_reference_logprobs_mark_zero_probability_as_none(tiny):
-    from systems.decoding import reference_logprobs
+    from maxbench.systems.decoding import reference_logprobs
 
     class OnlyFirstToken(SoftmaxLayer):
         def scores(self, logits, hidden):
@@ -233,9 +233,9 @@ def test_reference_logprobs_mark_zero_probability_as_none(tiny):
 def test_reference_states_are_computed_once_per_model_and_give_the_same_logprobs(tiny):
     from types import SimpleNamespace
 
-    from benchmark.runner import ReferenceStateCache
-    from systems.decoding import reference_logprobs
-    from systems.layers.sparsemax_layer import SparsemaxLayer
+    from maxbench.benchmark.runner import ReferenceStateCache
+    from maxbench.systems.decoding import reference_logprobs
+    from maxbench.systems.layers.sparsemax.layer import SparsemaxLayer
 
     item = SimpleNamespace(id="p0", prompt="the soup", reference="was cold and salty")
     cache = ReferenceStateCache()
@@ -254,12 +254,12 @@ def test_workers_share_reference_states_through_the_run_folder(tiny, tmp_path, m
     pass again; a file it cannot read (a killed writer, a corrupt disk) is computed again."""
     from types import SimpleNamespace
 
-    import systems.decoding
-    from benchmark.runner import ReferenceStateCache
+    import maxbench.systems.decoding
+    from maxbench.benchmark.runner import ReferenceStateCache
 
     computed = []
-    real = systems.decoding.reference_states
-    monkeypatch.setattr(systems.decoding, "reference_states", lambda *a: computed.append(a[1:]) or real(*a))
+    real = maxbench.systems.decoding.reference_states
+    monkeypatch.setattr(maxbench.systems.decoding, "reference_states", lambda *a: computed.append(a[1:]) or real(*a))
     item = SimpleNamespace(id="p0", prompt="the soup", reference="was cold and salty")
     other = SimpleNamespace(id="p1", prompt="the soup", reference="was warm")
     first = ReferenceStateCache(directory=tmp_path).get(tiny, "tiny-random", item)

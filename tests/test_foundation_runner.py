@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from benchmark.runner import (
+from maxbench.benchmark.runner import (
     CLAIMS,
     GENERATIONS,
     REFERENCE_STATES,
@@ -20,9 +20,9 @@ from benchmark.runner import (
     read_rows,
     shard_file,
 )
-from benchmark.suites import load_suite
-from core.locks import exclusive
-from systems.registry import parse_system
+from maxbench.benchmark.suites import load_suite
+from maxbench.locks import exclusive
+from maxbench.systems.system_strings import parse_system
 
 
 @pytest.fixture
@@ -132,7 +132,7 @@ def test_a_batch_whose_layer_another_worker_is_fitting_is_left_for_later(tmp_pat
     """Worker 1 reaches a system whose head worker 0 is fitting (it holds the system's fit claim): rather
     than wait on the head's lock, it leaves the batch for later and goes on; with ``wait`` (when nothing
     else is left) it fits, i.e. waits for the cache and loads it."""
-    from benchmark import corpora, runner
+    from maxbench.benchmark import corpora, runner
 
     class Layer:
         needs_fit = True
@@ -212,7 +212,7 @@ def test_kill_9_mid_generation_then_resume(tmp_path, suite_path):
     base = [
         sys.executable,
         "-m",
-        "benchmark",
+        "maxbench",
         "generate",
         "--model",
         "tiny-random",

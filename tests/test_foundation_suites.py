@@ -6,8 +6,8 @@ import tomllib
 
 import pytest
 
-from benchmark.suites import builtin_suites, load_suite
-from core.errors import MaxbenchError
+from maxbench.benchmark.suites import builtin_suites, load_suite
+from maxbench.errors import MaxbenchError
 
 
 def test_builtin_suites_match_their_manifests():

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from core.errors import MaxbenchError
-from systems import assets, models
-from systems.assets import Asset
+from maxbench.errors import MaxbenchError
+from maxbench.systems import assets, models
+from maxbench.systems.assets import Asset
 
 
 def _sha(data: bytes) -> str:
@@ -159,7 +159,7 @@ def test_a_disk_too_small_for_the_chunks_stops_before_any_download(registry, mon
 
 
 def test_the_set_up_fetch_leaves_gemma_alone_and_naming_it_fetches_it(monkeypatch, cli):
-    import benchmark.corpora
+    import maxbench.benchmark.corpora
 
     gemma = assets.ASSETS["gemma3-270m-gguf"]
     assert gemma.on_request and "Gemma Terms of Use" in gemma.notice and "Gemma Terms of Use" in gemma.licence
@@ -168,7 +168,7 @@ def test_the_set_up_fetch_leaves_gemma_alone_and_naming_it_fetches_it(monkeypatc
     fetched, converted = [], []
     monkeypatch.setattr(assets, "fetch", lambda name: fetched.append(name) or Path("/x"))
     monkeypatch.setattr(models, "gguf_cache", lambda name: converted.append(name) or Path("/m"))
-    monkeypatch.setattr(benchmark.corpora, "CORPORA", {})
+    monkeypatch.setattr(maxbench.benchmark.corpora, "CORPORA", {})
     rc, out, _ = cli("assets", "fetch")
     assert rc == 0 and converted == ["smollm2-135m"]
     assert fetched == [n for n, a in assets.ASSETS.items() if not a.on_request] and "gemma3-270m-gguf" not in fetched
@@ -181,7 +181,7 @@ def test_the_set_up_fetch_leaves_gemma_alone_and_naming_it_fetches_it(monkeypatc
 def test_the_set_up_extracts_missing_corpora_in_a_second_process(monkeypatch, cli, tmp_path):
     # A fresh cache: the corpus is extracted by the set-up's second process (while the model
     # converts) into $MAXBENCH_HOME, then verified and listed by the first.
-    import benchmark.corpora
+    import maxbench.benchmark.corpora
 
     home = tmp_path / "home"
     (home / "assets").mkdir(parents=True)
@@ -189,11 +189,13 @@ def test_the_set_up_extracts_missing_corpora_in_a_second_process(monkeypatch, cl
     monkeypatch.setenv("MAXBENCH_HOME", str(home))
     monkeypatch.setattr(assets, "fetch_all", lambda: {})
     monkeypatch.setattr(models, "gguf_cache", lambda name: Path("/m"))
-    monkeypatch.setattr(benchmark.corpora, "CORPORA", {"news": benchmark.corpora.CORPORA["news"]})
-    monkeypatch.setattr(benchmark.corpora, "_extract", lambda name: pytest.fail("extracted in the first process"))
-    assert not benchmark.corpora.is_extracted("news")
+    monkeypatch.setattr(maxbench.benchmark.corpora, "CORPORA", {"news": maxbench.benchmark.corpora.CORPORA["news"]})
+    monkeypatch.setattr(
+        maxbench.benchmark.corpora, "_extract", lambda name: pytest.fail("extracted in the first process")
+    )
+    assert not maxbench.benchmark.corpora.is_extracted("news")
     rc, out, _ = cli("assets", "fetch")
-    assert rc == 0 and benchmark.corpora.is_extracted("news")
+    assert rc == 0 and maxbench.benchmark.corpora.is_extracted("news")
     lines = out.splitlines()
     assert lines[0] == "smollm2-135m   ok  /m" and lines[1].startswith("news           ok  2125 texts")
 
@@ -233,7 +235,7 @@ PROMPTS = [
 
 @pytest.fixture(scope="session")
 def gemma():
-    from systems.models import load_model
+    from maxbench.systems.models import load_model
 
     return load_model("gemma3-270m", device="cpu")
 
@@ -257,8 +259,8 @@ def test_gemma_is_the_real_base_model_and_its_prompts_start_with_bos(gemma):
 
 @pytest.mark.slow
 def test_gemma_greedy_and_seeded_top_p_batches_equal_generate(gemma):
-    from systems.decoding import DecodingSetting, decode
-    from systems.layers.softmax import SoftmaxLayer
+    from maxbench.systems.decoding import DecodingSetting, decode
+    from maxbench.systems.layers.softmax import SoftmaxLayer
 
     greedy = decode(gemma, SoftmaxLayer(), PROMPTS, DecodingSetting(do_sample=False, max_new_tokens=16), [0] * 4)
     for prompt, row in zip(PROMPTS, greedy):
@@ -275,7 +277,7 @@ def test_gemma_greedy_and_seeded_top_p_batches_equal_generate(gemma):
 def small_corpus():
     """A slice of food-reviews (read before the test moves MAXBENCH_HOME): enough for a graph and
     for heads trained on a few thousand positions."""
-    from benchmark.corpora import load_corpus
+    from maxbench.benchmark.corpora import load_corpus
 
     full = load_corpus("food-reviews")
     fit, test = list(full.fit[:400]), list(full.test[:80])
@@ -285,11 +287,11 @@ def small_corpus():
 
 @pytest.mark.slow
 def test_every_output_layer_runs_on_gemma(gemma, smollm2, small_corpus, tmp_path, monkeypatch):
-    from systems.decoding import DecodingSetting, decode, reference_logprobs
-    from systems.hidden_cache import load_or_build
-    from systems.layers.base import FitContext
-    from systems.layers.posg_fit import load_tagger
-    from systems.registry import parse_system
+    from maxbench.systems.decoding import DecodingSetting, decode, reference_logprobs
+    from maxbench.systems.hidden_cache import load_or_build
+    from maxbench.systems.layers.base import FitContext
+    from maxbench.systems.layers.posg.fit import load_tagger
+    from maxbench.systems.system_strings import parse_system
 
     tagger = load_tagger()  # from the set-up's cache, before MAXBENCH_HOME moves
     monkeypatch.setenv("MAXBENCH_HOME", str(tmp_path))  # graph, hidden states and heads made afresh here

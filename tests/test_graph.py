@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from core.errors import MaxbenchError
-from systems.graph import (
+from maxbench.errors import MaxbenchError
+from maxbench.systems.graph import (
     DEFAULT_EPS,
     GraphCacheError,
     bigram_counts,
@@ -182,9 +182,11 @@ def test_tokenizer_mismatch_is_refused(home, tiny):
 
 @pytest.fixture
 def toy_corpus(monkeypatch):
-    import benchmark.corpora
+    import maxbench.benchmark.corpora
 
-    monkeypatch.setattr(benchmark.corpora, "load_corpus", lambda name: FakeCorpus(name, CORPUS.fit, CORPUS.sha256))
+    monkeypatch.setattr(
+        maxbench.benchmark.corpora, "load_corpus", lambda name: FakeCorpus(name, CORPUS.fit, CORPUS.sha256)
+    )
 
 
 def test_cli_build_then_cached_then_corrupt(home, toy_corpus, cli):
@@ -210,7 +212,7 @@ def test_cli_bad_eps_is_a_one_line_error(home, toy_corpus, cli):
 
 @pytest.mark.slow
 def test_food_reviews_graph_of_the_real_model(smollm2):
-    from benchmark.corpora import load_corpus
+    from maxbench.benchmark.corpora import load_corpus
 
     graph = get_graph(smollm2, load_corpus("food-reviews"))
     assert graph.vocab_size == 49152 and graph.nnz > 100_000

@@ -9,9 +9,9 @@ import scipy.sparse as sp
 import torch
 from scipy.special import logsumexp, softmax
 
-from core.errors import MaxbenchError
-from systems.layers.graphmax import GraphOperator, graphmax
-from systems.layers.sparsemax import sparsemax
+from maxbench.errors import MaxbenchError
+from maxbench.systems.layers.graphmax.operator import GraphOperator, graphmax
+from maxbench.systems.layers.sparsemax.operator import sparsemax
 
 F64 = torch.float64
 
@@ -163,7 +163,7 @@ def test_every_returned_row_carries_its_own_computed_gap(max_iter):
 
 
 def test_certificate_lower_bound_never_exceeds_the_gap():
-    from systems.layers.graphmax import _evaluate
+    from maxbench.systems.layers.graphmax.operator import _evaluate
 
     n, lam = 70, 3.0
     op = GraphOperator(random_graph(n, seed=6))
@@ -451,7 +451,7 @@ def test_bad_arguments(kwargs, message):
     ],
 )
 def test_layer_refuses_what_the_operator_refuses_in_the_same_words(kwargs):
-    from systems.layers.graphmax_layer import GraphmaxLayer
+    from maxbench.systems.layers.graphmax.layer import GraphmaxLayer
 
     with pytest.raises(MaxbenchError) as by_operator:
         graphmax(torch.zeros(10), random_graph(10), **kwargs)
@@ -473,7 +473,7 @@ def test_non_finite_scores_and_size_mismatch():
 
 
 def test_lazy_reexports():
-    import systems
+    from maxbench import systems
 
     assert systems.graphmax is graphmax
     assert systems.sparsemax is sparsemax
@@ -489,8 +489,8 @@ class _Corpus:
 
 @pytest.fixture
 def fitted(tmp_path, monkeypatch, tiny):
-    from systems.layers.base import FitContext
-    from systems.layers.graphmax_layer import GraphmaxLayer
+    from maxbench.systems.layers.base import FitContext
+    from maxbench.systems.layers.graphmax.layer import GraphmaxLayer
 
     monkeypatch.setenv("MAXBENCH_HOME", str(tmp_path))
 
@@ -523,7 +523,7 @@ def test_layer_paper_mode_and_topk_are_sparse(fitted):
 
 
 def test_layer_decodes_with_stats(fitted, tiny):
-    from systems.decoding import DecodingSetting, decode
+    from maxbench.systems.decoding import DecodingSetting, decode
 
     layer = fitted()
     out = decode(tiny, layer, ["the cat", "a dog"], DecodingSetting(max_new_tokens=5), seeds=[3, 4])
@@ -533,9 +533,9 @@ def test_layer_decodes_with_stats(fitted, tiny):
 
 
 def test_layer_bad_input(fitted, tiny):
-    from systems.graph import build_graph
-    from systems.layers.graphmax_layer import GraphmaxLayer
-    from systems.registry import parse_system
+    from maxbench.systems.graph import build_graph
+    from maxbench.systems.layers.graphmax.layer import GraphmaxLayer
+    from maxbench.systems.system_strings import parse_system
 
     with pytest.raises(MaxbenchError, match="lam must be"):
         parse_system("tiny-random/graphmax(lam=-0.5)/greedy").build_layer()
@@ -569,7 +569,7 @@ def test_float32_solve_is_certified_like_float64():
         assert certified <= 1e-6 * max(1.0, abs(objective(xi, zi, A, lam)))
 
 
-# ---- tokens outside the graph in closed form (systems/layers/graphmax_isolated.py) -----------
+# ---- tokens outside the graph in closed form (systems/layers/graphmax/isolated.py) -----------
 
 
 def sparse_graph(n, touched, density=0.3, seed=0):
@@ -587,14 +587,14 @@ def peaked_scores(rows, n, touched, seed, dtype=F64):
 
 
 def full_width(monkeypatch):
-    from systems.layers import graphmax_isolated
+    from maxbench.systems.layers.graphmax import isolated as graphmax_isolated
 
     monkeypatch.setattr(graphmax_isolated, "split", lambda *a: None)
 
 
 @pytest.mark.parametrize("lam", [0.3, 1.0])
 def test_isolated_tokens_in_closed_form_give_the_full_problem_optimum(lam, monkeypatch):
-    from systems.layers import graphmax_isolated
+    from maxbench.systems.layers.graphmax import isolated as graphmax_isolated
 
     n = 300
     A = sparse_graph(n, 60, seed=40)
@@ -646,7 +646,7 @@ def test_isolated_tokens_in_closed_form_on_the_torch_backend():
 
 
 def test_a_problem_outside_the_series_reach_is_solved_on_all_tokens(monkeypatch):
-    from systems.layers import graphmax_isolated
+    from maxbench.systems.layers.graphmax import isolated as graphmax_isolated
 
     n, lam = 300, 1.0
     A = sparse_graph(n, 60, seed=42)
@@ -672,7 +672,7 @@ def test_a_problem_outside_the_series_reach_is_solved_on_all_tokens(monkeypatch)
 
 
 def test_the_closed_form_is_used_only_where_it_pays():
-    from systems.layers import graphmax_isolated
+    from maxbench.systems.layers.graphmax import isolated as graphmax_isolated
 
     n = 300
     z = peaked_scores(3, n, 60, seed=43)
@@ -684,11 +684,11 @@ def test_the_closed_form_is_used_only_where_it_pays():
     assert graphmax_isolated.split(ZT, GraphOperator(sparse_graph(n, 200, seed=43)), 1.0) is None  # 67% touched
 
 
-# ---- the Newton first step (systems/layers/graphmax_presolve.py) ------------------------------
+# ---- the Newton first step (systems/layers/graphmax/presolve.py) ------------------------------
 
 
 def test_hub_block_is_M_among_the_hubs_and_its_diagonal_elsewhere(monkeypatch):
-    from systems.layers import graphmax_presolve
+    from maxbench.systems.layers.graphmax import presolve as graphmax_presolve
 
     n = 80
     A = random_graph(n, density=0.15, seed=50)
@@ -711,7 +711,7 @@ def test_hub_block_is_M_among_the_hubs_and_its_diagonal_elsewhere(monkeypatch):
 
 
 def test_hub_block_of_the_closed_form_block_maps_to_the_touched_tokens():
-    from systems.layers import graphmax_isolated
+    from maxbench.systems.layers.graphmax import isolated as graphmax_isolated
 
     n, lam = 300, 1.0
     A = sparse_graph(n, 60, seed=51)
@@ -743,7 +743,7 @@ def test_newton_first_step_reaches_the_same_certified_optimum_in_fewer_steps(lam
 
 
 def test_a_first_step_that_increases_f_is_taken_back_for_the_plain_one(monkeypatch):
-    from systems.layers import graphmax_presolve
+    from maxbench.systems.layers.graphmax import presolve as graphmax_presolve
 
     n, lam = 400, 3.0
     A = random_graph(n, density=0.02, seed=53)
@@ -757,7 +757,7 @@ def test_a_first_step_that_increases_f_is_taken_back_for_the_plain_one(monkeypat
 
 
 def test_a_float32_problem_that_does_not_converge_is_solved_again_in_float64(monkeypatch):
-    from systems.layers import graphmax as graphmax_module
+    from maxbench.systems.layers.graphmax import operator as graphmax_module
 
     n, lam = 400, 1.0
     A = random_graph(n, density=0.02, seed=54)
@@ -810,7 +810,7 @@ def test_solver_results_are_pinned():
             assert none is None and torch.equal(again.log_probs, info.log_probs)
             assert torch.equal(x, info.log_probs.exp())
     # the paper solver's torch path (CUDA's) keeps main's pins; the CPU kernels
-    # (systems.layers.paper_kernels, 2026-11-25) add in another order, and the iteration
+    # (maxbench.systems.layers.graphmax.kernels.paper, 2026-11-25) add in another order, and the iteration
     # amplifies that rounding (tests/test_graphmax_paper.py): their own pins
     torch_path = [1.024287e-04, 6.136093e-04, 4.167585e-03, 1.025247e-02, 7.991735e-04, 7.390603e-05]
     torch_path += [6.166585e-04, 9.864960e-04, 3.642140e-03, 1.462642e-04, 7.300936e-04, 3.372871e-03]
@@ -826,7 +826,7 @@ def test_solver_results_are_pinned():
 
 
 def test_layer_decode_is_pinned(fitted, tiny):
-    from systems.decoding import DecodingSetting, decode
+    from maxbench.systems.decoding import DecodingSetting, decode
 
     prompts, seeds = ["the cat", "a dog sat", "the", "on the mat"], [1, 2, 3, 4]
     exact = decode(tiny, fitted(lam=5.0), prompts, DecodingSetting(max_new_tokens=12), seeds)

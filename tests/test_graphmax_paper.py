@@ -1,4 +1,4 @@
-"""graphmax's paper solver on the CPU: the fused kernels (systems.layers.paper_kernels) against
+"""graphmax's paper solver on the CPU: the fused kernels (maxbench.systems.layers.graphmax.kernels.paper) against
 the torch path that CUDA runs, the graph product's bits, threads and the rare paths.
 
 tests/test_graphmax.py checks the solver itself against a plain float64 reimplementation of
@@ -10,8 +10,9 @@ import scipy.sparse as sp
 import torch
 from test_graphmax import random_graph
 
-from systems.layers import graphmax_paper, paper_kernels
-from systems.layers.graphmax import GraphOperator, _certify, graphmax
+from maxbench.systems.layers.graphmax import paper as graphmax_paper
+from maxbench.systems.layers.graphmax.kernels import paper as paper_kernels
+from maxbench.systems.layers.graphmax.operator import GraphOperator, _certify, graphmax
 
 
 def partly_touched_graph(n, touched, seed):

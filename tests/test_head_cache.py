@@ -8,10 +8,11 @@ import pytest
 import torch
 from torch import nn
 
-from core.errors import MaxbenchError
-from systems import hidden_cache as hc
-from systems.layers import kerbs_fit, posg_fit
-from systems.layers.head_cache import head_identity, load_or_train, part_logprobs
+from maxbench.errors import MaxbenchError
+from maxbench.systems import hidden_cache as hc
+from maxbench.systems.layers.head_cache import head_identity, load_or_train, part_logprobs
+from maxbench.systems.layers.kerbs import fit as kerbs_fit
+from maxbench.systems.layers.posg import fit as posg_fit
 
 LM = SimpleNamespace(hash="a" * 64, tokenizer_hash="b" * 64, device=torch.device("cpu"))
 CORPUS = SimpleNamespace(name="food-reviews", sha256="c" * 64)

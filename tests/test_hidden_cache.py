@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from benchmark.corpora import Corpus
-from core.errors import MaxbenchError
-from systems import hidden_cache as hc
+from maxbench.benchmark.corpora import Corpus
+from maxbench.errors import MaxbenchError
+from maxbench.systems import hidden_cache as hc
 
 WORDS = "the a good bad tasty coffee tea dog food is was very not really".split()
 

@@ -7,10 +7,10 @@ from urllib.parse import urlsplit
 import pytest
 from sqlalchemy import select
 
-from human_eval.app import create_app
-from human_eval.db import dispose_engines, session_for
-from human_eval.models import Annotator, Study
-from human_eval.testing import csrf_token, make_study
+from maxbench.human_eval.app.factory import create_app
+from maxbench.human_eval.store.db import dispose_engines, session_for
+from maxbench.human_eval.store.models import Annotator, Study
+from maxbench.human_eval.testing.participants import csrf_token, make_study
 
 
 @pytest.fixture
@@ -142,7 +142,7 @@ def test_cli_reopens_a_closed_study(cli, study):
 
 def _rate_everything(app, created, values):
     """Annotators (by index) rate every page, with values[index](page number) for every criterion."""
-    from human_eval.rubrics import load_rubric
+    from maxbench.human_eval.studies.rubrics import load_rubric
 
     rubric = load_rubric("graphmax")
     for index, value_of in values.items():
@@ -163,9 +163,9 @@ def _rate_everything(app, created, values):
 
 
 def test_admin_agreement_is_the_reports(study):
-    from human_eval.analysis import analyse
-    from human_eval.options import ReportOptions
-    from human_eval.report_cli import ratings_from_database
+    from maxbench.human_eval.analysis.analyse import analyse
+    from maxbench.human_eval.analysis.options import ReportOptions
+    from maxbench.human_eval.report.cli import ratings_from_database
 
     app, url, created = study
     admin = admin_client(app, created)

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-from human_eval.app import create_app
-from human_eval.db import session_for
-from human_eval.export import long_format_rows
-from human_eval.models import Annotator, Assignment, Rating
-from human_eval.rubrics import load_rubric
-from human_eval.testing import csrf_token, make_study
+from maxbench.human_eval.app.factory import create_app
+from maxbench.human_eval.store.db import session_for
+from maxbench.human_eval.store.models import Annotator, Assignment, Rating
+from maxbench.human_eval.studies.export import long_format_rows
+from maxbench.human_eval.studies.rubrics import load_rubric
+from maxbench.human_eval.testing.participants import csrf_token, make_study
 
 GRAPHMAX = load_rubric("graphmax")
 CRITERIA = GRAPHMAX.criterion_names

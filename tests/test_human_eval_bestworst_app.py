@@ -9,12 +9,12 @@ from collections import Counter
 
 import pytest
 
-from human_eval.app import create_app
-from human_eval.db import session_for
-from human_eval.design import bestworst_sequence
-from human_eval.export import bestworst_rows
-from human_eval.rubrics import load_rubric
-from human_eval.testing import csrf_token, enter_with_client, make_study
+from maxbench.human_eval.app.factory import create_app
+from maxbench.human_eval.store.db import session_for
+from maxbench.human_eval.studies.design import bestworst_sequence
+from maxbench.human_eval.studies.export import bestworst_rows
+from maxbench.human_eval.studies.rubrics import load_rubric
+from maxbench.human_eval.testing.participants import csrf_token, enter_with_client, make_study
 
 RUBRIC = load_rubric("bestworst-quality")
 FOUR = [f"tiny/layer{k}/top_p=0.9" for k in range(4)]

@@ -12,10 +12,10 @@ import re
 import pytest
 from sqlalchemy import func, select
 
-from human_eval.db import dispose_engines, session_for
-from human_eval.models import Assignment
-from human_eval.rubrics import load_rubric
-from human_eval.testing import axe_serious, make_study, start_server
+from maxbench.human_eval.store.db import dispose_engines, session_for
+from maxbench.human_eval.store.models import Assignment
+from maxbench.human_eval.studies.rubrics import load_rubric
+from maxbench.human_eval.testing.participants import axe_serious, make_study, start_server
 
 CHROMIUM = "/usr/bin/chromium"
 LAUNCH_ARGS = [

@@ -8,10 +8,10 @@ import os
 
 import pytest
 
-from human_eval.db import dispose_engines, session_for
-from human_eval.rubrics import load_rubric
-from human_eval.study import create_study
-from human_eval.testing import SYSTEMS, axe_serious, free_port, start_server, write_run
+from maxbench.human_eval.store.db import dispose_engines, session_for
+from maxbench.human_eval.studies.create import create_study
+from maxbench.human_eval.studies.rubrics import load_rubric
+from maxbench.human_eval.testing.participants import SYSTEMS, axe_serious, free_port, start_server, write_run
 
 CHROMIUM = "/usr/bin/chromium"
 LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]

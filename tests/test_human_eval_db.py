@@ -6,9 +6,16 @@ import threading
 import pytest
 from sqlalchemy import func, select, update
 
-from core.errors import MaxbenchError
-from human_eval.db import DatabaseBusy, WriteGate, dispose_engines, engine_for, session_for, write_transaction
-from human_eval.models import Study
+from maxbench.errors import MaxbenchError
+from maxbench.human_eval.store.db import (
+    DatabaseBusy,
+    WriteGate,
+    dispose_engines,
+    engine_for,
+    session_for,
+    write_transaction,
+)
+from maxbench.human_eval.store.models import Study
 
 
 def _open_new_database(url, barrier, results):
@@ -112,7 +119,7 @@ def test_wal_is_checkpointed_in_the_background(tmp_path):
     import sqlite3
     import time
 
-    from human_eval.db import WriteGate
+    from maxbench.human_eval.store.db import WriteGate
 
     url = f"sqlite:///{tmp_path / 'c.sqlite3'}"
     engine_for(url, create=True)

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from scipy.stats import wilcoxon
 
-from core.errors import MaxbenchError
-from human_eval.app import create_app
-from human_eval.db import session_for
-from human_eval.rubrics import load_rubric, parse_rubric
-from human_eval.testing import SYSTEMS, csrf_token, make_study
+from maxbench.errors import MaxbenchError
+from maxbench.human_eval.app.factory import create_app
+from maxbench.human_eval.store.db import session_for
+from maxbench.human_eval.studies.rubrics import load_rubric, parse_rubric
+from maxbench.human_eval.testing.participants import SYSTEMS, csrf_token, make_study
 
 RUBRIC = load_rubric("direct-quality")
 # Annotator a01 is harsh, a02 lenient and compressed; both prefer SYSTEMS[1] on most items.
@@ -117,7 +117,7 @@ def test_slider_ratings_are_stored_and_the_report_tests_z_scores(rated, cli, tmp
     md = next((tmp_path / "reports").glob("*/report.md")).read_text()
     assert "per-annotator z-scores" in md
     with session_for(url) as s:
-        from human_eval.export import long_format_rows
+        from maxbench.human_eval.studies.export import long_format_rows
 
         rows = long_format_rows(s, created.slug)
     assert sorted(r["value"] for r in rows if r["item"]) == sorted(v for *_, v in given)

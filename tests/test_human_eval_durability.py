@@ -10,11 +10,17 @@ from urllib.parse import urlsplit
 import pytest
 from sqlalchemy import select
 
-from human_eval.db import dispose_engines, session_for
-from human_eval.export import long_format_rows
-from human_eval.models import Assignment
-from human_eval.rubrics import load_rubric
-from human_eval.testing import ProtocolError, ScriptedAnnotator, csrf_token, make_study, start_server
+from maxbench.human_eval.store.db import dispose_engines, session_for
+from maxbench.human_eval.store.models import Assignment
+from maxbench.human_eval.studies.export import long_format_rows
+from maxbench.human_eval.studies.rubrics import load_rubric
+from maxbench.human_eval.testing.participants import (
+    ProtocolError,
+    ScriptedAnnotator,
+    csrf_token,
+    make_study,
+    start_server,
+)
 
 N_ANNOTATORS = 6
 

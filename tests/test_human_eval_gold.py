@@ -9,12 +9,12 @@ from collections import Counter
 
 import pytest
 
-from human_eval.app import create_app
-from human_eval.db import session_for
-from human_eval.export import gold_accuracy, long_format_rows, pair_judgment_rows, rows_to_csv
-from human_eval.gold import DEGRADATIONS, build_gold_pairs, degrade
-from human_eval.rubrics import load_rubric
-from human_eval.testing import SYSTEMS, csrf_token, enter_with_client, make_study
+from maxbench.human_eval.app.factory import create_app
+from maxbench.human_eval.store.db import session_for
+from maxbench.human_eval.studies.export import gold_accuracy, long_format_rows, pair_judgment_rows, rows_to_csv
+from maxbench.human_eval.studies.gold import DEGRADATIONS, build_gold_pairs, degrade
+from maxbench.human_eval.studies.rubrics import load_rubric
+from maxbench.human_eval.testing.participants import SYSTEMS, csrf_token, enter_with_client, make_study
 
 WORDS = "the soup arrived warm and the bread was fresh while our waiter smiled at every single table".split()
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from human_eval.bestworst import BestWorst, bws_agreement, counting_scores
-from human_eval.direct import z_scores
-from human_eval.pairwise import BT_ALPHA, PairJudgment, bradley_terry, pairwise_agreement, sign_tests
-from human_eval.ratings import Rating
+from maxbench.human_eval.analysis.bestworst import BestWorst, bws_agreement, counting_scores
+from maxbench.human_eval.analysis.direct import z_scores
+from maxbench.human_eval.analysis.pairwise import BT_ALPHA, PairJudgment, bradley_terry, pairwise_agreement, sign_tests
+from maxbench.human_eval.analysis.ratings import Rating
 
 SYSTEMS = ["softmax", "graphmax", "sparsemax"]
 

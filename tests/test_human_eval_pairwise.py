@@ -10,12 +10,12 @@ import choix
 import numpy as np
 import pytest
 
-from human_eval.app import create_app
-from human_eval.db import session_for
-from human_eval.export import pair_judgment_rows
-from human_eval.pairwise import BT_ALPHA
-from human_eval.rubrics import load_rubric
-from human_eval.testing import SYSTEMS, csrf_token, make_study
+from maxbench.human_eval.analysis.pairwise import BT_ALPHA
+from maxbench.human_eval.app.factory import create_app
+from maxbench.human_eval.store.db import session_for
+from maxbench.human_eval.studies.export import pair_judgment_rows
+from maxbench.human_eval.studies.rubrics import load_rubric
+from maxbench.human_eval.testing.participants import SYSTEMS, csrf_token, make_study
 
 RUBRIC = load_rubric("pairwise-quality")
 THREE = [*SYSTEMS, "tiny/sparsemax/top_p=0.9"]

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from scipy.stats import binom, binomtest, norm
 
-from human_eval.direct import z_scores
-from human_eval.plan import simulate_power, standardise
-from human_eval.ratings import Rating
+from maxbench.human_eval.analysis.direct import z_scores
+from maxbench.human_eval.analysis.ratings import Rating
+from maxbench.human_eval.studies.plan import simulate_power, standardise
 
 # The planner's documented model: rating sd within a system = sqrt(noise 1 + item 1 + annotator 0.25).
 TOTAL_SD = math.sqrt(2.25)

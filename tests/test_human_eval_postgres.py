@@ -9,13 +9,13 @@ import pytest
 from sqlalchemy import func, inspect, select
 from sqlalchemy.engine import make_url
 
-from human_eval.app import create_app
-from human_eval.db import dispose_engines, engine_for, session_for
-from human_eval.export import long_format_rows
-from human_eval.models import Base, Rating
-from human_eval.rubrics import load_rubric
-from human_eval.study import create_study
-from human_eval.testing import SYSTEMS, csrf_token, write_run
+from maxbench.human_eval.app.factory import create_app
+from maxbench.human_eval.store.db import dispose_engines, engine_for, session_for
+from maxbench.human_eval.store.models import Base, Rating
+from maxbench.human_eval.studies.create import create_study
+from maxbench.human_eval.studies.export import long_format_rows
+from maxbench.human_eval.studies.rubrics import load_rubric
+from maxbench.human_eval.testing.participants import SYSTEMS, csrf_token, write_run
 
 CRITERIA = load_rubric("posg-lm").criterion_names
 

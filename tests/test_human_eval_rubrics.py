@@ -2,8 +2,8 @@
 
 import pytest
 
-from core.errors import MaxbenchError
-from human_eval.rubrics import Rubric, load_rubric, preset_names
+from maxbench.errors import MaxbenchError
+from maxbench.human_eval.studies.rubrics import Rubric, load_rubric, preset_names
 
 PAPER_PRESETS = {
     # name: (scale, criteria) as the papers define them

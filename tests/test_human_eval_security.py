@@ -9,11 +9,11 @@ from urllib.parse import urlsplit
 import pytest
 from sqlalchemy import func, select
 
-from human_eval.app import create_app
-from human_eval.db import dispose_engines, session_for
-from human_eval.models import Annotator, Assignment, Item, Rating, StudySystem
-from human_eval.rubrics import load_rubric
-from human_eval.testing import SYSTEMS, csrf_token, make_study
+from maxbench.human_eval.app.factory import create_app
+from maxbench.human_eval.store.db import dispose_engines, session_for
+from maxbench.human_eval.store.models import Annotator, Assignment, Item, Rating, StudySystem
+from maxbench.human_eval.studies.rubrics import load_rubric
+from maxbench.human_eval.testing.participants import SYSTEMS, csrf_token, make_study
 
 CRITERIA = load_rubric("graphmax").criterion_names
 EVIL_PROMPT = "Review:<script>alert('prompt')</script>{{ 7*7 }}"
@@ -236,7 +236,7 @@ def test_unknown_and_revoked_links_get_clear_pages(study):
     assert r.status_code == 404 and "not valid" in r.text and "Traceback" not in r.text
     with session_for(url) as s:
         a = s.scalar(select(Annotator).where(Annotator.label == "a01"))
-        from human_eval.models import utcnow
+        from maxbench.human_eval.store.models import utcnow
 
         a.revoked_at = utcnow()
         s.commit()
@@ -268,7 +268,7 @@ def test_admin_pages_need_the_admin_token(study):
 
 def test_admin_of_one_study_cannot_see_another(tmp_path, db_url):
     url, one, _ = make_study(tmp_path, db_url=db_url, raters_per_item=1, annotators=1)
-    from human_eval.study import create_study
+    from maxbench.human_eval.studies.create import create_study
 
     with session_for(url) as s:
         two = create_study(
@@ -292,7 +292,7 @@ def test_error_pages_never_show_a_traceback(study, monkeypatch):
     app, url, created, _ = study
     client = app.test_client()
     enter(client, created)
-    import human_eval.annotator as annotator_views
+    import maxbench.human_eval.app.annotator as annotator_views
 
     def boom(*a, **k):
         raise RuntimeError("secret internal detail /work/main/human_eval")

@@ -9,10 +9,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from human_eval.app import create_app
-from human_eval.db import dispose_engines
-from human_eval.logs import redact
-from human_eval.testing import free_port, make_study, start_server
+from maxbench.human_eval.app.factory import create_app
+from maxbench.human_eval.logs import redact
+from maxbench.human_eval.store.db import dispose_engines
+from maxbench.human_eval.testing.participants import free_port, make_study, start_server
 
 TOKEN = "q9Xk2LmN8pQrStUvWxYz01Ab"  # the shape of secrets.token_urlsafe(18)
 ADMIN = "adm-Zy9Xw8Vu7Ts6Rq5Po4Nm3Lk2Jh1Gf0Ed"
@@ -44,7 +44,7 @@ def test_app_log_lines_carry_no_token(tmp_path, monkeypatch, caplog):
     url, created, _ = make_study(tmp_path, raters_per_item=1, annotators=1)
     app = create_app({"DB_URL": url, "SECRET_KEY": "t"})
     token = created.annotator_tokens[0][1]
-    import human_eval.annotator as annotator_views
+    import maxbench.human_eval.app.annotator as annotator_views
 
     def boom(text):
         raise RuntimeError(f"cannot hash {text}")

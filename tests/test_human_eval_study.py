@@ -9,12 +9,12 @@ from collections import Counter
 import pytest
 from sqlalchemy import select
 
-from core.errors import MaxbenchError
-from human_eval.db import session_for
-from human_eval.design import build_design, paired_sequence
-from human_eval.export import COLUMNS, long_format_rows
-from human_eval.models import Annotator, Assignment, Item, StudySystem
-from human_eval.testing import SYSTEMS, make_study, write_run
+from maxbench.errors import MaxbenchError
+from maxbench.human_eval.store.db import session_for
+from maxbench.human_eval.store.models import Annotator, Assignment, Item, StudySystem
+from maxbench.human_eval.studies.design import build_design, paired_sequence
+from maxbench.human_eval.studies.export import COLUMNS, long_format_rows
+from maxbench.human_eval.testing.participants import SYSTEMS, make_study, write_run
 
 
 @pytest.mark.parametrize(
@@ -87,8 +87,8 @@ def test_study_hides_systems_and_records_order(tmp_path):
 def test_independent_design_and_run_with_too_few_items(tmp_path):
     run = write_run(tmp_path / "r", SYSTEMS, 3)
     url = f"sqlite:///{tmp_path / 'db.sqlite3'}"
-    from human_eval.rubrics import load_rubric
-    from human_eval.study import create_study
+    from maxbench.human_eval.studies.create import create_study
+    from maxbench.human_eval.studies.rubrics import load_rubric
 
     with session_for(url, create=True) as s:
         with pytest.raises(MaxbenchError, match="fewer than --items-per-system 5"):
@@ -112,7 +112,7 @@ def test_export_contract_keys(tmp_path):
     url, created, _ = make_study(tmp_path, raters_per_item=1, annotators=1, attention_rate=0)
     with session_for(url) as s:
         a = s.scalars(select(Assignment).order_by(Assignment.position)).first()
-        from human_eval.models import Rating
+        from maxbench.human_eval.store.models import Rating
 
         s.add(Rating(assignment_id=a.id, criterion="story_line", value=4))
         s.add(Rating(assignment_id=a.id, criterion="text_style", value=2))

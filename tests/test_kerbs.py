@@ -9,15 +9,15 @@ import random
 import pytest
 import torch
 
-from benchmark.corpora import Corpus
-from core.errors import MaxbenchError
-from systems import hidden_cache as hc
-from systems.decoding import DecodingSetting, decode
-from systems.layers.base import FitContext
-from systems.layers.kerbs import KerBSHead, grouped_logsumexp, kernel, normalisation_a
-from systems.layers.kerbs_fit import KerBSConfig, Reallocator, TrainData, fit_kerbs, train_head
-from systems.layers.kerbs_layer import KerBSLayer
-from systems.layers.softmax import SoftmaxLayer
+from maxbench.benchmark.corpora import Corpus
+from maxbench.errors import MaxbenchError
+from maxbench.systems import hidden_cache as hc
+from maxbench.systems.decoding import DecodingSetting, decode
+from maxbench.systems.layers.base import FitContext
+from maxbench.systems.layers.kerbs.fit import KerBSConfig, Reallocator, TrainData, fit_kerbs, train_head
+from maxbench.systems.layers.kerbs.head import KerBSHead, grouped_logsumexp, kernel, normalisation_a
+from maxbench.systems.layers.kerbs.layer import KerBSLayer
+from maxbench.systems.layers.softmax import SoftmaxLayer
 
 WORDS = "the a good bad tasty coffee tea dog food is was very not really".split()
 
@@ -254,7 +254,7 @@ def test_head_for_another_model_is_refused(tiny, home):
 
 def test_half_written_head_is_never_loaded(tiny, home, monkeypatch):
     corpus = tiny_corpus()
-    import systems.layers.kerbs_fit as kerbs_mod
+    import maxbench.systems.layers.kerbs.fit as kerbs_mod
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
@@ -298,11 +298,13 @@ def test_too_many_senses_is_a_clear_error(tiny, home):
     ],
 )
 def test_cli_bad_input_exits_2(cli, home, monkeypatch, argv, message):
-    import benchmark.corpora
+    import maxbench.benchmark.corpora
 
-    real = benchmark.corpora.load_corpus
+    real = maxbench.benchmark.corpora.load_corpus
     monkeypatch.setattr(
-        benchmark.corpora, "load_corpus", lambda name: tiny_corpus(n_fit=30, n_test=5) if name == "tiny" else real(name)
+        maxbench.benchmark.corpora,
+        "load_corpus",
+        lambda name: tiny_corpus(n_fit=30, n_test=5) if name == "tiny" else real(name),
     )
     rc, out, err = cli(*argv)
     assert rc == 2, err
@@ -311,9 +313,9 @@ def test_cli_bad_input_exits_2(cli, home, monkeypatch, argv, message):
 
 
 def test_cli_fit_prints_perplexities_and_path(cli, home, monkeypatch):
-    import benchmark.corpora
+    import maxbench.benchmark.corpora
 
-    monkeypatch.setattr(benchmark.corpora, "load_corpus", lambda name: tiny_corpus())
+    monkeypatch.setattr(maxbench.benchmark.corpora, "load_corpus", lambda name: tiny_corpus())
     argv = [
         "fit",
         "--model",

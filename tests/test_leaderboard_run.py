@@ -35,9 +35,9 @@ def _cmd(reg, tmp_path, run_id, out, *extra):
     return [
         sys.executable,
         "-m",
-        "benchmark",
+        "maxbench",
         "run",
-        "--registry",
+        "--lineup",
         str(reg),
         "--runs-dir",
         str(tmp_path / "runs"),
@@ -142,7 +142,7 @@ def test_bad_registries_exit_2(tmp_path, cli, systems, extra, words):
         reg.write_text(reg.read_text().replace('"rouge-l"]', '"rouge"]'))
     if "twice" in words:
         reg.write_text(reg.read_text().replace(f'baseline = "{systems[0]}"\n', ""))
-    rc, _, err = cli("run", "--registry", reg, "--runs-dir", tmp_path / "runs", "--out", tmp_path / "lb")
+    rc, _, err = cli("run", "--lineup", reg, "--runs-dir", tmp_path / "runs", "--out", tmp_path / "lb")
     assert rc == 2 and err.count("\n") == 1 and words in err, err
     assert not (tmp_path / "runs").exists()
 
@@ -154,7 +154,7 @@ def test_run_dir_of_another_registry_is_refused(tmp_path, cli):
     other = _registry(tmp_path, SYSTEMS[1:2])
     rc, _, err = cli(
         "run",
-        "--registry",
+        "--lineup",
         other,
         "--runs-dir",
         tmp_path / "runs",
@@ -169,7 +169,7 @@ def test_run_dir_of_another_registry_is_refused(tmp_path, cli):
 
 
 def test_builtin_lineups_are_valid():
-    from benchmark.lineup import builtin_lineups, load_lineup
+    from maxbench.benchmark.lineup import builtin_lineups, load_lineup
 
     assert list(builtin_lineups()) == ["base-lms", "decoding-baselines", "default", "lambda-sweep"]
     reg = load_lineup("default")

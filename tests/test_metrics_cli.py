@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from benchmark.cli import main
-from benchmark.metrics.base import TextBatch, get_metric
-from core.errors import MaxbenchError
+from maxbench.benchmark.metrics.base import TextBatch, get_metric
+from maxbench.cli import main
+from maxbench.errors import MaxbenchError
 
 FAST = "sacrebleu,bleu-n,rouge-l,self-bleu,rep,distinct,uniq,kld,ms-jaccard"
 
@@ -201,8 +201,8 @@ def test_bad_metric_lists(tmp_path, capsys, args, expected):
 
 
 def test_missing_model_or_data_names_the_metric(tmp_path, capsys, monkeypatch):
-    import systems.assets
-    import systems.models
+    import maxbench.systems.assets
+    import maxbench.systems.models
 
     def offline(name):
         raise MaxbenchError(f"cannot fetch asset '{name}' from its registry: no network")
@@ -210,8 +210,8 @@ def test_missing_model_or_data_names_the_metric(tmp_path, capsys, monkeypatch):
     def no_model(name, device=None, threads=None):
         raise MaxbenchError(f"no model named '{name}'")
 
-    monkeypatch.setattr(systems.assets, "fetch", offline)
-    monkeypatch.setattr(systems.models, "load_model", no_model)
+    monkeypatch.setattr(maxbench.systems.assets, "fetch", offline)
+    monkeypatch.setattr(maxbench.systems.models, "load_model", no_model)
     gens, refs = tmp_path / "g.txt", tmp_path / "r.txt"
     gens.write_text("a text\n")
     refs.write_text("a reference\n")

@@ -9,9 +9,9 @@ import math
 
 import pytest
 
-from benchmark.metrics.base import TextBatch, get_metric
-from benchmark.metrics.diversity import repetition_loop
-from benchmark.metrics.tokenize import word_tokens
+from maxbench.benchmark.metrics.base import TextBatch, get_metric
+from maxbench.benchmark.metrics.diversity import repetition_loop
+from maxbench.benchmark.metrics.tokenize import word_tokens
 
 
 def batch(texts, refs=None):
@@ -139,8 +139,8 @@ def test_corpus_level_scores_do_not_depend_on_pythonhashseed():
 
     code = (
         "import random\n"
-        "from benchmark.metrics.base import get_metric\n"
-        "from benchmark.metrics.base import TextBatch\n"
+        "from maxbench.benchmark.metrics.base import get_metric\n"
+        "from maxbench.benchmark.metrics.base import TextBatch\n"
         "rng = random.Random(0)\n"
         "words = [f'w{i}' for i in range(300)]\n"
         "texts = [' '.join(rng.choice(words) for _ in range(40)) for _ in range(60)]\n"

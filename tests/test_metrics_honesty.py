@@ -9,11 +9,11 @@ import math
 import numpy as np
 import pytest
 
-from benchmark.cli import main
-from benchmark.metrics.base import METRICS, Metric, Score, TextBatch, get_metric
-from benchmark.metrics.stats import bootstrap_ci, mean_stats
-from core.errors import MaxbenchError
-from core.provenance import package_version
+from maxbench.benchmark.metrics.base import METRICS, Metric, Score, TextBatch, get_metric
+from maxbench.benchmark.metrics.stats import bootstrap_ci, mean_stats
+from maxbench.cli import main
+from maxbench.errors import MaxbenchError
+from maxbench.provenance import package_version
 
 SOFT = "tiny-random/softmax/top_p=0.9"
 SPARSE = "tiny-random/sparsemax/top_p=0.9"

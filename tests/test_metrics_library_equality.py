@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 
-from benchmark.metrics.base import TextBatch, get_metric
-from benchmark.metrics.sentence_bleu import pool_bleu, self_bleu
-from benchmark.metrics.tokenize import word_tokens
-from systems.assets import fetch
+from maxbench.benchmark.metrics.base import TextBatch, get_metric
+from maxbench.benchmark.metrics.sentence_bleu import pool_bleu, self_bleu
+from maxbench.benchmark.metrics.tokenize import word_tokens
+from maxbench.systems.assets import fetch
 
 TOL = 1e-9
 METHOD1 = SmoothingFunction().method1
@@ -114,7 +114,7 @@ def test_rouge_l_equals_rouge_score(run_like):
 def test_meteor_equals_nltk(run_like):
     from nltk.translate.meteor_score import meteor_score
 
-    from systems.assets import wordnet_ready
+    from maxbench.systems.assets import wordnet_ready
 
     res = get_metric("meteor").compute(run_like)
     wordnet_ready()

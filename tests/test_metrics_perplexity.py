@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from benchmark.metrics.base import TextBatch, get_metric
-from benchmark.metrics.perplexity import reference_perplexity, token_nll
+from maxbench.benchmark.metrics.base import TextBatch, get_metric
+from maxbench.benchmark.metrics.perplexity import reference_perplexity, token_nll
 
 
 def test_reference_perplexity_by_hand():
@@ -92,8 +92,8 @@ def test_token_nll_cuts_long_contexts_from_the_left(tiny_llama):
 
 
 def test_ppl_metric_with_the_tiny_random_model():
-    pytest.importorskip("systems.models")
-    from systems.models import load_model
+    pytest.importorskip("maxbench.systems.models")
+    from maxbench.systems.models import load_model
 
     b = TextBatch(
         [" and then it rained.", "", " Fine."],

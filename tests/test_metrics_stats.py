@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from benchmark.metrics.base import TextBatch, get_metric
-from benchmark.metrics.stats import bootstrap_ci, mean_stats, paired_test
-from core.intervals import ConfidenceInterval
+from maxbench.benchmark.metrics.base import TextBatch, get_metric
+from maxbench.benchmark.metrics.stats import bootstrap_ci, mean_stats, paired_test
+from maxbench.intervals import ConfidenceInterval
 
 
 def test_mean_stats_value_and_per_prompt():

@@ -1,4 +1,4 @@
-"""A built-in GGUF model is converted to fp32 safetensors once (systems.models.gguf_cache), with the
+"""A built-in GGUF model is converted to fp32 safetensors once (maxbench.systems.models.gguf_cache), with the
 file parsed once (``parsed_once``): the same bytes as transformers' loaders called plainly, which
 parse it three times, and the weights every committed run of the embedded model records."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import gguf
 import pytest
 
-from systems import models
+from maxbench.systems import models
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from systems.decoding import DecodingSetting, warp_rows
-from systems.multinomial import multinomial_rows
+from maxbench.systems.decoding import DecodingSetting, warp_rows
+from maxbench.systems.multinomial import multinomial_rows
 
 
 def _torch(probs, seeds):

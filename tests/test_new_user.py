@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import MaxbenchError
-from core.fileio import atomic_write
+from maxbench.errors import MaxbenchError
+from maxbench.fileio import atomic_write
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = "tiny-random/softmax/greedy,max_new_tokens=4"
@@ -288,7 +288,7 @@ def _committed_run(tmp_path, folder: Path) -> Path:
 
 @pytest.mark.parametrize("folder", ["results", "results/lambda-sweep"])
 def test_committed_leaderboards_render_byte_identically_through_the_document_model(tmp_path, monkeypatch, folder):
-    from benchmark.leaderboard import render
+    from maxbench.benchmark.leaderboard import render
 
     committed = ROOT / folder
     monkeypatch.chdir(tmp_path)  # the md names its source as given: results/runs/<run>
@@ -301,7 +301,7 @@ def test_committed_leaderboards_render_byte_identically_through_the_document_mod
 # ---------------------------------------------------------------- checked before work starts
 def _run(cli, tmp_path, lineup, *extra):
     return cli(
-        "run", "--registry", lineup, "--runs-dir", tmp_path / "runs", "--out", tmp_path / "lb",
+        "run", "--lineup", lineup, "--runs-dir", tmp_path / "runs", "--out", tmp_path / "lb",
         "--no-progress", "--n-resamples", "10", *extra,
     )  # fmt: skip
 
@@ -335,7 +335,7 @@ def test_leaderboard_folder_that_cannot_be_written_is_refused_before_generating(
     (tmp_path / "afile").write_text("x")
     lineup = _lineup(tmp_path, [TINY])
     rc, _, err = cli(
-        "run", "--registry", lineup, "--runs-dir", tmp_path / "runs", "--out", tmp_path / "afile", "--no-progress"
+        "run", "--lineup", lineup, "--runs-dir", tmp_path / "runs", "--out", tmp_path / "afile", "--no-progress"
     )
     _one_line_exit_2((rc, "", err), "--out", "is a file")
     assert not (tmp_path / "runs").exists()
@@ -371,7 +371,7 @@ def test_run_id_that_is_not_one_plain_folder_name_is_refused(tmp_path, cli, comm
     else:
         argv = [
             "run",
-            "--registry",
+            "--lineup",
             _lineup(tmp_path, [TINY]),
             "--runs-dir",
             tmp_path / "runs",
@@ -384,7 +384,7 @@ def test_run_id_that_is_not_one_plain_folder_name_is_refused(tmp_path, cli, comm
 
 
 def test_derived_run_ids_stay_one_plain_name():
-    from benchmark.commands import run_id
+    from maxbench.benchmark.commands import run_id
 
     assert run_id(None, "smoke", "tiny-random/softmax/top_p=0.9") == "smoke-tiny_random_softmax_top_p=0.9"
     long = run_id(
@@ -395,9 +395,9 @@ def test_derived_run_ids_stay_one_plain_name():
 
 
 def test_free_disk_space_is_checked_before_the_first_token(tmp_path, cli, monkeypatch):
-    import benchmark.runner
+    import maxbench.benchmark.runner
 
-    monkeypatch.setattr(benchmark.runner, "free_bytes", lambda path: 1 << 20)
+    monkeypatch.setattr(maxbench.benchmark.runner, "free_bytes", lambda path: 1 << 20)
     lineup = _lineup(tmp_path, [TINY])
     _one_line_exit_2(_run(cli, tmp_path, lineup), "MiB are free there")
     assert not (tmp_path / "runs").exists()
@@ -425,17 +425,17 @@ def test_positions_past_the_models_context_are_refused_before_generating(
 
 
 def test_a_batch_that_cannot_fit_in_memory_is_refused_before_generating(tmp_path, cli, monkeypatch):
-    import systems.decoding
+    import maxbench.systems.decoding
 
-    monkeypatch.setattr(systems.decoding, "available_memory", lambda device: 1 << 16)
+    monkeypatch.setattr(maxbench.systems.decoding, "available_memory", lambda device: 1 << 16)
     rc = cli("generate", "--model", "tiny-random", "--suite", _suite(tmp_path), "--runs-dir", tmp_path / "runs")
     _one_line_exit_2(rc, "GiB free", "lower the batch size")
     assert not (tmp_path / "runs").exists()
 
 
 def test_decode_itself_refuses_positions_past_the_context(tiny):
-    from systems.decoding import DecodingSetting, decode
-    from systems.registry import parse_system
+    from maxbench.systems.decoding import DecodingSetting, decode
+    from maxbench.systems.system_strings import parse_system
 
     layer = parse_system("tiny-random/softmax/greedy").build_layer()
     with pytest.raises(MaxbenchError, match="context of 512"):
@@ -443,7 +443,7 @@ def test_decode_itself_refuses_positions_past_the_context(tiny):
 
 
 def test_memory_estimate_grows_with_batch_and_squared_length(tiny):
-    from systems.decoding import memory_estimate
+    from maxbench.systems.decoding import memory_estimate
 
     small, batch, long = (memory_estimate(tiny, b, t, False) for b, t in ((1, 100), (4, 100), (1, 400)))
     assert batch > 3 * small and long > 4 * small
@@ -521,18 +521,18 @@ def test_model_that_is_not_a_valid_hub_id_is_one_line(tmp_path, cli, model):
 
 
 def test_an_operating_system_error_no_command_expected_is_one_line(cli, monkeypatch):
-    import benchmark.commands
+    import maxbench.benchmark.commands
 
     def refused(args):
         raise PermissionError(13, "Permission denied", "/some/where")
 
-    monkeypatch.setattr(benchmark.commands, "cmd_suites", refused)
+    monkeypatch.setattr(maxbench.benchmark.commands, "cmd_suites", refused)
     _one_line_exit_2(cli("suites"), "cannot use /some/where: permission denied")
 
 
 def test_run_directory_names_are_those_earlier_versions_gave():
     # Resuming an existing run, and the README's examples, depend on these names staying put.
-    from benchmark.commands import lineup_run_id, run_id
+    from maxbench.benchmark.commands import lineup_run_id, run_id
 
     assert lineup_run_id(None, "default", "food-reviews") == "default-food-reviews"
     assert run_id(None, "food-reviews", "smollm2-135m/softmax/top_p=0.9") == (

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_leaderboard_run import _registry  # the same 3-system tiny-random lineup, 12 prompts x 2 samples
 
-from benchmark.workers import cpu_cores
+from maxbench.benchmark.workers import cpu_cores
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="worker processes are tested on Linux")
 
@@ -22,9 +22,9 @@ def _cmd(tmp: Path, run_id: str, *extra) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "benchmark",
+        "maxbench",
         "run",
-        "--registry",
+        "--lineup",
         str(tmp / "reg.toml"),
         "--runs-dir",
         str(tmp / "runs"),
@@ -180,9 +180,9 @@ def test_torchrun_shard_auto_then_merge_equals_one_process(sequential):
     tmp, one = sequential
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
     assert torchrun, "torch installs torchrun"
-    base = _cmd(tmp, "tr")[3:]  # run --registry ...
+    base = _cmd(tmp, "tr")[3:]  # run --lineup ...
     p = subprocess.run(
-        [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "benchmark", *base, "--shard", "auto"],
+        [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "maxbench", *base, "--shard", "auto"],
         capture_output=True,
         text=True,
         env=os.environ | {"OMP_NUM_THREADS": "1"},
@@ -211,7 +211,7 @@ def test_workers_with_shard_is_refused(tmp_path, cli):
 def test_workers_get_every_library_s_thread_count():
     """numba's pool too: with its default (a thread per core) a 1-thread worker kept a second
     thread spinning between the paper solver's kernels, and two workers ran 2-8x slower."""
-    from benchmark.workers import thread_env
+    from maxbench.benchmark.workers import thread_env
 
     assert thread_env(1) == {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
     assert thread_env(3)["NUMBA_NUM_THREADS"] == "3"

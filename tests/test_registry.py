@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from core.errors import MaxbenchError
-from core.registry import Registry, closest, unknown_name
+from maxbench.errors import MaxbenchError
+from maxbench.registry import Registry, closest, unknown_name
 
 
 class Base:
@@ -74,8 +74,8 @@ def test_an_unknown_name_is_one_line_with_the_closest_known_name():
         (["generate", "--layer", "grapmax"], "unknown output layer 'grapmax': did you mean 'graphmax'?"),
         (["generate", "--layer", "Sparsemax"], "unknown output layer 'Sparsemax': did you mean 'sparsemax'?"),
         (["generate", "--layer", "graphmax(lamb=1.0)"], "has no parameter 'lamb': did you mean 'lam'?"),
-        (["run", "--registry", "defualt"], "unknown lineup 'defualt': did you mean 'default'?"),
-        (["run", "--registry", "lambda-swep"], "did you mean 'lambda-sweep'?"),
+        (["run", "--lineup", "defualt"], "unknown lineup 'defualt': did you mean 'default'?"),
+        (["run", "--lineup", "lambda-swep"], "did you mean 'lambda-sweep'?"),
         (
             ["score", "--generations", "X", "--metrics", "rep,sacreblue"],
             "metric 'sacreblue': did you mean 'sacrebleu'?",
@@ -96,14 +96,14 @@ def test_unknown_names_in_every_registry_exit_2_with_the_closest_name(tmp_path, 
 
 
 def test_every_registered_layer_and_metric_is_the_class_of_that_name():
-    from benchmark.metrics.base import METRICS, get_metric
-    from systems.registry import LAYERS, layer_class
+    from maxbench.benchmark.metrics.base import METRICS, get_metric
+    from maxbench.systems.system_strings import LAYERS, layer_class
 
-    for name in LAYERS:  # kerbs and posg: systems.layers.kerbs_layer / posg_layer
+    for name in LAYERS:  # kerbs and posg: maxbench.systems.layers.kerbs.layer / posg_layer
         assert layer_class(name).name == name
     for name in METRICS:
         assert get_metric(name).name == name
-    from benchmark.metrics.cli import DEFAULT_METRICS, PAPER_METRICS  # kept apart: --help imports no scipy
+    from maxbench.benchmark.metrics.cli import DEFAULT_METRICS, PAPER_METRICS  # kept apart: --help imports no scipy
 
     assert sorted(DEFAULT_METRICS + PAPER_METRICS) == sorted(n for n in METRICS if n != "ref-ppl")
     assert not set(DEFAULT_METRICS) & set(PAPER_METRICS)
@@ -111,7 +111,7 @@ def test_every_registered_layer_and_metric_is_the_class_of_that_name():
 
 @pytest.mark.parametrize(("label", "near"), [("top_pp=0.9", "top_p"), ("topk=3", "top_k"), ("greedyy", "greedy")])
 def test_a_misspelled_decoding_key_names_the_closest_one(label, near):
-    from systems.decoding import DecodingSetting
+    from maxbench.systems.decoding import DecodingSetting
 
     with pytest.raises(MaxbenchError) as err:
         DecodingSetting.parse(label)

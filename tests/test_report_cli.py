@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmark import cli as cli_module
-from benchmark.cli import main
+from maxbench import cli as cli_module
+from maxbench.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
@@ -62,7 +62,7 @@ def grid(
 
 
 def test_report_is_registered_in_the_cli():
-    assert "human_eval.report_cli" in cli_module.COMMAND_MODULES
+    assert cli_module.report_cli in cli_module.COMMAND_MODULES
 
 
 def test_report_writes_every_file(tmp_path, capsys):
@@ -110,7 +110,7 @@ def test_same_input_gives_byte_identical_files(tmp_path):
             [
                 sys.executable,
                 "-m",
-                "benchmark",
+                "maxbench",
                 "report",
                 "--ratings",
                 str(PAIRED),
@@ -337,12 +337,12 @@ def test_bad_options_are_rejected(tmp_path, capsys):
 
 
 def test_report_from_a_study_in_the_database(tmp_path, capsys):
-    pytest.importorskip("human_eval.export")
-    from human_eval.db import dispose_engines, session_for
-    from human_eval.export import long_format_rows, rows_to_csv
-    from human_eval.models import Assignment, Rating
-    from human_eval.rubrics import load_rubric
-    from human_eval.study import create_study
+    pytest.importorskip("maxbench.human_eval.studies.export")
+    from maxbench.human_eval.store.db import dispose_engines, session_for
+    from maxbench.human_eval.store.models import Assignment, Rating
+    from maxbench.human_eval.studies.create import create_study
+    from maxbench.human_eval.studies.export import long_format_rows, rows_to_csv
+    from maxbench.human_eval.studies.rubrics import load_rubric
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()

@@ -12,16 +12,15 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-import human_eval.analysis
-import human_eval.options
-import human_eval.ratings
-import human_eval.results
-import human_eval.statistics
-from core.intervals import ConfidenceInterval
-from human_eval.analysis import analyse
-from human_eval.options import ReportOptions
-from human_eval.ratings import load_ratings, ratings_from_records
-from human_eval.statistics import (
+import maxbench.human_eval.analysis.analyse
+import maxbench.human_eval.analysis.options
+import maxbench.human_eval.analysis.ratings
+import maxbench.human_eval.analysis.results
+import maxbench.human_eval.analysis.statistics
+from maxbench.human_eval.analysis.analyse import analyse
+from maxbench.human_eval.analysis.options import ReportOptions
+from maxbench.human_eval.analysis.ratings import load_ratings, ratings_from_records
+from maxbench.human_eval.analysis.statistics import (
     DIFFERENCE_DECIMALS,
     agreement,
     bootstrap_rank_biserial_paired,
@@ -33,6 +32,7 @@ from human_eval.statistics import (
     rank_biserial_unpaired,
     wilcoxon_paired,
 )
+from maxbench.intervals import ConfidenceInterval
 
 DATA = Path(__file__).parent / "data"
 FIVE = [1.0, 2.0, 3.0, 4.0, 5.0]
@@ -247,7 +247,7 @@ def test_alpha_equals_krippendorff_on_its_documented_example():
         if not math.isnan(v)
     ]
     ratings = ratings_from_records(records, "doc")
-    from human_eval.results import Scale
+    from maxbench.human_eval.analysis.results import Scale
 
     result = agreement("q", ratings.rows, Scale(1, 5, tuple(FIVE), "test"), n_boot=200, seed=0)
     assert round(result.ordinal, 3) == 0.815  # the value in krippendorff.alpha's docstring
@@ -256,7 +256,7 @@ def test_alpha_equals_krippendorff_on_its_documented_example():
 
 
 def _table(path: Path, min_seconds=None) -> pd.DataFrame:
-    """The fixture read independently of human_eval.ratings, with the report's exclusions."""
+    """The fixture read independently of maxbench.human_eval.analysis.ratings, with the report's exclusions."""
     df = pd.read_csv(path, keep_default_na=False)
     df = df[~df["flags"].astype(str).str.contains("attention_failed")]
     if min_seconds is not None:
@@ -320,7 +320,7 @@ def test_every_statistic_equals_scipy_and_krippendorff_paired(paired):
 
 def test_alpha_bootstrap_equals_loop_over_resampled_items(paired):
     result, df = paired
-    from human_eval.statistics import seeded_rng
+    from maxbench.human_eval.analysis.statistics import seeded_rng
 
     at = df[df.criterion == "fluency"]
     wide = at.pivot_table(index="annotator", columns=["item", "system"], values="value")
@@ -371,11 +371,11 @@ def test_every_interval_is_a_confidence_interval_written_as_a_pair(paired):
 def test_no_class_of_the_analysis_is_named_like_a_pytest_test_class():
     # pytest collects classes named Test* from any test module that imports them, and warns
     for module in (
-        human_eval.analysis,
-        human_eval.options,
-        human_eval.ratings,
-        human_eval.results,
-        human_eval.statistics,
+        maxbench.human_eval.analysis.analyse,
+        maxbench.human_eval.analysis.options,
+        maxbench.human_eval.analysis.ratings,
+        maxbench.human_eval.analysis.results,
+        maxbench.human_eval.analysis.statistics,
     ):
         classes = [n for n, obj in vars(module).items() if isinstance(obj, type) and n.startswith("Test")]
         assert classes == [], module.__name__
@@ -408,7 +408,7 @@ def test_alpha_without_variation_is_undefined_and_said():
         for i in range(4)
         for a in ("x", "y")
     ]
-    from human_eval.results import Scale
+    from maxbench.human_eval.analysis.results import Scale
 
     result = agreement(
         "q", ratings_from_records(records, "flat").rows, Scale(1, 5, tuple(FIVE), "test"), n_boot=200, seed=0

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.cli import main
-from human_eval.db import dispose_engines, session_for
-from human_eval.models import Annotator, Assignment, Rating, Study, utcnow
-from human_eval.rubrics import load_rubric
-from human_eval.study import create_study
+from maxbench.cli import main
+from maxbench.human_eval.store.db import dispose_engines, session_for
+from maxbench.human_eval.store.models import Annotator, Assignment, Rating, Study, utcnow
+from maxbench.human_eval.studies.create import create_study
+from maxbench.human_eval.studies.rubrics import load_rubric
 
 SYSTEMS = ("m/softmax", "m/graphmax")  # "m/graphmax" comes first by name
 FAST = ["--n-boot", "200"]

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.corpora import fold_of, fold_view, load_corpus
-from benchmark.reproduce.papers import load_paper, paper_names
-from benchmark.reproduce.verdicts import (
+from maxbench.benchmark.corpora import fold_of, fold_view, load_corpus
+from maxbench.benchmark.reproduce.papers import load_paper, paper_names
+from maxbench.benchmark.reproduce.verdicts import (
     NOT_COMPARABLE,
     NOT_REPRODUCED,
     REPRODUCED,
@@ -23,7 +23,7 @@ from benchmark.reproduce.verdicts import (
     decide,
     ratio_interval,
 )
-from core.errors import MaxbenchError
+from maxbench.errors import MaxbenchError
 
 WORDS = (
     "the soup was good bad great bread tea coffee taste sweet salty fresh stale price box bag my dog loved it".split()
@@ -37,7 +37,7 @@ def tiny_texts(n=60, seed=0):
 
 def write_corpus(home: Path, name: str, texts: list[str]) -> None:
     """A corpus in load_corpus's cache format, so no registry is needed (also in a subprocess)."""
-    from benchmark.corpora import CORPUS_VERSION, is_test
+    from maxbench.benchmark.corpora import CORPUS_VERSION, is_test
 
     root = home / "corpora"
     root.mkdir(parents=True, exist_ok=True)
@@ -176,8 +176,8 @@ def test_fold_views_have_their_own_identity_and_leave_the_corpus_alone(home):
     ],
 )
 def test_bad_fold_views_are_one_line(name, message):
-    from benchmark.corpora import check_corpus
-    from core.errors import MaxbenchError
+    from maxbench.benchmark.corpora import check_corpus
+    from maxbench.errors import MaxbenchError
 
     with pytest.raises(MaxbenchError, match=message):
         check_corpus(name)
@@ -252,7 +252,7 @@ def test_the_three_papers_load_with_their_numbers():
 
 
 def test_a_claim_naming_an_unknown_role_is_refused(tmp_path):
-    from core.errors import MaxbenchError
+    from maxbench.errors import MaxbenchError
 
     bad = tmp_path / "bad.toml"
     bad.write_text(
@@ -290,7 +290,7 @@ def _argv(paper_file, out):
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory):
     """One uninterrupted reproduction of the toy paper (in-process), shared by the tests below."""
-    from benchmark.cli import main
+    from maxbench.cli import main
 
     root = tmp_path_factory.mktemp("repro")
     with pytest.MonkeyPatch.context() as mp:
@@ -305,11 +305,11 @@ RUNS = ("tiny-random-food-reviews-fold0of2-n3", "tiny-random-food-reviews-fold1o
 
 
 def test_reproduction_resumes_after_kill_9_byte_identical(clean, monkeypatch):
-    from benchmark.cli import main
+    from maxbench.cli import main
 
     monkeypatch.setenv("MAXBENCH_HOME", str(clean / "home"))
     killed = clean / "killed"
-    argv = [sys.executable, "-m", "benchmark", *_argv(clean / "toy.toml", killed)]
+    argv = [sys.executable, "-m", "maxbench", *_argv(clean / "toy.toml", killed)]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     first = killed / "runs" / RUNS[0] / "generations.jsonl"
     deadline = time.time() + 300
@@ -371,11 +371,11 @@ def test_the_report_has_a_table_per_claim_with_verdicts_and_provenance(clean):
 def test_the_paired_difference_against_another_system_matches_a_direct_test(clean, monkeypatch):
     """The claim table's difference against a system that is not the run's baseline is the
     paired test of the two systems' scores (the same as scores.json would hold)."""
-    from benchmark.metrics.base import get_metric
-    from benchmark.metrics.scoring import load_run
-    from benchmark.metrics.stats import paired_test
-    from benchmark.reproduce.protocol import Options, plan_runs
-    from benchmark.reproduce.report import PairCache, claim_rows
+    from maxbench.benchmark.metrics.base import get_metric
+    from maxbench.benchmark.metrics.scoring import load_run
+    from maxbench.benchmark.metrics.stats import paired_test
+    from maxbench.benchmark.reproduce.protocol import Options, plan_runs
+    from maxbench.benchmark.reproduce.report import PairCache, claim_rows
 
     monkeypatch.setenv("MAXBENCH_HOME", str(clean / "home"))
     paper = load_paper(str(clean / "toy.toml"))
@@ -397,9 +397,9 @@ def test_a_correlation_claim_is_pearson_r_over_every_system_and_the_human_refere
     references scored as if a system had written them), with Fisher's z interval."""
     from scipy.stats import pearsonr
 
-    from benchmark.metrics.base import TextBatch, get_metric
-    from benchmark.reproduce.protocol import Options, plan_runs
-    from benchmark.reproduce.report import pearson
+    from maxbench.benchmark.metrics.base import TextBatch, get_metric
+    from maxbench.benchmark.reproduce.protocol import Options, plan_runs
+    from maxbench.benchmark.reproduce.report import pearson
 
     monkeypatch.setenv("MAXBENCH_HOME", str(clean / "home"))
     paper = load_paper(str(clean / "toy.toml"))
@@ -448,7 +448,7 @@ def test_a_correlation_claim_needs_its_against_scores(tmp_path):
 
 
 def test_window_items_cut_consecutive_50_plus_100_word_windows():
-    from benchmark.suites import _window_items
+    from maxbench.benchmark.suites import _window_items
 
     text = " ".join(f"w{i}" for i in range(320))  # two whole windows, 20 words left over
     items = _window_items([text, "too short"], "wiki", 10)
@@ -478,7 +478,7 @@ WIKI_XML = f"""<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/">
 def test_wikipedia_articles_lose_their_markup_and_only_articles_are_kept(tmp_path, monkeypatch):
     import bz2
 
-    import benchmark.corpora as corpora
+    import maxbench.benchmark.corpora as corpora
 
     path = tmp_path / "wiki.xml.bz2"
     path.write_bytes(bz2.compress(WIKI_XML.encode()))
@@ -496,7 +496,7 @@ def _namespaced_links(code):
 def test_removing_through_one_walk_of_the_page_is_mwparserfromhells_remove():
     import mwparserfromhell
 
-    from benchmark.corpora import _holders, _remove
+    from maxbench.benchmark.corpora import _holders, _remove
 
     page = (
         WIKI_ARTICLE + "\n<ref>[[File:b.png|thumb]] ''x''</ref> and [[Category:y]] {{t|[[File:c.png]]|k=[[Image:d]]}}"
@@ -519,7 +519,7 @@ def test_removing_through_one_walk_of_the_page_is_mwparserfromhells_remove():
 
 
 def test_time_per_token_counts_cpu_seconds_per_generated_token(tmp_path):
-    from benchmark.reproduce.report import _pct, time_per_token
+    from maxbench.benchmark.reproduce.report import _pct, time_per_token
 
     timings = [
         {"phase": "generate a", "seconds": 100.0, "cpu_seconds": 10.0},  # wall stretched by other processes
@@ -539,8 +539,8 @@ def test_the_differences_plot_turns_symmetric_log_when_one_claim_dwarfs_the_othe
     the null. Past SYMLOG_ABOVE_PERCENT the axis is symmetric-logarithmic (linear near 0), and says so."""
     import matplotlib.axes
 
-    from benchmark.reproduce import report
-    from benchmark.reproduce.report import Row
+    from maxbench.benchmark.reproduce import report
+    from maxbench.benchmark.reproduce.report import Row
 
     def row(difference, baseline=10.0):
         return Row(

@@ -6,9 +6,9 @@ import shutil
 
 import pytest
 
-from benchmark.metrics import score_cache
-from benchmark.metrics.base import Metric
-from benchmark.metrics.scoring import ScoringOptions, score_run
+from maxbench.benchmark.metrics import score_cache
+from maxbench.benchmark.metrics.base import Metric
+from maxbench.benchmark.metrics.scoring import ScoringOptions, score_run
 
 METRICS = ["bleu-n", "self-bleu", "rep", "distinct", "kld"]
 
@@ -16,7 +16,7 @@ METRICS = ["bleu-n", "self-bleu", "rep", "distinct", "kld"]
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A generated run of two tiny-random systems (in-process, no scoring yet)."""
-    from benchmark.cli import main
+    from maxbench.cli import main
 
     tmp = tmp_path_factory.mktemp("cache")
     rows = [{"id": f"p{i}", "prompt": f"Review {i}: the soup was", "reference": f"cold, salty {i}"} for i in range(8)]

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from human_eval.db import dispose_engines, session_for
-from human_eval.export import explorer_export, study_progress
-from human_eval.rubrics import load_rubric
-from human_eval.testing import make_study, start_server
+from maxbench.human_eval.store.db import dispose_engines, session_for
+from maxbench.human_eval.studies.export import explorer_export, study_progress
+from maxbench.human_eval.studies.rubrics import load_rubric
+from maxbench.human_eval.testing.participants import make_study, start_server
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("scripted_raters", ROOT / "scripts" / "scripted_raters.py")

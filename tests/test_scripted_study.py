@@ -8,10 +8,10 @@ import choix
 import numpy as np
 import pytest
 
-from human_eval.db import session_for
-from human_eval.export import pair_judgment_rows
-from human_eval.pairwise import BT_ALPHA
-from human_eval.testing import ROOT, write_run
+from maxbench.human_eval.analysis.pairwise import BT_ALPHA
+from maxbench.human_eval.store.db import session_for
+from maxbench.human_eval.studies.export import pair_judgment_rows
+from maxbench.human_eval.testing.participants import ROOT, write_run
 
 THREE = ["tiny/softmax/top_p=0.9", "tiny/sparsemax/top_p=0.9", "tiny/graphmax(lam=1.0)/top_p=0.9"]
 

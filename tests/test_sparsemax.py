@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from systems.layers.sparsemax import sparsemax
+from maxbench.systems.layers.sparsemax.operator import sparsemax
 
 
 def simplex_projection_by_bisection(v: np.ndarray) -> np.ndarray:
@@ -118,7 +118,7 @@ def test_integer_and_list_inputs():
 
 
 def test_layer_scores_give_back_sparsemax_through_the_loops_softmax():
-    from systems.layers.sparsemax_layer import SparsemaxLayer
+    from maxbench.systems.layers.sparsemax.layer import SparsemaxLayer
 
     layer = SparsemaxLayer()
     logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(5)) * 3
@@ -131,8 +131,8 @@ def test_layer_scores_give_back_sparsemax_through_the_loops_softmax():
 
 @pytest.mark.parametrize("bad, word", [(float("nan"), "NaN"), (float("inf"), "infinite"), (float("-inf"), "infinite")])
 def test_layer_rejects_non_finite_logits(bad, word):
-    from core.errors import MaxbenchError
-    from systems.layers.sparsemax_layer import SparsemaxLayer
+    from maxbench.errors import MaxbenchError
+    from maxbench.systems.layers.sparsemax.layer import SparsemaxLayer
 
     logits = torch.zeros(3, 5)
     logits[2, 1] = bad
@@ -143,8 +143,8 @@ def test_layer_rejects_non_finite_logits(bad, word):
 
 
 def test_layer_decodes_with_the_tiny_model(tiny):
-    from systems.decoding import DecodingSetting, decode
-    from systems.layers.sparsemax_layer import SparsemaxLayer
+    from maxbench.systems.decoding import DecodingSetting, decode
+    from maxbench.systems.layers.sparsemax.layer import SparsemaxLayer
 
     setting = DecodingSetting(max_new_tokens=6)
     out = decode(tiny, SparsemaxLayer(), ["hello", "a longer prompt"], setting, seeds=[1, 2])
@@ -164,7 +164,7 @@ def _cases():
 
 @pytest.mark.parametrize("name,z", list(_cases()), ids=lambda v: v if isinstance(v, str) else "")
 def test_michelot_threshold_equals_sorting(name, z):
-    from systems.layers.sparsemax import _threshold, _threshold_by_sorting
+    from maxbench.systems.layers.sparsemax.operator import _threshold, _threshold_by_sorting
 
     shifted = z - z.amax(-1, keepdim=True)
     fast, slow = _threshold(shifted), _threshold_by_sorting(shifted)
@@ -173,7 +173,7 @@ def test_michelot_threshold_equals_sorting(name, z):
 
 
 def test_rows_still_moving_after_the_pass_limit_are_finished_by_sorting(monkeypatch):
-    import systems.layers.sparsemax as sm
+    import maxbench.systems.layers.sparsemax.operator as sm
 
     gen = torch.Generator().manual_seed(8)
     z = torch.randn(7, 2000, generator=gen, dtype=torch.float64) * 1e-3  # needs several passes
@@ -189,7 +189,7 @@ def test_rows_still_moving_after_the_pass_limit_are_finished_by_sorting(monkeypa
 
 
 def test_a_start_on_either_side_of_the_threshold_gives_the_same_projection():
-    from systems.layers.sparsemax import _threshold_by_sorting, project_to_simplex
+    from maxbench.systems.layers.sparsemax.operator import _threshold_by_sorting, project_to_simplex
 
     gen = torch.Generator().manual_seed(9)
     a = torch.randn(6, 3000, generator=gen, dtype=torch.float64) * 1e-2 + 5.0
@@ -216,7 +216,7 @@ def test_a_start_on_either_side_of_the_threshold_gives_the_same_projection():
 def test_pairwise_maximum_equals_amax(shape, dim):
     # project_to_simplex takes each slice's maximum by halving (faster off the innermost
     # dimension); the values must be amax's, -inf entries and odd lengths included.
-    from systems.layers.sparsemax import _amax
+    from maxbench.systems.layers.sparsemax.operator import _amax
 
     a = torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape)))
     a.view(-1)[::7] = float("-inf")

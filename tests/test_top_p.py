@@ -4,8 +4,8 @@ import pytest
 import torch
 import transformers as tf
 
-from systems.decoding import DecodingSetting
-from systems.top_p import TopPLogitsWarper, sorted_scores
+from maxbench.systems.decoding import DecodingSetting
+from maxbench.systems.top_p import TopPLogitsWarper, sorted_scores
 
 
 @pytest.fixture(scope="module")

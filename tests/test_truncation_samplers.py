@@ -4,12 +4,12 @@ SmolLM2, combinable with every output layer, written in the system string, refus
 import pytest
 import torch
 
-from systems.decoding import DecodingSetting, decode, warp_rows
-from systems.layers.posg import POSGHead
-from systems.layers.posg_layer import POSGLayer
-from systems.layers.softmax import SoftmaxLayer
-from systems.layers.sparsemax_layer import SparsemaxLayer
-from systems.registry import parse_system
+from maxbench.systems.decoding import DecodingSetting, decode, warp_rows
+from maxbench.systems.layers.posg.head import POSGHead
+from maxbench.systems.layers.posg.layer import POSGLayer
+from maxbench.systems.layers.softmax import SoftmaxLayer
+from maxbench.systems.layers.sparsemax.layer import SparsemaxLayer
+from maxbench.systems.system_strings import parse_system
 
 PROMPTS = [  # those of the other parity tests (tests/test_foundation_models.py)
     "I have bought these cookies twice and",
@@ -98,12 +98,12 @@ def test_min_p_keeps_exactly_the_tokens_above_min_p_times_the_top_probability():
     ],
 )
 def test_bad_settings_are_one_line_exit_2_before_any_model_loads(cli, tmp_path, monkeypatch, label, words):
-    import systems.models
+    import maxbench.systems.models
 
     def no_load(*a, **k):
         raise AssertionError("a model was loaded before the setting was checked")
 
-    monkeypatch.setattr(systems.models, "load_model", no_load)
+    monkeypatch.setattr(maxbench.systems.models, "load_model", no_load)
     rc, out, err = cli(
         "generate", "--suite", "smoke", "--model", "smollm2-135m", "--decoding", label, "--runs-dir", tmp_path
     )

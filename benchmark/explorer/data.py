@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.errors import MaxbenchError
+from maxbench.errors import MaxbenchError
 
 #: metric families of the headline leaderboard, by score name prefix (first match wins)
 FAMILIES = (
@@ -101,7 +101,7 @@ def load_study(path: Path) -> Study:
 
 def leaderboard_data(runs, rows, study: Study | None, human_means: dict) -> dict:
     """Rows of the headline table: every score with interval, significance and best marks."""
-    from benchmark.leaderboard import _best, _columns, _stars
+    from maxbench.benchmark.leaderboard import _best, _columns, _stars
 
     cols = _columns(rows)
     per_model = len({row.model for row in rows}) > 1
@@ -174,10 +174,10 @@ def _mean_ci(values: list[float]) -> tuple[float, float, float, int]:
 
 def build(run_dirs: list[Path], study: Study | None = None) -> tuple[dict, list[dict]]:
     """(the index: everything shown at first render, the prompts: one record each, in order)."""
-    from benchmark.leaderboard import _rows, load_scored_run
-    from benchmark.metrics.diversity import repetition_loop
-    from benchmark.metrics.tokenize import word_tokens
-    from benchmark.runner import GENERATIONS, read_rows
+    from maxbench.benchmark.leaderboard import _rows, load_scored_run
+    from maxbench.benchmark.metrics.diversity import repetition_loop
+    from maxbench.benchmark.metrics.tokenize import word_tokens
+    from maxbench.benchmark.runner import GENERATIONS, read_rows
 
     if not run_dirs:
         raise MaxbenchError("give at least one run directory (maxbench view RUN_DIR...)")
@@ -346,7 +346,7 @@ def build(run_dirs: list[Path], study: Study | None = None) -> tuple[dict, list[
 
 def correlation_data(rows, joined: dict, study: Study) -> list[dict]:
     """Kendall's tau and Spearman's rho of every per-prompt score against every rated aspect."""
-    from core.rank_correlation import mean_ratings, metric_rating_table, per_prompt_metrics
+    from maxbench.rank_correlation import mean_ratings, metric_rating_table, per_prompt_metrics
 
     ratings = mean_ratings(
         (pid, system, aspect, sum(vals) / len(vals))

@@ -22,11 +22,10 @@ from functools import cached_property
 
 import numpy as np
 
-from core.errors import MaxbenchError
-from core.registry import Registry
-
-from .stats import PromptStats, mean_stats
-from .tokenize import word_tokens
+from maxbench.benchmark.metrics.stats import PromptStats, mean_stats
+from maxbench.benchmark.metrics.tokenize import word_tokens
+from maxbench.errors import MaxbenchError
+from maxbench.registry import Registry
 
 
 @dataclass
@@ -235,33 +234,33 @@ class Metric:
 METRICS: Registry[type[Metric]] = Registry(
     "metric",
     {
-        "sacrebleu": "benchmark.metrics.reference:SacreBLEU",
-        "bleu-n": "benchmark.metrics.reference:PoolBLEU",
-        "rouge-l": "benchmark.metrics.reference:RougeL",
-        "meteor": "benchmark.metrics.reference:Meteor",
-        "bertscore": "benchmark.metrics.reference:BERTScore",
-        "kld": "benchmark.metrics.reference:UnigramKL",
-        "ms-jaccard": "benchmark.metrics.reference:MSJaccard",
-        "self-bleu": "benchmark.metrics.diversity:SelfBLEU",
-        "rep": "benchmark.metrics.diversity:Repetition",
-        "seq-rep": "benchmark.metrics.diversity:SeqRep",
-        "distinct": "benchmark.metrics.diversity:Distinct",
-        "uniq": "benchmark.metrics.diversity:Uniq",
-        "ppl": "benchmark.metrics.perplexity:Perplexity",
-        "ref-ppl": "benchmark.metrics.perplexity:ReferencePPL",
-        "diversity": "benchmark.metrics.diversity:SuDiversity",
-        "mauve": "benchmark.metrics.embedding:Mauve",
-        "coherence": "benchmark.metrics.embedding:Coherence",
+        "sacrebleu": "maxbench.benchmark.metrics.reference:SacreBLEU",
+        "bleu-n": "maxbench.benchmark.metrics.reference:PoolBLEU",
+        "rouge-l": "maxbench.benchmark.metrics.reference:RougeL",
+        "meteor": "maxbench.benchmark.metrics.reference:Meteor",
+        "bertscore": "maxbench.benchmark.metrics.reference:BERTScore",
+        "kld": "maxbench.benchmark.metrics.reference:UnigramKL",
+        "ms-jaccard": "maxbench.benchmark.metrics.reference:MSJaccard",
+        "self-bleu": "maxbench.benchmark.metrics.diversity:SelfBLEU",
+        "rep": "maxbench.benchmark.metrics.diversity:Repetition",
+        "seq-rep": "maxbench.benchmark.metrics.diversity:SeqRep",
+        "distinct": "maxbench.benchmark.metrics.diversity:Distinct",
+        "uniq": "maxbench.benchmark.metrics.diversity:Uniq",
+        "ppl": "maxbench.benchmark.metrics.perplexity:Perplexity",
+        "ref-ppl": "maxbench.benchmark.metrics.perplexity:ReferencePPL",
+        "diversity": "maxbench.benchmark.metrics.diversity:SuDiversity",
+        "mauve": "maxbench.benchmark.metrics.embedding:Mauve",
+        "coherence": "maxbench.benchmark.metrics.embedding:Coherence",
         # the papers' own definitions (benchmark/metrics/paper_variants.py)
-        "texygen-bleu": "benchmark.metrics.paper_variants:TexygenBLEU",
-        "texygen-self-bleu": "benchmark.metrics.paper_variants:TexygenSelfBLEU",
-        "posg-bleu": "benchmark.metrics.paper_variants:PosgBLEU",
-        "posg-self-bleu": "benchmark.metrics.paper_variants:PosgSelfBLEU",
-        "posg-kld": "benchmark.metrics.paper_variants:PosgKLD",
-        "posg-ms-jaccard": "benchmark.metrics.paper_variants:PosgMSJaccard",
-        "posg-distinct": "benchmark.metrics.paper_variants:PosgDistinct",
-        "posg-distinct-pos": "benchmark.metrics.paper_variants:PosgDistinctPOS",
-        "posg-rep": "benchmark.metrics.paper_variants:PosgRep",
+        "texygen-bleu": "maxbench.benchmark.metrics.paper_variants:TexygenBLEU",
+        "texygen-self-bleu": "maxbench.benchmark.metrics.paper_variants:TexygenSelfBLEU",
+        "posg-bleu": "maxbench.benchmark.metrics.paper_variants:PosgBLEU",
+        "posg-self-bleu": "maxbench.benchmark.metrics.paper_variants:PosgSelfBLEU",
+        "posg-kld": "maxbench.benchmark.metrics.paper_variants:PosgKLD",
+        "posg-ms-jaccard": "maxbench.benchmark.metrics.paper_variants:PosgMSJaccard",
+        "posg-distinct": "maxbench.benchmark.metrics.paper_variants:PosgDistinct",
+        "posg-distinct-pos": "maxbench.benchmark.metrics.paper_variants:PosgDistinctPOS",
+        "posg-rep": "maxbench.benchmark.metrics.paper_variants:PosgRep",
     },
     base=Metric,
 )

@@ -7,8 +7,8 @@ import json
 import math
 import sys
 
-from core.errors import MaxbenchError
-from core.fileio import check_output_file
+from maxbench.errors import MaxbenchError
+from maxbench.fileio import check_output_file
 
 # The command-line metric names, in the order results are listed; ref-ppl joins by itself
 # when a run's rows carry the systems' reference log-probabilities.
@@ -102,8 +102,8 @@ def add_evaluator_option(p: argparse.ArgumentParser, default_text: str = "smollm
 
 
 def _options(args):
-    from .base import parse_metric_list
-    from .scoring import ScoringOptions
+    from maxbench.benchmark.metrics.base import parse_metric_list
+    from maxbench.benchmark.metrics.scoring import ScoringOptions
 
     if args.bootstrap < 0:
         raise MaxbenchError("--bootstrap must be >= 0")
@@ -172,7 +172,7 @@ def warning_lines(doc: dict) -> list[str]:
 def cmd_score(args) -> int:
     from pathlib import Path
 
-    from .scoring import score_files, score_run
+    from maxbench.benchmark.metrics.scoring import score_files, score_run
 
     if (args.run_dir is None) == (args.generations is None):
         raise MaxbenchError("give either RUN_DIR or --generations FILE (not both)")

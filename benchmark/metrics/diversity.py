@@ -11,13 +11,21 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from core.provenance import package_version
-
-from .base import NONNEGATIVE, UNIT, Metric, TextBatch, first_items, mean_score, signature, stats_score
-from .ngrams import count_blocks, hashed_counts, ngrams
-from .sentence_bleu import SMOOTHING_ID, self_bleu
-from .stats import PromptStats
-from .tokenize import TOKENIZER_ID
+from maxbench.benchmark.metrics.base import (
+    NONNEGATIVE,
+    UNIT,
+    Metric,
+    TextBatch,
+    first_items,
+    mean_score,
+    signature,
+    stats_score,
+)
+from maxbench.benchmark.metrics.ngrams import count_blocks, hashed_counts, ngrams
+from maxbench.benchmark.metrics.sentence_bleu import SMOOTHING_ID, self_bleu
+from maxbench.benchmark.metrics.stats import PromptStats
+from maxbench.benchmark.metrics.tokenize import TOKENIZER_ID
+from maxbench.provenance import package_version
 
 # Holtzman et al.'s loop test (``repetition_loop``): the Rep metric's signature reads these
 LOOP_MAX_PHRASE = 90  # longest phrase looked for

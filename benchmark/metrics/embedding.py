@@ -18,17 +18,16 @@ import tempfile
 
 import numpy as np
 
-from core.errors import MaxbenchError
-from core.provenance import package_version
-
-from .base import UNIT, Metric, Score, TextBatch, mean_score, signature
+from maxbench.benchmark.metrics.base import UNIT, Metric, Score, TextBatch, mean_score, signature
+from maxbench.errors import MaxbenchError
+from maxbench.provenance import package_version
 
 ENCODER_ASSET = "minilm"
 ENCODER_NAME = "all-MiniLM-L6-v2"
 
 
 def encoder_id() -> str:
-    from systems.assets import ASSETS
+    from maxbench.systems.assets import ASSETS
 
     asset = ASSETS[ENCODER_ASSET]
     return f"{ENCODER_NAME}({asset.spec},sha256:{asset.sha256[:12]},mean-pool,l2-norm)"
@@ -37,7 +36,7 @@ def encoder_id() -> str:
 @functools.lru_cache(maxsize=1)
 def _encoder():
     """The sentence encoder, loaded once per process (a failure is not cached: the next call tries again)."""
-    from systems.assets import fetch
+    from maxbench.systems.assets import fetch
 
     try:
         path = fetch(ENCODER_ASSET)

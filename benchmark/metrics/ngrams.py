@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from .stats import count_matrix
+from maxbench.benchmark.metrics.stats import count_matrix
 
 
 def ngrams(tokens: Sequence[str], n: int) -> list[tuple[str, ...]]:

@@ -29,15 +29,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from core.provenance import package_version
-
-from .base import NONNEGATIVE, UNIT, Metric, TextBatch, mean_score, signature, stats_score
-from .diversity import Repetition, SelfBLEU
-from .ngrams import hashed_counts, token_key
-from .reference import PoolBLEU, text_and_reference_counts
-from .sentence_bleu import SMOOTHING_ID, paired_bleu
-from .stats import PromptStats
-from .tokenize import TOKENIZER_ID
+from maxbench.benchmark.metrics.base import NONNEGATIVE, UNIT, Metric, TextBatch, mean_score, signature, stats_score
+from maxbench.benchmark.metrics.diversity import Repetition, SelfBLEU
+from maxbench.benchmark.metrics.ngrams import hashed_counts, token_key
+from maxbench.benchmark.metrics.reference import PoolBLEU, text_and_reference_counts
+from maxbench.benchmark.metrics.sentence_bleu import SMOOTHING_ID, paired_bleu
+from maxbench.benchmark.metrics.stats import PromptStats
+from maxbench.benchmark.metrics.tokenize import TOKENIZER_ID
+from maxbench.provenance import package_version
 
 #: Texygen's Bleu.sample_size and SelfBleu.sample_size, used when get_score(is_fast=True)
 TEXYGEN_SAMPLE_SIZE = 500
@@ -351,7 +350,7 @@ class PosgDistinctPOS(PosgDistinct):
     def tagger(self):
         """texts -> [(start, end, tag)] per text; spaCy's (``load_tagger``) unless one was given."""
         if self._tagger is None:
-            from systems.layers.posg_fit import load_tagger
+            from maxbench.systems.layers.posg.fit import load_tagger
 
             self._tagger = load_tagger()
         return self._tagger
@@ -360,14 +359,14 @@ class PosgDistinctPOS(PosgDistinct):
         # spaCy's pipeline is pinned (with its sha256) by the asset registry: naming it needs no loading
         if self._custom:
             return {"tagger": getattr(self._tagger, "version", "custom")}
-        from systems.assets import ASSETS
+        from maxbench.systems.assets import ASSETS
 
         asset = ASSETS["spacy-en"]
         return {"tagger": f"spacy-{package_version('spacy')}/{asset.spec}(sha256:{asset.sha256[:12]})"}
 
     def tags(self, texts: Sequence[str]) -> list[list[str]]:
         """The tag sequence of each text (whitespace tokens left out)."""
-        from systems.layers.posg_fit import SPACE_TAG
+        from maxbench.systems.layers.posg.fit import SPACE_TAG
 
         return [[tag for _, _, tag in words if tag != SPACE_TAG] for words in self.tagger(list(texts))]
 

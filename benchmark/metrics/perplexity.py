@@ -20,12 +20,20 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from core.errors import MaxbenchError
-from core.provenance import package_version
-from systems.layers.perplexity import DEFAULT_EPSILON, reference_perplexity
-
-from .base import PERPLEXITY, UNIT, Metric, Score, TextBatch, finite_or_none, signature, stats_score
-from .stats import PromptStats
+from maxbench.benchmark.metrics.base import (
+    PERPLEXITY,
+    UNIT,
+    Metric,
+    Score,
+    TextBatch,
+    finite_or_none,
+    signature,
+    stats_score,
+)
+from maxbench.benchmark.metrics.stats import PromptStats
+from maxbench.errors import MaxbenchError
+from maxbench.provenance import package_version
+from maxbench.systems.layers.perplexity import DEFAULT_EPSILON, reference_perplexity
 
 DEFAULT_EVALUATOR = "smollm2-135m"
 
@@ -121,9 +129,11 @@ class Perplexity(Metric):
     def load(self):
         if self._loaded is None:
             try:
-                from systems.models import load_model
+                from maxbench.systems.models import load_model
             except ImportError as exc:
-                raise MaxbenchError(f"metric 'ppl' needs systems.models.load_model, which is missing ({exc})") from None
+                raise MaxbenchError(
+                    f"metric 'ppl' needs maxbench.systems.models.load_model, which is missing ({exc})"
+                ) from None
             try:
                 self._loaded = load_model(self.model, device=self.device, threads=self.threads)
             except MaxbenchError as exc:

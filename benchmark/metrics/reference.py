@@ -14,14 +14,22 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from core.errors import MaxbenchError
-from core.provenance import package_version
-
-from .base import NONNEGATIVE, UNIT, Metric, TextBatch, first_items, mean_score, signature, stats_score
-from .ngrams import count_blocks, hashed_counts
-from .sentence_bleu import SMOOTHING_ID, pool_bleu
-from .stats import PromptStats
-from .tokenize import TOKENIZER_ID
+from maxbench.benchmark.metrics.base import (
+    NONNEGATIVE,
+    UNIT,
+    Metric,
+    TextBatch,
+    first_items,
+    mean_score,
+    signature,
+    stats_score,
+)
+from maxbench.benchmark.metrics.ngrams import count_blocks, hashed_counts
+from maxbench.benchmark.metrics.sentence_bleu import SMOOTHING_ID, pool_bleu
+from maxbench.benchmark.metrics.stats import PromptStats
+from maxbench.benchmark.metrics.tokenize import TOKENIZER_ID
+from maxbench.errors import MaxbenchError
+from maxbench.provenance import package_version
 
 
 class SacreBLEU(Metric):
@@ -164,7 +172,7 @@ class Meteor(Metric):
 
     @property
     def signature(self) -> str:
-        from systems.assets import ASSETS
+        from maxbench.systems.assets import ASSETS
 
         return signature(
             "meteor",
@@ -180,7 +188,7 @@ class Meteor(Metric):
         )
 
     def _compute(self, batch: TextBatch):
-        from systems.assets import wordnet_ready
+        from maxbench.systems.assets import wordnet_ready
 
         data = "the WordNet cache"
         try:
@@ -229,7 +237,7 @@ class BERTScore(Metric):
 
     @property
     def signature(self) -> str:
-        from systems.assets import ASSETS
+        from maxbench.systems.assets import ASSETS
 
         asset = ASSETS[self.MODEL_ASSET]
         return signature(
@@ -250,7 +258,7 @@ class BERTScore(Metric):
         return {"bertscore-f1": (-1.0, 1.0), "bertscore-p": (-1.0, 1.0), "bertscore-r": (-1.0, 1.0)}
 
     def _compute(self, batch: TextBatch):
-        from systems.assets import fetch
+        from maxbench.systems.assets import fetch
 
         try:
             model_dir = fetch(self.MODEL_ASSET)

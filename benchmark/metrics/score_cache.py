@@ -27,7 +27,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from core.fileio import atomic_write, ensure_dir
+from maxbench.fileio import atomic_write, ensure_dir
 
 FORMAT = "maxbench-score-cache/1"
 FOLDER = "score-cache"
@@ -35,8 +35,8 @@ FOLDER = "score-cache"
 
 def metric_sources() -> list[Path]:
     """The source files of every module that computes a score."""
-    import benchmark.metrics as metrics_pkg
-    import systems.layers.perplexity as ref_ppl
+    import maxbench.benchmark.metrics as metrics_pkg
+    import maxbench.systems.layers.perplexity as ref_ppl
 
     return sorted(Path(metrics_pkg.__file__).parent.glob("*.py")) + [Path(ref_ppl.__file__)]
 

@@ -35,11 +35,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.errors import MaxbenchError
-from core.provenance import versions
-
-from .base import Metric, MetricResult, TextBatch, get_metric
-from .stats import (
+from maxbench.benchmark.metrics.base import Metric, MetricResult, TextBatch, get_metric
+from maxbench.benchmark.metrics.stats import (
     CI_METHOD,
     DEFAULT_LEVEL,
     DEFAULT_RESAMPLES,
@@ -49,6 +46,8 @@ from .stats import (
     bootstrap_ci,
     paired_test,
 )
+from maxbench.errors import MaxbenchError
+from maxbench.provenance import versions
 
 FORMAT = "maxbench-scores/1"
 
@@ -128,7 +127,7 @@ def _sha256(path: Path) -> str:
 
 def load_run(run_dir: Path) -> tuple[dict, dict[str, TextBatch]]:
     """The run's manifest and one TextBatch per system (in the order systems first appear)."""
-    from benchmark.runner import GENERATIONS, MANIFEST, read_rows
+    from maxbench.benchmark.runner import GENERATIONS, MANIFEST, read_rows
 
     if not run_dir.is_dir():
         raise MaxbenchError(f"{run_dir} is not a directory; give a run directory (results/runs/<run-id>)")
@@ -353,9 +352,8 @@ def score_run(
     with a baseline that is unchanged too: only what changed is computed. ``use_cache=False``
     computes everything (the file is the same bytes either way). When nothing but the time would
     differ, the existing ``scores.json`` is kept as it is."""
-    from benchmark.runner import GENERATIONS, atomic_write
-
-    from .score_cache import ScoreCache, comparison_key, system_key
+    from maxbench.benchmark.metrics.score_cache import ScoreCache, comparison_key, system_key
+    from maxbench.benchmark.runner import GENERATIONS, atomic_write
 
     run_dir = Path(run_dir)
     manifest, batches = load_run(run_dir)

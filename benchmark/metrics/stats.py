@@ -9,7 +9,7 @@ row goes where, so neither needs the metric recomputed and corpus-level scores g
 computed the same way as averages. The resampling itself is scipy's (``scipy.stats.bootstrap``,
 ``scipy.stats.permutation_test``), with a vectorised statistic. Scores that count distinct
 n-grams get a leave-one-prompt-out jackknife interval instead (see ``PromptStats.bootstrap_ok``).
-Intervals are ``core.intervals.ConfidenceInterval``; a percentile interval lies inside the
+Intervals are ``maxbench.intervals.ConfidenceInterval``; a percentile interval lies inside the
 score's range by construction, a normal (jackknife) one is clipped to it, and says so.
 """
 
@@ -24,7 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.stats
 
-from core.intervals import ConfidenceInterval
+from maxbench.intervals import ConfidenceInterval
 
 DEFAULT_RESAMPLES = 1000
 DEFAULT_SEED = 0

@@ -6,13 +6,13 @@ import shlex
 import sys
 from pathlib import Path
 
-from core.errors import MaxbenchError
+from maxbench.errors import MaxbenchError
 
 DEFAULT_OUT = Path("results") / "reproductions"
 
 
 def register(sub) -> None:
-    from benchmark.commands import add_model_options
+    from maxbench.benchmark.commands import add_model_options
 
     p = sub.add_parser(
         "reproduce",
@@ -47,11 +47,10 @@ def _list(text: str | None) -> list[str] | None:
 
 
 def cmd_reproduce(args) -> int:
-    from benchmark.runner import parse_shard
-
-    from .papers import load_paper
-    from .protocol import Options, check_metrics, estimate_seconds, execute, plan_runs
-    from .report import write_report
+    from maxbench.benchmark.reproduce.papers import load_paper
+    from maxbench.benchmark.reproduce.protocol import Options, check_metrics, estimate_seconds, execute, plan_runs
+    from maxbench.benchmark.reproduce.report import write_report
+    from maxbench.benchmark.runner import parse_shard
 
     paper = load_paper(args.paper)
     if args.n_resamples < 1:

@@ -3,7 +3,7 @@
 Fold ``i`` of ``k`` of a corpus is the fold view ``NAME@fold=i/k,seed=S`` (``benchmark/corpora.py``):
 its fitting split (the other k-1 folds) builds the graph and trains the heads, and its test split
 gives the prompts. The fold's texts are shuffled by a seeded generator and turned into items by
-the same builders as the built-in suites (``benchmark.suites``): review prompts (opening words,
+the same builders as the built-in suites (``maxbench.benchmark.suites``): review prompts (opening words,
 reference the rest of the review) or POSG-style prefixes. The suite file is written once and
 hashed like any user suite, so a run directory pins exactly which prompts it used.
 """
@@ -15,8 +15,8 @@ import json
 import random
 from pathlib import Path
 
-from core.errors import MaxbenchError
-from core.fileio import atomic_write
+from maxbench.errors import MaxbenchError
+from maxbench.fileio import atomic_write
 
 BUILDERS = {"review": "_review_items", "prefix": "_prefix_items", "windows": "_window_items"}
 
@@ -24,8 +24,8 @@ BUILDERS = {"review": "_review_items", "prefix": "_prefix_items", "windows": "_w
 def fold_items(corpus: str, fold: int, k: int, seed: int, n_prompts: int, kind: str) -> list[dict]:
     """The first ``n_prompts`` items of fold ``fold`` of ``k`` (all usable texts when ``n_prompts``
     is 0); a fold with fewer usable texts is one line naming the corpus and fold."""
-    from benchmark import suites
-    from benchmark.corpora import fold_view, load_corpus
+    from maxbench.benchmark import suites
+    from maxbench.benchmark.corpora import fold_view, load_corpus
 
     view = load_corpus(fold_view(corpus, fold, k, seed))
     texts = list(view.test)
@@ -43,8 +43,8 @@ def fold_items(corpus: str, fold: int, k: int, seed: int, n_prompts: int, kind: 
 def heldout_items(corpus: str, n_prompts: int, kind: str) -> list[dict]:
     """The first ``n_prompts`` items (all when 0) of the corpus's own test split, in the corpus's
     order: for protocols with a fixed held-out split (POSG's test prefixes)."""
-    from benchmark import suites
-    from benchmark.corpora import load_corpus
+    from maxbench.benchmark import suites
+    from maxbench.benchmark.corpora import load_corpus
 
     texts = load_corpus(corpus).test
     items = getattr(suites, BUILDERS[kind])(texts, f"{corpus}-heldout-{kind}", n_prompts or 10**9)

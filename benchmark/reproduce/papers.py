@@ -17,8 +17,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.errors import MaxbenchError
-from core.registry import unknown_name
+from maxbench.errors import MaxbenchError
+from maxbench.registry import unknown_name
 
 PAPER_DIR = Path(__file__).parent / "papers"
 DIRECTIONS = ("higher", "lower")

@@ -16,9 +16,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.errors import MaxbenchError
-
-from .papers import Paper
+from maxbench.benchmark.reproduce.papers import Paper
+from maxbench.errors import MaxbenchError
 
 #: seconds per prompt for 64 new tokens on one CPU thread (README: 16 food-review prompts, batch 16),
 #: per layer, for SmolLM2; Gemma costs GEMMA_FACTOR times as much; ref-ppl and scoring add SCORE_S
@@ -53,7 +52,7 @@ class RunSpec:
     model: str
     corpus: str
     fold: int | None
-    plan: object  # benchmark.runner.RunPlan
+    plan: object  # maxbench.benchmark.runner.RunPlan
     roles: dict[str, str] = field(default_factory=dict)  # role -> system name
     baseline: str = ""
 
@@ -68,7 +67,7 @@ def _setting(paper: Paper, opts: Options, key: str):
 
 
 def _subset(given: list[str] | None, known: list[str], what: str) -> list[str]:
-    from core.registry import unknown_name
+    from maxbench.registry import unknown_name
 
     if not given:
         return list(known)
@@ -80,11 +79,10 @@ def _subset(given: list[str] | None, known: list[str], what: str) -> list[str]:
 
 def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
     """Every run of the protocol (checked before anything is written but the fold suites)."""
-    from benchmark.runner import RunPlan
-    from benchmark.suites import load_suite
-    from systems.registry import parse_system
-
-    from .folds import fold_items, heldout_items, suite_name, write_suite
+    from maxbench.benchmark.reproduce.folds import fold_items, heldout_items, suite_name, write_suite
+    from maxbench.benchmark.runner import RunPlan
+    from maxbench.benchmark.suites import load_suite
+    from maxbench.systems.system_strings import parse_system
 
     proto = paper.protocol
     models = _subset(opts.models, proto["models"], "model")
@@ -141,7 +139,7 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
                 suites[(corpus, None)] = load_suite(str(manifest))
     runs = []
     for model, corpus, fold, roles in specs:
-        from benchmark.corpora import fold_view
+        from maxbench.benchmark.corpora import fold_view
 
         if fold is None:
             suite = suites.get((corpus, None)) or load_suite(proto["suites"][corpus])
@@ -170,7 +168,7 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
 
 def check_metrics(paper: Paper) -> list[str]:
     """The protocol's metrics, each registered; a missing one is one line."""
-    from benchmark.metrics.base import METRICS
+    from maxbench.benchmark.metrics.base import METRICS
 
     metrics = list(paper.protocol.get("metrics", []))
     for m in metrics:
@@ -222,8 +220,8 @@ def execute(
     n_resamples: int = 1000,
 ) -> None:
     """Generate every missing row of every run (or of one shard), then score what is not scored."""
-    from benchmark.metrics.scoring import ScoringOptions, score_run
-    from benchmark.runner import PhaseTimer, generate_run
+    from maxbench.benchmark.metrics.scoring import ScoringOptions, score_run
+    from maxbench.benchmark.runner import PhaseTimer, generate_run
 
     for run in runs:
         generate_run(run.plan, device=device, threads=threads, shard=shard, progress=progress)

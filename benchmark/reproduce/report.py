@@ -5,7 +5,7 @@ and a plot of every difference. It reads runs and scores; it never generates.
 
 Differences against the protocol's baseline come from each run's ``scores.json`` (paired
 bootstrap over prompts); against another system of the run (a lambda, sparsemax, KerBS) they are
-computed here by the same paired test (``benchmark.metrics.stats.paired_test``) from the run's
+computed here by the same paired test (``maxbench.benchmark.metrics.stats.paired_test``) from the run's
 generations. Folds are combined by ``verdicts.combine_folds``; a time ratio (Table 3 of graphmax)
 comes from the runs' ``timings.jsonl`` and the tokens generated. A correlation claim (Table 3 of
 POSG) is Pearson's r over the text sources: every system of every run of a corpus, and the human
@@ -22,12 +22,11 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from core.document import Cell, Code, Figure, Para, Section, Table, num, render_html, render_markdown
-from core.fileio import atomic_open, atomic_write
-
-from .papers import Claim, Paper
-from .protocol import RunSpec
-from .verdicts import NOT_COMPARABLE, combine_folds, decide, ratio_interval
+from maxbench.benchmark.reproduce.papers import Claim, Paper
+from maxbench.benchmark.reproduce.protocol import RunSpec
+from maxbench.benchmark.reproduce.verdicts import NOT_COMPARABLE, combine_folds, decide, ratio_interval
+from maxbench.document import Cell, Code, Figure, Para, Section, Table, num, render_html, render_markdown
+from maxbench.fileio import atomic_open, atomic_write
 
 TIME_RATIO = "time-per-token-ratio"
 
@@ -84,9 +83,9 @@ class PairCache:
         self.n_resamples, self.done = n_resamples, {}
 
     def compare(self, run_dir: Path, a: str, b: str, metric: str, score: str):
-        from benchmark.metrics.base import get_metric
-        from benchmark.metrics.scoring import load_run
-        from benchmark.metrics.stats import paired_test
+        from maxbench.benchmark.metrics.base import get_metric
+        from maxbench.benchmark.metrics.scoring import load_run
+        from maxbench.benchmark.metrics.stats import paired_test
 
         key = (str(run_dir), a, b, metric)
         if key not in self.done:
@@ -114,8 +113,8 @@ class ReferenceScores:
         self.done: dict = {}
 
     def value(self, run: RunSpec, doc: dict, score: str) -> float | None:
-        from benchmark.metrics.base import TextBatch, get_metric
-        from benchmark.metrics.scoring import load_run
+        from maxbench.benchmark.metrics.base import TextBatch, get_metric
+        from maxbench.benchmark.metrics.scoring import load_run
 
         metric = _metric_of(doc, score)
         if metric is None:
@@ -231,7 +230,7 @@ def time_per_token(run_dir: Path) -> dict[str, float]:
     CPU time of the generating process (wall time where a timing row has none): on a shared
     machine other processes stretch wall time by whatever else runs at that moment, so two
     systems generated at different times compare fairly only by the CPU time they used."""
-    from benchmark.runner import GENERATIONS, TIMINGS, read_rows
+    from maxbench.benchmark.runner import GENERATIONS, TIMINGS, read_rows
 
     seconds: dict[str, float] = {}
     for line in (run_dir / TIMINGS).read_text().splitlines() if (run_dir / TIMINGS).exists() else []:

@@ -22,15 +22,15 @@ from typing import Any
 
 import torch
 
-from core.errors import MaxbenchError
+from maxbench.errors import MaxbenchError
 
 
 @dataclass
 class FitContext:
     """What a layer may need to prepare itself: the loaded base model and a corpus."""
 
-    model: Any  # systems.models.LoadedModel
-    corpus: Any = None  # benchmark.corpora.Corpus (fitting split used)
+    model: Any  # maxbench.systems.models.LoadedModel
+    corpus: Any = None  # maxbench.benchmark.corpora.Corpus (fitting split used)
     options: dict = field(default_factory=dict)
 
 
@@ -77,8 +77,8 @@ def sample_rows(probs: torch.Tensor, generators: list[torch.Generator]) -> torch
     """One draw per row, each from its own generator, so a row's tokens do not depend on
     which other rows share its batch (this is what makes resumed and sharded runs equal):
     ``torch.multinomial(probs[i:i+1], 1, generator=generators[i])``, computed by
-    :func:`systems.multinomial.multinomial_rows` (the same draws; half the time after top-p truncation)."""
-    from systems.multinomial import multinomial_rows
+    :func:`maxbench.systems.multinomial.multinomial_rows` (the same draws; half the time after top-p truncation)."""
+    from maxbench.systems.multinomial import multinomial_rows
 
     return multinomial_rows(probs, generators)
 

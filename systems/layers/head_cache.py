@@ -2,7 +2,7 @@
 log lines that keep clear of progress bars, and held-out log-probabilities.
 
 A trained head lives in ``maxbench_home()/heads/<layer>/<key>``, the key a hash of its identity
-(systems.hidden_cache.head_directory). The identity names everything the head depends on, so
+(maxbench.systems.hidden_cache.head_directory). The identity names everything the head depends on, so
 a change of model, tokenizer, corpus, budget, hidden-cache format or option trains a new head,
 and anything else finds the one already trained. Its fields are fixed here once for both
 layers: adding, renaming or dropping one would move every cached head.
@@ -18,10 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.errors import MaxbenchError
-from core.locks import exclusive
-
-from .. import hidden_cache as hc
+from maxbench.errors import MaxbenchError
+from maxbench.locks import exclusive
+from maxbench.systems import hidden_cache as hc
 
 
 def head_identity(layer: str, version: str, lm, corpus, budget_tokens: int, cfg, **extra) -> dict:
@@ -33,7 +32,7 @@ def head_identity(layer: str, version: str, lm, corpus, budget_tokens: int, cfg,
         The layer's name ("kerbs", "posg").
     version : str
         The layer's head format version; raising it retrains every head of that layer.
-    lm : systems.models.LoadedModel
+    lm : maxbench.systems.models.LoadedModel
         The frozen base model (its weight and tokenizer hashes are recorded).
     corpus
         The corpus whose fitting split trains the head (its ``name`` and ``sha256`` are recorded).
@@ -78,7 +77,7 @@ def load_or_train(
     ----------
     layer : str
         The layer's name; a named head of another layer is refused.
-    lm : systems.models.LoadedModel
+    lm : maxbench.systems.models.LoadedModel
         The frozen base model; a head trained for another model or tokenizer is refused.
     restore : callable
         ``restore(tensors, meta)`` rebuilds the head from its saved tensors.
@@ -100,7 +99,7 @@ def load_or_train(
         The head on ``lm.device`` and its meta with ``path``, ``sha256`` and
         ``loaded_from_cache``. A trained head is written atomically before it is returned, so
         an interrupted training leaves no head behind. Loading and training hold the head's lock
-        (``core.locks``), so parallel workers train each head once.
+        (``maxbench.locks``), so parallel workers train each head once.
     """
     if head_path is not None:
         tensors, meta = hc.load_head_from(head_path, lm)
@@ -132,7 +131,7 @@ def part_logprobs(part, weight: torch.Tensor, scores=None, chunk: int = 1024) ->
 
     Parameters
     ----------
-    part : systems.hidden_cache.CachePart
+    part : maxbench.systems.hidden_cache.CachePart
         Cached positions (fp16 hidden states and next-token targets).
     weight : torch.Tensor
         (V, H) the base model's output embedding; its device is where the work is done.

@@ -1,6 +1,6 @@
 """Perplexity and epsilon-perplexity of the log-probabilities an output layer gave to reference
 tokens (teacher-forced), the pure computation behind the ``ref-ppl`` metric
-(benchmark/metrics/perplexity.py) and POSG's held-out figures (systems/layers/posg_fit.py).
+(benchmark/metrics/perplexity.py) and POSG's held-out figures (systems/layers/posg/fit.py).
 
 A sparse layer (sparsemax, POSG without its catch-all) gives some reference tokens probability
 0, so plain perplexity is infinite; epsilon-perplexity (Martins et al. 2020) adds epsilon to

@@ -1,7 +1,7 @@
 """Softmax: the base model's own distribution. Scores are the logits themselves, so decoding
 through maxbench's loop equals ``transformers``' ``generate`` token for token."""
 
-from .base import OutputLayer
+from maxbench.systems.layers.base import OutputLayer
 
 
 class SoftmaxLayer(OutputLayer):

@@ -1,5 +1,0 @@
-import sys
-
-from benchmark.cli import main
-
-sys.exit(main())

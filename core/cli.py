@@ -1,0 +1,76 @@
+"""The ``maxbench`` command line, maxbench's front door: one parser, subcommands contributed by
+each package. This module sits above ``maxbench.benchmark`` and ``maxbench.human_eval`` and is
+the only place that wires the two together (the import contracts in pyproject.toml see it).
+
+Each module in COMMAND_MODULES has ``register(subparsers)``, adding its subcommands with
+``set_defaults(func=...)``. Heavy imports (torch, transformers) happen inside the command
+functions so that ``--help`` stays fast. A MaxbenchError, or an operating-system error no
+command turned into one, becomes one line on stderr and exit status 2; an interrupt exits 130
+after the command has flushed what it wrote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from maxbench.benchmark import commands, graph_cli, heads_cli
+from maxbench.benchmark.explorer import cli as explorer_cli
+from maxbench.benchmark.metrics import cli as metrics_cli
+from maxbench.benchmark.reproduce import cli as reproduce_cli
+from maxbench.errors import MaxbenchError
+from maxbench.fileio import os_error
+from maxbench.human_eval import cli as human_eval_cli
+from maxbench.human_eval.report import cli as report_cli
+
+COMMAND_MODULES = [
+    commands,
+    report_cli,
+    human_eval_cli,
+    graph_cli,
+    metrics_cli,
+    heads_cli,
+    reproduce_cli,
+    explorer_cli,
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="maxbench",
+        description="Compare output layers of language models with automatic metrics and human ratings.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in COMMAND_MODULES:
+        module.register(sub)
+    return parser
+
+
+def run_guarded(prog: str, func, *args) -> int:
+    """``func(*args)``'s return code, with a MaxbenchError or an operating-system error as one
+    line on stderr (``prog: error: ...``) and its exit code (2), an interrupt as 130: the
+    ``maxbench`` command's and the benchmark scripts' (benchmarks/harness.py) one way out."""
+    try:
+        rc = func(*args)
+    except MaxbenchError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except OSError as exc:
+        # the operating system's answer about a path no command anticipated: still one line
+        err = os_error(exc.filename, exc, "use") if exc.filename else MaxbenchError(exc.strerror or str(exc))
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; what was written so far is kept", file=sys.stderr)
+        return 130
+    return int(rc or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return run_guarded("maxbench", args.func, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Where ratings live: the SQL tables (``models``) and the engines and sessions (``db``)."""

@@ -1,0 +1,273 @@
+"""All ratings of a study in long format: one row per (rated text, annotator, criterion).
+
+``long_format_rows(session, study_id, blind=False) -> list[dict]`` is the contract the
+analysis (``maxbench report --study ID``) reads; open the session with
+``maxbench.human_eval.store.db.session_for(url)``. Each row has exactly these keys (COLUMNS):
+
+- ``study``: the study id (slug); ``item``: the prompt's opaque id within the study. The
+  texts of different systems for the same prompt share it, so an item rated under several
+  systems marks a paired design; (item, system) names one rated text.
+- ``system``: the system's name (its opaque code with ``blind=True``).
+- ``annotator``: the annotator's label (``a01``...); ``criterion``: the rubric criterion;
+  ``value``: the integer rating; ``scale_min``/``scale_max``: the rubric's scale.
+- ``position``: 1-based position of the page in that annotator's presentation order
+  (attention-check pages count, as the annotator saw them).
+- ``seconds``: time from the page being shown (its last showing) to the rating being
+  submitted, or None when unknown.
+- ``flags``: ';'-joined, empty when none: ``attention_failed`` (the annotator reached the
+  study's attention-check failure limit and was stopped), ``revoked`` (the researcher
+  revoked the annotator's link).
+
+Attention-check pages and gold items (``maxbench.human_eval.studies.gold``) are not exported as ratings;
+attention results are in the admin view, gold accuracy in ``gold.gold_accuracy`` and the report.
+Rows are sorted by annotator, position and the rubric's criterion order, so the same
+database gives the same rows.
+
+Beyond the ratings the report reads ``study_baseline`` (the run's baseline, recorded when the
+study was created) and ``study_progress`` (how many of the assigned texts are rated).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections import defaultdict
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, joinedload
+
+from maxbench.human_eval.analysis.ratings import GoldScore, StudyProgress
+from maxbench.human_eval.store.models import Annotator, Assignment, Item, PageText, Rating, StudySystem
+from maxbench.human_eval.studies.create import find_study
+from maxbench.human_eval.studies.gold import GOLD_DEGRADED, GOLD_PREFIX, GOLD_REFERENCE
+
+COLUMNS = [
+    "study",
+    "item",
+    "system",
+    "annotator",
+    "criterion",
+    "value",
+    "position",
+    "seconds",
+    "flags",
+    "scale_min",
+    "scale_max",
+]
+
+
+def long_format_rows(
+    session: Session, study_id: str | int, blind: bool = False, run_keys: bool = False, _with_assignment: bool = False
+) -> list[dict]:
+    """The study's ratings (COLUMNS); ``run_keys`` adds each text's ``prompt_id`` and ``sample`` in the run
+    (admin-only keys that join the ratings to the run's texts and per-prompt scores)."""
+    study = find_study(session, study_id)
+    rubric = study.rubric
+    order = {c["name"]: i for i, c in enumerate(rubric["criteria"])}
+    query = (
+        select(Rating, Assignment, Annotator, Item)
+        .join(Assignment, Rating.assignment_id == Assignment.id)
+        .join(Annotator, Assignment.annotator_id == Annotator.id)
+        .join(Item, Assignment.item_id == Item.id)
+        .join(StudySystem, Item.system_id == StudySystem.id)
+        .where(Annotator.study_id == study.id, not_gold())
+        .options(joinedload(Item.system))
+    )
+    rows = []
+    for rating, assignment, annotator, item in session.execute(query):
+        flags = []
+        if annotator.excluded_at is not None:
+            flags.append("attention_failed")
+        if annotator.revoked_at is not None:
+            flags.append("revoked")
+        rows.append(
+            {
+                "study": study.slug,
+                "item": item.code,
+                "system": item.system.code if blind else item.system.name,
+                "annotator": annotator.label,
+                "criterion": rating.criterion,
+                "value": rating.value,
+                "position": assignment.position,
+                "seconds": None if assignment.seconds is None else round(assignment.seconds, 3),
+                "flags": ";".join(flags),
+                "scale_min": rubric["scale_min"],
+                "scale_max": rubric["scale_max"],
+                **({"_assignment": assignment.id} if _with_assignment else {}),
+            }
+            | ({"prompt_id": item.prompt_id, "sample": item.sample} if run_keys else {})
+        )
+    rows.sort(key=lambda r: (r["annotator"], r["position"], order.get(r["criterion"], len(order)), r["criterion"]))
+    return rows
+
+
+def not_gold():
+    """The SQL condition that leaves gold items (``maxbench.human_eval.studies.gold``) out: they are no system's texts."""
+    return ~StudySystem.name.startswith(GOLD_PREFIX, autoescape=True)
+
+
+def _page_places(session: Session, study_pk: int, blind: bool) -> dict[int, dict[int, str]]:
+    """Per page that shows several texts: place -> the system (its code with ``blind``)."""
+    places: dict[int, dict[int, str]] = defaultdict(dict)
+    query = (
+        select(PageText.assignment_id, PageText.place, StudySystem.name, StudySystem.code)
+        .join(Item, PageText.item_id == Item.id)
+        .join(StudySystem, Item.system_id == StudySystem.id)
+        .where(Item.study_id == study_pk)
+    )
+    for assignment_id, place, name, code in session.execute(query):
+        places[assignment_id][place] = code if blind else name
+    return places
+
+
+def pair_judgment_rows(session: Session, study_id: str | int, blind: bool = False) -> list[dict]:
+    """A pairwise study's judgments, one row per (page, criterion): ``left``/``right`` are the
+    systems shown as A and B, ``winner`` one of them or empty for a tie (``value`` 1, 2, 0)."""
+    study = find_study(session, study_id)
+    places = _page_places(session, study.id, blind)
+    rows = []
+    for row in long_format_rows(session, study_id, blind, _with_assignment=True):
+        assignment_id = row.pop("_assignment")
+        shown = places.get(assignment_id, {})
+        left, right = shown.get(1), shown.get(2)
+        if left is None or right is None:
+            continue
+        winner = {1: left, 2: right}.get(row["value"], "")
+        rows.append(
+            {
+                **{k: v for k, v in row.items() if k not in ("system", "scale_min", "scale_max")},
+                "left": left,
+                "right": right,
+                "winner": winner,
+            }
+        )
+    return rows
+
+
+def bestworst_rows(session: Session, study_id: str | int, blind: bool = False) -> list[dict]:
+    """A best-worst study's judgments, one row per (page, criterion): ``shown`` the systems in places
+    1, 2, ... (';'-joined), ``best`` and ``worst`` two of them."""
+    study = find_study(session, study_id)
+    places = _page_places(session, study.id, blind)
+    pages: dict[tuple, dict] = {}
+    for row in long_format_rows(session, study_id, blind, _with_assignment=True):
+        assignment_id = row["_assignment"]
+        shown = [places[assignment_id][p] for p in sorted(places.get(assignment_id, {}))]
+        criterion, _, side = row["criterion"].rpartition("_")
+        if not shown or side not in ("best", "worst") or not 1 <= row["value"] <= len(shown):
+            continue
+        page = pages.setdefault(
+            (assignment_id, criterion),
+            {
+                "study": row["study"],
+                "item": row["item"],
+                "annotator": row["annotator"],
+                "criterion": criterion,
+                "position": row["position"],
+                "seconds": row["seconds"],
+                "flags": row["flags"],
+                "shown": ";".join(shown),
+            },
+        )
+        page[side] = shown[row["value"] - 1]
+    return [p for p in pages.values() if "best" in p and "worst" in p]
+
+
+def gold_accuracy(session: Session, study_id: str | int) -> tuple[GoldScore, ...]:
+    """Each annotator's gold accuracy so far (annotators without a completed gold judgment left out)."""
+    study = find_study(session, study_id)
+    pairwise = study.rubric.get("kind") == "pairwise"
+    rows = session.execute(
+        select(Annotator.label, Assignment.id, Item.code, StudySystem.name, Rating.criterion, Rating.value)
+        .join(Assignment, Rating.assignment_id == Assignment.id)
+        .join(Annotator, Assignment.annotator_id == Annotator.id)
+        .join(Item, Assignment.item_id == Item.id)
+        .join(StudySystem, Item.system_id == StudySystem.id)
+        .where(Annotator.study_id == study.id, StudySystem.name.startswith(GOLD_PREFIX, autoescape=True))
+    ).all()
+    judged: dict[str, list[bool]] = defaultdict(list)
+    if pairwise:
+        places = defaultdict(dict)
+        for assignment_id, place, name in session.execute(
+            select(PageText.assignment_id, PageText.place, StudySystem.name)
+            .join(Item, PageText.item_id == Item.id)
+            .join(StudySystem, Item.system_id == StudySystem.id)
+            .where(Item.study_id == study.id, StudySystem.name.startswith(GOLD_PREFIX, autoescape=True))
+        ):
+            places[assignment_id][place] = name
+        for label, assignment_id, _, _, _, value in rows:
+            judged[label].append(places[assignment_id].get(value) == GOLD_REFERENCE)
+    else:
+        values: dict[tuple, dict[str, int]] = defaultdict(dict)
+        for label, _, code, name, criterion, value in rows:
+            values[(label, code, criterion)][name] = value
+        for (label, _, _), by_role in sorted(values.items()):
+            if len(by_role) == 2:  # both pages rated
+                judged[label].append(by_role[GOLD_REFERENCE] > by_role[GOLD_DEGRADED])
+    return tuple(GoldScore(label, len(v), sum(v)) for label, v in sorted(judged.items()))
+
+
+#: the study export the results explorer (``maxbench view --study FILE``) reads
+EXPLORER_FORMAT = "maxbench-study-ratings/1"
+
+
+def explorer_export(session: Session, study_id: str | int) -> dict:
+    """The study's ratings keyed by the run's prompt ids and system names, for ``maxbench view``
+    (a researcher's tool: system names are shown; the rating app's pages never see this)."""
+    study = find_study(session, study_id)
+    return {
+        "format": EXPLORER_FORMAT,
+        "study": study.slug,
+        "run_id": study.run_id,
+        "ratings": long_format_rows(session, study_id, run_keys=True),
+    }
+
+
+def study_baseline(session: Session, study_id: str | int) -> str | None:
+    """The run's baseline recorded when the study was created: the report's default reference.
+
+    None for a study created from an unscored run, or before baselines were recorded.
+    """
+    return (find_study(session, study_id).design or {}).get("baseline")
+
+
+def study_judgment(session: Session, study_id: str | int) -> str:
+    """The judgment type of the study's rubric (``likert``, ``direct``, ...)."""
+    return find_study(session, study_id).rubric.get("kind", "likert")
+
+
+def study_progress(session: Session, study_id: str | int) -> StudyProgress:
+    """How many of the study's rating pages (attention checks and gold items not counted) are rated."""
+    study = find_study(session, study_id)
+    texts = (
+        select(func.count())
+        .select_from(Assignment)
+        .join(Annotator, Assignment.annotator_id == Annotator.id)
+        .join(Item, Assignment.item_id == Item.id)
+        .join(StudySystem, Item.system_id == StudySystem.id)
+        .where(Annotator.study_id == study.id, not_gold())
+    )
+    # Rated means holding a rating row, so the counts agree with the exported rows.
+    unrated = texts.where(~select(Rating.id).where(Rating.assignment_id == Assignment.id).exists())
+    stopped = Annotator.revoked_at.is_not(None) | Annotator.excluded_at.is_not(None)
+    assigned = session.scalar(texts)
+    return StudyProgress(
+        texts_assigned=assigned,
+        texts_rated=assigned - session.scalar(unrated),
+        texts_unrated_stopped=session.scalar(unrated.where(stopped)),
+        closed=study.closed_at is not None,
+    )
+
+
+def rows_to_csv(rows: list[dict]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: "" if row[k] is None else row[k] for k in COLUMNS})
+    return out.getvalue()
+
+
+def rows_to_json(rows: list[dict]) -> str:
+    return json.dumps(rows, indent=1, ensure_ascii=False) + "\n"

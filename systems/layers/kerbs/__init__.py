@@ -1,0 +1,1 @@
+"""KerBS (Kernelized Bayesian Softmax): the head, its fitting and its output layer."""

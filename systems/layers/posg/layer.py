@@ -1,0 +1,126 @@
+"""The POSG output layer: a trained POS head (systems/layers/posg/head.py) over a frozen base model.
+
+``fit`` loads the head trained for (model, corpus, options) or trains it
+(systems/layers/posg/fit.py). ``scores`` is the Eq. 2-3 distribution.
+
+Sampling (Eq. 5, POS Guided Sampling): the top ``tag_topk`` tags are kept and renormalised,
+a tag is drawn, then the decoding setting (temperature, top-k, nucleus top-p: the loop's own
+warpers) is applied to the base logits restricted to that tag's vocabulary and a token is
+drawn; both draws use the row's own generator. POS control (section 6.2, Table 9):
+``control=JJ, control_factor=10`` multiplies p(JJ | h) by 10 and renormalises, both in the
+layer's distribution (``scores``) and in sampling.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from maxbench.errors import MaxbenchError
+from maxbench.systems.layers.base import FitContext, OutputLayer, sample_rows
+from maxbench.systems.layers.posg.fit import config_from_options, fit_posg
+from maxbench.systems.layers.posg.head import CATCH_ALL, POSGHead
+
+DEFAULT_TAG_TOPK = 5
+
+
+class POSGLayer(OutputLayer):
+    """``posg(tag_topk=5)``, optionally ``control=JJ,control_factor=10``."""
+
+    name = "posg"
+    needs_hidden = True
+    needs_fit = True
+    can_be_sparse = True
+
+    def __init__(self, tag_topk: int = DEFAULT_TAG_TOPK, control: str | None = None, control_factor: float = 10.0):
+        if int(tag_topk) < 0:
+            raise MaxbenchError(f"posg tag_topk must be >= 0 (0 keeps every tag), got {tag_topk}")
+        if control_factor <= 0:
+            raise MaxbenchError(f"posg control_factor must be > 0, got {control_factor}")
+        self.tag_topk, self.control, self.control_factor = int(tag_topk), control or None, float(control_factor)
+        self.meta: dict = {}
+        self.head: POSGHead | None = None
+
+    def params(self) -> dict:
+        p: dict = {"tag_topk": self.tag_topk}
+        if self.control:
+            p.update(control=self.control, control_factor=self.control_factor)
+        return p
+
+    def set_head(self, head: POSGHead) -> None:
+        if self.control and self.control not in head.tags:
+            raise MaxbenchError(
+                f"posg control tag '{self.control}' is not one of the head's tags: "
+                f"{', '.join(t for t in head.tags if t != CATCH_ALL)}"
+            )
+        self.head = head
+        self._control_id = head.tags.index(self.control) if self.control else None
+
+    def fit(self, ctx: FitContext) -> None:
+        opts = dict(ctx.options)
+        if ctx.corpus is None and not opts.get("head_path"):
+            raise MaxbenchError("posg needs a corpus to train on (its fitting split)")
+        cfg = config_from_options(opts)
+        head, self.meta = fit_posg(
+            ctx.model,
+            ctx.corpus,
+            opts.get("budget_tokens"),
+            cfg,
+            tagger=opts.get("tagger"),
+            progress=opts.get("progress", True),
+            retrain=opts.get("retrain", False),
+            head_path=opts.get("head_path"),
+        )
+        self.set_head(head)
+
+    def resource_hashes(self) -> dict:
+        return {"posg_head": self.meta.get("sha256", "")}
+
+    @torch.no_grad()
+    def scores(self, logits, hidden):
+        if self.head is None:
+            raise MaxbenchError("posg layer used before fit(); call fit with the model and a corpus")
+        if hidden is None:
+            raise MaxbenchError("posg needs the final hidden state; the decoding loop did not pass it")
+        self._logits = logits.float()
+        class_lse = self.head.class_lse(self._logits)
+        self._tag_logp = self.head.tag_logprobs(hidden, self._logits, self._control_id, self.control_factor, class_lse)
+        return self.head.word_logprobs(self._logits, self._tag_logp, class_lse)
+
+    @torch.no_grad()
+    def sample(self, scores, warp, generators):
+        """POS Guided Sampling: top-k tags, draw a tag, then the decoding setting within its vocabulary.
+
+        Only the drawn tag's vocabulary is warped (one row per text, not ``tag_topk``): the warpers
+        work row by row, so the draw is the same as from all kept tags' rows, at 1/tag_topk of the cost
+        (the sorting of top-p over a 262k vocabulary dominated Gemma's steps). The mixture the draw
+        comes from is :attr:`last_probs`, computed when asked for."""
+        tag_p = self._tag_logp.exp()
+        k = self.tag_topk or tag_p.shape[1]
+        k = min(k, tag_p.shape[1])
+        top_p, top_c = tag_p.topk(k, dim=-1)  # (B, k)
+        top_p = top_p / top_p.sum(-1, keepdim=True)
+        self._kept = (top_p, top_c, warp)
+        slot = sample_rows(top_p.cpu(), generators)
+        self.last_tags = top_c.cpu().gather(1, slot[:, None])[:, 0]
+        chosen = self._within(self.last_tags[:, None].to(top_c.device), warp)[:, 0]
+        return sample_rows(chosen.cpu(), generators)
+
+    def _within(self, classes: torch.Tensor, warp) -> torch.Tensor:
+        """(B, k, V): for each row's classes (B, k), the token distribution within that class's
+        vocabulary under the decoding setting (Eq. 5); zero for an empty class (never kept)."""
+        bsz, vocab = self._logits.shape
+        member = self.head.membership.T  # (T, V)
+        restricted = (
+            self._logits[:, None, :].expand(bsz, classes.shape[1], vocab).masked_fill(~member[classes], -math.inf)
+        )
+        within = torch.softmax(warp(restricted.reshape(-1, vocab)).float(), dim=-1).reshape(bsz, -1, vocab)
+        return torch.nan_to_num(within, nan=0.0)
+
+    @property
+    def last_probs(self) -> torch.Tensor:
+        """The distribution the last :meth:`sample` drew from: the kept tags' within-tag
+        distributions mixed by their renormalised probabilities (B, V)."""
+        top_p, top_c, warp = self._kept
+        return (top_p[:, :, None] * self._within(top_c, warp)).sum(1)

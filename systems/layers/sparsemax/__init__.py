@@ -1,0 +1,1 @@
+"""Sparsemax (Martins and Astudillo, 2016): the operator and its output layer."""
