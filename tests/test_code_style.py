@@ -1,5 +1,6 @@
 """The habits that keep the structure: ruff (lint + format) and the import-linter contracts in pyproject.toml."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -13,7 +14,9 @@ PACKAGES = ("core", "systems", "benchmark", "human_eval")
 
 
 def _run(*cmd: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300)
+    # wide enough that lint-imports prints each broken import on one line
+    env = dict(os.environ, COLUMNS="400")
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
 
 
 def test_ruff_finds_no_lint_error():
