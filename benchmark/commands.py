@@ -142,7 +142,8 @@ def generate_systems(args) -> list:
 
 
 def cmd_generate(args) -> int:
-    from maxbench.benchmark.runner import RunPlan, generate_run, parse_shard
+    from maxbench.benchmark.rundir import RunPlan, parse_shard
+    from maxbench.benchmark.runner import generate_run
     from maxbench.benchmark.suites import load_suite
 
     if args.samples < 1 or args.batch_size < 1:
@@ -295,7 +296,7 @@ def register_run(sub) -> None:
 def _shard_arg(text):
     import os
 
-    from maxbench.benchmark.runner import parse_shard
+    from maxbench.benchmark.rundir import parse_shard
 
     if text == "auto":
         if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
@@ -313,7 +314,8 @@ def cmd_run(args) -> int:
     from maxbench.benchmark.lineup import load_lineup
     from maxbench.benchmark.metrics.base import parse_metric_list
     from maxbench.benchmark.metrics.scoring import ScoringOptions, score_run
-    from maxbench.benchmark.runner import INVOCATION_ENV, PhaseTimer, RunPlan, generate_run, new_invocation, preflight
+    from maxbench.benchmark.rundir import RunPlan
+    from maxbench.benchmark.runner import INVOCATION_ENV, PhaseTimer, generate_run, new_invocation, preflight
     from maxbench.benchmark.suites import load_suite
     from maxbench.benchmark.workers import WORKER_THREADS, default_workers, parse_workers, run_workers
 

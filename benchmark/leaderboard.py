@@ -5,8 +5,10 @@ The leaderboard reads ``scores.json`` (and the generations, for per-step statist
 more run directories and writes ``leaderboard.md``, ``.csv``, ``.html`` and PNG plots; it
 never generates, so ``maxbench leaderboard RUN_DIR...`` re-renders without a model. Output is a
 pure function of its inputs (no timestamps), so the same runs give byte-identical files. The md
-and the HTML page are rendered from one list of sections of the document model
-(``core/document.py``), as the significance report is.
+and the HTML page are rendered from sections of the document model (``core/document.py``), as
+the significance report is: the md leads with a compact table of the design card's metrics
+(``COMPACT``, the explorer's compact view too) and gives every score in the full table after it;
+the HTML page and the csv hold the full table.
 
 Only numbers of the same prompts are ranked together: runs on different suites, prompt counts,
 seeds or sample counts, and runs that share a system string, are refused unless ``mixed`` is
@@ -63,6 +65,9 @@ PREFERRED = [
     "diversity",
     "uniq",
 ]
+#: the design card's metrics, in this order: the compact table that leads ``leaderboard.md`` and the
+#: explorer's compact view (``maxbench.benchmark.explorer.data``) show these columns (those present)
+COMPACT = ("bleu-4", "rouge-l-f", "meteor", "ppl", "self-bleu-4", "rep", "ms-jaccard-3")
 PLOT_FILES = ("tradeoff.png", "mauve-diversity.png", "lambda.png", "steps.png")
 
 
@@ -207,7 +212,7 @@ def load_scored_run(run_dir: Path) -> ScoredRun:
     )
 
 
-def _rows(runs: list[ScoredRun], mixed: bool) -> list[Row]:
+def comparable_rows(runs: list[ScoredRun], mixed: bool) -> list[Row]:
     """One row per (run, system). Numbers of different prompts, seeds or sample counts do not
     belong in one ranking, nor does one system string twice: both are refused unless ``mixed``."""
     seen: dict[str, ScoredRun] = {}
@@ -251,7 +256,7 @@ def _by_base_model(rows: list[Row]) -> list[Row]:
 
 def _from_generations(run_dir: Path, max_steps: int = 64) -> tuple[dict, dict]:
     """Per system: the mean entropy and support size at each decoding step, and the prompts covered."""
-    from maxbench.benchmark.runner import GENERATIONS, read_rows
+    from maxbench.benchmark.rundir import GENERATIONS, read_rows
 
     acc: dict = {}
     prompts: dict = {}
@@ -273,7 +278,8 @@ def _from_generations(run_dir: Path, max_steps: int = 64) -> tuple[dict, dict]:
 
 
 # ---------------------------------------------------------------- rendering
-def _columns(rows: list[Row]) -> list[str]:
+def score_columns(rows: list[Row]) -> list[str]:
+    """The score columns of ``rows`` in display order: ``PREFERRED``'s first, then the rest as they appear."""
     present = list(dict.fromkeys(k for row in rows for k in row.scores))
     return [c for c in PREFERRED if c in present] + [c for c in present if c not in PREFERRED]
 
@@ -286,7 +292,7 @@ def _fmt(v, col: str) -> str:
     return f"{v:.0f}" if col == "uniq" else f"{v:.2f}"
 
 
-def _best(rows: list[Row], col: str, per_model: bool = False) -> set[int]:
+def best_rows(rows: list[Row], col: str, per_model: bool = False) -> set[int]:
     """Indices of the rows holding the best value of a column among rows of the same setting
     (all of them on a tie): a best value is only meaningful among numbers of the same prompts.
     ``per_model``: among rows of the same base model too."""
@@ -307,7 +313,8 @@ def _best(rows: list[Row], col: str, per_model: bool = False) -> set[int]:
     return best
 
 
-def _stars(p) -> str:
+def stars(p) -> str:
+    """The significance mark of a p-value: ``**`` below 0.01, ``*`` below 0.05, else none."""
     if p is None:
         return ""
     return "**" if p < 0.01 else "*" if p < 0.05 else ""
@@ -377,11 +384,33 @@ def _note(runs: list[ScoredRun], per_model: bool = False) -> Para:
     )
 
 
-def build_sections(runs: list[ScoredRun], rows: list[Row], figures: list[Figure]) -> list[Section]:
-    """The leaderboard page as document sections (``core/document.py``): markdown and HTML alike."""
-    cols = _columns(rows)
+def build_sections(
+    runs: list[ScoredRun], rows: list[Row], figures: list[Figure], compact: bool = False
+) -> list[Section]:
+    """The leaderboard page as document sections (``core/document.py``): one table of every score.
+    With ``compact`` (the markdown file), a table of the ``COMPACT`` columns leads and the table of
+    every score follows under its own heading; without (the HTML page), the one table."""
+    cols = score_columns(rows)
     layout = _Layout.of(runs, rows)
-    best = {c: _best(rows, c, layout.model) for c in cols}
+    best = {c: best_rows(rows, c, layout.model) for c in cols}
+    full = _table(rows, layout, cols, best)
+    sources = Para("Sources: " + ", ".join("{}" for _ in runs), tuple(Code(r.path.as_posix()) for r in runs))
+    tail = Section("", paragraphs=[sources], figures=figures, figure_row=True)
+    lead = [c for c in COMPACT if c in cols]
+    if not compact or not lead or len(lead) == len(cols):
+        return [Section(_title(runs), level=1, paragraphs=[_note(runs, layout.model)], tables=[full]), tail]
+    return [
+        Section(
+            _title(runs), level=1, paragraphs=[_note(runs, layout.model)], tables=[_table(rows, layout, lead, best)]
+        ),
+        Section("All metrics", level=2, tables=[full]),
+        tail,
+    ]
+
+
+def _table(rows: list[Row], layout: _Layout, cols: list[str], best: dict[str, set[int]]) -> Table:
+    """The rows with the layout's extra columns and the score columns ``cols``; ``best``: per column,
+    the rows holding its best value (marked among all rows, whichever columns a table shows)."""
     header = (
         ["base model"] * layout.model
         + ["system"]
@@ -405,15 +434,10 @@ def build_sections(runs: list[ScoredRun], rows: list[Row], figures: list[Figure]
                 continue
             ci = "" if e.get("ci_low") is None else f"[{_fmt(e['ci_low'], c)}, {_fmt(e.get('ci_high'), c)}]"
             p = row.p_values.get(c, {}).get("p_value")
-            cells.append(num(_fmt(e.get("value"), c), mark=_stars(p), detail=ci, best=i in best[c]))
+            cells.append(num(_fmt(e.get("value"), c), mark=stars(p), detail=ci, best=i in best[c]))
         body.append(tuple(cells))
     extra = len(header) - len(cols)
-    table = Table(columns=tuple(header), rows=tuple(body), align="l" * extra + "r" * len(cols), md_align=False)
-    sources = Para("Sources: " + ", ".join("{}" for _ in runs), tuple(Code(r.path.as_posix()) for r in runs))
-    return [
-        Section(_title(runs), level=1, paragraphs=[_note(runs, layout.model)], tables=[table]),
-        Section("", paragraphs=[sources], figures=figures, figure_row=True),
-    ]
+    return Table(columns=tuple(header), rows=tuple(body), align="l" * extra + "r" * len(cols), md_align=False)
 
 
 def render(run_dirs: list[Path], out_dir: Path, mixed: bool = False) -> list[Path]:
@@ -421,7 +445,7 @@ def render(run_dirs: list[Path], out_dir: Path, mixed: bool = False) -> list[Pat
     if not run_dirs:
         raise MaxbenchError("give at least one scored run directory")
     runs = [load_scored_run(Path(r)) for r in run_dirs]
-    rows = _rows(runs, mixed)
+    rows = comparable_rows(runs, mixed)
     if not rows:
         raise MaxbenchError("the runs hold no scored systems; score them first (maxbench score RUN_DIR)")
     out_dir = Path(out_dir)
@@ -430,14 +454,14 @@ def render(run_dirs: list[Path], out_dir: Path, mixed: bool = False) -> list[Pat
     figures = [Figure(f"plots/{p.name}", p.read_bytes(), p.stem) for p in plots]
     sections = build_sections(runs, rows, figures)
     written = [out_dir / "leaderboard.md", out_dir / "leaderboard.csv", out_dir / "leaderboard.html"]
-    atomic_write(written[0], render_markdown(sections))
+    atomic_write(written[0], render_markdown(build_sections(runs, rows, figures, compact=True)))
     atomic_write(written[1], _csv(rows, _Layout.of(runs, rows)))
     atomic_write(written[2], render_html(sections, sections[0].title))
     return written + plots
 
 
 def _csv(rows: list[Row], layout: _Layout) -> str:
-    cols = _columns(rows)
+    cols = score_columns(rows)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     extra = ["run"] * layout.run + ["suite", "suite_prompts"] * layout.suite + ["prompts", "partial"] * layout.prompts

@@ -1,17 +1,14 @@
-"""Runs systems over a suite into a run directory, resumably.
+"""Runs systems over a suite into a run directory, resumably: what decodes and what schedules.
 
-``results/runs/<run-id>/`` holds ``manifest.json`` and ``generations.jsonl``. Rows are keyed
-by (system, prompt id, sample); each batch's rows are appended with one write, flushed and
-fsynced. On restart a trailing partial line is cut off, finished keys are skipped, and a
-batch with missing rows is decoded again whole (batches are fixed by the suite order, so
-the rows come out identical). When every key is present the file is rewritten once, in
-canonical order, through a temporary file and an atomic rename: an interrupted and an
-uninterrupted run end byte-identical, and nothing written is ever lost.
+The run directory's files (manifest, generations, shard files, their merge) are
+``maxbench.benchmark.rundir``'s; this module fills them. On restart a trailing partial line is
+cut off, finished keys are skipped, and a batch with missing rows is decoded again whole
+(batches are fixed by the suite order, so the rows come out identical).
 
 Sharding (``--shard i/n``) hands out whole batches round-robin, numbered across all systems
 in registry order (so n can exceed the batches of one system), and every row is decoded in
-the same batch as in a single process; shard i writes ``generations.shard-i-of-n.jsonl``
-and ``merge_shards`` joins the shards into the same ``generations.jsonl``. A shard that has
+the same batch as in a single process; each shard writes its own shard file and
+``rundir.merge_shards`` joins them. A shard that has
 finished its own batches takes over the batches another shard of the run has not reached yet,
 while that shard is running (work stealing: the shard that fits a head does not keep the others
 waiting); each batch is claimed by a lock (``maxbench.locks.claim``) before it is decoded, so none is
@@ -30,24 +27,30 @@ import hashlib
 import json
 import os
 import platform
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from maxbench.benchmark.rundir import (
+    CLAIMS,
+    REFERENCE_STATES,
+    TIMINGS,
+    RowsSeen,
+    RunPlan,
+    append_rows,
+    canonicalise,
+    check_or_write_manifest,
+    existing_manifest,
+    finished_keys,
+    read_rows,
+    row_key,
+    shard_file,
+    update_manifest,
+)
 from maxbench.errors import MaxbenchError
-from maxbench.fileio import atomic_write, check_output_dir, ensure_dir, free_bytes, os_error
+from maxbench.fileio import check_output_dir, ensure_dir, free_bytes
 from maxbench.locks import claim, exclusive, held
 from maxbench.provenance import versions
-
-MANIFEST = "manifest.json"
-GENERATIONS = "generations.jsonl"
-TIMINGS = "timings.jsonl"
-#: the run directory's folder of batch claims (lock files only; see ``maxbench.locks.claim``)
-CLAIMS = ".claims"
-#: the run directory's folder of reference states its workers share (``ReferenceStateCache``)
-REFERENCE_STATES = ".reference-states"
-
 
 #: set by ``maxbench run --workers`` for its workers, so their phases join the parent's invocation
 INVOCATION_ENV = "MAXBENCH_INVOCATION"
@@ -78,7 +81,7 @@ class PhaseTimer:
         row = {"invocation": self.invocation, "shard": self.shard, "phase": name, "seconds": round(seconds, 2)}
         if cpu_seconds is not None:
             row["cpu_seconds"] = round(cpu_seconds, 2)
-        _append(self.path, [row | {k: round(v, 2) for k, v in extra.items()}])
+        append_rows(self.path, [row | {k: round(v, 2) for k, v in extra.items()}])
 
     def records(self) -> list[dict]:
         """This invocation's rows of ``timings.jsonl``, its workers' included."""
@@ -150,207 +153,6 @@ def machine(device: str) -> dict:
     return info
 
 
-def read_rows(path: Path, repair: bool = False) -> list[dict]:
-    """Rows of a generations file. With ``repair``, a trailing partial line (a write cut by a
-    crash) is removed from the file; otherwise it is ignored."""
-    if not path.exists():
-        return []
-    try:
-        data = path.read_bytes()
-        end = data.rfind(b"\n") + 1
-        if end < len(data) and repair:
-            with open(path, "r+b") as f:
-                f.truncate(end)
-    except OSError as exc:
-        raise os_error(path, exc, "read") from None
-    rows = []
-    for n, line in enumerate(data[:end].splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise MaxbenchError(
-                    f"{path}:{n} is not valid JSON; the run file is damaged (move it away to regenerate)"
-                ) from None
-    return rows
-
-
-def row_key(row: dict) -> tuple:
-    return (row["system"], row["prompt_id"], int(row["sample"]))
-
-
-@dataclass
-class RunPlan:
-    """Everything that defines a run's content (what the manifest pins)."""
-
-    run_dir: Path
-    suite: object  # maxbench.benchmark.suites.Suite
-    systems: list  # [SystemSpec]
-    samples: int = 1
-    seed: int = 1234
-    batch_size: int = 8
-    corpus: str | None = None  # fitting corpus for layers that need one
-    registry: str | None = None
-    #: also record each layer's teacher-forced log-probabilities of the references (ref-ppl)
-    reference_ppl: bool = True
-
-    def identity(self) -> dict:
-        return {
-            "suite": self.suite.describe() | {"path": None},
-            "systems": [s.name for s in self.systems],
-            "samples": self.samples,
-            "seed": self.seed,
-            "batch_size": self.batch_size,
-            "corpus": self.corpus,
-            "registry": self.registry,
-            "reference_ppl": self.reference_ppl,
-        }
-
-    def jobs(self, system) -> list[tuple]:
-        return [(item, s) for item in self.suite.items for s in range(self.samples)]
-
-    def batches(self, system) -> list[list[tuple]]:
-        jobs = self.jobs(system)
-        return [jobs[i : i + self.batch_size] for i in range(0, len(jobs), self.batch_size)]
-
-    def canonical_order(self) -> dict:
-        order = {}
-        for si, system in enumerate(self.systems):
-            for ji, (item, s) in enumerate(self.jobs(system)):
-                order[(system.name, item.id, s)] = (si, ji)
-        return order
-
-
-def existing_manifest(plan: RunPlan) -> dict | None:
-    """The run directory's manifest if there is one; refused when another run made it."""
-    path = plan.run_dir / MANIFEST
-    if not path.exists():
-        return None
-    ident = plan.identity()
-    try:
-        old = json.loads(path.read_text())
-    except (OSError, ValueError):
-        raise MaxbenchError(f"{path} is unreadable; this run directory is damaged") from None
-    if not isinstance(old, dict) or old.get("identity") != ident:
-        recorded = old.get("identity") if isinstance(old, dict) and isinstance(old.get("identity"), dict) else {}
-        diff = [k for k in ident if recorded.get(k) != ident[k]]
-        raise MaxbenchError(
-            f"run directory {plan.run_dir} was made by a different run (differs in: "
-            f"{', '.join(diff)}); pick another --run-id or delete that directory"
-        )
-    return old
-
-
-def check_or_write_manifest(plan: RunPlan, extra: dict) -> dict:
-    with exclusive(plan.run_dir / MANIFEST):  # workers of one run start together
-        return _check_or_write_manifest(plan, extra)
-
-
-def _check_or_write_manifest(plan: RunPlan, extra: dict) -> dict:
-    path = plan.run_dir / MANIFEST
-    ident = plan.identity()
-    old = existing_manifest(plan)
-    if old is not None:
-        return old
-    manifest = {
-        "run_id": plan.run_dir.name,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "identity": ident,
-        "suite": plan.suite.describe(),
-        "samples": plan.samples,
-        "seed": plan.seed,
-        "seed_rule": "sha256(f'{seed}:{prompt_id}:{sample}')[:4] as big-endian int",
-        "systems": {
-            s.name: {"model": s.model, "layer": s.layer, "layer_params": dict(s.params), "decoding": s.decoding.label}
-            for s in plan.systems
-        },
-    } | extra
-    atomic_write(path, json.dumps(manifest, indent=1, sort_keys=False) + "\n")
-    return manifest
-
-
-def update_manifest(plan: RunPlan, key: str, value: dict) -> None:
-    """Add ``value``'s entries to the manifest's ``key`` section, under the manifest's lock (workers
-    update it side by side), keeping the section in the lineup's order whoever wrote first."""
-    path = plan.run_dir / MANIFEST
-    rank = {name: i for i, name in enumerate([*(s.name for s in plan.systems), *(s.model for s in plan.systems)])}
-    with exclusive(path):
-        manifest = json.loads(path.read_text())
-        section = manifest.setdefault(key, {}) | value
-        manifest[key] = dict(sorted(section.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])))
-        atomic_write(path, json.dumps(manifest, indent=1) + "\n")
-
-
-def _append(path: Path, rows: list[dict]) -> None:
-    data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode()
-    try:
-        with open(path, "ab") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError as exc:
-        raise os_error(path, exc) from None
-
-
-def parse_shard(text: str | None) -> tuple[int, int] | None:
-    if not text:
-        return None
-    try:
-        i, n = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise MaxbenchError(f"--shard must look like i/n (e.g. 0/4), got '{text}'") from None
-    if not (n >= 1 and 0 <= i < n):
-        raise MaxbenchError(f"--shard {text}: need 0 <= i < n")
-    return i, n
-
-
-class RowsSeen:
-    """Keys of the rows written so far to any generations file of the run (the merged file and every
-    shard's, whatever the number of shards that wrote them), read incrementally: ``refresh`` parses
-    only the whole lines appended since the last look (a file replaced by its canonical rewrite is
-    read again), so a worker can ask before every batch whether another process has written it."""
-
-    def __init__(self, run_dir: Path):
-        self.run_dir = Path(run_dir)
-        self.keys: set = set()
-        self._seen: dict = {}  # path -> (inode, bytes read, lines read)
-
-    def refresh(self) -> set:
-        for path in [self.run_dir / GENERATIONS, *sorted(self.run_dir.glob("generations.shard-*.jsonl"))]:
-            try:
-                with open(path, "rb") as f:
-                    inode = os.fstat(f.fileno()).st_ino
-                    old_inode, offset, lines = self._seen.get(path, (None, 0, 0))
-                    if old_inode != inode:
-                        offset, lines = 0, 0
-                    f.seek(offset)
-                    data = f.read()
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                raise os_error(path, exc, "read") from None
-            end = data.rfind(b"\n") + 1
-            for n, line in enumerate(data[:end].split(b"\n")[:-1], lines + 1):
-                if line.strip():
-                    try:
-                        self.keys.add(row_key(json.loads(line)))
-                    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-                        what = "is not valid JSON" if isinstance(exc, json.JSONDecodeError) else "is not a row"
-                        raise MaxbenchError(
-                            f"{path}:{n} {what}; the run file is damaged (move it away to regenerate)"
-                        ) from None
-            self._seen[path] = (inode, offset + end, lines + data[:end].count(b"\n"))
-        return self.keys
-
-    def done(self, system: str, batch: list) -> bool:
-        return all((system, it.id, s) in self.keys for it, s in batch)
-
-
-def finished_keys(plan: RunPlan) -> set:
-    """Keys of the rows already written to any generations file of the run: none is decoded again."""
-    return RowsSeen(plan.run_dir).refresh()
-
-
 def shard_units(plan: RunPlan, shard: tuple[int, int] | None) -> list[list[tuple[int, list]]]:
     """Per system, the (unit, batch) pairs of ``shard`` (every pair without one): the batches of all
     systems are numbered in registry order, and unit k belongs to shard k mod n."""
@@ -360,10 +162,6 @@ def shard_units(plan: RunPlan, shard: tuple[int, int] | None) -> list[list[tuple
         out.append([(k, b) for k, b in enumerate(batches, start=unit) if shard is None or k % shard[1] == shard[0]])
         unit += len(batches)
     return out
-
-
-def shard_file(run_dir: Path, shard: tuple[int, int] | None) -> Path:
-    return run_dir / (GENERATIONS if shard is None else f"generations.shard-{shard[0]}-of-{shard[1]}.jsonl")
 
 
 class ReferenceStateCache:
@@ -648,7 +446,7 @@ class _Decoder:
                     **res,
                 }
             )
-        _append(self.out, rows)
+        append_rows(self.out, rows)
         self.seen.keys |= {row_key(r) for r in rows}
 
     def flush(self, si: int) -> None:
@@ -726,43 +524,5 @@ def _generate(plan: RunPlan, pre: Preflight, out: Path, shard, device, progress:
         si, unit, batch = later.pop(0)
         work.batch(si, unit, batch)  # waits for the other worker's fit and loads what it made
         work.flush(si)
-    _canonicalise(plan, out, shard)
-    return out
-
-
-def _canonicalise(plan: RunPlan, path: Path, shard) -> None:
-    order = plan.canonical_order()
-    rows = read_rows(path)
-    if shard is None:  # rows made by earlier sharded invocations count too
-        for other in sorted(plan.run_dir.glob("generations.shard-*.jsonl")):
-            rows += read_rows(other)
-    unknown = [r for r in rows if row_key(r) not in order]
-    if unknown:
-        raise MaxbenchError(
-            f"{path} holds rows of system '{unknown[0]['system']}', which this run does not "
-            f"define; this run directory belongs to another registry"
-        )
-    by_key = {row_key(r): r for r in rows}
-    if shard is None and len(by_key) < len(order):
-        return  # incomplete: keep appending on the next run
-    body = "".join(json.dumps(by_key[k], ensure_ascii=False) + "\n" for k in sorted(by_key, key=order.get))
-    if not path.exists() or path.read_text() != body:
-        atomic_write(path, body)
-
-
-def merge_shards(plan: RunPlan) -> Path:
-    """Join shard files into generations.jsonl in canonical order; all keys must be present."""
-    order = plan.canonical_order()
-    by_key = {row_key(r): r for r in read_rows(plan.run_dir / GENERATIONS)}
-    for path in sorted(plan.run_dir.glob("generations.shard-*.jsonl")):
-        by_key.update({row_key(r): r for r in read_rows(path)})
-    missing = [k for k in order if k not in by_key]
-    if missing:
-        raise MaxbenchError(
-            f"cannot merge {plan.run_dir}: {len(missing)} rows missing (e.g. {missing[0]}); "
-            f"run the missing shards first"
-        )
-    out = plan.run_dir / GENERATIONS
-    atomic_write(out, "".join(json.dumps(by_key[k], ensure_ascii=False) + "\n" for k in sorted(order, key=order.get)))
-    shutil.rmtree(plan.run_dir / REFERENCE_STATES, ignore_errors=True)  # every row is written: not needed again
+    canonicalise(plan, out, shard)
     return out

@@ -7,7 +7,8 @@ multi-GPU job and a job on a few CPU cores go through one code path, and their m
 round-robin, holds a lock on its own shard file, and fits a head or builds a graph under that
 cache's lock (``maxbench.locks``), so a head is fitted once whichever worker gets there first; odd
 workers walk the lineup backwards so two fits overlap instead of one worker waiting, and a worker
-done with its own batches takes over those another has not reached (``maxbench.benchmark.runner``).
+done with its own batches takes over those another has not reached (``maxbench.benchmark.runner``;
+the shard files and their merge are ``maxbench.benchmark.rundir``'s).
 
 Workers die with their parent (``PR_SET_PDEATHSIG`` on Linux), and a worker left over would hold its
 shard's lock until it ends, so killing the parent or any worker at any moment (``kill -9``)
@@ -104,8 +105,10 @@ def worker_command(args, run_id: str, shard: tuple[int, int], threads: int, devi
 
 def _lines(run_dir: Path) -> int:
     """Rows in the run's shard files, counted without parsing them (for the progress bar)."""
+    from maxbench.benchmark.rundir import SHARD_GLOB
+
     count = 0
-    for path in run_dir.glob("generations.shard-*.jsonl"):
+    for path in run_dir.glob(SHARD_GLOB):
         try:
             count += path.read_bytes().count(b"\n")
         except OSError:
@@ -115,9 +118,9 @@ def _lines(run_dir: Path) -> int:
 
 def thread_env(threads: int) -> dict[str, str]:
     """Each math library's thread count for a worker of ``threads`` threads. numba's pool (the
-    graphmax paper solver's CPU kernels) included: with its default of one thread per core,
-    each 1-thread worker kept a second thread spinning between the kernels, and the cold main
-    job's two workers ran 2-8x slower (2026-11-25)."""
+    graphmax paper solver's CPU kernels) included: with its default of one thread per core, each
+    1-thread worker keeps a second thread spinning between the kernels, and workers on a few cores
+    slow each other down."""
     return {name: str(threads) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")}
 
 

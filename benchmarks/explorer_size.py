@@ -33,6 +33,8 @@ WORDS = (
 
 
 def synthesise(run: Path, n_prompts: int, n_systems: int, n_tokens: int, seed: int = 0) -> None:
+    from maxbench.benchmark.rundir import GENERATIONS, MANIFEST
+
     rng = random.Random(seed)
     run.mkdir(parents=True)
     systems = [f"smollm2-135m/{layer}/top_p=0.9" for layer in ("softmax", "sparsemax", "kerbs", "posg")]
@@ -42,7 +44,7 @@ def synthesise(run: Path, n_prompts: int, n_systems: int, n_tokens: int, seed: i
         (f"p{i:04d}", " ".join(rng.choices(WORDS, k=12)), " ".join(rng.choices(WORDS, k=80))) for i in range(n_prompts)
     ]
     metrics = ("bleu-4", "rouge-l-f", "self-bleu-4", "seq-rep-4", "rep", "ppl", "ref-eps-ppl")
-    with open(run / "generations.jsonl", "w", encoding="utf-8") as f:
+    with open(run / GENERATIONS, "w", encoding="utf-8") as f:
         for s in systems:
             for pid, prompt, ref in prompts:
                 pieces = [" " + w for w in rng.choices(WORDS, k=n_tokens)]
@@ -92,7 +94,7 @@ def synthesise(run: Path, n_prompts: int, n_systems: int, n_tokens: int, seed: i
         "systems": {s: {m: {"p_value": rng.random()} for m in metrics} for s in systems[1:]},
     }
     (run / "scores.json").write_text(json.dumps({"systems": scores, "comparisons": comparisons}))
-    (run / "manifest.json").write_text(
+    (run / MANIFEST).write_text(
         json.dumps({"run_id": "synthetic", "suite": {"name": "synthetic", "n_items": n_prompts}})
     )
 
@@ -120,7 +122,9 @@ def main() -> None:
 def measure(args, tmp: Path, write_explorer) -> None:
     run = tmp / "run"
     synthesise(run, args.prompts, args.systems, args.tokens)
-    gen = (run / "generations.jsonl").stat().st_size
+    from maxbench.benchmark.rundir import GENERATIONS
+
+    gen = (run / GENERATIONS).stat().st_size
     t0 = time.perf_counter()
     index = write_explorer([run], tmp / "explorer")
     t_write = time.perf_counter() - t0

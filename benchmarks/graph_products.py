@@ -36,7 +36,7 @@ def main() -> None:
 
     from maxbench.benchmark.corpora import load_corpus
     from maxbench.systems.graph import get_graph
-    from maxbench.systems.layers.graphmax.operator import GraphOperator
+    from maxbench.systems.layers.graphmax.graph_operator import GraphOperator
     from maxbench.systems.models import load_model
 
     threads = args.threads

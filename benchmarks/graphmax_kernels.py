@@ -86,7 +86,7 @@ def main() -> None:
     from maxbench.systems.decoding import DecodingSetting, decode
     from maxbench.systems.graph import get_graph
     from maxbench.systems.layers.graphmax import paper as graphmax_paper
-    from maxbench.systems.layers.graphmax.operator import GraphOperator
+    from maxbench.systems.layers.graphmax.graph_operator import GraphOperator
     from maxbench.systems.layers.softmax import SoftmaxLayer
     from maxbench.systems.models import load_model
 

@@ -69,6 +69,7 @@ def main() -> None:
 
 
 def measure(args, systems: list[str], work: Path) -> None:
+    from maxbench.benchmark.rundir import GENERATIONS
     from maxbench.benchmark.suites import load_suite
     from maxbench.errors import MaxbenchError
 
@@ -93,7 +94,7 @@ def measure(args, systems: list[str], work: Path) -> None:
         if p.returncode:
             last = (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
             raise MaxbenchError(f"the {name} run failed: {last}")
-        return wall, (work / "runs" / name / "generations.jsonl").read_bytes()
+        return wall, (work / "runs" / name / GENERATIONS).read_bytes()
 
     run_schedule("warm-up", SCHEDULES["seq1"])  # graph and heads into the cache, files into the page cache
     load_before = os.getloadavg()

@@ -23,10 +23,10 @@ from harness import load_average, positive_int, run
 
 
 def sparsemax_by_sorting(z: torch.Tensor) -> torch.Tensor:
-    from maxbench.systems.layers.sparsemax.operator import _threshold_by_sorting
+    from maxbench.systems.layers.sparsemax.operator import threshold_by_sorting
 
     z = z - z.amax(-1, keepdim=True)
-    return torch.clamp(z - _threshold_by_sorting(z), min=0)
+    return torch.clamp(z - threshold_by_sorting(z), min=0)
 
 
 def inputs(batch_size: int) -> dict[str, list[torch.Tensor]]:
@@ -34,7 +34,8 @@ def inputs(batch_size: int) -> dict[str, list[torch.Tensor]]:
     from maxbench.benchmark.suites import load_suite
     from maxbench.systems.graph import get_graph
     from maxbench.systems.layers.graphmax import paper as graphmax_paper
-    from maxbench.systems.layers.graphmax.operator import GraphOperator, graphmax
+    from maxbench.systems.layers.graphmax.graph_operator import GraphOperator
+    from maxbench.systems.layers.graphmax.operator import graphmax
     from maxbench.systems.models import load_model
 
     lm = load_model("smollm2-135m", device="cpu")

@@ -236,6 +236,7 @@ def _print_created(created, base_url: str, links_fd: int | None, links_out: Path
 def cmd_study_create(args: argparse.Namespace) -> int:
     from maxbench.human_eval.store.db import database_errors, session_for
     from maxbench.human_eval.studies.create import create_study
+    from maxbench.human_eval.studies.options import StudyOptions
     from maxbench.human_eval.studies.rubrics import load_rubric
 
     _check_base_url(args.base_url)
@@ -249,29 +250,27 @@ def cmd_study_create(args: argparse.Namespace) -> int:
             raise MaxbenchError(f"cannot read --consent-file {args.consent_file}: {reason}") from None
         if not consent:
             raise MaxbenchError(f"--consent-file {args.consent_file} is empty")
+    options = StudyOptions(
+        systems=args.systems,
+        items_per_system=args.items_per_system,
+        raters_per_item=args.raters_per_item,
+        annotators=args.annotators,
+        paired=not args.independent,
+        seed=args.seed,
+        attention_rate=args.attention_rate,
+        attention_fail_limit=args.attention_fail_limit,
+        completion_code=args.completion_code,
+        title=args.title,
+        consent_text=consent,
+        open_enrolment=args.open_enrolment,
+        abandon_after_s=60 * args.abandon_after_minutes,
+        check_attempts=args.check_attempts,
+        gold_items=args.gold_items,
+    )
     links_fd, links_created = _open_links_file(args.links_out) if args.links_out else (None, False)
     try:
         with database_errors(args.db), session_for(args.db, create=True) as session:
-            created = create_study(
-                session,
-                args.run_dir,
-                rubric,
-                systems=args.systems,
-                items_per_system=args.items_per_system,
-                raters_per_item=args.raters_per_item,
-                annotators=args.annotators,
-                paired=not args.independent,
-                seed=args.seed,
-                attention_rate=args.attention_rate,
-                attention_fail_limit=args.attention_fail_limit,
-                completion_code=args.completion_code,
-                title=args.title,
-                consent_text=consent,
-                open_enrolment=args.open_enrolment,
-                abandon_after_s=60 * args.abandon_after_minutes,
-                check_attempts=args.check_attempts,
-                gold_items=args.gold_items,
-            )
+            created = create_study(session, args.run_dir, rubric, options)
     except BaseException:
         if links_fd is not None:
             os.close(links_fd)

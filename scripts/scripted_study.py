@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 from maxbench.errors import MaxbenchError  # noqa: E402
 from maxbench.human_eval.store.db import session_for  # noqa: E402
 from maxbench.human_eval.studies.create import create_study, read_generations  # noqa: E402
+from maxbench.human_eval.studies.options import StudyOptions  # noqa: E402
 from maxbench.human_eval.studies.rubrics import load_rubric  # noqa: E402
 from maxbench.human_eval.testing.participants import ScriptedAnnotator, start_server  # noqa: E402
 
@@ -101,10 +102,7 @@ class Participant:
 def run_judgment(judgment, run_dir, db_url, base_url, systems, items, raters, seed, noise) -> str:
     rubric = load_rubric(RUBRICS[judgment])
     with session_for(db_url, create=True) as session:
-        created = create_study(
-            session,
-            run_dir,
-            rubric,
+        options = StudyOptions(
             systems=systems,
             items_per_system=items,
             raters_per_item=raters,
@@ -112,6 +110,7 @@ def run_judgment(judgment, run_dir, db_url, base_url, systems, items, raters, se
             attention_rate=0 if judgment == "best-worst" else 0.1,
             title=f"Scripted {judgment} study",
         )
+        created = create_study(session, run_dir, rubric, options)
     records = [r for r in read_generations(run_dir) if r["system"] in systems]
     system_of = {r["text"]: r["system"] for r in sorted(records, key=lambda r: -r["sample"])}
     quality = {s: float(k) for k, s in enumerate(systems)}

@@ -49,12 +49,13 @@ def make_study_export(root: Path, run_dir: Path) -> Path:
     from maxbench.human_eval.store.models import Assignment, Rating
     from maxbench.human_eval.studies.create import create_study
     from maxbench.human_eval.studies.export import explorer_export
+    from maxbench.human_eval.studies.options import StudyOptions
     from maxbench.human_eval.studies.rubrics import load_rubric
 
     url = f"sqlite:///{root / 'ratings.sqlite3'}"
     rubric = load_rubric("graphmax")
     with session_for(url, create=True) as session:
-        create_study(session, run_dir, rubric, systems=None, items_per_system=8, raters_per_item=1, attention_rate=0)
+        create_study(session, run_dir, rubric, StudyOptions(items_per_system=8, raters_per_item=1, attention_rate=0))
         for a in session.scalars(select(Assignment).where(Assignment.item_id.is_not(None))):
             length = len(a.item.text)
             for k, c in enumerate(rubric.criteria):

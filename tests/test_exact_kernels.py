@@ -11,10 +11,12 @@ import pytest
 import torch
 from test_graphmax import dual_certificate, peaked_scores, random_graph, sparse_graph
 
+from maxbench.systems.layers.graphmax import evaluation as graphmax_evaluation
+from maxbench.systems.layers.graphmax import exact as graphmax_exact
 from maxbench.systems.layers.graphmax import isolated as graphmax_isolated
-from maxbench.systems.layers.graphmax import operator as graphmax_module
+from maxbench.systems.layers.graphmax.graph_operator import GraphOperator
 from maxbench.systems.layers.graphmax.kernels import loader as cpu_kernels
-from maxbench.systems.layers.graphmax.operator import GraphOperator, graphmax
+from maxbench.systems.layers.graphmax.operator import graphmax
 
 K = cpu_kernels.load("exact")
 
@@ -100,8 +102,8 @@ def test_graphmax_takes_the_kernels_for_float32_on_the_cpu_only(monkeypatch):
     n = 300
     A = sparse_graph(n, 80, density=0.05, seed=12)
     calls = []
-    real = graphmax_module._evaluate_kernels
-    monkeypatch.setattr(graphmax_module, "_evaluate_kernels", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = graphmax_evaluation.evaluate_kernels
+    monkeypatch.setattr(graphmax_evaluation, "evaluate_kernels", lambda *a, **k: calls.append(1) or real(*a, **k))
     z = peaked_scores(3, n, 80, seed=12, dtype=torch.float32)
     graphmax(z, A)
     assert calls
@@ -113,7 +115,7 @@ def test_graphmax_takes_the_kernels_for_float32_on_the_cpu_only(monkeypatch):
 
 
 @pytest.mark.parametrize("max_iter", [0, 1, 2])
-def test_rows_stopped_by_max_iter_carry_their_own_gap(max_iter):
+def test_rows_stopped_by_max_iter_carry_their_own_gap(max_iter, monkeypatch):
     """Far from the optimum (large lam, few steps) some centred residual exceeds the kernels'
     clamp of the exponential; the gap returned is still that of the x returned. (graphmax()
     would solve these rows again in float64, on torch's operations: the solver is called here.)"""
@@ -123,20 +125,17 @@ def test_rows_stopped_by_max_iter_carry_their_own_gap(max_iter):
     shift = z.amax(-1)
     ZT = (z - shift[:, None]).T.contiguous()
     clamped = []
-    real = graphmax_module._evaluate_kernels
+    real = graphmax_evaluation.evaluate_kernels
 
     def spy(*a, **k):
         out = real(*a, **k)
-        clamped.append(not bool(out[3].all()))
+        clamped.append(not bool(out.exact.all()))
         return out
 
-    graphmax_module._evaluate_kernels = spy
-    try:
-        log_x, gap, _, steps, conv = graphmax_module._solve_exact(
-            ZT, GraphOperator(A), lam, 0.0, max_iter, 0.7, True, True, (z, shift), K
-        )
-    finally:
-        graphmax_module._evaluate_kernels = real
+    monkeypatch.setattr(graphmax_evaluation, "evaluate_kernels", spy)
+    log_x, gap, _, steps, conv = graphmax_exact.solve(
+        ZT, GraphOperator(A), lam, 0.0, max_iter, 0.7, True, True, (z, shift), K
+    )
     assert clamped[0]  # the first evaluation met the clamp
     assert (steps == max_iter).all() and not conv.any()
     x64 = log_x.double().exp()
@@ -166,14 +165,14 @@ def test_the_results_do_not_depend_on_the_number_of_threads():
 
 @pytest.mark.parametrize("backend", ["scipy", "torch"])
 def test_finished_problems_leaving_the_block_late_change_nothing(backend, monkeypatch):
-    """Finished problems leave the block in groups (graphmax.COMPACT); leaving at once or
+    """Finished problems leave the block in groups (graphmax_exact.COMPACT); leaving at once or
     never gives the same bits, on the kernels and on the torch path."""
     n = 500
     A = GraphOperator(sparse_graph(n, 150, density=0.05, seed=15), backend=backend)
     z = peaked_scores(12, n, 150, seed=15, dtype=torch.float32)
     results = []
     for compact in (1, 8, 10**9):
-        monkeypatch.setattr(graphmax_module, "COMPACT", compact)
+        monkeypatch.setattr(graphmax_exact, "COMPACT", compact)
         _, info = graphmax(z, A, lam=2.0, return_info=True)
         results.append(info)
     assert len(set(results[0].iterations.tolist())) > 1  # problems finish at different steps
@@ -241,7 +240,7 @@ def test_either_graph_product_gives_the_same_bits(threads, monkeypatch):
     try:
         results, used = [], []
         for width in (0, 10**9):  # the kernel's product everywhere, then nowhere
-            monkeypatch.setattr(graphmax_module, "_KERNEL_PRODUCT_WIDTH", width)
+            monkeypatch.setattr(graphmax_evaluation, "_KERNEL_PRODUCT_WIDTH", width)
             kernel_products.clear()
             _, info = graphmax(z, A, return_info=True, probs=False)
             results.append(info)
@@ -256,7 +255,7 @@ def test_either_graph_product_gives_the_same_bits(threads, monkeypatch):
 @pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("step", [False, True])
 def test_one_evaluation_in_the_kernels_equals_torch_s(split, step):
-    """``_evaluate_kernels`` against ``_evaluate`` on the same iterate: the direction, gap, f,
+    """``evaluate_kernels`` against ``evaluate`` on the same iterate: the direction, gap, f,
     its error bound, the log-sum-exp and the residual that the first (Newton) step uses, on all
     tokens and with the light isolated tokens in closed form."""
     n, lam, b = 2500, 1.0, 6
@@ -276,20 +275,23 @@ def test_one_evaluation_in_the_kernels_equals_torch_s(split, step):
     shift = YT.amax(0) - 0.5
     if step:
         direction, theta = 0.3 * torch.randn(ZT.shape, generator=gen), torch.full((b,), 0.7)
-        Y, *got = graphmax_module._evaluate_kernels(
+        got = graphmax_evaluation.evaluate_kernels(
             K, YT, (direction, theta), ZT, op, lam, curvature, shift, 1e-6, light, residual=True
         )
+        Y = got.y
         # (torch's addcmul may fuse the multiply-add: the kernels do not)
         assert torch.allclose(Y, torch.addcmul(YT, direction, theta), rtol=1e-6, atol=0)
     else:
-        Y, *got = graphmax_module._evaluate_kernels(
+        got = graphmax_evaluation.evaluate_kernels(
             K, YT, None, ZT, op, lam, curvature, shift, 1e-6, light, residual=True
         )
+        Y = got.y
         assert Y is YT
     # without tol torch's operations compute every column's exact gap, as the kernels do
-    want = graphmax_module._evaluate(Y, ZT, op, lam, curvature, shift, None, light, residual=True)
+    want = graphmax_evaluation.evaluate(Y, ZT, op, lam, curvature, shift, None, light, residual=True)
     names = ("direction", "gap", "exact", "f", "lse", "f_error", "ok", "residual")
-    for name, g, w in zip(names, got, want):
+    for name in names:
+        g, w = getattr(got, name), getattr(want, name)
         if name in ("exact", "ok"):
             assert w is None if g is None else torch.equal(g, w), name
         elif name == "gap":

@@ -8,18 +8,17 @@ import time
 
 import pytest
 
-from maxbench.benchmark.runner import (
+from maxbench.benchmark.rundir import (
     CLAIMS,
     GENERATIONS,
     REFERENCE_STATES,
     RowsSeen,
     RunPlan,
-    derive_seed,
-    generate_run,
     merge_shards,
     read_rows,
     shard_file,
 )
+from maxbench.benchmark.runner import derive_seed, generate_run
 from maxbench.benchmark.suites import load_suite
 from maxbench.locks import exclusive
 from maxbench.systems.system_strings import parse_system

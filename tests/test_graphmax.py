@@ -10,7 +10,8 @@ import torch
 from scipy.special import logsumexp, softmax
 
 from maxbench.errors import MaxbenchError
-from maxbench.systems.layers.graphmax.operator import GraphOperator, graphmax
+from maxbench.systems.layers.graphmax.graph_operator import GraphOperator
+from maxbench.systems.layers.graphmax.operator import graphmax
 from maxbench.systems.layers.sparsemax.operator import sparsemax
 
 F64 = torch.float64
@@ -163,7 +164,7 @@ def test_every_returned_row_carries_its_own_computed_gap(max_iter):
 
 
 def test_certificate_lower_bound_never_exceeds_the_gap():
-    from maxbench.systems.layers.graphmax.operator import _evaluate
+    from maxbench.systems.layers.graphmax.evaluation import evaluate
 
     n, lam = 70, 3.0
     op = GraphOperator(random_graph(n, seed=6))
@@ -172,11 +173,13 @@ def test_certificate_lower_bound_never_exceeds_the_gap():
     YT = (ZT + torch.randn(n, 40, generator=gen, dtype=F64) * torch.logspace(-6, 0, 40, dtype=F64)).contiguous()
     curvature = ((2 * lam) * op.diag_m(F64))[:, None]
     shift = YT.amax(0)
-    _, exact_gap, all_exact, *_ = _evaluate(YT, ZT, op, lam, curvature, shift)
+    at = evaluate(YT, ZT, op, lam, curvature, shift)
+    exact_gap, all_exact = at.gap, at.exact
     assert all_exact.all()
     seen = set()
     for tol in (0.0, 1e-8, 1e-4, 1e-2):
-        _, gap, exact, *_ = _evaluate(YT, ZT, op, lam, curvature, shift, tol)
+        at = evaluate(YT, ZT, op, lam, curvature, shift, tol)
+        gap, exact = at.gap, at.exact
         seen.update(exact.tolist())
         assert torch.equal(gap[exact], exact_gap[exact])
         assert (gap[~exact] <= exact_gap[~exact] * (1 + 1e-12)).all()
@@ -757,13 +760,13 @@ def test_a_first_step_that_increases_f_is_taken_back_for_the_plain_one(monkeypat
 
 
 def test_a_float32_problem_that_does_not_converge_is_solved_again_in_float64(monkeypatch):
-    from maxbench.systems.layers.graphmax import operator as graphmax_module
+    from maxbench.systems.layers.graphmax import exact as graphmax_exact
 
     n, lam = 400, 1.0
     A = random_graph(n, density=0.02, seed=54)
     z = torch.randn(4, n, generator=torch.Generator().manual_seed(54)) * 4
     _, before = graphmax(z, A, lam=lam, return_info=True)
-    solve = graphmax_module._solve_exact
+    solve = graphmax_exact.solve
 
     def row_2_stalls_in_float32(ZT, *args):
         logX, gap, f, steps, conv = solve(ZT, *args)
@@ -772,7 +775,7 @@ def test_a_float32_problem_that_does_not_converge_is_solved_again_in_float64(mon
             conv[2] = False
         return logX, gap, f, steps, conv
 
-    monkeypatch.setattr(graphmax_module, "_solve_exact", row_2_stalls_in_float32)
+    monkeypatch.setattr(graphmax_exact, "solve", row_2_stalls_in_float32)
     x, info = graphmax(z, A, lam=lam, return_info=True)
     _, alone = graphmax(z[2].double(), A, lam=lam, return_info=True)
     assert info.converged.all() and x.dtype == torch.float32

@@ -1,5 +1,6 @@
 """The researcher's actions that cut annotators off ask first; a closed study reopens; the
-admin's mistakes get a message, not the login page; the welcome page counts texts."""
+admin's mistakes get a message, not the login page; logging out ends the session on the
+server; a new admin token locks the old one out; the welcome page counts texts."""
 
 import re
 from urllib.parse import urlsplit
@@ -82,6 +83,68 @@ def test_close_revoke_and_new_link_act_only_when_confirmed(study, action, button
     done = admin.post(path, data={"csrf_token": token, "confirm": "yes"})
     assert done.status_code in (200, 303)
     assert changed(url, created)
+
+
+def copy_of(app, client):
+    """Another browser with a copy of ``client``'s session cookie (stolen, or a second tab's)."""
+    other = app.test_client()
+    other.set_cookie("maxbench_session", client.get_cookie("maxbench_session").value)
+    return other
+
+
+def test_logout_ends_the_session_on_the_server(study):
+    app, url, created = study
+    admin = admin_client(app, created)
+    stolen = copy_of(app, admin)
+    page = f"/admin/study/{created.slug}"
+    assert stolen.get(page).status_code == 200 and stolen.get("/admin/").status_code == 200
+    studies = admin.get("/admin/")
+    r = admin.post("/admin/logout", data={"csrf_token": csrf_token(studies.text)})
+    assert r.status_code == 303 and r.location.endswith("/admin/login")
+    for client in (admin, stolen):
+        for path in (page, f"{page}/ratings.csv", "/admin/"):
+            r = client.get(path)
+            assert r.status_code == 303 and "/admin/login" in r.location, path
+    # The token still logs in again.
+    assert admin_client(app, created).get(page).status_code == 200
+
+
+def test_a_new_admin_token_locks_the_old_one_out(study):
+    app, url, created = study
+    admin = admin_client(app, created)
+    elsewhere = admin_client(app, created)
+    path = f"/admin/study/{created.slug}/admin-token"
+    confirm = admin.get(f"/admin/study/{created.slug}")
+    assert f'<form method="get" action="{path}">' in confirm.text
+    ask = admin.get(path)
+    assert ask.status_code == 200 and ">Make a new admin token</button>" in ask.text
+    assert admin.post(path, data={"confirm": "yes"}).status_code == 400  # CSRF checked
+    done = admin.post(path, data={"csrf_token": csrf_token(ask.text), "confirm": "yes"})
+    assert done.status_code == 200
+    new_token = re.search(r'<code class="new-admin-token">([^<]+)</code>', done.text).group(1)
+    assert new_token.startswith("adm-") and new_token != created.admin_token
+    # This browser stays in; every other session of the study ends.
+    assert admin.get(f"/admin/study/{created.slug}").status_code == 200
+    assert elsewhere.get(f"/admin/study/{created.slug}").status_code == 303
+    login = app.test_client()
+    form = login.get("/admin/login")
+    r = login.post("/admin/login", data={"csrf_token": csrf_token(form.text), "token": created.admin_token})
+    assert r.status_code == 403 and "not valid" in r.text
+    r = login.post("/admin/login", data={"csrf_token": csrf_token(form.text), "token": new_token})
+    assert r.status_code == 303 and login.get(f"/admin/study/{created.slug}").status_code == 200
+
+
+def test_rotate_admin_token_for_a_command(study):
+    from maxbench.human_eval.app.admin import rotate_admin_token
+    from maxbench.human_eval.store.db import hash_token
+
+    app, url, created = study
+    admin = admin_client(app, created)
+    with session_for(url) as s:
+        study_id = s.scalar(select(Study.id).where(Study.slug == created.slug))
+        token = rotate_admin_token(s, study_id)
+        assert s.scalar(select(Study.admin_token_hash).where(Study.id == study_id)) == hash_token(token)
+    assert admin.get(f"/admin/study/{created.slug}").status_code == 303
 
 
 def test_closed_study_reopens_from_the_admin_page(study):

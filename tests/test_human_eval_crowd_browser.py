@@ -10,6 +10,7 @@ import pytest
 
 from maxbench.human_eval.store.db import dispose_engines, session_for
 from maxbench.human_eval.studies.create import create_study
+from maxbench.human_eval.studies.options import StudyOptions
 from maxbench.human_eval.studies.rubrics import load_rubric
 from maxbench.human_eval.testing.participants import SYSTEMS, axe_serious, free_port, start_server, write_run
 
@@ -59,11 +60,7 @@ def test_prolific_participant_by_keyboard_in_chromium(tmp_path, artifacts_dir):
     slugs = {}
     with session_for(url, create=True) as s:
         for rubric in ("pairwise-quality", "direct-quality", "bestworst-quality"):
-            slugs[rubric] = create_study(
-                s,
-                run,
-                load_rubric(rubric),
-                systems=None,
+            options = StudyOptions(
                 items_per_system=4 if rubric == "bestworst-quality" else 2,
                 raters_per_item=1,
                 annotators=2 if rubric == "pairwise-quality" else 1,
@@ -71,7 +68,8 @@ def test_prolific_participant_by_keyboard_in_chromium(tmp_path, artifacts_dir):
                 completion_code=CODE,
                 open_enrolment=True,
                 check_attempts=2,
-            ).slug
+            )
+            slugs[rubric] = create_study(s, run, load_rubric(rubric), options).slug
     server = start_server(
         url,
         port=free_port(),
@@ -87,7 +85,8 @@ def test_prolific_participant_by_keyboard_in_chromium(tmp_path, artifacts_dir):
                 rubric = load_rubric(rubric_name)
                 public = f"{server.base_url}/s/{slug}?PROLIFIC_PID={PID}&STUDY_ID=st-1&SESSION_ID=se-1"
                 browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
-                page = browser.new_page()
+                context = browser.new_context()
+                page = context.new_page()
                 page.goto(public)
                 assert page.url.endswith("/welcome") and PID not in page.content()
                 violations += axe_serious(page, axe, seen)
@@ -111,10 +110,16 @@ def test_prolific_participant_by_keyboard_in_chromium(tmp_path, artifacts_dir):
                 assert first != second
                 page.get_by_role("link", name="Leave and continue later").click()
                 violations += axe_serious(page, axe, seen)
-                browser.close()
+                page.close()
 
-                browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
-                page = browser.new_page()
+                # another browser that knows the participant id is refused: the block is this browser's
+                other = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+                intruder = other.new_page()
+                response = intruder.goto(public)
+                assert response.status == 409 and "another browser" in intruder.content()
+                other.close()
+
+                page = context.new_page()  # the participant comes back in their own browser
                 requested = []
                 page.on("request", lambda request, seen=requested: seen.append(request.url))
                 page.goto(public)  # the same id: the same block, at the first unrated page

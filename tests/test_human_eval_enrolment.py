@@ -5,13 +5,14 @@ parameters, and race-safe claims, on SQLite and PostgreSQL."""
 
 import threading
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from maxbench.human_eval.app.factory import create_app
-from maxbench.human_eval.store.db import session_for
-from maxbench.human_eval.store.models import Annotator, Enrolment, utcnow
+from maxbench.human_eval.store.db import hash_token, session_for
+from maxbench.human_eval.store.models import Annotator, Enrolment, Rating, utcnow
 from maxbench.human_eval.studies.export import long_format_rows
 from maxbench.human_eval.studies.rubrics import load_rubric
 from maxbench.human_eval.testing.participants import csrf_token, make_study
@@ -52,8 +53,9 @@ def block_of(url, pid):
 def test_participants_get_blocks_in_order_and_the_same_one_back(study):
     url, created, app = study
     public = f"/s/{created.slug}"
+    clients = {}
     for k, pid in enumerate(["p0aaaa", "p1bbbb", "w2cccc"]):
-        client = app.test_client()
+        client = clients[pid] = app.test_client()
         query = prolific(pid) if k < 2 else f"?workerId={pid}&assignmentId=as1&hitId=h1"
         r = client.get(public + query)
         assert r.status_code == 303 and r.location.endswith("/next")
@@ -61,8 +63,9 @@ def test_participants_get_blocks_in_order_and_the_same_one_back(study):
         page = client.get("/welcome")
         assert pid not in page.text  # never shown, not even to its owner
     assert [block_of(url, p) for p in ("p0aaaa", "p1bbbb", "w2cccc")] == ["a01", "a02", "a03"]
-    again = app.test_client().get(public + prolific("p1bbbb", "s2"))
-    assert again.status_code == 303
+    # The same participant in the same browser gets the same block back.
+    again = clients["p1bbbb"].get(public + prolific("p1bbbb"))
+    assert again.status_code == 303 and clients["p1bbbb"].get("/next").location.endswith("/welcome")
     assert block_of(url, "p1bbbb") == "a02"
 
 
@@ -150,12 +153,12 @@ def test_concurrent_claims_give_each_block_once(study):
     url, created, app = study
     public = f"/s/{created.slug}"
     barrier = threading.Barrier(8)
-    results = {}
+    results = []
 
     def arrive(pid):
         client = app.test_client()
         barrier.wait()
-        results[pid] = client.get(public + prolific(pid)).status_code
+        results.append((pid, client.get(public + prolific(pid)).status_code))
 
     # Six participants for four blocks, and two of them arrive twice at the same moment.
     pids = ["c0", "c1", "c2", "c3", "c4", "c5", "c0", "c1"]
@@ -169,4 +172,93 @@ def test_concurrent_claims_give_each_block_once(study):
     blocks = [a for _, a in held if a is not None]
     assert len(blocks) == len(set(blocks)) == 4  # every block once, the quota kept
     assert len({p for p, _ in held}) == len(held)  # one row per participant
-    assert sorted(results.values()).count(409) == 2 and set(results.values()) <= {303, 409}
+    # One browser enters each block: the second browser of c0 or c1 is refused, not let in.
+    entered = [p for p, code in results if code == 303]
+    assert len(entered) == len(set(entered)) == 4 and {code for _, code in results} <= {303, 409}
+    assert sorted(entered) == sorted(p for p, a in held if a is not None)
+
+
+def n_ratings(url):
+    with session_for(url) as s:
+        return s.scalar(select(func.count(Rating.id)))
+
+
+def start_rating(client, public, pid, session="s1"):
+    """Enrol, consent and pass the check; the first item's path."""
+    assert client.get(public + prolific(pid, session)).status_code == 303
+    page = client.get("/welcome")
+    client.post("/welcome", data={"csrf_token": csrf_token(page.text), "consent": "y"})
+    page = client.get("/check")
+    client.post("/check", data={"csrf_token": csrf_token(page.text), "answer": str(CHECK)})
+    return client.get("/next").location
+
+
+def test_a_known_participant_id_does_not_take_over_the_block(study):
+    """Prolific ids are not secret: the block belongs to the browser that enrolled, in its session."""
+    url, created, app = study
+    public = f"/s/{created.slug}"
+    owner = app.test_client()
+    path = start_rating(owner, public, "victim1")
+    page = owner.get(path)
+    assert page.status_code == 200
+    # Another browser with the victim's id, with the right SESSION_ID or not, is refused.
+    thief = app.test_client()
+    for query in (prolific("victim1"), "?PROLIFIC_PID=victim1&STUDY_ID=x&SESSION_ID=y"):
+        r = thief.get(public + query)
+        assert r.status_code == 409 and "open in another browser" in r.text and "contact the researcher" in r.text
+        assert "victim1" not in r.text
+    assert thief.get("/next").status_code == 403
+    assert thief.get(path).status_code == 403
+    own_form = csrf_token(thief.get("/admin/login").text)  # a valid form token of the thief's own session
+    r = thief.post(path, data={"csrf_token": own_form, "c_fluency": "1"})
+    assert r.status_code == 403
+    assert n_ratings(url) == 0
+    # The enrolling browser keeps working, with the stored rating its own.
+    r = owner.post(path, data={"csrf_token": csrf_token(page.text), "c_fluency": "4"})
+    assert r.status_code == 303 and n_ratings(url) == 1
+    with session_for(url) as s:
+        assert s.scalars(select(Rating.value)).all() == [4]
+    # Coming back from the platform in the same browser continues, also after leaving ...
+    assert owner.get(public + prolific("victim1")).status_code == 303
+    assert owner.get("/leave").status_code == 200
+    assert owner.get(r.location).status_code == 403
+    assert owner.get(public + prolific("victim1")).status_code == 303
+    next_page = owner.get(r.location)
+    assert next_page.status_code == 200
+    # ... but not from another platform session of the same id.
+    r = owner.get(public + prolific("victim1", "s2"))
+    assert r.status_code == 409 and "another Prolific session" in r.text
+
+
+def test_a_personal_link_of_an_enrolled_block_is_refused(study):
+    url, created, app = study
+    public = f"/s/{created.slug}"
+    owner = app.test_client()
+    path = start_rating(owner, public, "enrolled1")
+    assert block_of(url, "enrolled1") == "a01"
+    link = urlsplit(created.links("http://x")[0][1]).path
+    other = app.test_client()
+    r = other.get(link)
+    assert r.status_code == 409 and "already open in another browser" in r.text
+    assert other.get(path).status_code == 403 and n_ratings(url) == 0
+    page = owner.get(path)
+    assert owner.post(path, data={"csrf_token": csrf_token(page.text), "c_fluency": "2"}).status_code == 303
+    assert n_ratings(url) == 1
+    # The owner's browser may use the link, and keeps its block after leaving.
+    assert owner.get(link).status_code == 303 and owner.get("/leave").status_code == 200
+    assert owner.get(link).status_code == 303 and owner.get("/next").status_code == 303
+    # A block opened through its personal link first is not handed to a participant; its link
+    # still works on another device, because nobody enrolled in it.
+    second = urlsplit(created.links("http://x")[1][1]).path
+    assert app.test_client().get(second).status_code == 303
+    assert app.test_client().get(public + prolific("late2")).status_code == 303
+    assert block_of(url, "late2") == "a03"
+    assert app.test_client().get(second).status_code == 303
+    # The researcher's new link frees the enrolled block for the browser that opens it first.
+    with session_for(url) as s:
+        s.execute(update(Annotator).where(Annotator.label == "a01").values(token_hash=hash_token("fresh-link")))
+        s.commit()
+    assert owner.get("/next").status_code == 403  # the old browser's session ends
+    assert other.get("/a/fresh-link").status_code == 303 and other.get("/next").status_code == 303
+    assert owner.get("/a/fresh-link").status_code == 409
+    assert owner.get(public + prolific("enrolled1")).status_code == 409

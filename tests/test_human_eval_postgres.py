@@ -14,6 +14,7 @@ from maxbench.human_eval.store.db import dispose_engines, engine_for, session_fo
 from maxbench.human_eval.store.models import Base, Rating
 from maxbench.human_eval.studies.create import create_study
 from maxbench.human_eval.studies.export import long_format_rows
+from maxbench.human_eval.studies.options import StudyOptions
 from maxbench.human_eval.studies.rubrics import load_rubric
 from maxbench.human_eval.testing.participants import SYSTEMS, csrf_token, write_run
 
@@ -26,7 +27,7 @@ def pg_study(tmp_path, postgres_cluster):
     run = write_run(tmp_path / "run", SYSTEMS, 5)
     with session_for(url, create=True) as s:
         created = create_study(
-            s, run, load_rubric("posg-lm"), systems=None, items_per_system=4, raters_per_item=1, attention_rate=0
+            s, run, load_rubric("posg-lm"), StudyOptions(items_per_system=4, raters_per_item=1, attention_rate=0)
         )
     yield create_app({"DB_URL": url, "SECRET_KEY": "pg"}), created, url, postgres_cluster
     dispose_engines()

@@ -269,15 +269,14 @@ def test_admin_pages_need_the_admin_token(study):
 def test_admin_of_one_study_cannot_see_another(tmp_path, db_url):
     url, one, _ = make_study(tmp_path, db_url=db_url, raters_per_item=1, annotators=1)
     from maxbench.human_eval.studies.create import create_study
+    from maxbench.human_eval.studies.options import StudyOptions
 
     with session_for(url) as s:
         two = create_study(
             s,
             tmp_path / "runs" / "run-2026-test",
             load_rubric("fluency"),
-            systems=None,
-            items_per_system=2,
-            raters_per_item=1,
+            StudyOptions(items_per_system=2, raters_per_item=1),
         )
     app = create_app({"DB_URL": url, "SECRET_KEY": "t"})
     client = app.test_client()

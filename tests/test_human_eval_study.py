@@ -88,22 +88,21 @@ def test_independent_design_and_run_with_too_few_items(tmp_path):
     run = write_run(tmp_path / "r", SYSTEMS, 3)
     url = f"sqlite:///{tmp_path / 'db.sqlite3'}"
     from maxbench.human_eval.studies.create import create_study
+    from maxbench.human_eval.studies.options import StudyOptions
     from maxbench.human_eval.studies.rubrics import load_rubric
 
     with session_for(url, create=True) as s:
         with pytest.raises(MaxbenchError, match="fewer than --items-per-system 5"):
-            create_study(s, run, load_rubric("fluency"), systems=None, items_per_system=5, raters_per_item=1)
+            create_study(s, run, load_rubric("fluency"), StudyOptions(items_per_system=5, raters_per_item=1))
         with pytest.raises(MaxbenchError, match="not in"):
-            create_study(s, run, load_rubric("fluency"), systems=["nope"], items_per_system=1, raters_per_item=1)
+            create_study(
+                s, run, load_rubric("fluency"), StudyOptions(systems=["nope"], items_per_system=1, raters_per_item=1)
+            )
         created = create_study(
             s,
             run,
             load_rubric("fluency"),
-            systems=None,
-            items_per_system=2,
-            raters_per_item=1,
-            paired=False,
-            attention_rate=0,
+            StudyOptions(items_per_system=2, raters_per_item=1, paired=False, attention_rate=0),
         )
         assert created.n_items == 4 and sum(created.n_pages) == 4
 

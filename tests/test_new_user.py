@@ -143,7 +143,8 @@ def _scored_run(
 
 
 def _table(md: str) -> list[list[str]]:
-    lines = [ln for ln in md.splitlines() if ln.startswith("| ")]
+    """The full table of a leaderboard.md (after the compact one, when there is one)."""
+    lines = [ln for ln in md.split("## All metrics")[-1].splitlines() if ln.startswith("| ")]
     return [[c.strip() for c in ln.strip("|").split(" | ")] for ln in lines]
 
 

@@ -342,6 +342,7 @@ def test_report_from_a_study_in_the_database(tmp_path, capsys):
     from maxbench.human_eval.store.models import Assignment, Rating
     from maxbench.human_eval.studies.create import create_study
     from maxbench.human_eval.studies.export import long_format_rows, rows_to_csv
+    from maxbench.human_eval.studies.options import StudyOptions
     from maxbench.human_eval.studies.rubrics import load_rubric
 
     run_dir = tmp_path / "run"
@@ -368,10 +369,7 @@ def test_report_from_a_study_in_the_database(tmp_path, capsys):
                 session,
                 run_dir,
                 load_rubric("fluency"),
-                systems=None,
-                items_per_system=6,
-                raters_per_item=3,
-                attention_rate=0.0,
+                StudyOptions(items_per_system=6, raters_per_item=3, attention_rate=0.0),
             )
             for n, assignment in enumerate(session.query(Assignment).order_by(Assignment.id).all()):
                 graphmax = "graphmax" in assignment.item.system.name

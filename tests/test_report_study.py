@@ -11,6 +11,7 @@ from maxbench.cli import main
 from maxbench.human_eval.store.db import dispose_engines, session_for
 from maxbench.human_eval.store.models import Annotator, Assignment, Rating, Study, utcnow
 from maxbench.human_eval.studies.create import create_study
+from maxbench.human_eval.studies.options import StudyOptions
 from maxbench.human_eval.studies.rubrics import load_rubric
 
 SYSTEMS = ("m/softmax", "m/graphmax")  # "m/graphmax" comes first by name
@@ -42,10 +43,7 @@ def new_study(url: str, run_dir: Path, systems=None) -> str:
             session,
             run_dir,
             load_rubric("fluency"),
-            systems=systems,
-            items_per_system=6,
-            raters_per_item=2,
-            attention_rate=0.0,
+            StudyOptions(systems=systems, items_per_system=6, raters_per_item=2, attention_rate=0.0),
         )
     return created.slug
 

@@ -164,10 +164,10 @@ def _cases():
 
 @pytest.mark.parametrize("name,z", list(_cases()), ids=lambda v: v if isinstance(v, str) else "")
 def test_michelot_threshold_equals_sorting(name, z):
-    from maxbench.systems.layers.sparsemax.operator import _threshold, _threshold_by_sorting
+    from maxbench.systems.layers.sparsemax.operator import threshold, threshold_by_sorting
 
     shifted = z - z.amax(-1, keepdim=True)
-    fast, slow = _threshold(shifted), _threshold_by_sorting(shifted)
+    fast, slow = threshold(shifted), threshold_by_sorting(shifted)
     assert torch.allclose(fast, slow, rtol=1e-6, atol=1e-9), name
     assert torch.equal(shifted > fast, shifted > slow), name  # the same support
 
@@ -179,9 +179,9 @@ def test_rows_still_moving_after_the_pass_limit_are_finished_by_sorting(monkeypa
     z = torch.randn(7, 2000, generator=gen, dtype=torch.float64) * 1e-3  # needs several passes
     full = sparsemax(z)
     sorted_rows = []
-    by_sorting = sm._threshold_by_sorting
-    monkeypatch.setattr(sm, "_threshold_by_sorting", lambda rows: sorted_rows.append(len(rows)) or by_sorting(rows))
-    monkeypatch.setattr(sm, "_MAX_PASSES", 1)
+    by_sorting = sm.threshold_by_sorting
+    monkeypatch.setattr(sm, "threshold_by_sorting", lambda rows: sorted_rows.append(len(rows)) or by_sorting(rows))
+    monkeypatch.setattr(sm, "MAX_PASSES", 1)
     assert torch.allclose(sparsemax(z), full, atol=1e-12)
     assert sorted_rows and 0 < sorted_rows[0] <= 7
     columns, _ = sm.project_to_simplex(z.T.contiguous(), dim=0)  # the graphmax paper solver's layout
@@ -189,12 +189,12 @@ def test_rows_still_moving_after_the_pass_limit_are_finished_by_sorting(monkeypa
 
 
 def test_a_start_on_either_side_of_the_threshold_gives_the_same_projection():
-    from maxbench.systems.layers.sparsemax.operator import _threshold_by_sorting, project_to_simplex
+    from maxbench.systems.layers.sparsemax.operator import project_to_simplex, threshold_by_sorting
 
     gen = torch.Generator().manual_seed(9)
     a = torch.randn(6, 3000, generator=gen, dtype=torch.float64) * 1e-2 + 5.0
     z = a - a.amax(-1, keepdim=True)
-    tau = _threshold_by_sorting(z) + a.amax(-1, keepdim=True)
+    tau = threshold_by_sorting(z) + a.amax(-1, keepdim=True)
     want, got_tau = project_to_simplex(a)
     assert torch.allclose(got_tau, tau, rtol=0, atol=1e-12)
     top = a.amax(-1, keepdim=True)
@@ -216,8 +216,8 @@ def test_a_start_on_either_side_of_the_threshold_gives_the_same_projection():
 def test_pairwise_maximum_equals_amax(shape, dim):
     # project_to_simplex takes each slice's maximum by halving (faster off the innermost
     # dimension); the values must be amax's, -inf entries and odd lengths included.
-    from maxbench.systems.layers.sparsemax.operator import _amax
+    from maxbench.systems.layers.sparsemax.operator import amax
 
     a = torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape)))
     a.view(-1)[::7] = float("-inf")
-    assert torch.equal(_amax(a, dim), a.amax(dim=dim, keepdim=True))
+    assert torch.equal(amax(a, dim), a.amax(dim=dim, keepdim=True))

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from maxbench.benchmark.leaderboard import COMPACT, best_rows, comparable_rows, load_scored_run, score_columns, stars
 from maxbench.errors import MaxbenchError
 
 #: metric families of the headline leaderboard, by score name prefix (first match wins)
@@ -24,8 +25,6 @@ FAMILIES = (
     ("diversity", "Diversity", ("self-bleu", "rep", "seq-rep", "distinct", "uniq")),
     ("quality", "Quality vs references", ("bleu", "sacrebleu", "rouge", "meteor", "bertscore", "ms-jaccard", "kld")),
 )
-#: the compact default view: at most these score columns (those present), with human aspects after them
-COMPACT = ("bleu-4", "rouge-l-f", "bertscore-f1", "ms-jaccard-3", "self-bleu-4", "seq-rep-4", "ppl", "ref-eps-ppl")
 #: per-prompt scores offered for "difference from the baseline" (those the runs have per prompt)
 DIFF_METRICS = ("bleu-4", "rouge-l-f", "meteor", "bertscore-f1", "ppl", "self-bleu-4", "seq-rep-4", "rep")
 LEVELS = 64  # quantisation of per-token probabilities and entropies: one character each
@@ -101,11 +100,9 @@ def load_study(path: Path) -> Study:
 
 def leaderboard_data(runs, rows, study: Study | None, human_means: dict) -> dict:
     """Rows of the headline table: every score with interval, significance and best marks."""
-    from maxbench.benchmark.leaderboard import _best, _columns, _stars
-
-    cols = _columns(rows)
+    cols = score_columns(rows)
     per_model = len({row.model for row in rows}) > 1
-    best = {c: _best(rows, c, per_model) for c in cols}
+    best = {c: best_rows(rows, c, per_model) for c in cols}
     meta = {}
     for c in cols:
         e = next((row.scores[c] for row in rows if c in row.scores), {})
@@ -123,7 +120,7 @@ def leaderboard_data(runs, rows, study: Study | None, human_means: dict) -> dict
                 "lo": _round(e.get("ci_low"), 10),
                 "hi": _round(e.get("ci_high"), 10),
                 "p": _round(p, 3),
-                "mark": _stars(p),
+                "mark": stars(p),
                 "best": i in best[c],
                 "why": e.get("reason"),
             }
@@ -156,6 +153,7 @@ def leaderboard_data(runs, rows, study: Study | None, human_means: dict) -> dict
     return {
         "columns": cols,
         "meta": meta,
+        # the compact default view: the leaderboard's COMPACT columns (those present), then human aspects
         "compact": [c for c in COMPACT if c in cols] + [c for c in cols if c.startswith("human:")],
         "families": [[k, label] for k, label, _ in FAMILIES] + [["other", "Other"], ["human", "Human ratings"]],
         "rows": out_rows,
@@ -174,16 +172,15 @@ def _mean_ci(values: list[float]) -> tuple[float, float, float, int]:
 
 def build(run_dirs: list[Path], study: Study | None = None) -> tuple[dict, list[dict]]:
     """(the index: everything shown at first render, the prompts: one record each, in order)."""
-    from maxbench.benchmark.leaderboard import _rows, load_scored_run
     from maxbench.benchmark.metrics.diversity import repetition_loop
     from maxbench.benchmark.metrics.tokenize import word_tokens
-    from maxbench.benchmark.runner import GENERATIONS, read_rows
+    from maxbench.benchmark.rundir import GENERATIONS, read_rows
 
     if not run_dirs:
         raise MaxbenchError("give at least one run directory (maxbench view RUN_DIR...)")
     warnings: list[str] = []
     runs = [load_scored_run(Path(r)) for r in run_dirs]
-    rows = _rows(runs, mixed=True)
+    rows = comparable_rows(runs, mixed=True)
     if not rows:
         raise MaxbenchError("the runs hold no scored systems; score them first (maxbench score RUN_DIR)")
     systems = [row.system for row in rows]

@@ -47,6 +47,7 @@ from maxbench.benchmark.metrics.stats import (
     paired_test,
 )
 from maxbench.errors import MaxbenchError
+from maxbench.fileio import atomic_write
 from maxbench.provenance import versions
 
 FORMAT = "maxbench-scores/1"
@@ -127,7 +128,7 @@ def _sha256(path: Path) -> str:
 
 def load_run(run_dir: Path) -> tuple[dict, dict[str, TextBatch]]:
     """The run's manifest and one TextBatch per system (in the order systems first appear)."""
-    from maxbench.benchmark.runner import GENERATIONS, MANIFEST, read_rows
+    from maxbench.benchmark.rundir import GENERATIONS, MANIFEST, read_rows
 
     if not run_dir.is_dir():
         raise MaxbenchError(f"{run_dir} is not a directory; give a run directory (results/runs/<run-id>)")
@@ -353,7 +354,7 @@ def score_run(
     computes everything (the file is the same bytes either way). When nothing but the time would
     differ, the existing ``scores.json`` is kept as it is."""
     from maxbench.benchmark.metrics.score_cache import ScoreCache, comparison_key, system_key
-    from maxbench.benchmark.runner import GENERATIONS, atomic_write
+    from maxbench.benchmark.rundir import GENERATIONS
 
     run_dir = Path(run_dir)
     manifest, batches = load_run(run_dir)

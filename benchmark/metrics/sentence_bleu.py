@@ -13,7 +13,7 @@ orders 1..n):
 even nltk's "no unigram matches scores 0".
 
 Calling nltk once per hypothesis recounts every reference's n-grams each time: quadratic in
-the number of texts (minutes for 1,536 texts). With a shared pool, the clipping count of an
+the number of texts. With a shared pool, the clipping count of an
 n-gram (its largest count in any one reference) belongs to the pool, not to the hypothesis.
 Leaving text i out changes it only for n-grams where text i holds that largest count; then
 the second-largest count takes its place (equal to the largest on a tie). The closest

@@ -50,7 +50,7 @@ def cmd_reproduce(args) -> int:
     from maxbench.benchmark.reproduce.papers import load_paper
     from maxbench.benchmark.reproduce.protocol import Options, check_metrics, estimate_seconds, execute, plan_runs
     from maxbench.benchmark.reproduce.report import write_report
-    from maxbench.benchmark.runner import parse_shard
+    from maxbench.benchmark.rundir import parse_shard
 
     paper = load_paper(args.paper)
     if args.n_resamples < 1:

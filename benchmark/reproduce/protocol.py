@@ -52,7 +52,7 @@ class RunSpec:
     model: str
     corpus: str
     fold: int | None
-    plan: object  # maxbench.benchmark.runner.RunPlan
+    plan: object  # maxbench.benchmark.rundir.RunPlan
     roles: dict[str, str] = field(default_factory=dict)  # role -> system name
     baseline: str = ""
 
@@ -80,7 +80,7 @@ def _subset(given: list[str] | None, known: list[str], what: str) -> list[str]:
 def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
     """Every run of the protocol (checked before anything is written but the fold suites)."""
     from maxbench.benchmark.reproduce.folds import fold_items, heldout_items, suite_name, write_suite
-    from maxbench.benchmark.runner import RunPlan
+    from maxbench.benchmark.rundir import RunPlan
     from maxbench.benchmark.suites import load_suite
     from maxbench.systems.system_strings import parse_system
 

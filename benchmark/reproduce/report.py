@@ -230,7 +230,7 @@ def time_per_token(run_dir: Path) -> dict[str, float]:
     CPU time of the generating process (wall time where a timing row has none): on a shared
     machine other processes stretch wall time by whatever else runs at that moment, so two
     systems generated at different times compare fairly only by the CPU time they used."""
-    from maxbench.benchmark.runner import GENERATIONS, TIMINGS, read_rows
+    from maxbench.benchmark.rundir import GENERATIONS, TIMINGS, read_rows
 
     seconds: dict[str, float] = {}
     for line in (run_dir / TIMINGS).read_text().splitlines() if (run_dir / TIMINGS).exists() else []:

@@ -1,7 +1,7 @@
 """What an analysis of human ratings returns: small frozen result objects, as scipy.stats' are.
 
 ``human_eval/analysis/statistics.py`` fills the test, design and agreement results, ``human_eval/analysis/analyse.py``
-the rest and the :class:`Analysis` that holds them all; ``human_eval/report/render.py`` renders them, and
+the rest and the :class:`Analysis` that holds them all; the modules of ``human_eval/report/`` render them, and
 ``Analysis.to_dict()`` is the body of ``report.json``. Every interval is a
 :class:`maxbench.intervals.ConfidenceInterval`, written to JSON as ``[low, high]``.
 """

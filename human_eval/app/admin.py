@@ -2,11 +2,18 @@
 agreement so far, long-format export, closing the study, revoking or reissuing links.
 
 Logging in with the admin token (printed by ``maxbench study create``) stores the study
-id in the signed session cookie; the token itself is kept only as a SHA-256 digest.
+id in the signed session cookie, with a key derived from the token's digest and the
+study's admin session generation (``design["admin_sessions"]``); the token itself is kept
+only as a SHA-256 digest. Every admin request compares that key, so the server can end
+sessions: logging out bumps the generation (every browser logged in to that study with a
+copy of the cookie, or with the same token, is logged out), and a new admin token
+(``rotate_admin_token``, the study page's "New admin token") changes the digest, after
+which the old token no longer logs in and every other session of the study ends.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 from statistics import median
@@ -26,9 +33,38 @@ from maxbench.human_eval.studies.export import long_format_rows, rows_to_csv, ro
 bp = Blueprint("admin", __name__)
 
 
+ADMIN_GENERATION = "admin_sessions"  # key of Study.design: bumped by logging out
+
+
+def _session_key(study: Study) -> str:
+    """What an admin session of ``study`` holds: it changes with the admin token and at logout."""
+    generation = (study.design or {}).get(ADMIN_GENERATION, 0)
+    return hashlib.sha256(f"{study.admin_token_hash}:{generation}".encode()).hexdigest()[:32]
+
+
+def _session_keys() -> dict[int, str]:
+    """study id -> key, from the signed cookie (cookies of older versions hold bare ids: ignored)."""
+    out = {}
+    for entry in session.get("admin", []):
+        if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], int) and isinstance(entry[1], str):
+            out[entry[0]] = entry[1]
+    return out
+
+
+def _logged_in(study: Study) -> bool:
+    key = _session_keys().get(study.id)
+    return key is not None and hmac.compare_digest(key, _session_key(study))
+
+
+def _remember(study: Study) -> None:
+    keys = _session_keys()
+    keys[study.id] = _session_key(study)
+    session["admin"] = [[k, v] for k, v in sorted(keys.items())]
+
+
 def _admin_study(slug: str) -> Study:
     study = get_db().scalar(select(Study).where(Study.slug == slug))
-    if study is None or study.id not in session.get("admin", []):
+    if study is None or not _logged_in(study):
         # Same answer for "no such study" and "not yours": slugs are not secrets, but
         # there is no reason to confirm them.
         raise _NotAllowed()
@@ -52,9 +88,7 @@ def login():
         digest = hash_token(form.token.data.strip())
         study = get_db().scalar(select(Study).where(Study.admin_token_hash == digest))
         if study is not None and hmac.compare_digest(study.admin_token_hash, digest):
-            studies = set(session.get("admin", []))
-            studies.add(study.id)
-            session["admin"] = sorted(studies)
+            _remember(study)
             return redirect(url_for(".study", slug=study.slug), code=303)
         failed = True
     status = 403 if failed else (400 if request.method == "POST" else 200)
@@ -63,18 +97,49 @@ def login():
 
 @bp.post("/logout")
 def logout():
+    """End the session on the server too: a copy of the cookie no longer works afterwards."""
     form = ActionForm()
     if form.validate_on_submit():
+        for study in _logged_in_studies():
+            end_admin_sessions(get_db(), study.id)
         session.pop("admin", None)
     return redirect(url_for(".login"), code=303)
 
 
+def _logged_in_studies() -> list[Study]:
+    ids = list(_session_keys())
+    if not ids:
+        return []
+    rows = get_db().scalars(select(Study).where(Study.id.in_(ids)).order_by(Study.id)).all()
+    return [s for s in rows if _logged_in(s)]
+
+
+def end_admin_sessions(db, study_id: int) -> None:
+    """Log every browser out of the study's admin pages (bumps its admin session generation)."""
+    with write_transaction(db):
+        design = dict(db.scalar(select(Study.design).where(Study.id == study_id)) or {})
+        design[ADMIN_GENERATION] = int(design.get(ADMIN_GENERATION, 0)) + 1
+        db.execute(update(Study).where(Study.id == study_id).values(design=design))
+        db.commit()
+    db.expire_all()
+
+
+def rotate_admin_token(db, study_id: int) -> str:
+    """A new admin token for the study (returned once; only its digest is stored): the old
+    token no longer logs in and every admin session of the study ends."""
+    token = "adm-" + secrets.token_urlsafe(24)
+    with write_transaction(db):
+        db.execute(update(Study).where(Study.id == study_id).values(admin_token_hash=hash_token(token)))
+        db.commit()
+    db.expire_all()
+    return token
+
+
 @bp.get("/")
 def studies():
-    ids = session.get("admin", [])
-    if not ids:
+    rows = _logged_in_studies()
+    if not rows:
         return redirect(url_for(".login"), code=303)
-    rows = get_db().scalars(select(Study).where(Study.id.in_(ids)).order_by(Study.id)).all()
     return render_template("admin/studies.html", studies=rows, form=ActionForm())
 
 
@@ -140,7 +205,7 @@ def agreement_so_far(rows: list[dict], criteria: list[str], scale_min: int, scal
     return out
 
 
-def _render_study(study: Study, new_link: tuple[str, str] | None = None):
+def _render_study(study: Study, new_link: tuple[str, str] | None = None, new_admin_token: str | None = None):
     summaries = annotator_summaries(study)
     rows = long_format_rows(get_db(), study.id)
     rubric = study.rubric
@@ -156,6 +221,7 @@ def _render_study(study: Study, new_link: tuple[str, str] | None = None):
         done=sum(s["items_done"] for s in summaries),
         form=ActionForm(),
         new_link=new_link,
+        new_admin_token=new_admin_token,
     )
 
 
@@ -304,3 +370,23 @@ def reissue(slug: str, label: str):
     link = request.host_url.rstrip("/") + url_for("annotator.enter", token=token)
     db.expire_all()
     return _render_study(_admin_study(slug), new_link=(label, link))
+
+
+@bp.route("/study/<slug>/admin-token", methods=["GET", "POST"])
+def new_admin_token(slug: str):
+    """Replace the study's admin token, e.g. when it may have leaked."""
+    study = _admin_study(slug)
+    ask = _confirmed(
+        study,
+        f"Give study {study.slug} a new admin token?",
+        "The current admin token stops working at once and every other browser logged in to this study "
+        "is logged out; the new token is shown once on the next page.",
+        "Make a new admin token",
+    )
+    if ask is not None:
+        return ask
+    db = get_db()
+    token = rotate_admin_token(db, study.id)
+    study = db.scalar(select(Study).where(Study.slug == slug))
+    _remember(study)  # this browser stays logged in
+    return _render_study(study, new_admin_token=token)

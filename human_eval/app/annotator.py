@@ -2,7 +2,10 @@
 one page per item, in the recorded order -> finish page.
 
 An annotator is identified only by their personal link (``/a/<token>``); opening it puts
-the annotator's id in the signed session cookie and redirects to token-free URLs. Every
+the annotator's id in the signed session cookie and redirects to token-free URLs. A link
+works on any device (it is the secret), except that the link of a block held by a
+participant enrolled from a crowd platform admits only that participant's browser
+(maxbench.human_eval.app.enrolment.take_block): another gets a page saying so. Every
 view loads the annotator from that cookie and every query is filtered by it, so another
 annotator's page ids answer 404. Nothing here renders a system name, system code, run id
 or run path: templates receive only the prompt, the text and the rubric.
@@ -17,6 +20,15 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import joinedload
 
+from maxbench.human_eval.app.enrolment import (
+    LINK_HELD,
+    SESSION_PREFIX,
+    completion_redirect,
+    forget_session,
+    is_sealed,
+    link_digests,
+    take_block,
+)
 from maxbench.human_eval.app.errors import error_response
 from maxbench.human_eval.app.forms import FIELD_PREFIX, ConsentForm, check_form, expected_fields, rating_form
 from maxbench.human_eval.store.db import get_db, hash_token, write_transaction
@@ -42,18 +54,28 @@ def current_annotator() -> tuple[Annotator, Study]:
     annotator_id = session.get("annotator")
     if annotator_id is None:
         raise Gone(403, "Please open the personal link you were given to start or continue.")
-    annotator = get_db().get(Annotator, annotator_id, options=[joinedload(Annotator.study)])
-    # The cookie also carries part of the token's digest: a reissued link ends old sessions.
-    if annotator is None or session.get("token") != annotator.token_hash[:16]:
-        session.clear()
+    db = get_db()
+    annotator = db.get(Annotator, annotator_id, options=[joinedload(Annotator.study)])
+    # The cookie also carries part of the token's digest: a reissued link ends old sessions,
+    # and only the browser that holds the block has the prefix of its sealed digest.
+    if annotator is None or session.get("token") != annotator.token_hash[:SESSION_PREFIX]:
+        forget_session()
         raise Gone(403, "Please open the personal link you were given to start or continue.")
+    _check_open(annotator)
+    if not is_sealed(annotator.token_hash) and not take_block(db, annotator):
+        # A session from before blocks were sealed: the first browser back seals it.
+        forget_session()
+        raise Gone(409, LINK_HELD)
+    return annotator, annotator.study
+
+
+def _check_open(annotator: Annotator) -> None:
+    """Gone when the annotator's link is withdrawn or the study closed."""
     if annotator.revoked_at is not None:
-        session.clear()
+        forget_session()
         raise Gone(403, "This link has been withdrawn by the researcher. Your ratings so far are saved.")
-    study = annotator.study
-    if study.closed_at is not None:
+    if annotator.study.closed_at is not None:
         raise Gone(403, "This study is closed and no longer takes ratings. Thank you for your help.")
-    return annotator, study
 
 
 def _pages(annotator: Annotator) -> list[tuple[int, str, bool]]:
@@ -113,15 +135,19 @@ def index():
 
 @bp.get("/a/<token>")
 def enter(token: str):
-    annotator = get_db().scalar(select(Annotator).where(Annotator.token_hash == hash_token(token)))
+    db = get_db()
+    annotator = db.scalar(
+        select(Annotator)
+        .options(joinedload(Annotator.study))
+        .where(Annotator.token_hash.in_(link_digests(hash_token(token))))
+    )
     if annotator is None:
         return error_response(
             404, "This link is not valid. Check that you copied the whole link, or ask the researcher for a new one."
         )
-    session.clear()
-    session["annotator"] = annotator.id
-    session["token"] = annotator.token_hash[:16]
-    current_annotator()
+    _check_open(annotator)
+    if not take_block(db, annotator):  # a block held by an enrolled participant: not through its link
+        return error_response(409, LINK_HELD)
     return redirect(_next_url(annotator), code=303)
 
 
@@ -385,8 +411,6 @@ def finish():
         return redirect(_next_url(annotator), code=303)
     code = study.completion_code if annotator.excluded_at is None else None
     if code:
-        from maxbench.human_eval.app.enrolment import completion_redirect
-
         target = completion_redirect(annotator, study)
         if target:
             return redirect(target, code=303)
@@ -401,9 +425,11 @@ def finish():
 
 @bp.get("/leave")
 def leave():
-    """Ratings are committed as they are made; leaving only forgets the browser session."""
+    """Ratings are committed as they are made; leaving only forgets the browser session.
+
+    The browser still holds its block: opening the personal link again continues."""
     had_session = session.get("annotator") is not None
-    session.clear()
+    forget_session()
     return render_template("annotator/leave.html", had_session=had_session)
 
 

@@ -7,6 +7,10 @@ MaxbenchError, before any worker starts. Then it runs gunicorn with ``RedactingL
 gunicorn's own logger, whose every line (errors, the access log, and the app's own log,
 maxbench.human_eval.logs) has annotator and admin tokens and query-string values redacted, and
 whose access log goes to stderr like every other line, stdout staying free for the caller.
+
+gunicorn is the ``server`` extra: it is imported when ``serve`` runs, so that without it
+``maxbench serve`` says in one line how to install it (``SERVER_EXTRA``) and the rest of the
+package (creating studies, reports, the app under a test client) works.
 """
 
 from __future__ import annotations
@@ -18,13 +22,12 @@ import os
 import socket
 import sys
 
-from gunicorn import glogging
-from gunicorn.app.base import BaseApplication
-
 from maxbench.errors import MaxbenchError
 from maxbench.human_eval.app.factory import create_app
 from maxbench.human_eval.logs import add_redaction, log
 from maxbench.human_eval.store.db import database_url, dispose_engines, shown_url
+
+SERVER_EXTRA = "maxbench serve needs the 'server' extra (gunicorn is not installed): pip install 'maxbench[server]'"
 
 
 def _is_loopback(host: str) -> bool:
@@ -70,40 +73,54 @@ def check_address(host: str, port: int) -> None:
             ) from None
 
 
-class RedactingLogger(glogging.Logger):
-    """gunicorn's logger with secrets redacted from every line and the access log on stderr."""
+def _rating_server_class() -> type:
+    """gunicorn's application class serving ``create_app()``, logging through ``RedactingLogger``:
+    gunicorn's logger with secrets redacted from every line and the access log on stderr.
 
-    def setup(self, cfg):
-        super().setup(cfg)
-        if cfg.accesslog == "-":
-            self._set_handler(self.access_log, "-", logging.Formatter(self.access_fmt), stream=sys.stderr)
-        for logger in (self.error_log, self.access_log):
-            for handler in logger.handlers:
-                add_redaction(handler)
-        # The app's own lines go where gunicorn's go, with its time stamps and process ids.
-        for handler in list(log.handlers):
-            if getattr(handler, "_gunicorn", False):
-                log.removeHandler(handler)
-        for handler in self.error_log.handlers:
-            log.addHandler(handler)
-        log.propagate = False
+    gunicorn is imported here; without it, ``SERVER_EXTRA`` as a MaxbenchError."""
+    try:
+        from gunicorn import glogging
+        from gunicorn.app.base import BaseApplication
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "gunicorn":
+            raise
+        raise MaxbenchError(SERVER_EXTRA) from None
 
+    class RedactingLogger(glogging.Logger):
+        def setup(self, cfg):
+            super().setup(cfg)
+            if cfg.accesslog == "-":
+                self._set_handler(self.access_log, "-", logging.Formatter(self.access_fmt), stream=sys.stderr)
+            for logger in (self.error_log, self.access_log):
+                for handler in logger.handlers:
+                    add_redaction(handler)
+            # The app's own lines go where gunicorn's go, with its time stamps and process ids.
+            for handler in list(log.handlers):
+                if getattr(handler, "_gunicorn", False):
+                    log.removeHandler(handler)
+            for handler in self.error_log.handlers:
+                log.addHandler(handler)
+            log.propagate = False
 
-class RatingServer(BaseApplication):
-    def __init__(self, options: dict):
-        self.options = options
-        super().__init__()
+    class RatingServer(BaseApplication):
+        def __init__(self, options: dict):
+            self.options = options
+            super().__init__()
 
-    def load_config(self):
-        for key, value in self.options.items():
-            if value is not None:
-                self.cfg.set(key, value)
+        def load_config(self):
+            self.cfg.set("logger_class", RedactingLogger)
+            for key, value in self.options.items():
+                if value is not None:
+                    self.cfg.set(key, value)
 
-    def load(self):
-        return create_app()
+        def load(self):
+            return create_app()
+
+    return RatingServer
 
 
 def serve(host: str, port: int, workers: int, threads: int, access_log: bool) -> None:
+    rating_server = _rating_server_class()  # first: without gunicorn no other check matters
     if workers < 1 or threads < 1:
         raise MaxbenchError("--workers and --threads must be at least 1")
     url = database_url()
@@ -130,7 +147,6 @@ def serve(host: str, port: int, workers: int, threads: int, access_log: bool) ->
         "accesslog": "-" if access_log else None,
         "errorlog": "-",
         "loglevel": "info",
-        "logger_class": RedactingLogger,
         # gunicorn's runtime control socket is one fixed path per user: two servers
         # on one machine would fight over it, and nothing here uses it.
         "control_socket_disable": True,
@@ -141,7 +157,7 @@ def serve(host: str, port: int, workers: int, threads: int, access_log: bool) ->
         flush=True,
     )
     try:
-        RatingServer(options).run()
+        rating_server(options).run()
     except SystemExit as exc:
         # gunicorn exits non-zero when it cannot bind after all (another server took the
         # port since the check) or a worker cannot boot; its log lines above say which.

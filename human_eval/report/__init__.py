@@ -1,2 +1,3 @@
-"""Significance reports: the document a report renders to Markdown and HTML, its command, and
-the agreement of automatic metrics with human ratings."""
+"""Significance reports: ``maxbench report`` (``cli``), the shared formatting and writing of a report
+(``render``), one module per judgment kind (``ratings`` with ``paper_tables`` and ``figures``,
+``pairwise``, ``bestworst``), and the agreement of automatic metrics with human ratings (``agreement``)."""

@@ -100,7 +100,7 @@ def run_report(args: argparse.Namespace) -> int:
     from maxbench.human_eval.analysis.analyse import analyse
     from maxbench.human_eval.analysis.options import DEFAULT_EXCLUDE_FLAGS, ReportOptions, parse_scale
     from maxbench.human_eval.analysis.ratings import load_ratings
-    from maxbench.human_eval.report.render import write_report
+    from maxbench.human_eval.report.ratings import write_report
 
     if args.select_study and not args.ratings:
         raise MaxbenchError(
@@ -132,7 +132,7 @@ def run_report(args: argparse.Namespace) -> int:
         bestworst = judgment_rows_from_database(args.db_study, args.db, "best-worst")
         if bestworst is not None:
             from maxbench.human_eval.analysis.analyse import analyse_bestworst
-            from maxbench.human_eval.report.render import write_bestworst_report
+            from maxbench.human_eval.report.bestworst import write_bestworst_report
 
             analysis = analyse_bestworst(bestworst, options, "the rating database")
             folder = write_bestworst_report(analysis, args.out, args.name or _folder_name(analysis.study))
@@ -141,7 +141,7 @@ def run_report(args: argparse.Namespace) -> int:
         pairwise = judgment_rows_from_database(args.db_study, args.db, "pairwise")
         if pairwise is not None:
             from maxbench.human_eval.analysis.analyse import analyse_pairwise
-            from maxbench.human_eval.report.render import write_pairwise_report
+            from maxbench.human_eval.report.pairwise import write_pairwise_report
 
             analysis = analyse_pairwise(pairwise, options, "the rating database", study_gold(args.db_study, args.db))
             folder = write_pairwise_report(analysis, args.out, args.name or _folder_name(analysis.study))

@@ -87,14 +87,22 @@ def _sqlite_file(url: str) -> Path | None:
     return Path(parsed.database)
 
 
+POSTGRES_EXTRA = "needs the 'postgres' extra (psycopg is not installed): pip install 'maxbench[postgres]'"
+
+
 def _with_installed_driver(url: str) -> str:
-    """``postgresql://`` means psycopg 3 to SQLAlchemy 2.1; use psycopg2 when only it is installed."""
+    """``postgresql://`` means psycopg 3 to SQLAlchemy 2.1; use psycopg2 when only it is installed.
+
+    psycopg is the ``postgres`` extra: a PostgreSQL URL whose driver is not installed is a
+    one-line MaxbenchError saying how to install it."""
     parsed = make_url(url)
-    if parsed.drivername == "postgresql":
+    if parsed.drivername in ("postgresql", "postgresql+psycopg"):
         import importlib.util
 
-        if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is not None:
-            return parsed.set(drivername="postgresql+psycopg2").render_as_string(hide_password=False)
+        if importlib.util.find_spec("psycopg") is None:
+            if parsed.drivername == "postgresql" and importlib.util.find_spec("psycopg2") is not None:
+                return parsed.set(drivername="postgresql+psycopg2").render_as_string(hide_password=False)
+            raise MaxbenchError(f"database URL {shown_url(url)!r} {POSTGRES_EXTRA}")
     return url
 
 
@@ -306,8 +314,7 @@ class WriteGate:
     """Queues one SQLite database's writers before they ask SQLite for its write lock.
 
     A writer that finds SQLite's lock taken polls it with growing sleeps (up to 100 ms
-    each), which under concurrent submits made the slowest submits slow while the lock
-    was mostly free. Writers in one process queue on a threading lock; writers in other
+    each), so under concurrent submits a writer may sleep while the lock is free. Writers in one process queue on a threading lock; writers in other
     worker processes on an flock of ``<database>-writelock``, polled every 1-2 ms.
     Either wait ends in DatabaseBusy after the busy timeout, like SQLite's own.
 
@@ -319,8 +326,8 @@ class WriteGate:
     WAL checkpoints (copying committed pages from the WAL into the database file) run in
     a background thread of each writing process, every CHECKPOINT_INTERVAL_S while there
     were writes, in PASSIVE mode: they never block writers or readers, and no writer
-    waits for one. (SQLite's automatic checkpoint runs inside a commit: measured with
-    50 annotators, it tripled the slowest submits.)
+    waits for one. (SQLite's automatic checkpoint runs inside a commit, while the gate is
+    held, so every queued writer would wait for it.)
     """
 
     CHECKPOINT_INTERVAL_S = 1.0

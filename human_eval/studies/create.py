@@ -1,12 +1,13 @@
 """Creating a study from a run: sample the texts, hide the systems, assign annotators.
 
-``create_study(session, run_dir, ...)`` reads ``<run_dir>/generations.jsonl`` (one JSON
-object per generated text: system, prompt_id, sample, prompt, text, ...), samples
-``items_per_system`` prompts per system (the same prompts for every system in the paired
+``create_study(session, run_dir, rubric, options)`` reads ``<run_dir>/generations.jsonl`` (one
+JSON object per generated text: system, prompt_id, sample, prompt, text, ...), samples
+``options.items_per_system`` prompts per system (the same prompts for every system in the paired
 design, as in POSG; independent samples per system with ``paired=False``, as in graphmax),
 takes sample 0 (the lowest sample index) of each (system, prompt), assigns the texts to
 annotators with ``design.build_design`` and stores everything in one transaction. It
 returns the secrets, which exist nowhere else: the annotators' tokens and the admin token.
+The options are a :class:`~maxbench.human_eval.studies.options.StudyOptions`.
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ from maxbench.errors import MaxbenchError
 from maxbench.human_eval.analysis.bestworst import TUPLE_SIZE
 from maxbench.human_eval.store.db import hash_token, write_transaction
 from maxbench.human_eval.store.models import (
-    COMPLETION_CODE_MAX,
-    TITLE_MAX,
     Annotator,
     Assignment,
     Item,
@@ -50,6 +49,7 @@ from maxbench.human_eval.studies.gold import (
     gold_pages,
     insert_gold,
 )
+from maxbench.human_eval.studies.options import StudyOptions
 from maxbench.human_eval.studies.rubrics import Rubric
 
 DEFAULT_CONSENT = (
@@ -153,60 +153,109 @@ def _run_baseline(run_dir: Path, systems: list[str]) -> str | None:
     return baseline if baseline in systems else None
 
 
-def create_study(
-    session: Session,
-    run_dir: str | Path,
-    rubric: Rubric,
-    *,
-    systems: list[str] | None,
-    items_per_system: int,
-    raters_per_item: int,
-    annotators: int | None = None,
-    paired: bool = True,
-    seed: int = 0,
-    attention_rate: float = 0.1,
-    attention_fail_limit: int = 2,
-    completion_code: str | None = None,
-    title: str | None = None,
-    consent_text: str | None = None,
-    open_enrolment: bool = False,
-    abandon_after_s: int = 3600,
-    check_attempts: int | None = None,
-    gold_items: int = 0,
-) -> CreatedStudy:
-    if rubric.kind in ("pairwise", "best-worst") and not paired:
+@dataclass(frozen=True)
+class _Layout:
+    """Everything a study is made of but its secrets, decided before the database is touched.
+
+    ``texts`` are the rated (system, prompt) pairs, ``chosen`` their generation records;
+    ``units`` (pairwise, best-worst) the pages' prompts with their systems in places 1, 2, ...;
+    ``annotator_pages`` each annotator's pages, whose ``text_index`` points into ``units`` when
+    there are units and into ``texts`` otherwise; ``gold`` the gold pairs the gold pages show.
+    """
+
+    systems: list[str]
+    chosen: dict[tuple[str, str], dict]
+    texts: list[tuple[str, str]]
+    index_of: dict[tuple[str, str], int]
+    prompt_code: dict[str, str]
+    units: list[tuple[str, tuple[str, ...]]]
+    gold: list
+    annotator_pages: list[list]
+    n_pages: list[int]
+    design_record: dict
+
+
+def create_study(session: Session, run_dir: str | Path, rubric: Rubric, options: StudyOptions) -> CreatedStudy:
+    """A new study of ``run_dir``'s texts judged with ``rubric``; its secrets are returned, never stored.
+
+    The steps: check the options against the judgment kind, read the run, pick its systems
+    (``_select_systems``), lay out the texts and the annotators' pages from the one seed
+    (``_lay_out``), then store the study, its items and its annotators in one transaction.
+    """
+    _check_judgment(rubric, options)
+    run_dir = resolve_run_dir(run_dir)
+    records = read_generations(run_dir)
+    systems = _select_systems(records, options.systems, run_dir)
+    layout = _lay_out(records, systems, rubric, options, run_dir)
+    with write_transaction(session):
+        study, admin_token = _insert_study(session, run_dir, rubric, options, layout.design_record)
+        items, gold_items = _insert_items(session, study, layout)
+        tokens = _insert_annotators(session, study, rubric, layout, items, gold_items, options.n_annotators)
+        session.commit()
+    return CreatedStudy(
+        slug=study.slug,
+        admin_token=admin_token,
+        annotator_tokens=tokens,
+        n_items=len(layout.texts),
+        n_pages=layout.n_pages,
+        open_enrolment=options.open_enrolment,
+    )
+
+
+# --------------------------------------------------------------------------- checks and sampling
+
+
+def _check_judgment(rubric: Rubric, options: StudyOptions) -> None:
+    """The options a judgment kind cannot take."""
+    if rubric.kind in ("pairwise", "best-worst") and not options.paired:
         raise MaxbenchError(f"a {rubric.kind} study compares systems on the same prompts: leave out --independent")
-    if rubric.kind == "best-worst" and (attention_rate > 0 or gold_items > 0):
+    if rubric.kind == "best-worst" and (options.attention_rate > 0 or options.gold_items > 0):
         raise MaxbenchError(
             "a best-worst study takes no attention checks or gold items yet (a best and a worst text cannot "
             "both be 'the same value'): give --attention-rate 0 and no --gold-items"
         )
-    run_dir = resolve_run_dir(run_dir)
-    records = read_generations(run_dir)
+
+
+def _select_systems(records: list[dict], asked: tuple[str, ...] | None, run_dir: Path) -> list[str]:
+    """The systems asked for (every system of the run when none), each once, checked against the run."""
     available = sorted({r["system"] for r in records})
-    systems = list(dict.fromkeys(systems or available))
+    systems = list(dict.fromkeys(asked or available))
     unknown = [s for s in systems if s not in available]
     if unknown:
         raise MaxbenchError(f"system(s) {', '.join(unknown)} not in {run_dir}; the run has: {', '.join(available)}")
     reserved = [s for s in systems if s.startswith(GOLD_PREFIX)]
     if reserved:
         raise MaxbenchError(f"system name(s) {', '.join(reserved)} start with {GOLD_PREFIX!r}, kept for gold items")
-    if items_per_system < 1:
-        raise MaxbenchError("--items-per-system must be at least 1")
-    if attention_fail_limit < 1:
-        raise MaxbenchError("--attention-fail-limit must be at least 1")
-    if title is not None and not title.strip():
-        raise MaxbenchError("--title is empty: give a title, or leave --title out to use the rubric's")
-    if title is not None and len(title) > TITLE_MAX:
-        raise MaxbenchError(f"--title is {len(title)} characters long: shorten it to {TITLE_MAX} or fewer")
-    if completion_code is not None and not (0 < len(completion_code.strip()) <= COMPLETION_CODE_MAX):
-        raise MaxbenchError(f"--completion-code must have 1 to {COMPLETION_CODE_MAX} characters")
-    annotators = raters_per_item if annotators is None else annotators
-    if check_attempts is not None and check_attempts < 1:
-        raise MaxbenchError("--check-attempts must be at least 1 (Prolific allows two)")
-    if abandon_after_s < 60:
-        raise MaxbenchError("--abandon-after-minutes must be at least 1")
+    return systems
 
+
+def _sample_prompts(
+    prompts_of: dict[str, list[str]], options: StudyOptions, rng: random.Random, run_dir: Path
+) -> dict[str, list[str]]:
+    """system -> its ``items_per_system`` prompts: the same for every system when paired."""
+    n = options.items_per_system
+    if options.paired:
+        common = sorted(set.intersection(*(set(p) for p in prompts_of.values())))
+        if len(common) < n:
+            raise MaxbenchError(
+                f"run {run_dir} has {len(common)} prompt(s) generated by every selected system, "
+                f"fewer than --items-per-system {n}: ask for {len(common)} or fewer, "
+                "or use --independent"
+            )
+        picked = rng.sample(common, n)
+        return {s: picked for s in prompts_of}
+    per_system_prompts = {}
+    for s, prompts in prompts_of.items():
+        if len(prompts) < n:
+            raise MaxbenchError(
+                f"system {s} has {len(prompts)} prompt(s) in {run_dir}, fewer than --items-per-system {n}: ask for fewer"
+            )
+        per_system_prompts[s] = rng.sample(prompts, n)
+    return per_system_prompts
+
+
+def _lay_out(records: list[dict], systems: list[str], rubric: Rubric, options: StudyOptions, run_dir: Path) -> _Layout:
+    """The texts, item codes and every annotator's pages, all random choices drawn from ``options.seed``."""
     # One text per (system, prompt): the lowest sample index, so reruns pick the same text.
     chosen: dict[tuple[str, str], dict] = {}
     for rec in records:
@@ -214,191 +263,220 @@ def create_study(
         if rec["system"] in systems and (key not in chosen or rec["sample"] < chosen[key]["sample"]):
             chosen[key] = rec
     prompts_of = {s: sorted(p for (sys_, p) in chosen if sys_ == s) for s in systems}
+    rng = random.Random(options.seed)
+    per_system_prompts = _sample_prompts(prompts_of, options, rng, run_dir)
 
-    rng = random.Random(seed)
-    if paired:
-        common = sorted(set.intersection(*(set(p) for p in prompts_of.values())))
-        if len(common) < items_per_system:
-            raise MaxbenchError(
-                f"run {run_dir} has {len(common)} prompt(s) generated by every selected system, "
-                f"fewer than --items-per-system {items_per_system}: ask for {len(common)} or fewer, "
-                "or use --independent"
-            )
-        picked = rng.sample(common, items_per_system)
-        per_system_prompts = {s: picked for s in systems}
-    else:
-        per_system_prompts = {}
-        for s in systems:
-            if len(prompts_of[s]) < items_per_system:
-                raise MaxbenchError(
-                    f"system {s} has {len(prompts_of[s])} prompt(s) in {run_dir}, fewer "
-                    f"than --items-per-system {items_per_system}: ask for fewer"
-                )
-            per_system_prompts[s] = rng.sample(prompts_of[s], items_per_system)
-
-    # Everything random is decided before the database is touched, from the one seed.
     all_prompts = sorted({p for ps in per_system_prompts.values() for p in ps})
     rng.shuffle(all_prompts)
     # Opaque item codes: numbered in a shuffled prompt order, so they say nothing of the run.
     prompt_code = {p: f"item-{i + 1:03d}" for i, p in enumerate(all_prompts)}
     texts: list[tuple[str, str]] = [(s, p) for s in systems for p in sorted(per_system_prompts[s])]
     index_of = {key: i for i, key in enumerate(texts)}
-    units: list[tuple[str, tuple[str, ...]]] = []  # pairwise, best-worst: (prompt, systems in places 1, 2, ...)
-    if rubric.kind == "pairwise":
-        prompt_list = sorted(per_system_prompts[systems[0]])
-        grid = pairwise_sequence(len(prompt_list), len(systems), rng)
-        units = [(prompt_list[pi], (systems[a], systems[b])) for pi, a, b in grid]
-        sequence = list(range(len(units)))
-    elif rubric.kind == "best-worst":
-        prompt_list = sorted(per_system_prompts[systems[0]])
-        tuples = bestworst_sequence(len(prompt_list), len(systems), min(TUPLE_SIZE, len(systems)), rng)
-        units = [(prompt_list[pi], tuple(systems[k] for k in shown)) for pi, shown in tuples]
-        sequence = list(range(len(units)))
-    elif paired:
-        prompt_list = sorted(per_system_prompts[systems[0]])
-        grid = paired_sequence(len(prompt_list), len(systems), rng)
-        sequence = [index_of[(systems[si], prompt_list[pi])] for pi, si in grid]
-    else:
-        sequence = interleaved_sequence(
-            [[index_of[(s, p)] for p in sorted(per_system_prompts[s])] for s in systems], rng
-        )
+    units, sequence = _page_sequence(rubric.kind, systems, per_system_prompts, index_of, options.paired, rng)
     design = build_design(
-        sequence, len(units) or len(texts), raters_per_item, annotators, seed, attention_rate, rubric.attention_values
+        sequence,
+        len(units) or len(texts),
+        options.raters_per_item,
+        options.n_annotators,
+        options.seed,
+        options.attention_rate,
+        rubric.attention_values,
     )
-    gold = build_gold_pairs(records, gold_items, seed)
-    gold_rng = random.Random(f"gold-pages-{seed}")
+    gold = build_gold_pairs(records, options.gold_items, options.seed)
+    gold_rng = random.Random(f"gold-pages-{options.seed}")
     annotator_pages = [
         insert_gold(pages, gold_pages(len(gold), rubric.kind == "pairwise", a), gold_rng)
         for a, pages in enumerate(design.pages)
     ]
     design_record = {
-        "paired": paired,
+        "paired": options.paired,
         "systems": systems,
         "baseline": _run_baseline(run_dir, systems),  # the report's default reference
-        "items_per_system": items_per_system,
-        "raters_per_item": raters_per_item,
-        "annotators": annotators,
-        "seed": seed,
-        "attention_rate": attention_rate,
-        "attention_fail_limit": attention_fail_limit,
+        "items_per_system": options.items_per_system,
+        "raters_per_item": options.raters_per_item,
+        "annotators": options.n_annotators,
+        "seed": options.seed,
+        "attention_rate": options.attention_rate,
+        "attention_fail_limit": options.attention_fail_limit,
         "n_texts": len(texts),
-        "check_attempts": check_attempts,
-        "enrolment": {"abandon_after_s": abandon_after_s} if open_enrolment else None,
+        "check_attempts": options.check_attempts,
+        "enrolment": {"abandon_after_s": options.abandon_after_s} if options.open_enrolment else None,
         "gold": [{"prompt_id": g.prompt_id, "degradation": g.kind} for g in gold],
     }
-
-    with write_transaction(session):
-        slug = f"{rubric.name}-{datetime.now(UTC):%Y%m%d}-{secrets.token_hex(3)}"
-        while session.scalar(select(Study.id).where(Study.slug == slug)) is not None:
-            slug = f"{rubric.name}-{datetime.now(UTC):%Y%m%d}-{secrets.token_hex(3)}"
-        admin_token = "adm-" + secrets.token_urlsafe(24)
-        study = Study(
-            slug=slug,
-            title=title or rubric.title,
-            rubric=rubric.to_json(),
-            consent_text=consent_text or DEFAULT_CONSENT,
-            admin_token_hash=hash_token(admin_token),
-            run_dir=str(run_dir.resolve()),
-            run_id=_run_id(run_dir),
-            design=design_record,
-            attention_rate=attention_rate,
-            attention_fail_limit=attention_fail_limit,
-            completion_code=completion_code,
-        )
-        session.add(study)
-        session.flush()
-        system_rows = {s: StudySystem(study_id=study.id, name=s, code="sys-" + secrets.token_hex(3)) for s in systems}
-        session.add_all(system_rows.values())
-        session.flush()
-        items = []
-        for s, p in texts:
-            rec = chosen[(s, p)]
-            items.append(
-                Item(
-                    study_id=study.id,
-                    code=prompt_code[p],
-                    system_id=system_rows[s].id,
-                    prompt_id=p,
-                    sample=int(rec["sample"]),
-                    prompt=rec["prompt"],
-                    text=rec["text"],
-                )
-            )
-        gold_items_of: list[dict[str, Item]] = []
-        if gold:
-            gold_systems = {
-                role: StudySystem(study_id=study.id, name=name, code="sys-" + secrets.token_hex(3))
-                for role, name in (("reference", GOLD_REFERENCE), ("degraded", GOLD_DEGRADED))
-            }
-            session.add_all(gold_systems.values())
-            session.flush()
-            for k, g in enumerate(gold):
-                code = f"item-{len(all_prompts) + k + 1:03d}"
-                gold_items_of.append(
-                    {
-                        role: Item(
-                            study_id=study.id,
-                            code=code,
-                            system_id=gold_systems[role].id,
-                            prompt_id=g.prompt_id,
-                            sample=0,
-                            prompt=g.prompt,
-                            text=g.reference if role == "reference" else g.degraded,
-                        )
-                        for role in ("reference", "degraded")
-                    }
-                )
-            session.add_all(item for pair in gold_items_of for item in pair.values())
-        session.add_all(items)
-        session.flush()
-
-        tokens: list[tuple[str, str]] = []
-        width = max(2, len(str(annotators)))
-        for a, pages in enumerate(annotator_pages):
-            token = secrets.token_urlsafe(18)
-            label = f"a{a + 1:0{width}d}"
-            annotator = Annotator(study_id=study.id, label=label, token_hash=hash_token(token))
-            session.add(annotator)
-            session.flush()
-            for position, page in enumerate(pages, 1):
-                attention = None
-                shown = []  # the page's texts, in places 1, 2, ...
-                if isinstance(page, GoldPage):
-                    shown = [gold_items_of[page.pair][role] for role in page.texts]
-                elif page.text_index is None:
-                    attention = {
-                        "prompt": ATTENTION_PROMPT,
-                        "expected": page.attention_value,
-                        "text": attention_text(page.attention_value, rubric.scale_labels.get(page.attention_value)),
-                    }
-                elif units:
-                    prompt, in_places = units[page.text_index]
-                    shown = [items[index_of[(system, prompt)]] for system in in_places]
-                else:
-                    shown = [items[page.text_index]]
-                assignment = Assignment(
-                    public_id=secrets.token_urlsafe(12),
-                    annotator_id=annotator.id,
-                    item_id=shown[0].id if shown else None,
-                    position=position,
-                    attention=attention,
-                )
-                session.add(assignment)
-                if len(shown) > 1:
-                    session.add_all(
-                        PageText(assignment=assignment, place=place, item_id=item.id)
-                        for place, item in enumerate(shown, 1)
-                    )
-            tokens.append((label, token))
-        session.commit()
-    return CreatedStudy(
-        slug=slug,
-        admin_token=admin_token,
-        annotator_tokens=tokens,
-        n_items=len(texts),
+    return _Layout(
+        systems=systems,
+        chosen=chosen,
+        texts=texts,
+        index_of=index_of,
+        prompt_code=prompt_code,
+        units=units,
+        gold=gold,
+        annotator_pages=annotator_pages,
         n_pages=[len(p) for p in design.pages],
-        open_enrolment=open_enrolment,
+        design_record=design_record,
     )
+
+
+def _page_sequence(
+    kind: str,
+    systems: list[str],
+    per_system_prompts: dict[str, list[str]],
+    index_of: dict[tuple[str, str], int],
+    paired: bool,
+    rng: random.Random,
+) -> tuple[list[tuple[str, tuple[str, ...]]], list[int]]:
+    """(units, the order of the pages): a pairwise or best-worst page shows a unit (a prompt with
+    its systems in places 1, 2, ...) and the sequence indexes the units; a rating page shows one
+    text and the sequence indexes the texts (no units)."""
+    units: list[tuple[str, tuple[str, ...]]] = []
+    prompt_list = sorted(per_system_prompts[systems[0]])
+    if kind == "pairwise":
+        grid = pairwise_sequence(len(prompt_list), len(systems), rng)
+        units = [(prompt_list[pi], (systems[a], systems[b])) for pi, a, b in grid]
+        return units, list(range(len(units)))
+    if kind == "best-worst":
+        tuples = bestworst_sequence(len(prompt_list), len(systems), min(TUPLE_SIZE, len(systems)), rng)
+        units = [(prompt_list[pi], tuple(systems[k] for k in shown)) for pi, shown in tuples]
+        return units, list(range(len(units)))
+    if paired:
+        grid = paired_sequence(len(prompt_list), len(systems), rng)
+        return units, [index_of[(systems[si], prompt_list[pi])] for pi, si in grid]
+    return units, interleaved_sequence(
+        [[index_of[(s, p)] for p in sorted(per_system_prompts[s])] for s in systems], rng
+    )
+
+
+# --------------------------------------------------------------------------- storing
+
+
+def _insert_study(
+    session: Session, run_dir: Path, rubric: Rubric, options: StudyOptions, design_record: dict
+) -> tuple[Study, str]:
+    """The study row under a fresh slug, and its admin token (only the token's hash is stored)."""
+    slug = f"{rubric.name}-{datetime.now(UTC):%Y%m%d}-{secrets.token_hex(3)}"
+    while session.scalar(select(Study.id).where(Study.slug == slug)) is not None:
+        slug = f"{rubric.name}-{datetime.now(UTC):%Y%m%d}-{secrets.token_hex(3)}"
+    admin_token = "adm-" + secrets.token_urlsafe(24)
+    study = Study(
+        slug=slug,
+        title=options.title or rubric.title,
+        rubric=rubric.to_json(),
+        consent_text=options.consent_text or DEFAULT_CONSENT,
+        admin_token_hash=hash_token(admin_token),
+        run_dir=str(run_dir.resolve()),
+        run_id=_run_id(run_dir),
+        design=design_record,
+        attention_rate=options.attention_rate,
+        attention_fail_limit=options.attention_fail_limit,
+        completion_code=options.completion_code,
+    )
+    session.add(study)
+    session.flush()
+    return study, admin_token
+
+
+def _insert_items(session: Session, study: Study, layout: _Layout) -> tuple[list[Item], list[dict[str, Item]]]:
+    """(the items of ``layout.texts``, in that order; per gold pair, its "reference" and "degraded" items).
+
+    Systems are stored under opaque codes; the gold items take the item codes after the rated ones.
+    """
+    system_rows = {
+        s: StudySystem(study_id=study.id, name=s, code="sys-" + secrets.token_hex(3)) for s in layout.systems
+    }
+    session.add_all(system_rows.values())
+    session.flush()
+    items = []
+    for s, p in layout.texts:
+        rec = layout.chosen[(s, p)]
+        items.append(
+            Item(
+                study_id=study.id,
+                code=layout.prompt_code[p],
+                system_id=system_rows[s].id,
+                prompt_id=p,
+                sample=int(rec["sample"]),
+                prompt=rec["prompt"],
+                text=rec["text"],
+            )
+        )
+    gold_items_of: list[dict[str, Item]] = []
+    if layout.gold:
+        gold_systems = {
+            role: StudySystem(study_id=study.id, name=name, code="sys-" + secrets.token_hex(3))
+            for role, name in (("reference", GOLD_REFERENCE), ("degraded", GOLD_DEGRADED))
+        }
+        session.add_all(gold_systems.values())
+        session.flush()
+        for k, g in enumerate(layout.gold):
+            code = f"item-{len(layout.prompt_code) + k + 1:03d}"
+            gold_items_of.append(
+                {
+                    role: Item(
+                        study_id=study.id,
+                        code=code,
+                        system_id=gold_systems[role].id,
+                        prompt_id=g.prompt_id,
+                        sample=0,
+                        prompt=g.prompt,
+                        text=g.reference if role == "reference" else g.degraded,
+                    )
+                    for role in ("reference", "degraded")
+                }
+            )
+        session.add_all(item for pair in gold_items_of for item in pair.values())
+    session.add_all(items)
+    session.flush()
+    return items, gold_items_of
+
+
+def _insert_annotators(
+    session: Session,
+    study: Study,
+    rubric: Rubric,
+    layout: _Layout,
+    items: list[Item],
+    gold_items_of: list[dict[str, Item]],
+    n_annotators: int,
+) -> list[tuple[str, str]]:
+    """One annotator per block of pages, with its assignments; returns (label, token) per annotator."""
+    tokens: list[tuple[str, str]] = []
+    width = max(2, len(str(n_annotators)))
+    for a, pages in enumerate(layout.annotator_pages):
+        token = secrets.token_urlsafe(18)
+        label = f"a{a + 1:0{width}d}"
+        annotator = Annotator(study_id=study.id, label=label, token_hash=hash_token(token))
+        session.add(annotator)
+        session.flush()
+        for position, page in enumerate(pages, 1):
+            attention = None
+            shown = []  # the page's texts, in places 1, 2, ...
+            if isinstance(page, GoldPage):
+                shown = [gold_items_of[page.pair][role] for role in page.texts]
+            elif page.text_index is None:
+                attention = {
+                    "prompt": ATTENTION_PROMPT,
+                    "expected": page.attention_value,
+                    "text": attention_text(page.attention_value, rubric.scale_labels.get(page.attention_value)),
+                }
+            elif layout.units:
+                prompt, in_places = layout.units[page.text_index]
+                shown = [items[layout.index_of[(system, prompt)]] for system in in_places]
+            else:
+                shown = [items[page.text_index]]
+            assignment = Assignment(
+                public_id=secrets.token_urlsafe(12),
+                annotator_id=annotator.id,
+                item_id=shown[0].id if shown else None,
+                position=position,
+                attention=attention,
+            )
+            session.add(assignment)
+            if len(shown) > 1:
+                session.add_all(
+                    PageText(assignment=assignment, place=place, item_id=item.id) for place, item in enumerate(shown, 1)
+                )
+        tokens.append((label, token))
+    return tokens
 
 
 def find_study(session: Session, study_id: str | int) -> Study:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository: scripts/, and the working folder of a served app
 
 
 def write_run(
@@ -324,12 +324,14 @@ def make_study(
     reference_for=None,
     **options,
 ):
-    """A run directory and a study over it: (db_url, CreatedStudy, run_dir).
+    """A run directory and a study over it: (db_url, CreatedStudy, run_dir); ``options``: the
+    other fields of :class:`~maxbench.human_eval.studies.options.StudyOptions`.
 
     The database is ``db_url`` (e.g. a fresh PostgreSQL database from
     ``maxbench.human_eval.testing.postgres``), else a fresh SQLite file in ``tmp_path``."""
     from maxbench.human_eval.store.db import session_for
     from maxbench.human_eval.studies.create import create_study
+    from maxbench.human_eval.studies.options import StudyOptions
     from maxbench.human_eval.studies.rubrics import load_rubric
 
     systems = systems or SYSTEMS
@@ -340,11 +342,13 @@ def make_study(
             session,
             run_dir,
             load_rubric(rubric),
-            systems=systems,
-            items_per_system=items_per_system,
-            raters_per_item=raters_per_item,
-            annotators=annotators,
-            **options,
+            StudyOptions(
+                systems=systems,
+                items_per_system=items_per_system,
+                raters_per_item=raters_per_item,
+                annotators=annotators,
+                **options,
+            ),
         )
     return url, created, run_dir
 

@@ -319,7 +319,7 @@
       const kv = Object.fromEntries((args || "").split(",").filter(Boolean).map((s) => s.split("=")));
       if (kv.lam && (kv.solver || "exact") === "exact" && r.cells["bleu-4"] && r.cells["bleu-4"].v !== null) pts.push([+kv.lam, r.cells["bleu-4"]]);
     });
-    if (new Set(pts.map((p) => p[0])).size < 2) return el("p", { class: "note" }, "No λ sweep in these runs (it needs graphmax at two or more λ values: maxbench run --registry lambda-sweep).");
+    if (new Set(pts.map((p) => p[0])).size < 2) return el("p", { class: "note" }, "No λ sweep in these runs (it needs graphmax at two or more λ values: maxbench run --lineup lambda-sweep).");
     pts.sort((a, b) => a[0] - b[0]);
     const W = 620, H = 400, m = { l: 60, r: 20, t: 16, b: 44 };
     const svg = sv("svg", { width: W, height: H, role: "img", "aria-label": "lambda sweep" });

@@ -3,7 +3,7 @@
 Parameters (as written in a system string, e.g. ``graphmax(lam=1.0,solver=exact)``):
 ``lam`` (default 1.0, the paper's choice), ``solver`` ("exact": the certified fixed point;
 "paper": the paper's Algorithm 1, which does not reach the optimum - see
-maxbench.systems.layers.graphmax.operator), ``tol``, ``max_iter`` and ``topk`` for the exact solver, and
+docs/graphmax-math.md), ``tol``, ``max_iter`` and ``topk`` for the exact solver, and
 ``ngram`` for the graph (1: A, 2: A + A^2). The graph is built from (or loaded for) the
 fitting split of the run's corpus with the model's own tokenizer.
 """
@@ -14,7 +14,8 @@ import torch
 
 from maxbench.errors import MaxbenchError
 from maxbench.systems.layers.base import FitContext, OutputLayer, require_finite_logits
-from maxbench.systems.layers.graphmax.operator import GraphOperator, check_graphmax_args, graphmax
+from maxbench.systems.layers.graphmax.graph_operator import GraphOperator
+from maxbench.systems.layers.graphmax.operator import check_graphmax_args, graphmax
 
 
 class GraphmaxLayer(OutputLayer):

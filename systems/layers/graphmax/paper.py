@@ -1,5 +1,5 @@
-"""graphmax's paper solver: Algorithm 1 of graphmax-jair as printed (``maxbench.systems.layers.graphmax.operator``
-says what it computes and why it is not the minimiser of eq. 3).
+"""graphmax's paper solver: Algorithm 1 of graphmax-jair as printed (docs/graphmax-math.md says
+what it computes and why it is not the minimiser of eq. 3; it is kept as a diagnostic only).
 
 From ``x^1 = 0``, ``T - 1`` updates ``x <- proj_simplex(x - alpha grad f(x))`` with
 ``grad f(x) = -z + log(max(x, floor)) + 1 + 2 lam M x`` (eq. 8), stopping a row once
@@ -13,17 +13,16 @@ Two implementations of the same arithmetic:
   per pass of Michelot's iteration, where torch's operations take about 30, and no torch
   thread runs meanwhile. The graph product runs on the tokens some edge touches only
   (``GraphOperator.touched_operator``, the same sums in the same order), and an untouched
-  token's ``(M x)_i`` is its own ``x_i``. 2.3x and about 2.5x as fast as the torch path on
-  the food-reviews graph at a batch of 16 and 48, 1.7x and 1.2x on movie reviews
-  (benchmarks/graphmax_kernels.py, 2 threads; README for the figures);
+  token's ``(M x)_i`` is its own ``x_i``. benchmarks/graphmax_kernels.py times it against the
+  torch path (README for the figures);
 - elsewhere (CUDA), torch operations (``sparsemax.project_to_simplex``), also used by the tests
   on the CPU to check that both give the same iterates to rounding.
 
 Rounding differs between the two (the sums run in another order), and from the third update on
-the iteration amplifies such differences about 100-fold per update (tests/test_graphmax_paper.py):
-in float32 the two paths' outputs differ by up to 2.5e-6 in a probability on real decoding logits
-(benchmarks/graphmax_kernels.py) and by a few percent of x on random scores. Either is the paper's algorithm; runs record which
-produced them (the maxbench commit).
+the iteration amplifies such differences by orders of magnitude per update
+(tests/test_graphmax_paper.py), so the two paths' outputs differ by more than one rounding
+(benchmarks/graphmax_kernels.py measures by how much on real decoding logits). Either is the
+paper's algorithm.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ import numpy as np
 import torch
 
 from maxbench.systems.layers.graphmax.kernels import loader as cpu_kernels
-from maxbench.systems.layers.sparsemax.operator import _MAX_PASSES, _threshold_by_sorting, project_to_simplex
+from maxbench.systems.layers.sparsemax.operator import MAX_PASSES, project_to_simplex, threshold_by_sorting
 
 __all__ = ["solve"]
 
@@ -109,10 +108,8 @@ class _Product:
     Where the touched tokens' rows hold few edges on average (at most ``SHORT_ROWS``: the
     food-reviews graph, 9), ``paper_kernels.residual`` (the rows of A at the touched tokens
     with X's row numbers as column indices, so that it reads X where it lies, then A^T among
-    them); where they hold many (movie reviews, 48), torch's CSR kernel. Whole solver calls with
-    one and the other (benchmarks/graphmax_kernels.py, 2 threads, 2026-11-25): on movie
-    reviews torch's is 2.0x as fast at a batch of 16 and 1.04x at 48; on food reviews the
-    kernel is 1.08x and 1.23x as fast."""
+    them); where they hold many (movie reviews, 48), torch's CSR kernel, which is then the faster
+    (benchmarks/graphmax_kernels.py times whole solver calls with one and the other)."""
 
     SHORT_ROWS = 16
 
@@ -161,7 +158,7 @@ class _Blocks:
 
 def _certify(kernels, XT, ZT, lam, product, blocks):
     """log x (-inf at exact zeros), the duality gap and f of the full problem at x, one
-    problem per column: ``graphmax._certify`` in the kernels' passes."""
+    problem per column: ``graphmax_exact.certify`` in the kernels' passes."""
     n, b = XT.shape
     MX, touched_sq = product(kernels, XT, blocks, norm=True)
     with np.errstate(divide="ignore"):
@@ -180,7 +177,7 @@ def _certify(kernels, XT, ZT, lam, product, blocks):
 
 def _update(kernels, X, Z, MX, mx_rows, scalars, start, blocks):
     """Lines 3-7 on the columns of X: (x^{t+1}, the projection's threshold in the gradient
-    step's coordinates, ||x^{t+1} - x^t||_2). The threshold is ``sparsemax._threshold``'s
+    step's coordinates, ||x^{t+1} - x^t||_2). The threshold is ``sparsemax.threshold``'s
     Michelot iteration, from ``start`` where it lies below the column's maximum."""
     n, b = X.shape
     one = scalars[2]
@@ -194,7 +191,7 @@ def _update(kernels, X, Z, MX, mx_rows, scalars, start, blocks):
         tau = np.where(shifted < 0, shifted, tau)  # NaN (no start) keeps -1
     counts = np.empty_like(part)
     count = np.zeros(b, dtype=X.dtype)
-    for _ in range(_MAX_PASSES):
+    for _ in range(MAX_PASSES):
         kernels.michelot(A, top, tau, part, counts)
         k = counts.sum(0)
         tau = tau + (part.sum(0) - one) / np.maximum(k, one)
@@ -204,7 +201,7 @@ def _update(kernels, X, Z, MX, mx_rows, scalars, start, blocks):
     else:  # rare: columns whose set would still change are finished exactly by sorting
         moving = np.flatnonzero((A - top > tau).sum(0) != count)
         rows = torch.from_numpy(np.ascontiguousarray((A[:, moving] - top[moving]).T))
-        tau[moving] = _threshold_by_sorting(rows).squeeze(-1).numpy()
+        tau[moving] = threshold_by_sorting(rows).squeeze(-1).numpy()
     X_next = blocks.x_next
     kernels.finish(A, top, tau, X, X_next, part)
     return X_next, tau + top, np.sqrt(part.sum(0))

@@ -1,6 +1,6 @@
 """The first step of graphmax's exact solver: Newton's method on each problem's likeliest tokens.
 
-From ``y = z``, the fixed-point iteration of ``maxbench.systems.layers.graphmax.operator`` spends most of its
+From ``y = z``, the fixed-point iteration of ``maxbench.systems.layers.graphmax.exact`` spends most of its
 steps on the few tokens that carry the mass: there ``x`` is large, the graph couples them
 (through ``2 lam M x``) and a diagonal step can only approach them slowly. This module takes
 the first step instead by solving, for each problem, the fixed point on its K likeliest tokens

@@ -1,7 +1,7 @@
 """sparsemax (Martins & Astudillo, 2016): the Euclidean projection of scores onto the simplex.
 
 ``sparsemax(z) = argmin_{p in simplex} ||p - z||^2 = max(z - tau(z), 0)`` with the threshold
-``tau`` found by Michelot's iteration (a few masked sums, no sort; see ``_threshold``). It can
+``tau`` found by Michelot's iteration (a few masked sums, no sort; see ``threshold``). It can
 give tokens exactly zero probability.
 
 Numerics:
@@ -23,20 +23,39 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["sparsemax", "SparsemaxFunction"]
+__all__ = [
+    "sparsemax",
+    "SparsemaxFunction",
+    "project_to_simplex",
+    "threshold",
+    "threshold_by_sorting",
+    "amax",
+    "MAX_PASSES",
+]
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
-#: Michelot's iteration ends in a handful of passes on real scores (1-8 measured on LM logits
-#: and on the graphmax paper solver's near-uniform inputs); rows still moving after this many
-#: passes (rounding can make a set flip back and forth) are finished by sorting.
-_MAX_PASSES = 50
+#: Michelot's iteration ends in a handful of passes on real scores (LM logits and the graphmax
+#: paper solver's near-uniform inputs); rows still moving after this many passes (rounding can
+#: make a set flip back and forth) are finished by sorting.
+MAX_PASSES = 50
 
 
-def _threshold_by_sorting(z: torch.Tensor) -> torch.Tensor:
-    """tau of each row of z (last dim, max-shifted): sort, then the largest k with
-    1 + k z_(k) > sum_{j<=k} z_(j), which holds exactly for a prefix of the sorted order."""
+def threshold_by_sorting(z: torch.Tensor) -> torch.Tensor:
+    """sparsemax's threshold by sorting: the largest k with ``1 + k z_(k) > sum_{j<=k} z_(j)``,
+    which holds exactly for a prefix of the sorted order, gives ``tau = (sum_{j<=k} z_(j) - 1) / k``.
+
+    Parameters
+    ----------
+    z : torch.Tensor
+        Finite float scores, max-shifted (each row's maximum 0), rows along the last dim.
+
+    Returns
+    -------
+    torch.Tensor
+        tau of each row, z's shape with the last dim of size 1.
+    """
     z_sorted, _ = torch.sort(z, dim=-1, descending=True)
     cumsum = z_sorted.cumsum(-1)
     ks = torch.arange(1, z.shape[-1] + 1, device=z.device, dtype=z.dtype)
@@ -44,23 +63,39 @@ def _threshold_by_sorting(z: torch.Tensor) -> torch.Tensor:
     return (cumsum.gather(-1, support_size - 1) - 1) / support_size.to(z.dtype)
 
 
-def _threshold(z: torch.Tensor, start: torch.Tensor | None = None, dim: int = -1) -> torch.Tensor:
-    """tau of each row of z along ``dim`` (max-shifted so that each row's maximum is 0); the
-    result keeps ``dim`` with size 1.
+def threshold(z: torch.Tensor, start: torch.Tensor | None = None, dim: int = -1) -> torch.Tensor:
+    """sparsemax's threshold tau of each slice of z along ``dim``, by Michelot's iteration.
 
     Michelot's algorithm (1986; Condat 2016, "Fast projection onto the simplex"): from any
     tau <= tau*, the update tau <- (sum_{z_i > tau} z_i - 1) / |{z_i > tau}| stays <= tau* and
     never decreases, and once the set {z_i > tau} stops changing tau is tau* exactly. Start at
     max - 1 = -1, a lower bound (the support always holds the maximum). Each pass is one
     masked sum over the row, so a typical call costs a few passes instead of an O(n log n)
-    sort: 8-13x faster than sorting at n = 49,152 (benchmarks/sparsemax_threshold.py), with the
-    same support and values equal to rounding.
+    sort (benchmarks/sparsemax_threshold.py compares the two), with the same support and values
+    equal to rounding. Slices still moving after ``MAX_PASSES`` passes are finished by
+    :func:`threshold_by_sorting`.
 
     ``start`` (one per row, in z's coordinates) replaces -1 where it is below the maximum: the
     first update from any such start is a lower bound of tau* whichever side of tau* the start
     lies (the set {z_i > start} is then a superset or a nonempty subset of the support, and
     either way (sum_S z_i - 1) / |S| <= tau*), so the iteration stays exact; a start close to
-    tau* ends it in two or three passes."""
+    tau* ends it in two or three passes.
+
+    Parameters
+    ----------
+    z : torch.Tensor
+        Finite float scores, max-shifted along ``dim`` (each slice's maximum 0).
+    start : torch.Tensor, optional
+        A guess of each slice's threshold (``dim`` kept with size 1); one at or above 0 (the
+        maximum), or NaN, is ignored.
+    dim : int
+        The dimension whose slices are thresholded (default the last).
+
+    Returns
+    -------
+    torch.Tensor
+        tau of each slice, z's shape with ``dim`` of size 1.
+    """
     shape = list(z.shape)
     shape[dim] = 1
     tau = torch.full(shape, -1.0, dtype=z.dtype, device=z.device)
@@ -68,7 +103,7 @@ def _threshold(z: torch.Tensor, start: torch.Tensor | None = None, dim: int = -1
         tau = torch.where(start < 0, start, tau)
     count = torch.zeros(tau.shape, dtype=z.dtype, device=z.device)
     excess = torch.empty_like(z)  # one buffer for every pass
-    for _ in range(_MAX_PASSES):
+    for _ in range(MAX_PASSES):
         # sum_{z_i > tau} z_i = sum_i max(z_i - tau, 0) + k tau: cheaper than a masked sum, and
         # k = |{z_i > tau}| counts the positive entries of the same block (z - tau > 0 exactly
         # when z > tau in IEEE arithmetic), a float sum of ones (exact below 2^24 entries;
@@ -82,7 +117,7 @@ def _threshold(z: torch.Tensor, start: torch.Tensor | None = None, dim: int = -1
         count = k
     # rare: rows whose set would still change are finished exactly by sorting
     moving = ((z > tau).sum(dim=dim, keepdim=True) != count).movedim(dim, -1).squeeze(-1)
-    tau.movedim(dim, -1)[moving] = _threshold_by_sorting(z.movedim(dim, -1)[moving])
+    tau.movedim(dim, -1)[moving] = threshold_by_sorting(z.movedim(dim, -1)[moving])
     return tau
 
 
@@ -95,14 +130,28 @@ def _sparsemax_forward(z: torch.Tensor, dim: int) -> torch.Tensor:
     z = torch.where(all_neg_inf, torch.zeros_like(z), z - torch.where(all_neg_inf, torch.zeros_like(row_max), row_max))
     if z.shape[-1] == 0:
         return z.movedim(-1, dim)
-    return torch.clamp(z - _threshold(z), min=0).movedim(-1, dim)
+    return torch.clamp(z - threshold(z), min=0).movedim(-1, dim)
 
 
-def _amax(a: torch.Tensor, dim: int) -> torch.Tensor:
-    """``a.amax(dim, keepdim=True)``, the same values (a maximum is exact in any order). Over a
-    dimension that is not the innermost one, torch's CPU amax runs about 4x slower than taking
-    the elementwise maximum of the two halves until one slice is left (2.8 ms against 0.6 ms for
-    the graphmax paper solver's 49,152 x 48 float32 block, one thread)."""
+def amax(a: torch.Tensor, dim: int) -> torch.Tensor:
+    """``a.amax(dim, keepdim=True)``, the same values (a maximum is exact in any order).
+
+    Over a dimension that is not the innermost one, torch's CPU amax is slower than taking the
+    elementwise maximum of the two halves until one slice is left, which this does there (the
+    graphmax paper solver's N x batch blocks reduce over dim 0).
+
+    Parameters
+    ----------
+    a : torch.Tensor
+        Any tensor with at least one dimension.
+    dim : int
+        The dimension to reduce.
+
+    Returns
+    -------
+    torch.Tensor
+        The maximum of each slice along ``dim``, kept with size 1.
+    """
     n = a.shape[dim]
     if a.device.type != "cpu" or dim % a.dim() == a.dim() - 1 or n < 2:
         return a.amax(dim=dim, keepdim=True)
@@ -128,7 +177,7 @@ def project_to_simplex(
         Finite float scores of any shape, projected in their own dtype.
     start : torch.Tensor, optional
         A guess of each slice's threshold (``dim`` kept with size 1, in a's coordinates), such
-        as the threshold of a nearby earlier input. It only saves passes (see ``_threshold``);
+        as the threshold of a nearby earlier input. It only saves passes (see ``threshold``);
         the result does not depend on it beyond rounding. A guess at or above the slice's
         maximum, or NaN, is ignored.
     dim : int
@@ -140,9 +189,9 @@ def project_to_simplex(
         The projection p = max(a - tau, 0) in a's shape and dtype, and the threshold tau
         of each slice (``dim`` kept with size 1) in a's own coordinates.
     """
-    row_max = _amax(a, dim)
+    row_max = amax(a, dim)
     z = a - row_max
-    tau = _threshold(z, None if start is None else start - row_max, dim)
+    tau = threshold(z, None if start is None else start - row_max, dim)
     return z.sub_(tau).clamp_(min=0), tau + row_max  # z is this call's own block
 
 

@@ -1,6 +1,6 @@
-"""The CPU kernels of graphmax's exact solver (``maxbench.systems.layers.graphmax.operator``), in numba.
+"""The CPU kernels of graphmax's exact solver (``maxbench.systems.layers.graphmax.exact``), in numba.
 
-An evaluation of the exact solver (``graphmax._evaluate``) in torch is about 25 passes over the
+An evaluation of the exact solver (``maxbench.systems.layers.graphmax.evaluation.evaluate``) in torch is about 25 passes over the
 tokens x batch block: the step, the softmax (its exponential, sums, normalisation), the logit
 residual, its centre, the moments and the exponential of the duality gap, the next direction.
 Here it is the graph product and three reads of the block: ``step_softmax`` (the step and the

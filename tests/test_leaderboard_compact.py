@@ -1,0 +1,84 @@
+"""leaderboard.md leads with a compact table of the design card's metrics (``COMPACT``) and gives every
+score in the full table after it; the HTML page and the csv hold only the full table, and the
+explorer's compact view shows the same columns."""
+
+from __future__ import annotations
+
+import json
+
+from maxbench.benchmark.leaderboard import COMPACT, PREFERRED, render
+
+SYSTEMS = ("smollm2-135m/softmax/top_p=0.9", "smollm2-135m/sparsemax/top_p=0.9")
+# every compact column but rouge-l-f, and others around them, in an order of their own
+SCORES = ("rep", "bleu-2", "ppl", "meteor", "bleu-4", "distinct-2-corpus", "ms-jaccard-3", "self-bleu-4", "mauve")
+
+
+def _run(tmp_path, scores=SCORES):
+    run = tmp_path / "run"
+    run.mkdir(parents=True)
+    ident = {"suite": {"name": "toy", "version": "1", "sha256": "a" * 64, "n_items": 4}, "seed": 1, "samples": 1}
+    (run / "manifest.json").write_text(json.dumps({"run_id": "run", "identity": ident | {"registry": "t"}}))
+    entries = {
+        s: {
+            "n_prompts": 4,
+            "scores": {
+                name: {"value": 0.1 * (i + 1) + 0.01 * k, "ci_low": 0.01 * k, "ci_high": 0.5 + 0.01 * k}
+                for k, name in enumerate(scores)
+            },
+        }
+        for i, s in enumerate(SYSTEMS)
+    }
+    (run / "scores.json").write_text(json.dumps({"systems": entries, "comparisons": {"baseline": None}}))
+    return run
+
+
+def _tables(text: str) -> list[list[list[str]]]:
+    tables, current = [], None
+    for line in text.splitlines():
+        if line.startswith("|"):
+            if current is None:
+                current = []
+                tables.append(current)
+            if not line.startswith("|---"):  # the separator under the header
+                current.append([c.strip() for c in line[2:-2].split(" | ")])
+        else:
+            current = None
+    return tables
+
+
+def test_markdown_leads_with_the_compact_table_then_the_full_one(tmp_path):
+    render([_run(tmp_path)], tmp_path / "lb")
+    md = (tmp_path / "lb" / "leaderboard.md").read_text()
+    compact, full = _tables(md)
+    assert compact[0] == ["system", *(c for c in COMPACT if c in SCORES)]  # COMPACT's order, those present
+    assert full[0] == ["system", *(c for c in PREFERRED if c in SCORES)]
+    assert md.index("## All metrics") < md.index("| system | bleu-2 |")
+    for small, big in zip(compact[1:], full[1:]):  # the same cells, bold marks included
+        assert all(small[compact[0].index(c)] == big[full[0].index(c)] for c in compact[0])
+    html = (tmp_path / "lb" / "leaderboard.html").read_text()
+    assert html.count("<table") == 1 and "All metrics" not in html
+
+
+def test_explorer_compact_view_shows_the_same_columns(tmp_path):
+    from maxbench.benchmark.explorer import write_explorer
+
+    run = _run(tmp_path)
+    (run / "generations.jsonl").write_text(
+        "".join(
+            json.dumps({"system": s, "prompt_id": "p0", "sample": 0, "prompt": "a", "reference": "b", "text": "c"})
+            + "\n"
+            for s in SYSTEMS
+        )
+    )
+    index = write_explorer([run], tmp_path / "ex")
+    render([run], tmp_path / "lb")
+    compact = _tables((tmp_path / "lb" / "leaderboard.md").read_text())[0][0][1:]
+    assert f'"compact":{json.dumps(compact, separators=(",", ":"))}' in index.read_text()
+
+
+def test_without_compact_columns_or_with_only_them_there_is_one_table(tmp_path):
+    render([_run(tmp_path, ("bleu-2", "mauve"))], tmp_path / "a")
+    render([_run(tmp_path / "x", ("ppl", "bleu-4"))], tmp_path / "b")
+    for out in ("a", "b"):
+        md = (tmp_path / out / "leaderboard.md").read_text()
+        assert len(_tables(md)) == 1 and "All metrics" not in md
