@@ -23,6 +23,16 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_model_args_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--model-args",
+        default=None,
+        metavar="K=V,...",
+        help="options of the run's models: revision=REV, dtype=fp32|bf16|fp16 (half precision on CUDA only), "
+        "trust_remote_code=true|false (docs/models.md); recorded in the run's identity",
+    )
+
+
 def register(sub) -> None:
     register_assets(sub)
     register_run(sub)
@@ -77,7 +87,17 @@ def register(sub) -> None:
     p.add_argument("--shard", default=None, help="i/n: generate only shard i of n")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_model_options(p)
+    add_model_args_option(p)
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser(
+        "plugins",
+        help="list the plugin output layers, models and metrics found, and where each came from",
+        description="List every plugin: entry points of installed distributions (groups maxbench.layers, "
+        "maxbench.models, maxbench.metrics) and what the files given with --include register (docs/plugins.md).",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_plugins)
 
 
 def cmd_suites(args) -> int:
@@ -145,6 +165,7 @@ def cmd_generate(args) -> int:
     from maxbench.benchmark.rundir import RunPlan, parse_shard
     from maxbench.benchmark.runner import generate_run
     from maxbench.benchmark.suites import load_suite
+    from maxbench.systems.models import parse_model_args
 
     if args.samples < 1 or args.batch_size < 1:
         raise MaxbenchError("--samples and --batch-size must be >= 1")
@@ -159,11 +180,29 @@ def cmd_generate(args) -> int:
         seed=args.seed,
         batch_size=args.batch_size,
         corpus=args.corpus,
+        model_args=parse_model_args(args.model_args),
     )
     out = generate_run(
         plan, device=args.device, threads=args.threads, shard=parse_shard(args.shard), progress=not args.no_progress
     )
     print(f"wrote {out}")
+    return 0
+
+
+def cmd_plugins(args) -> int:
+    from maxbench.benchmark.metrics.base import METRICS
+    from maxbench.registry import describe_origin
+    from maxbench.systems.models import MODELS
+    from maxbench.systems.system_strings import LAYERS
+
+    found = {reg.group: reg.plugins() for reg in (LAYERS, MODELS, METRICS)}
+    if args.json:
+        print(json.dumps(found, indent=1))
+        return 0
+    for group, plugins in found.items():
+        print(f"{group}: {len(plugins) or 'none'}")
+        for name, origin in plugins.items():
+            print(f"  {name:<20} {describe_origin(origin)}")
     return 0
 
 
@@ -275,6 +314,7 @@ def register_run(sub) -> None:
     add_evaluator_option(p, "the lineup's evaluator, else smollm2-135m")
     p.add_argument("--no-progress", action="store_true")
     add_model_options(p)
+    add_model_args_option(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(
@@ -318,6 +358,7 @@ def cmd_run(args) -> int:
     from maxbench.benchmark.runner import INVOCATION_ENV, PhaseTimer, generate_run, new_invocation, preflight
     from maxbench.benchmark.suites import load_suite
     from maxbench.benchmark.workers import WORKER_THREADS, default_workers, parse_workers, run_workers
+    from maxbench.systems.models import parse_model_args
 
     if args.n_resamples < 0:
         raise MaxbenchError(f"--n-resamples must be >= 0 (0: no intervals or tests), got {args.n_resamples}")
@@ -348,6 +389,7 @@ def cmd_run(args) -> int:
         batch_size=reg.batch_size,
         corpus=reg.corpus,
         registry=reg.name,
+        model_args=parse_model_args(args.model_args),
     )
     outputs = () if shard is not None else ((out_dir, "--out"),)
     invocation = os.environ.get(INVOCATION_ENV) or new_invocation()

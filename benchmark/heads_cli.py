@@ -21,6 +21,7 @@ def register(sub) -> None:
         "--model", default="smollm2-135m", help="built-in name, local directory or hub id (default smollm2-135m)"
     )
     p.add_argument("--layer", required=True, choices=LAYERS, help="which head to train")
+    p.add_argument("--model-args", default=None, metavar="K=V,...", help="model options (docs/models.md)")
     p.add_argument("--corpus", required=True, help="corpus name: food-reviews, movie-reviews or news")
     p.add_argument(
         "--budget-tokens",
@@ -102,9 +103,9 @@ def cmd_fit(args) -> int:
         tagger = load_tagger()  # a missing tagger fails here, before any model work
     threads = args.threads if args.threads is not None else _default_threads()
 
-    from maxbench.systems.models import load_model
+    from maxbench.systems.models import load_model, parse_model_args
 
-    lm = load_model(args.model, device=args.device, threads=threads)
+    lm = load_model(args.model, device=args.device, threads=threads, options=parse_model_args(args.model_args))
     t0 = time.perf_counter()
     opts = {"epochs": args.epochs, "lr": args.lr, "seed": args.seed}
     progress = not args.quiet

@@ -27,7 +27,7 @@ import csv
 import io
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from maxbench.document import Cell, Code, Figure, Para, Section, Table, num, render_html, render_markdown
@@ -87,6 +87,7 @@ class ScoredRun:
     comparisons: dict  # {"baseline": str | None, "systems": {system: {score: {"p_value": ...}}}}
     steps: dict  # system -> {"entropy": [...], "support": [...]}
     prompts: dict  # system -> prompts its generations cover (for scores.json files that do not say)
+    plugins: list = field(default_factory=list)  # "what name: where from" of each plugin it used
 
     def setting(self) -> dict:
         """What must agree for two runs' numbers to be comparable."""
@@ -209,7 +210,28 @@ def load_scored_run(run_dir: Path) -> ScoredRun:
         comparisons=doc.get("comparisons") or {},
         steps=steps,
         prompts=prompts,
+        plugins=_plugins_of(manifest, doc),
     )
+
+
+def _plugins_of(manifest: dict, doc: dict) -> list[str]:
+    """The plugins a run used (docs/plugins.md): its systems' layers and models, and its metrics."""
+    from maxbench.registry import describe_origin, is_plugin_origin
+
+    found = []
+    systems = manifest.get("systems") if isinstance(manifest.get("systems"), dict) else {}
+    for entry in systems.values():
+        code = entry.get("code") if isinstance(entry, dict) else None
+        for part in ("layer", "model"):
+            origin = code.get(part) if isinstance(code, dict) else None
+            if is_plugin_origin(origin):
+                found.append(f"{part} {entry.get(part)}: {describe_origin(origin)}")
+    metrics = doc.get("metrics") if isinstance(doc.get("metrics"), dict) else {}
+    for name, entry in metrics.items():
+        origin = entry.get("origin") if isinstance(entry, dict) else None
+        if is_plugin_origin(origin):
+            found.append(f"metric {name}: {describe_origin(origin)}")
+    return list(dict.fromkeys(found))
 
 
 def comparable_rows(runs: list[ScoredRun], mixed: bool) -> list[Row]:
@@ -395,6 +417,12 @@ def build_sections(
     best = {c: best_rows(rows, c, layout.model) for c in cols}
     full = _table(rows, layout, cols, best)
     sources = Para("Sources: " + ", ".join("{}" for _ in runs), tuple(Code(r.path.as_posix()) for r in runs))
+    plugins = list(dict.fromkeys(p for r in runs for p in r.plugins))
+    if plugins:  # only then: a leaderboard without plugins keeps its bytes
+        sources = Para(
+            sources.template + "; plugins: " + ", ".join("{}" for _ in plugins),
+            sources.args + tuple(Code(p) for p in plugins),
+        )
     tail = Section("", paragraphs=[sources], figures=figures, figure_row=True)
     lead = [c for c in COMPACT if c in cols]
     if not compact or not lead or len(lead) == len(cols):

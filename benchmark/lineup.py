@@ -28,10 +28,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from maxbench.errors import MaxbenchError
+from maxbench.plugins import include_all
 from maxbench.registry import unknown_name
 
 LINEUP_DIR = Path(__file__).parent / "lineups"
-KEYS = ("name", "suite", "corpus", "samples", "seed", "batch_size", "baseline", "evaluator", "metrics", "systems")
+KEYS = (
+    "name",
+    "suite",
+    "corpus",
+    "samples",
+    "seed",
+    "batch_size",
+    "baseline",
+    "evaluator",
+    "metrics",
+    "systems",
+    "include",
+)
 
 
 @dataclass
@@ -47,6 +60,7 @@ class Lineup:
     evaluator: str | None = None  # the ppl metric's model; None: its default
     metrics: list = field(default_factory=list)
     path: Path | None = None
+    include: list = field(default_factory=list)  # plugin files it includes
 
 
 def builtin_lineups() -> dict[str, Path]:
@@ -86,12 +100,14 @@ def load_lineup(name_or_path: str) -> Lineup:
         value = spec.get(key, least)
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             raise MaxbenchError(f"lineup {path}: '{key}' must be a whole number >= {least}, got {value!r}")
-    for key in ("systems", "metrics"):
+    for key in ("systems", "metrics", "include"):
         value = spec.get(key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise MaxbenchError(f"lineup {path}: '{key}' must be a list of strings")
     if not spec.get("systems"):
         raise MaxbenchError(f"lineup {path} needs a non-empty 'systems' list of system strings")
+    include = [str((path.parent / p).expanduser()) for p in spec.get("include", [])]
+    include_all(include)  # plugin files, relative to the lineup file (docs/plugins.md)
     systems = [parse_system(s) for s in spec["systems"]]
     for s in systems:
         check_model(s.model)
@@ -120,4 +136,5 @@ def load_lineup(name_or_path: str) -> Lineup:
         evaluator=spec.get("evaluator") and check_model(spec["evaluator"]),
         metrics=list(metrics),
         path=path,
+        include=include,
     )

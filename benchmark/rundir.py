@@ -27,7 +27,7 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from maxbench.errors import MaxbenchError
@@ -88,9 +88,13 @@ class RunPlan:
     registry: str | None = None
     #: also record each layer's teacher-forced log-probabilities of the references (ref-ppl)
     reference_ppl: bool = True
+    #: model options of every model of the run (``--model-args``, docs/models.md); part of the
+    #: identity only when given, so runs made before the option existed keep theirs
+    model_args: dict = field(default_factory=dict)
 
     def identity(self) -> dict:
-        return {
+        extra = {"model_args": dict(sorted(self.model_args.items()))} if self.model_args else {}
+        return extra | {
             "suite": self.suite.describe() | {"path": None},
             "systems": [s.name for s in self.systems],
             "samples": self.samples,
@@ -133,7 +137,40 @@ def existing_manifest(plan: RunPlan) -> dict | None:
             f"run directory {plan.run_dir} was made by a different run (differs in: "
             f"{', '.join(diff)}); pick another --run-id or delete that directory"
         )
+    check_code(plan, old)
     return old
+
+
+def system_code(system) -> dict:
+    """Where a system's code comes from (docs/plugins.md): the origins of its layer and its model."""
+    from maxbench.registry import builtin_origin
+    from maxbench.systems.models import MODELS
+    from maxbench.systems.system_strings import LAYERS
+
+    model = MODELS.origin(system.model) if system.model in MODELS else builtin_origin()
+    return {"layer": LAYERS.origin(system.layer), "model": model}
+
+
+def check_code(plan: RunPlan, manifest: dict) -> None:
+    """Refuse to resume a run whose rows were made by other plugin code: rows of old code must not be
+    mixed with new. Built-ins are not compared (their origin is maxbench's version)."""
+    from maxbench.registry import describe_origin, is_plugin_origin
+
+    recorded = manifest.get("systems") if isinstance(manifest.get("systems"), dict) else {}
+    for system in plan.systems:
+        entry = recorded.get(system.name)
+        code = entry.get("code") if isinstance(entry, dict) else None
+        if not isinstance(code, dict):
+            continue  # a run made before origins were recorded
+        now = system_code(system)
+        for part in ("layer", "model"):
+            old, new = code.get(part), now[part]
+            if (is_plugin_origin(old) or is_plugin_origin(new)) and old != new:
+                raise MaxbenchError(
+                    f"system '{system.name}' of run directory {plan.run_dir} was generated with {part} code from "
+                    f"{describe_origin(old or {})}, but that code is now {describe_origin(new)}; rows of the old code "
+                    "must not be mixed with new: pick another --run-id or delete that directory"
+                )
 
 
 def check_or_write_manifest(plan: RunPlan, extra: dict) -> dict:
@@ -156,7 +193,13 @@ def _check_or_write_manifest(plan: RunPlan, extra: dict) -> dict:
         "seed": plan.seed,
         "seed_rule": "sha256(f'{seed}:{prompt_id}:{sample}')[:4] as big-endian int",
         "systems": {
-            s.name: {"model": s.model, "layer": s.layer, "layer_params": dict(s.params), "decoding": s.decoding.label}
+            s.name: {
+                "model": s.model,
+                "layer": s.layer,
+                "layer_params": dict(s.params),
+                "decoding": s.decoding.label,
+                "code": system_code(s),
+            }
             for s in plan.systems
         },
     } | extra

@@ -263,10 +263,13 @@ def preflight(
     from maxbench.benchmark.corpora import check_corpus
     from maxbench.systems.decoding import check_limits
     from maxbench.systems.models import check_model_reachable, load_model
+    from maxbench.systems.system_strings import probe_layer
 
     layers = [s.build_layer() for s in plan.systems]
+    for system, layer in zip(plan.systems, layers):
+        probe_layer(system.layer, layer)  # a plugin's scores, once, on a tiny input
     for name in dict.fromkeys(s.model for s in plan.systems):
-        check_model_reachable(name)
+        check_model_reachable(name, revision=plan.model_args.get("revision"))
     if plan.corpus is not None:
         check_corpus(plan.corpus)
     for system, layer in zip(plan.systems, layers):
@@ -293,7 +296,7 @@ def preflight(
             continue
         if system.model not in pre.models:
             t0 = time.perf_counter()
-            pre.models[system.model] = load_model(system.model, device=device, threads=threads)
+            pre.models[system.model] = load_model(system.model, device=device, threads=threads, options=plan.model_args)
             pre.load_seconds[system.model] = time.perf_counter() - t0
         items = list(dict.fromkeys(it for _, batch in units for it, _ in batch))
         check_limits(

@@ -96,8 +96,12 @@ def worker_command(args, run_id: str, shard: tuple[int, int], threads: int, devi
     cmd = [sys.executable, "-m", "maxbench", "run", "--lineup", args.lineup, "--runs-dir", args.runs_dir]
     cmd += ["--run-id", run_id, "--shard", f"{shard[0]}/{shard[1]}", "--threads", str(threads), "--workers", "1"]
     cmd += ["--no-progress"]
+    for path in getattr(args, "include", None) or ():
+        cmd += ["--include", str(Path(path).expanduser().resolve())]
     if args.suite:
         cmd += ["--suite", args.suite]
+    if getattr(args, "model_args", None):
+        cmd += ["--model-args", args.model_args]
     if device:
         cmd += ["--device", device]
     return cmd

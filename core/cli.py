@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from maxbench.benchmark import commands, graph_cli, heads_cli
+from maxbench.benchmark import commands, graph_cli, heads_cli, results_cli
 from maxbench.benchmark.explorer import cli as explorer_cli
 from maxbench.benchmark.metrics import cli as metrics_cli
 from maxbench.benchmark.reproduce import cli as reproduce_cli
@@ -22,6 +22,7 @@ from maxbench.errors import MaxbenchError
 from maxbench.fileio import os_error
 from maxbench.human_eval import cli as human_eval_cli
 from maxbench.human_eval.report import cli as report_cli
+from maxbench.plugins import add_include_option, include_all
 
 COMMAND_MODULES = [
     commands,
@@ -32,7 +33,18 @@ COMMAND_MODULES = [
     heads_cli,
     reproduce_cli,
     explorer_cli,
+    results_cli,
 ]
+
+#: the commands that build systems or score, which take ``--include PATH`` (docs/plugins.md)
+INCLUDE_COMMANDS = ("generate", "run", "score", "leaderboard", "view", "fit", "report", "study create", "plugins")
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices
+    return {}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,7 +55,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in COMMAND_MODULES:
         module.register(sub)
+    for command in INCLUDE_COMMANDS:
+        p = parser
+        for word in command.split():
+            p = _subcommands(p)[word]
+        add_include_option(p)
     return parser
+
+
+def _run(args) -> int:
+    """The command, after the plugin files it was given are imported (``--include``)."""
+    include_all(getattr(args, "include", None))
+    return args.func(args)
 
 
 def run_guarded(prog: str, func, *args) -> int:
@@ -69,7 +92,7 @@ def run_guarded(prog: str, func, *args) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    return run_guarded("maxbench", args.func, args)
+    return run_guarded("maxbench", _run, args)
 
 
 if __name__ == "__main__":

@@ -21,8 +21,10 @@ the target token in its document, -1 for EOS) and ``base_logprob`` (N,) float32,
 model's own fp32 log-probability of the target, for the softmax reference (valid and test
 parts only; NaN in the train part, where it would cost a full LM-head pass for nothing).
 
-The directory is ``maxbench_home()/hidden/<key>/`` with the key a hash of the model
-weights, tokenizer, corpus sha256, budget and cache format. It is written into a
+The directory is ``maxbench_home()/hidden/<key>/`` with the key a hash of the model's
+identity (``LoadedModel.hash``: every weight shard, config and tokenizer file, and the non-default
+model options such as revision and dtype; maxbench.systems.models), tokenizer, corpus sha256,
+budget and cache format. It is written into a
 temporary sibling directory, completed with ``complete.json`` (the sha256 of every file)
 and moved into place with ``os.replace``, so a half-written cache is never read: an
 interrupted build leaves only a temporary directory that the next build ignores and
@@ -139,6 +141,9 @@ class HiddenCache:
 
 
 def cache_key(lm, corpus, budget_tokens: int) -> tuple[str, dict]:
+    """The cache's key (its folder name) and identity; ``lm.hash`` carries the model's identity with
+    its non-default options, so two models that differ in a shard, their config or an option never
+    share a cache, and a model loaded with default options keeps the key it always had."""
     ident = {
         "version": CACHE_VERSION,
         "model_hash": lm.hash,

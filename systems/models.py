@@ -14,6 +14,14 @@ be a local model directory or a hub id, checked by ``check_model`` before anythi
 Prompts are encoded with the tokenizer's own special tokens (``add_special_tokens=True``): Gemma
 prepends its BOS, without which it degenerates (reference perplexity 210 instead of 13 on a
 food review); SmolLM2 and tiny-random add nothing, so their token ids are unchanged.
+
+A model is loaded with options (``parse_model_args``: ``revision``, ``dtype``, ``trust_remote_code``);
+a hub id may also carry its revision as ``MODEL@REVISION``. ``LoadedModel.hash`` is the model's
+identity, which keys hidden-state caches and trained heads: for a local folder or a downloaded hub
+snapshot, one sha256 over every weight shard, config.json, generation_config.json and the tokenizer
+files (``folder_identity``); for a built-in, its own fixed rule. An option that changes outputs and
+differs from its default is hashed into the identity too (``with_options``), so defaults keep the
+identities caches were made with (docs/models.md).
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from maxbench.errors import MaxbenchError
@@ -42,9 +50,33 @@ MODELS: Registry[Callable[[], tuple]] = Registry(
         "gemma3-270m": "maxbench.systems.models:gemma3_model",
         "tiny-random": "maxbench.systems.models:tiny_random_model",
     },
+    group="maxbench.models",
 )
 #: what the Hugging Face hub accepts as a repository id: owner/name
 HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
+#: a revision written after '@' in a model name (a system string cannot hold '/' there)
+REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+#: the options a model is loaded with (``--model-args key=value,...``) and their defaults
+MODEL_OPTIONS = {"revision": None, "dtype": "fp32", "trust_remote_code": False}
+#: dtype option -> torch dtype name; other spellings are read as these
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+DTYPE_SPELLINGS = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
+#: the files of a model folder that its identity covers besides the weights
+IDENTITY_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "chat_template.jinja",
+)
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA3_GGUF = "gemma-3-270m-q4_k_m.gguf"
 
@@ -54,16 +86,18 @@ class LoadedModel:
     name: str
     model: object  # transformers PreTrainedModel, eval mode
     tokenizer: object  # PreTrainedTokenizerFast, left padding
-    hash: str  # sha256 identifying the weights
+    hash: str  # the model's identity: sha256 of its files (or a built-in's rule) and non-default options
     tokenizer_hash: str
     device: str
     dtype: str
+    options: dict = field(default_factory=dict)  # the non-default options it was loaded with
 
     @property
     def vocab_size(self) -> int:
         return self.model.get_output_embeddings().weight.shape[0]
 
     def describe(self) -> dict:
+        """What a run records of the model; ``options`` only when some option is not its default."""
         return {
             "name": self.name,
             "hash": self.hash,
@@ -72,7 +106,7 @@ class LoadedModel:
             "dtype": self.dtype,
             "vocab_size": self.vocab_size,
             "parameters": sum(p.numel() for p in self.model.parameters()),
-        }
+        } | ({"options": dict(self.options)} if self.options else {})
 
 
 def choose_device(device: str | None = None, threads: int | None = None) -> str:
@@ -292,24 +326,180 @@ def tiny_random_model():
     return model, tok, h.hexdigest()
 
 
+def parse_model_args(text: str | None) -> dict:
+    """The model options of a ``--model-args`` value ``key=value,key=value``, checked and normalised.
+
+    Keys are those of ``MODEL_OPTIONS``: ``revision`` (a hub branch, tag or commit), ``dtype``
+    (fp32, bf16 or fp16) and ``trust_remote_code`` (true/false). An unknown key fails with the
+    closest known one; only the keys given are returned, a key with its default value included.
+    """
+    options: dict = {}
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        if "=" not in part:
+            raise MaxbenchError(f"--model-args: '{part}' needs the form key=value (keys: {', '.join(MODEL_OPTIONS)})")
+        key, value = (x.strip() for x in part.split("=", 1))
+        if key not in MODEL_OPTIONS:
+            raise unknown_name("model option", key, MODEL_OPTIONS, hint="give them as --model-args key=value,...")
+        if key in options:
+            raise MaxbenchError(f"--model-args: option '{key}' is given twice")
+        options[key] = value
+    return check_model_options(options)
+
+
+def check_model_options(options: dict | None) -> dict:
+    """``options`` (as ``parse_model_args`` or a caller gives them) checked and normalised: dtype
+    spelled fp32/bf16/fp16, trust_remote_code a bool, revision a non-empty string or None."""
+    out: dict = {}
+    for key, value in (options or {}).items():
+        if key not in MODEL_OPTIONS:
+            raise unknown_name("model option", key, MODEL_OPTIONS)
+        if key == "dtype":
+            d = str(value).strip().lower().removeprefix("torch.")
+            d = DTYPE_SPELLINGS.get(d, d)
+            if d not in DTYPES:
+                raise unknown_name("model dtype", str(value), DTYPES)
+            out[key] = d
+        elif key == "trust_remote_code":
+            if isinstance(value, bool):
+                out[key] = value
+            elif str(value).strip().lower() in ("true", "false", "1", "0", "yes", "no"):
+                out[key] = str(value).strip().lower() in ("true", "1", "yes")
+            else:
+                raise MaxbenchError(f"model option trust_remote_code must be true or false, got '{value}'")
+        else:  # revision
+            rev = None if value is None else str(value).strip()
+            if rev is not None and (not rev or any(c.isspace() for c in rev)):
+                raise MaxbenchError(f"model option revision must be a branch, tag or commit, got '{value}'")
+            out[key] = rev
+    return out
+
+
+def split_revision(name: str) -> tuple[str, str | None]:
+    """``MODEL@REVISION`` -> (MODEL, REVISION); a name without '@' (or an existing folder whose
+    name holds one) -> (name, None)."""
+    if "@" not in name or Path(name).expanduser().is_dir():
+        return name, None
+    base, rev = name.rsplit("@", 1)
+    return base, rev
+
+
+def resolve_options(name: str, options: dict | None = None) -> dict:
+    """The full options of loading ``name`` (every key of ``MODEL_OPTIONS``): its ``@REVISION``
+    joined with ``options``; a revision given both ways must agree."""
+    base, rev = split_revision(name)
+    opts = MODEL_OPTIONS | check_model_options(options)
+    if rev is not None:
+        if opts["revision"] is not None and opts["revision"] != rev:
+            raise MaxbenchError(
+                f"model '{name}' names revision '{rev}' but --model-args gives revision={opts['revision']}; give one"
+            )
+        opts["revision"] = rev
+    return opts
+
+
+def recorded_options(name: str, options: dict) -> dict:
+    """The options of ``options`` (full, as ``resolve_options`` gives) that differ from their
+    default and change what ``name`` computes: these join its identity. A built-in runs no remote
+    code, so trust_remote_code is not recorded for it."""
+    out = {k: v for k, v in options.items() if v != MODEL_OPTIONS[k]}
+    if split_revision(name)[0] in MODELS:
+        out.pop("trust_remote_code", None)
+    return dict(sorted(out.items()))
+
+
+def model_files(folder: Path, trust_remote_code: bool = False) -> list[Path]:
+    """The files of a model folder that its identity covers, sorted by name: every weight shard
+    (``*.safetensors``, else ``*.bin``), config.json, generation_config.json, the tokenizer's files
+    (``IDENTITY_FILES``), and with ``trust_remote_code`` the folder's Python files (its model code)."""
+    folder = Path(folder)
+    weights = sorted(folder.glob("*.safetensors")) or sorted(folder.glob("*.bin"))
+    others = [folder / n for n in IDENTITY_FILES if (folder / n).is_file()]
+    code = sorted(folder.glob("*.py")) if trust_remote_code else []
+    return sorted({*weights, *others, *code}, key=lambda p: p.name)
+
+
+def _update_with_file(h, path: Path) -> None:
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+
+
+@functools.lru_cache(maxsize=64)
+def _files_identity(files: tuple) -> str:
+    # files: ((name, path, size, mtime_ns), ...); the stat fields make a changed file a new key
+    h = hashlib.sha256(b"maxbench-model-identity-1\0")
+    for name, path, size, _ in files:
+        h.update(f"{name}\0{size}\0".encode())
+        _update_with_file(h, Path(path))
+    return h.hexdigest()
+
+
+def folder_identity(folder, trust_remote_code: bool = False) -> str:
+    """One sha256 over the files ``model_files`` lists, each as its name, size and content, so two
+    folders share it exactly when every weight shard, the config and the tokenizer files are equal
+    (where the folder is does not count). A folder without weight files is identified by its path
+    besides. Hashed once per process for unchanged files."""
+    folder = Path(folder).expanduser()
+    files = model_files(folder, trust_remote_code)
+    try:
+        stats = [(p, p.stat()) for p in files]
+        ident = _files_identity(tuple((p.name, str(p.resolve()), st.st_size, st.st_mtime_ns) for p, st in stats))
+    except OSError as exc:
+        raise os_error(folder, exc) from None
+    if not any(p.suffix in (".safetensors", ".bin") for p in files):
+        ident = hashlib.sha256(f"{ident}\0{folder.resolve()}".encode()).hexdigest()
+    return ident
+
+
+def with_options(identity: str, options: dict) -> str:
+    """``identity`` with the recorded (non-default) ``options`` hashed in; unchanged when there are none,
+    so a model loaded with default options keeps the identity its caches were made with."""
+    if not options:
+        return identity
+    text = json.dumps({"identity": identity, "options": options}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def model_identity(folder, options: dict | None = None, name: str = "") -> str:
+    """The identity ``load_model`` gives the model in ``folder`` loaded with ``options`` (as given to
+    it, e.g. from ``parse_model_args``): ``folder_identity`` with the non-default options hashed in."""
+    opts = MODEL_OPTIONS | check_model_options(options)
+    return with_options(folder_identity(folder, opts["trust_remote_code"]), recorded_options(name or str(folder), opts))
+
+
 def check_model(name: str) -> str:
     """``name`` if it can name a base model: a built-in, an existing local directory, or shaped
-    like a hub id (owner/name). Anything else fails here with the closest built-in name, before
-    any download is tried, so a typo costs no network time-out."""
-    if name in MODELS or Path(name).expanduser().is_dir() or HUB_ID.fullmatch(name):
+    like a hub id (owner/name), the hub id optionally with ``@REVISION``. Anything else fails here
+    with the closest built-in name, before any download is tried, so a typo costs no network time-out."""
+    base, rev = split_revision(name)
+    if rev is not None:
+        if base in MODELS or Path(base).expanduser().is_dir():
+            kind = "built-in model" if base in MODELS else "local model directory"
+            raise MaxbenchError(f"model '{name}': a {kind} has no revisions; write '{base}' without '@{rev}'")
+        if not REVISION.fullmatch(rev):
+            raise MaxbenchError(
+                f"model '{name}': revision '{rev}' must be a branch, tag or commit of letters, digits, '.', '_' "
+                f"or '-' (give another through --model-args revision=...)"
+            )
+    if base in MODELS or Path(base).expanduser().is_dir() or HUB_ID.fullmatch(base):
         return name
     raise unknown_name(
-        "base model", name, MODELS, hint="or the path of a local model directory, or a Hugging Face hub id owner/name"
+        "base model",
+        name,
+        MODELS,
+        hint="or the path of a local model directory, or a Hugging Face hub id owner/name[@revision]",
     )
 
 
-def check_model_reachable(name: str) -> str:
+def check_model_reachable(name: str, revision: str | None = None) -> str:
     """``check_model``, and then for a hub id that is neither a local folder nor in the local
-    Hugging Face cache: refuse it at once when HF_HUB_OFFLINE is set or the hub's host cannot be
-    reached, instead of a minute of download retries (when a proxy is set, the loader is left to
-    find out). A run checks every model this way before its first token."""
+    Hugging Face cache (at its revision): refuse it at once when HF_HUB_OFFLINE is set or the
+    hub's host cannot be reached, instead of a minute of download retries (when a proxy is set,
+    the loader is left to find out). A run checks every model this way before its first token."""
     check_model(name)
-    if name in MODELS or Path(name).expanduser().is_dir():
+    base, rev = split_revision(name)
+    rev = rev or revision
+    if base in MODELS or Path(base).expanduser().is_dir():
         return name
     import socket
     from urllib.parse import urlparse
@@ -317,7 +507,7 @@ def check_model_reachable(name: str) -> str:
     from huggingface_hub import constants, try_to_load_from_cache
 
     try:
-        if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        if isinstance(try_to_load_from_cache(base, "config.json", revision=rev), str):
             return name
     except ValueError as exc:  # huggingface_hub's check of the id's shape (no '..', '--', ...)
         raise MaxbenchError(f"model '{name}' is not a valid Hugging Face hub id: {exc}") from None
@@ -329,17 +519,50 @@ def check_model_reachable(name: str) -> str:
         except OSError:
             why = f"{host} cannot be reached"
     if why:
+        at = f" --revision {rev}" if rev else ""
         raise MaxbenchError(
             f"cannot load model '{name}': it is not a built-in or a local model directory, it is not in the "
             f"Hugging Face cache, and {why}; download it on a connected machine (huggingface-cli download "
-            f"{name} --local-dir DIR) and pass DIR"
+            f"{base}{at} --local-dir DIR) and pass DIR"
         )
     return name
 
 
-def load_model(name: str = "smollm2-135m", device: str | None = None, threads: int | None = None) -> LoadedModel:
-    """Load a base model by built-in name, local directory or Hugging Face hub id."""
+def check_dtype(dtype: str, device: str) -> None:
+    """Half precision runs on CUDA only: on the CPU it is refused in one line."""
+    if dtype != "fp32" and device == "cpu":
+        raise MaxbenchError(
+            f"model option dtype={dtype} is refused on the CPU: half precision (bf16, fp16) is ~4x slower "
+            f"there than fp32 and not bit-stable; leave dtype at fp32 on the CPU, or run on CUDA (--device cuda)"
+        )
+
+
+def _hub_snapshot(repo: str, revision: str | None) -> Path | None:
+    """The local snapshot folder of a downloaded hub model, or None when it cannot be found."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(repo, "config.json", revision=revision)
+    except (ImportError, ValueError, OSError):
+        return None
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def load_model(
+    name: str = "smollm2-135m",
+    device: str | None = None,
+    threads: int | None = None,
+    options: dict | None = None,
+) -> LoadedModel:
+    """Load a base model by built-in name, local directory or Hugging Face hub id (``owner/name[@revision]``).
+
+    ``options`` are model options (``parse_model_args``); those that differ from their default
+    are hashed into ``LoadedModel.hash`` and kept in ``LoadedModel.options``."""
     check_model(name)
+    opts = resolve_options(name, options)
+    base, _ = split_revision(name)
+    if opts["revision"] is not None and (base in MODELS or Path(base).expanduser().is_dir()):
+        raise MaxbenchError(f"model '{name}' has no revisions (it is not a hub id); drop the revision option")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -347,38 +570,49 @@ def load_model(name: str = "smollm2-135m", device: str | None = None, threads: i
     hf_logging.disable_progress_bar()  # maxbench shows its own progress; keep logs to errors
     hf_logging.set_verbosity_error()
     dev = choose_device(device, threads)
-    if name in MODELS:
-        model, tok, whash = MODELS.get(name)()
+    check_dtype(opts["dtype"], dev)
+    torch_dtype = getattr(torch, DTYPES[opts["dtype"]])
+    trust = bool(opts["trust_remote_code"])
+    rev = opts["revision"]
+    if base in MODELS:
+        model, tok, whash = MODELS.get(base)()
     else:
-        local = Path(name).expanduser()
+        local = Path(base).expanduser()
         try:
             if local.is_dir():
-                tok = AutoTokenizer.from_pretrained(local)
-                model = AutoModelForCausalLM.from_pretrained(local, dtype=torch.float32)
-                weights = sorted(local.glob("*.safetensors")) or sorted(local.glob("*.bin"))
-                whash = (
-                    sha256_file(weights[0]) if weights else hashlib.sha256(str(local.resolve()).encode()).hexdigest()
-                )
+                tok = AutoTokenizer.from_pretrained(local, trust_remote_code=trust)
+                model = AutoModelForCausalLM.from_pretrained(local, dtype=torch_dtype, trust_remote_code=trust)
+                whash = folder_identity(local, trust)
             else:
-                tok = AutoTokenizer.from_pretrained(name)
-                model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)
-                whash = "hub:" + name + "@" + str(getattr(model.config, "_commit_hash", "") or "unknown")
+                tok = AutoTokenizer.from_pretrained(base, revision=rev, trust_remote_code=trust)
+                model = AutoModelForCausalLM.from_pretrained(
+                    base, revision=rev, dtype=torch_dtype, trust_remote_code=trust
+                )
+                commit = str(getattr(model.config, "_commit_hash", "") or "")
+                snapshot = _hub_snapshot(base, commit or rev)
+                whash = (
+                    folder_identity(snapshot, trust)
+                    if snapshot is not None
+                    else "hub:" + base + "@" + (commit or "unknown")
+                )
         except (OSError, ValueError) as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise MaxbenchError(
                 f"cannot load model '{name}': it is not a built-in name ({', '.join(MODELS)}), not a local "
                 f"model directory, and the Hugging Face hub did not provide it ({reason[:160]}); download it "
-                f"on a connected machine (huggingface-cli download {name} --local-dir DIR) and pass DIR"
+                f"on a connected machine (huggingface-cli download {base} --local-dir DIR) and pass DIR"
             ) from None
     model.eval()
-    if dev != "cpu":
-        model.to(dev)
+    if dev != "cpu" or next(model.parameters()).dtype != torch_dtype:
+        model.to(device=dev, dtype=torch_dtype)
+    recorded = recorded_options(name, opts)
     return LoadedModel(
         name=name,
         model=model,
         tokenizer=_prepare_tokenizer(tok),
-        hash=whash,
+        hash=with_options(whash, recorded),
         tokenizer_hash=tokenizer_hash(tok),
         device=dev,
         dtype=str(next(model.parameters()).dtype),
+        options=recorded,
     )

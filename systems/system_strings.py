@@ -2,7 +2,8 @@
 
 A system string reads back into exactly one system, e.g.
 ``smollm2-135m/graphmax(lam=1.0,solver=exact)/top_p=0.9``. The base model is a built-in
-name, a local directory or a hub id; the layer is one of LAYERS with keyword parameters;
+name, a local directory or a hub id, a hub id optionally pinned to a revision as ``owner/name@REVISION``
+(e.g. ``org/name@abc123/softmax/greedy``; docs/models.md); the layer is one of LAYERS with keyword parameters;
 the decoding part is a DecodingSetting label. ``SystemSpec.name`` is the canonical form.
 """
 
@@ -16,6 +17,7 @@ from maxbench.errors import MaxbenchError
 from maxbench.registry import Registry, closest
 from maxbench.systems.decoding import DecodingSetting
 from maxbench.systems.layers.base import OutputLayer
+from maxbench.systems.models import REVISION, split_revision
 
 #: the output layers; each class's ``name`` is its key here
 LAYERS: Registry[type[OutputLayer]] = Registry(
@@ -28,6 +30,7 @@ LAYERS: Registry[type[OutputLayer]] = Registry(
         "posg": "maxbench.systems.layers.posg.layer:POSGLayer",
     },
     base=OutputLayer,
+    group="maxbench.layers",
 )
 
 
@@ -67,6 +70,16 @@ class SystemSpec:
     decoding: DecodingSetting = field(default_factory=DecodingSetting)
 
     @property
+    def model_name(self) -> str:
+        """The model without its ``@REVISION``."""
+        return split_revision(self.model)[0]
+
+    @property
+    def revision(self) -> str | None:
+        """The hub revision written after '@' in the model part, or None."""
+        return split_revision(self.model)[1]
+
+    @property
     def name(self) -> str:
         layer = self.layer + (f"({','.join(f'{k}={_fmt(v)}' for k, v in self.params)})" if self.params else "")
         return f"{self.model}/{layer}/{self.decoding.label}"
@@ -90,6 +103,39 @@ class SystemSpec:
             raise MaxbenchError(f"system '{self.name}': bad layer parameters: {exc}") from None
 
 
+def probe_layer(layer_name: str, layer: OutputLayer) -> None:
+    """Call a plugin layer's ``scores`` once on a tiny random input (logits (2, 16), and hidden
+    states (2, 8) when it needs them) before any generation: an exception, a wrong shape or a NaN
+    is one line naming the plugin. Built-ins, and layers that must be fitted first, are not probed."""
+    import torch
+
+    from maxbench.registry import describe_origin
+
+    if LAYERS.is_builtin(layer_name) or layer.needs_fit:
+        return
+    what = f"plugin output layer '{layer_name}' from {describe_origin(LAYERS.origin(layer_name))}"
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 16, generator=gen)
+    hidden = torch.randn(2, 8, generator=gen) if layer.needs_hidden else None
+    try:
+        with torch.no_grad():
+            out = layer.scores(logits, hidden)
+    except Exception as exc:  # noqa: BLE001 - the plugin's own failure, as one line
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise MaxbenchError(
+            f"{what}: scores() failed on logits of shape (2, 16): {type(exc).__name__}"
+            + (f": {detail}" if detail else "")
+        ) from None
+    if not isinstance(out, torch.Tensor):
+        raise MaxbenchError(f"{what}: scores() returned {type(out).__name__}, not a tensor")
+    if tuple(out.shape) != (2, 16):
+        raise MaxbenchError(f"{what}: scores() of logits of shape (2, 16) returned shape {tuple(out.shape)}")
+    if torch.isnan(out).any() or torch.isposinf(out).any():
+        raise MaxbenchError(f"{what}: scores() returned NaN or +inf on logits of shape (2, 16)")
+    if not torch.isfinite(out).any(dim=-1).all():
+        raise MaxbenchError(f"{what}: scores() gave a row with no finite score (every token -inf)")
+
+
 _SYSTEM = re.compile(
     r"^(?P<model>.+?)/(?P<layer>[A-Za-z_][A-Za-z0-9_-]*)(?:\((?P<params>[^()]*)\))?/(?P<decoding>[^/]+)$"
 )
@@ -108,6 +154,12 @@ def parse_system(text: str) -> SystemSpec:
             raise MaxbenchError(f"system '{text}': layer parameter '{part}' needs the form key=value")
         key, val = (s.strip() for s in part.split("=", 1))
         params.append((key, _value(val)))
+    model, rev = split_revision(m.group("model"))
+    if rev is not None and not (model and REVISION.fullmatch(rev)):
+        raise MaxbenchError(
+            f"system '{text}': write the model as MODEL@REVISION with a revision of letters, digits, '.', '_' "
+            f"or '-' (e.g. org/name@abc123/softmax/greedy)"
+        )
     LAYERS.check(m.group("layer"))  # fail early on an unknown layer, before importing any
     return SystemSpec(
         model=m.group("model"),

@@ -263,6 +263,7 @@ METRICS: Registry[type[Metric]] = Registry(
         "posg-rep": "maxbench.benchmark.metrics.paper_variants:PosgRep",
     },
     base=Metric,
+    group="maxbench.metrics",
 )
 
 

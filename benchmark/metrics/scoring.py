@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from maxbench.benchmark.metrics.base import Metric, MetricResult, TextBatch, get_metric
+from maxbench.benchmark.metrics.base import METRICS, Metric, MetricResult, TextBatch, get_metric
 from maxbench.benchmark.metrics.stats import (
     CI_METHOD,
     DEFAULT_LEVEL,
@@ -343,6 +343,22 @@ def baselines_of(manifest: dict, systems: Sequence[str], baseline: str | None) -
     return baseline, {s: baseline for s in systems if baseline is not None and s != baseline}
 
 
+def _with_origin(signature: str, origin: dict | None) -> str:
+    return signature if origin is None else f"{signature}|origin={json.dumps(origin, sort_keys=True)}"
+
+
+def plugin_code(manifest: dict, system: str) -> dict:
+    """The plugin origins of a system's layer and model as its run's manifest recorded them (none for
+    built-ins, so that their score cache keys stay what they were)."""
+    from maxbench.registry import is_plugin_origin
+
+    entry = (manifest.get("systems") or {}).get(system) if isinstance(manifest.get("systems"), dict) else None
+    code = entry.get("code") if isinstance(entry, dict) else None
+    if not isinstance(code, dict):
+        return {}
+    return {part: origin for part, origin in code.items() if is_plugin_origin(origin)}
+
+
 def score_run(
     run_dir: str | Path, options: ScoringOptions, baseline: str | None = None, use_cache: bool = True
 ) -> dict:
@@ -378,7 +394,9 @@ def score_run(
     }
     cache = ScoreCache(run_dir)
     settings = {"n_resamples": options.n_resamples, "seed": options.seed, "level": options.level}
-    signatures = [m.cache_signature() for m in metrics] if use_cache else []
+    # a plugin's origin is part of what a score depends on (docs/plugins.md); built-ins add nothing
+    plugin_metrics = {m.name: METRICS.origin(m.name) for m in metrics if not METRICS.is_builtin(m.name)}
+    signatures = [_with_origin(m.cache_signature(), plugin_metrics.get(m.name)) for m in metrics] if use_cache else []
     keys: dict[str, str] = {}
     all_results: dict[str, list[MetricResult]] = {}
     errors: list[str] = []  # metrics that could not run: their scores are null, the rest is written
@@ -392,7 +410,8 @@ def score_run(
 
     for system, batch in batches.items():
         cover = coverage(manifest, batch)
-        keys[system] = system_key(batch, cover, signatures, settings, versions_now)
+        code = plugin_code(manifest, system)
+        keys[system] = system_key(batch, cover, signatures, settings | ({"code": code} if code else {}), versions_now)
         body = cache.get(keys[system]) if use_cache else None
         if body is None:
             failed_before = len(errors)
@@ -415,6 +434,9 @@ def score_run(
         else:
             _log(options, f"scoring {system}: unchanged, from the score cache")
         doc["metrics"].update(body["metrics"])
+        for name, origin in plugin_metrics.items():
+            if name in doc["metrics"]:
+                doc["metrics"][name]["origin"] = origin
         doc["systems"][system] = body["system"]
     if baselines:
         out = compare_header(baselines, options, baseline)

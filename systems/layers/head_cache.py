@@ -33,7 +33,8 @@ def head_identity(layer: str, version: str, lm, corpus, budget_tokens: int, cfg,
     version : str
         The layer's head format version; raising it retrains every head of that layer.
     lm : maxbench.systems.models.LoadedModel
-        The frozen base model (its weight and tokenizer hashes are recorded).
+        The frozen base model (its identity and tokenizer hashes are recorded; the identity
+        covers every weight shard, the config, and non-default options such as revision and dtype).
     corpus
         The corpus whose fitting split trains the head (its ``name`` and ``sha256`` are recorded).
     budget_tokens : int

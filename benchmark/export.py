@@ -1,0 +1,354 @@
+"""A scored run as a tidy table (``maxbench export``), and paired tests across two runs (``maxbench compare``).
+
+The tidy table has one row per (system, prompt id, sample, metric) with the columns ``COLUMNS``:
+``metric`` is the score's name in ``scores.json`` (``bleu-4``, ``self-bleu-4``, ``rouge-l``, ...),
+``signature`` the signature string of the metric that gave it. ``scores.json`` keeps, for each score
+of a system, its value and its value on each prompt alone (``per_prompt``: the score computed on
+that prompt's texts, every sample of the prompt together); nothing per sample is kept, and the
+scorer's statistics are per prompt too (``stats.PromptStats``). So:
+
+* each score of a system has one row with ``prompt_id``, ``sample`` and ``seed`` empty: the value
+  of ``scores.json`` over the whole run (for a corpus-level score such as sacreBLEU or MAUVE this
+  is not the mean of the prompts' values; MAUVE, which has no per-prompt value, has only this row);
+* each prompt has one row with the prompt's value; ``sample`` and ``seed`` are those of the
+  prompt's one generation when the system has one sample of it, and empty when it has several
+  (the value is then the prompt's, over all its samples, not any one sample's).
+
+An undefined or not-applicable score is an empty ``value``. ``compare_runs`` tests each system of
+one run against a system of another on the (prompt id, sample, seed) keys both hold, with the
+scorer's own functions: the metrics are computed on both sets of texts (``scoring.score_batch``) and
+tested with ``scoring.compare_one``, the paired permutation test and paired bootstrap of
+``stats.paired_test`` that ``scores.json``'s comparisons come from. Two runs of different suites
+(suite hash) or different seeds are refused: their texts answer different prompts or draws.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+from maxbench.errors import MaxbenchError
+from maxbench.fileio import atomic_write
+
+COLUMNS = ("system", "prompt_id", "sample", "seed", "metric", "value", "signature")
+FORMATS = ("parquet", "csv", "jsonl")
+COMPARE_FORMAT = "maxbench-compare/1"
+
+
+# ---------------------------------------------------------------- reading a run
+
+
+def read_manifest(run_dir: Path) -> dict:
+    from maxbench.benchmark.rundir import MANIFEST
+
+    path = Path(run_dir) / MANIFEST
+    if not Path(run_dir).is_dir():
+        raise MaxbenchError(f"{run_dir} is not a directory; give a run directory (results/runs/<run-id>)")
+    if not path.exists():
+        return {}
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise MaxbenchError(f"{path} is unreadable; this run directory is damaged") from None
+    return doc if isinstance(doc, dict) else {}
+
+
+def read_generations(run_dir: Path) -> list[dict]:
+    from maxbench.benchmark.rundir import GENERATIONS, read_rows
+
+    path = Path(run_dir) / GENERATIONS
+    if not path.exists():
+        raise MaxbenchError(f"{run_dir} has no {GENERATIONS}; generate first (maxbench generate / run)")
+    return read_rows(path)
+
+
+def read_scores(run_dir: Path) -> dict:
+    """The run's ``scores.json``; a run that has none is refused with what to run."""
+    path = Path(run_dir) / "scores.json"
+    if not path.exists():
+        raise MaxbenchError(f"{run_dir} has no scores.json; run `maxbench score {run_dir}` first")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise MaxbenchError(f"{path} is unreadable; score the run again (maxbench score {run_dir})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("systems"), dict):
+        raise MaxbenchError(f"{path} is not a maxbench scores file; score the run again (maxbench score {run_dir})")
+    return doc
+
+
+# ---------------------------------------------------------------- the tidy table
+
+
+def tidy_rows(scores: dict, generations: list[dict]) -> list[dict]:
+    """The tidy rows (``COLUMNS``) of a run's scores and generations (see the module's docstring)."""
+    draws: dict[tuple[str, str], list[tuple]] = {}
+    for row in generations:
+        key = (str(row["system"]), str(row["prompt_id"]))
+        draws.setdefault(key, []).append((int(row.get("sample", 0)), row.get("seed")))
+    out = []
+    for system, entry in scores["systems"].items():
+        for name, score in entry.get("scores", {}).items():
+            signature = score.get("signature")
+            out.append(_row(system, None, None, None, name, score.get("value"), signature))
+            for pid, value in (score.get("per_prompt") or {}).items():
+                mine = draws.get((system, pid), [])
+                sample, seed = mine[0] if len(mine) == 1 else (None, None)
+                out.append(_row(system, pid, sample, seed, name, value, signature))
+    return out
+
+
+def _row(system, prompt_id, sample, seed, metric, value, signature) -> dict:
+    if value is not None:
+        value = float(value)
+    return dict(zip(COLUMNS, (system, prompt_id, sample, seed, metric, value, signature)))
+
+
+def run_table(run_dir: Path) -> list[dict]:
+    run_dir = Path(run_dir)
+    scores = read_scores(run_dir)
+    return tidy_rows(scores, read_generations(run_dir))
+
+
+def to_frame(rows: list[dict]):
+    """The tidy rows as a pandas DataFrame (``sample`` and ``seed`` nullable integers, empty
+    ``value`` as NaN)."""
+    import pandas as pd
+
+    frame = pd.DataFrame(rows, columns=list(COLUMNS))
+    for col in ("sample", "seed"):
+        frame[col] = frame[col].astype("Int64")
+    frame["value"] = frame["value"].astype("float64")
+    return frame
+
+
+def _arrow_table(rows: list[dict]):
+    import pyarrow as pa
+
+    schema = pa.schema(
+        [
+            ("system", pa.string()),
+            ("prompt_id", pa.string()),
+            ("sample", pa.int64()),
+            ("seed", pa.int64()),
+            ("metric", pa.string()),
+            ("value", pa.float64()),
+            ("signature", pa.string()),
+        ]
+    )
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def encode(rows: list[dict], fmt: str) -> bytes:
+    """The rows in ``fmt`` (parquet, csv or jsonl). CSV writes an empty field for an empty value
+    and floats as Python's shortest round-tripping text; JSONL writes null."""
+    if fmt == "jsonl":
+        return "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in rows).encode()
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: ("" if v is None else repr(v) if isinstance(v, float) else v) for k, v in r.items()})
+        return buf.getvalue().encode()
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        buf = io.BytesIO()
+        pq.write_table(_arrow_table(rows), buf)
+        return buf.getvalue()
+    raise MaxbenchError(f"unknown export format '{fmt}'; choose one of {', '.join(FORMATS)}")
+
+
+def export_run(run_dir: Path, fmt: str, out: Path) -> int:
+    """Write the run's tidy table to ``out`` (atomically); returns the number of rows."""
+    rows = run_table(run_dir)
+    atomic_write(out, encode(rows, fmt))
+    return len(rows)
+
+
+# ---------------------------------------------------------------- comparing two runs
+
+
+def parse_pairs(specs: list[str] | None, systems_a: list[str], systems_b: list[str]) -> list[tuple[str, str]]:
+    """(system of A, system of B) pairs: each ``S`` or ``A_SYSTEM=B_SYSTEM`` given, else every system
+    both runs hold."""
+    if not specs:
+        pairs = [(s, s) for s in systems_a if s in systems_b]
+        if not pairs:
+            raise MaxbenchError(
+                "the two runs share no system; name the pairs with --systems A_SYSTEM=B_SYSTEM "
+                f"(run A has {', '.join(systems_a)}; run B has {', '.join(systems_b)})"
+            )
+        return pairs
+    pairs = []
+    for spec in specs:
+        spec = spec.strip()
+        # system names hold '=' themselves (top_p=0.9): the pair is the split whose sides are systems
+        cuts = [i for i, c in enumerate(spec) if c == "="]
+        split = [(spec[:i], spec[i + 1 :]) for i in cuts if spec[:i] in systems_a and spec[i + 1 :] in systems_b]
+        if spec in systems_a or spec in systems_b or not split:
+            a = b = spec
+            for name, run, known in ((a, "A", systems_a), (b, "B", systems_b)):
+                if name not in known:
+                    raise MaxbenchError(
+                        f"system '{name}' is not in run {run} (nor a pair A_SYSTEM=B_SYSTEM of the runs' systems); "
+                        f"its systems: {', '.join(known)}"
+                    )
+        else:
+            a, b = split[0]
+        pairs.append((a, b))
+    return pairs
+
+
+def check_comparable(manifest_a: dict, manifest_b: dict, run_a: Path, run_b: Path) -> None:
+    """Refuse, in one line, two runs whose suite hash or seed differ (or that cannot tell)."""
+    for run, manifest in ((run_a, manifest_a), (run_b, manifest_b)):
+        if not manifest:
+            raise MaxbenchError(f"{run} has no manifest.json; its suite and seeds cannot be checked")
+    suite_a, suite_b = (m.get("suite") or {} for m in (manifest_a, manifest_b))
+    if suite_a.get("sha256") != suite_b.get("sha256"):
+        raise MaxbenchError(
+            f"the runs differ in suite hash: {run_a} has suite '{suite_a.get('name')}' sha256 "
+            f"{str(suite_a.get('sha256'))[:12]}, {run_b} has '{suite_b.get('name')}' sha256 "
+            f"{str(suite_b.get('sha256'))[:12]}; compare runs of one suite"
+        )
+    if manifest_a.get("seed") != manifest_b.get("seed"):
+        raise MaxbenchError(
+            f"the runs differ in seed: {run_a} has seed {manifest_a.get('seed')}, {run_b} has seed "
+            f"{manifest_b.get('seed')}; compare runs generated with one seed"
+        )
+
+
+def _keyed(rows: list[dict], system: str) -> dict[tuple, dict]:
+    return {(str(r["prompt_id"]), int(r.get("sample", 0)), r.get("seed")): r for r in rows if r["system"] == system}
+
+
+def _batch(rows: list[dict]):
+    """A TextBatch of rows, as ``scoring.load_run`` makes one per system."""
+    from maxbench.benchmark.metrics.base import TextBatch
+
+    refs, prompts, ref_lp, vocab = {}, {}, {}, None
+    for r in rows:
+        pid = str(r["prompt_id"])
+        refs.setdefault(pid, r.get("reference") or "")
+        if isinstance(r.get("prompt"), str):
+            prompts[pid] = r["prompt"]
+        if r.get("reference_logprobs") is not None:
+            ref_lp[pid] = r["reference_logprobs"]
+            vocab = r.get("vocab_size", vocab)
+    return TextBatch(
+        [r["text"] for r in rows],
+        [str(r["prompt_id"]) for r in rows],
+        refs if any(v.strip() for v in refs.values()) else None,
+        prompts or None,
+        ref_lp or None,
+        vocab,
+    )
+
+
+def default_metrics(run_a: Path, run_b: Path) -> list[str]:
+    """The metrics both runs' ``scores.json`` name (in A's order), else the scorer's defaults."""
+    from maxbench.benchmark.metrics.cli import DEFAULT_METRICS
+
+    try:
+        names_a, names_b = (list(read_scores(r).get("metrics", {})) for r in (run_a, run_b))
+    except MaxbenchError:
+        return list(DEFAULT_METRICS)
+    both = [m for m in names_a if m in names_b]
+    return both or list(DEFAULT_METRICS)
+
+
+def compare_runs(run_a: Path, run_b: Path, pairs: list[str] | None = None, options=None) -> dict:
+    """Paired tests of run A's systems against run B's (A minus B), on the (prompt id, sample, seed)
+    keys both hold; ``options`` a ``ScoringOptions`` (its metrics, resamples, seed and level)."""
+    from maxbench.benchmark.metrics.scoring import ScoringOptions, build_metrics, compare_one, score_batch
+    from maxbench.benchmark.metrics.stats import TEST_METHOD
+
+    run_a, run_b = Path(run_a), Path(run_b)
+    manifest_a, manifest_b = read_manifest(run_a), read_manifest(run_b)
+    check_comparable(manifest_a, manifest_b, run_a, run_b)
+    rows_a, rows_b = read_generations(run_a), read_generations(run_b)
+    systems_a = list(dict.fromkeys(str(r["system"]) for r in rows_a))
+    systems_b = list(dict.fromkeys(str(r["system"]) for r in rows_b))
+    chosen = parse_pairs(pairs, systems_a, systems_b)
+    if options is None:
+        options = ScoringOptions(metrics=default_metrics(run_a, run_b), progress=False)
+    metrics = build_metrics(options)
+    doc = {
+        "format": COMPARE_FORMAT,
+        "run_a": {"path": str(run_a), "run_id": manifest_a.get("run_id"), "seed": manifest_a.get("seed")},
+        "run_b": {"path": str(run_b), "run_id": manifest_b.get("run_id"), "seed": manifest_b.get("seed")},
+        "suite": manifest_a.get("suite"),
+        "method": TEST_METHOD,
+        "n_resamples": options.n_resamples,
+        "seed": options.seed,
+        "level": options.level,
+        "pairs": [],
+    }
+    for sa, sb in chosen:
+        keyed_a, keyed_b = _keyed(rows_a, sa), _keyed(rows_b, sb)
+        seeds_b = {(p, s): seed for p, s, seed in keyed_b}
+        clash = next(((p, s) for p, s, seed in keyed_a if (p, s) in seeds_b and seeds_b[(p, s)] != seed), None)
+        if clash is not None:
+            raise MaxbenchError(
+                f"the runs differ in the seed of prompt '{clash[0]}' sample {clash[1]} ({sa} / {sb}); "
+                f"compare runs generated with one seed"
+            )
+        common = [k for k in keyed_a if k in keyed_b]
+        if not common:
+            raise MaxbenchError(f"'{sa}' of run A and '{sb}' of run B share no (prompt id, sample, seed)")
+        label = sa if sa == sb else f"{sa} vs {sb}"
+        res_a = score_batch(_batch([keyed_a[k] for k in common]), metrics, options, f"A {label}", not_applicable=True)
+        res_b = score_batch(_batch([keyed_b[k] for k in common]), metrics, options, f"B {label}", not_applicable=True)
+        tests = compare_one(res_a, res_b, options)
+        values_a = {n: s.value for r in res_a for n, s in r.scores.items()}
+        values_b = {n: s.value for r in res_b for n, s in r.scores.items()}
+        scores = {}
+        for name, va in values_a.items():
+            t = tests.get(name, {})
+            scores[name] = {
+                "value_a": va,
+                "value_b": values_b.get(name),
+                "difference": t.get("difference"),
+                "ci_low": t.get("ci_low"),
+                "ci_high": t.get("ci_high"),
+                "ci_method": t.get("ci_method"),
+                "p_value": t.get("p_value"),
+                "n_prompts": t.get("n_prompts"),
+            }
+        doc["pairs"].append({"system_a": sa, "system_b": sb, "n_texts": len(common), "scores": scores})
+    return doc
+
+
+def _num(x) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:.4g}"
+
+
+def compare_markdown(doc: dict) -> str:
+    """The comparison as a Markdown table, one row per (pair, score)."""
+    level = round(doc["level"] * 100)
+    lines = [
+        f"| system A | system B | score | A | B | A - B | {level}% interval | p | prompts |",
+        "|---|---|---|---:|---:|---:|---|---:|---:|",
+    ]
+    for pair in doc["pairs"]:
+        for name, s in pair["scores"].items():
+            ci = f"[{_num(s['ci_low'])}, {_num(s['ci_high'])}]" if s["ci_low"] is not None else "-"
+            cells = [
+                f"`{pair['system_a']}`",
+                f"`{pair['system_b']}`",
+                name,
+                _num(s["value_a"]),
+                _num(s["value_b"]),
+                _num(s["difference"]),
+                ci,
+                _num(s["p_value"]),
+                str(s["n_prompts"] if s["n_prompts"] is not None else "-"),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,107 @@
+"""``maxbench export`` (a scored run as a tidy table) and ``maxbench compare`` (paired tests across two
+runs); the work is ``maxbench.benchmark.export``'s."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from maxbench.errors import MaxbenchError
+from maxbench.fileio import atomic_write, check_output_file
+
+EXPORT_FORMATS = ("parquet", "csv", "jsonl")
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "export",
+        help="write a scored run as a tidy table (parquet, csv or jsonl)",
+        description="Write a scored run's numbers as a tidy table, one row per (system, prompt id, sample, "
+        "metric): system, prompt_id, sample, seed, metric, value, signature. Each score has one row over the "
+        "whole run (prompt_id empty) and one per prompt where scores.json has per-prompt values; sample and "
+        "seed are empty where a prompt has several samples (its value covers them all). See docs/api.md.",
+    )
+    p.add_argument("run_dir", metavar="RUN", help="a scored run directory (results/runs/<run-id>)")
+    p.add_argument("--format", choices=EXPORT_FORMATS, default="jsonl", help="table format (default jsonl)")
+    p.add_argument("--out", metavar="FILE", help="file to write (default: stdout for csv and jsonl)")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser(
+        "compare",
+        help="paired tests between the systems of two runs of one suite",
+        description="Test each system of RUN_A against the same system (or the one named) of RUN_B: paired "
+        "permutation test and paired bootstrap interval over prompts, as maxbench score's comparisons, on the "
+        "(prompt id, sample, seed) keys both runs hold. The runs must share suite hash and seed. Prints a "
+        "Markdown table (A minus B).",
+    )
+    p.add_argument("run_a", metavar="RUN_A")
+    p.add_argument("run_b", metavar="RUN_B")
+    p.add_argument(
+        "--systems",
+        nargs="+",
+        metavar="S",
+        help="systems to compare: a name both runs hold, or A_SYSTEM=B_SYSTEM (default: every shared system)",
+    )
+    p.add_argument(
+        "--metrics",
+        metavar="LIST",
+        help="comma-separated metric names (default: those both runs' scores.json name)",
+    )
+    p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="resamples of the tests (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the resampling (default 0)")
+    p.add_argument("--confidence", type=float, default=0.95, help="interval level (default 0.95)")
+    p.add_argument("--evaluator", default=None, metavar="MODEL", help="evaluator model of the ppl metric")
+    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N for model-based metrics")
+    p.add_argument("--out", metavar="FILE", help="also write the comparison as JSON here")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(func=cmd_compare)
+
+
+def cmd_export(args) -> int:
+    from maxbench.benchmark.export import encode, run_table
+
+    if args.out is None and args.format == "parquet":
+        raise MaxbenchError("--format parquet needs --out FILE (parquet is binary)")
+    if args.out is not None:
+        check_output_file(args.out, "--out")
+    rows = run_table(Path(args.run_dir))
+    data = encode(rows, args.format)
+    if args.out is None:
+        sys.stdout.write(data.decode())
+        return 0
+    atomic_write(args.out, data)
+    print(f"wrote {args.out} ({len(rows)} rows)", file=sys.stderr)
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from maxbench.benchmark.export import compare_markdown, compare_runs, default_metrics
+    from maxbench.benchmark.metrics.base import parse_metric_list
+    from maxbench.benchmark.metrics.scoring import ScoringOptions
+
+    if args.bootstrap < 1:
+        raise MaxbenchError("--bootstrap must be >= 1 (the tests resample)")
+    if not 0 < args.confidence < 1:
+        raise MaxbenchError("--confidence must be between 0 and 1")
+    if args.out is not None:
+        check_output_file(args.out, "--out")
+    run_a, run_b = Path(args.run_a), Path(args.run_b)
+    names = parse_metric_list(args.metrics) if args.metrics else None
+    options = ScoringOptions(
+        metrics=names or [],
+        n_resamples=args.bootstrap,
+        seed=args.seed,
+        level=args.confidence,
+        evaluator=args.evaluator,
+        device=args.device,
+        progress=not args.quiet,
+    )
+    if names is None:
+        options.metrics = default_metrics(run_a, run_b)
+    doc = compare_runs(run_a, run_b, args.systems, options)
+    sys.stdout.write(compare_markdown(doc))
+    if args.out is not None:
+        atomic_write(args.out, json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n")
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0

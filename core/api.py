@@ -1,0 +1,234 @@
+"""maxbench from Python: the one door for plugins (``register_layer``, ``register_model``,
+``register_metric``; docs/plugins.md), and more below. ``import maxbench`` stays light: these are
+reached lazily through ``maxbench.__getattr__``. This module sits on top, beside ``maxbench.cli``."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+from collections.abc import Callable
+
+from maxbench.errors import MaxbenchError
+from maxbench.registry import current_origin, describe_origin
+
+
+def _origin_of(obj) -> dict:
+    """The origin of a plugin registered now: the file being included, else this session, by the
+    sha256 of the object's source (of its qualified name where the source cannot be read)."""
+    origin = current_origin()
+    if origin is not None:
+        return origin
+    try:
+        text = inspect.getsource(obj)
+    except (OSError, TypeError):
+        text = f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', repr(obj))}"
+    return {"source": "session", "sha256": hashlib.sha256(text.encode()).hexdigest()}
+
+
+def _check_class(kind: str, cls, base: type, name: str | None) -> tuple[str, dict]:
+    origin = _origin_of(cls)
+    label = getattr(cls, "__qualname__", repr(cls))
+    where = describe_origin(origin)
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise MaxbenchError(f"plugin {kind} {label} from {where} is not a subclass of {base.__name__}")
+    key = name if name is not None else cls.name
+    if not isinstance(key, str) or not key or key == base.name:
+        raise MaxbenchError(f"plugin {kind} {label} from {where} sets no name: give the class a 'name' attribute")
+    if cls.name != key:
+        raise MaxbenchError(
+            f"plugin {kind} '{key}' from {where}: its class is named '{cls.name}'; its name must equal its key"
+        )
+    return key, origin
+
+
+def register_layer(cls: type, name: str | None = None) -> type:
+    """Add the output layer ``cls`` (an ``OutputLayer`` subclass) under its ``name``; usable as a decorator."""
+    from maxbench.systems.layers.base import OutputLayer
+    from maxbench.systems.system_strings import LAYERS
+
+    key, origin = _check_class("output layer", cls, OutputLayer, name)
+    LAYERS.add_plugin(key, cls, origin)
+    return cls
+
+
+def register_metric(cls: type, name: str | None = None) -> type:
+    """Add the metric ``cls`` (a ``Metric`` subclass) under its ``name``; usable as a decorator."""
+    from maxbench.benchmark.metrics.base import METRICS, Metric
+
+    key, origin = _check_class("metric", cls, Metric, name)
+    METRICS.add_plugin(key, cls, origin)
+    return cls
+
+
+def register_model(name: str, loader: Callable[[], tuple]) -> Callable[[], tuple]:
+    """Add the base model ``name``: ``loader()`` returns (model, tokenizer, weights hash) on the CPU."""
+    from maxbench.systems.models import MODELS
+
+    origin = _origin_of(loader)
+    if not callable(loader):
+        raise MaxbenchError(f"plugin base model '{name}' from {describe_origin(origin)}: its loader is not callable")
+    MODELS.add_plugin(name, loader, origin)
+    return loader
+
+
+# ---------------------------------------------------------------- runs from Python (evaluate, load_run)
+# The same functions as the commands: ``maxbench generate`` (runner.generate_run over a RunPlan),
+# ``maxbench score`` (scoring.score_run), ``maxbench export`` and ``maxbench compare``
+# (benchmark/export.py). Nothing heavy is imported before a function is called.
+
+DEFAULT_RUNS_DIR = "results/runs"
+
+
+class RunResult:
+    """A run directory as Python objects: ``path``, ``manifest`` (dict), ``generations`` (one dict
+    per row of generations.jsonl), ``scores`` (scores.json as a dict; None before scoring)."""
+
+    def __init__(self, path, manifest: dict, generations: list[dict], scores: dict | None):
+        self.path = path
+        self.manifest = manifest
+        self.generations = generations
+        self.scores = scores
+
+    def __repr__(self) -> str:
+        systems = list((self.scores or {}).get("systems", {})) or sorted({r["system"] for r in self.generations})
+        scored = "scored" if self.scores is not None else "not scored"
+        return f"RunResult({str(self.path)!r}, {len(self.generations)} generations, {scored}, systems={systems})"
+
+    def rows(self) -> list[dict]:
+        """The tidy rows of ``maxbench export`` (benchmark/export.py: ``tidy_rows``)."""
+        from maxbench.benchmark.export import tidy_rows
+
+        if self.scores is None:
+            raise MaxbenchError(f"{self.path} has no scores.json; run `maxbench score {self.path}` first")
+        return tidy_rows(self.scores, self.generations)
+
+    def to_pandas(self):
+        """The tidy table of ``maxbench export`` as a pandas DataFrame: one row per (system, prompt id,
+        sample, metric) with columns system, prompt_id, sample, seed, metric, value, signature."""
+        from maxbench.benchmark.export import to_frame
+
+        return to_frame(self.rows())
+
+    def compare(
+        self,
+        other: RunResult | str,
+        systems: list[str] | None = None,
+        metrics: list[str] | None = None,
+        n_resamples: int = 1000,
+        seed: int = 0,
+        level: float = 0.95,
+        evaluator: str | None = None,
+        device: str | None = None,
+        progress: bool = False,
+    ) -> dict:
+        """Paired tests of this run's systems against ``other``'s (this minus other), as
+        ``maxbench compare``: ``systems`` are names both hold or ``"A_SYSTEM=B_SYSTEM"`` pairs,
+        ``metrics`` default to those both runs' scores name. Returns the JSON of ``compare --out``."""
+        from maxbench.benchmark.export import compare_runs, default_metrics
+        from maxbench.benchmark.metrics.scoring import ScoringOptions
+
+        other_path = other.path if isinstance(other, RunResult) else other
+        from pathlib import Path
+
+        a, b = Path(self.path), Path(other_path)
+        options = ScoringOptions(
+            metrics=list(metrics) if metrics else default_metrics(a, b),
+            n_resamples=n_resamples,
+            seed=seed,
+            level=level,
+            evaluator=evaluator,
+            device=device,
+            progress=progress,
+        )
+        return compare_runs(a, b, systems, options)
+
+
+def load_run(path) -> RunResult:
+    """The run directory ``path`` (manifest, generations and, if scored, scores) as a RunResult."""
+    from pathlib import Path
+
+    from maxbench.benchmark.export import read_generations, read_manifest, read_scores
+
+    path = Path(path)
+    manifest = read_manifest(path)
+    generations = read_generations(path)
+    scores = read_scores(path) if (path / "scores.json").exists() else None
+    return RunResult(path, manifest, generations, scores)
+
+
+def evaluate(
+    systems,
+    suite: str = "smoke",
+    metrics: list[str] | None = None,
+    runs_dir=DEFAULT_RUNS_DIR,
+    run_id: str | None = None,
+    samples: int = 1,
+    seed: int = 1234,
+    device: str | None = None,
+    *,
+    batch_size: int = 8,
+    corpus: str | None = "food-reviews",
+    n_resamples: int = 1000,
+    baseline: str | None = None,
+    evaluator: str | None = None,
+    reference_ppl: bool = True,
+    threads: int | None = None,
+    progress: bool = False,
+) -> RunResult:
+    """Generate (resuming what is there), score and load a run, as ``maxbench generate`` then
+    ``maxbench score`` do with the same arguments: ``systems`` are system strings
+    (``"smollm2-135m/softmax/top_p=0.9"``; one string or a list), ``suite`` a built-in suite
+    name or a suite .toml, ``metrics`` metric names (default: ``maxbench score``'s), the run
+    directory ``runs_dir/run_id`` (default: named as ``maxbench generate`` names it). With
+    ``reference_ppl=False`` the layers' log-probabilities of the references (ref-ppl) are not
+    recorded (a model whose context cannot hold a suite's prompt and reference needs that)."""
+    from pathlib import Path
+
+    from maxbench.benchmark.commands import run_id as make_run_id
+    from maxbench.benchmark.metrics.base import parse_metric_list
+    from maxbench.benchmark.metrics.cli import DEFAULT_METRICS
+    from maxbench.benchmark.metrics.scoring import ScoringOptions, score_run
+    from maxbench.benchmark.rundir import RunPlan
+    from maxbench.benchmark.runner import generate_run
+    from maxbench.benchmark.suites import load_suite
+    from maxbench.systems.system_strings import parse_system
+
+    if isinstance(systems, str):
+        systems = [systems]
+    if not systems:
+        raise MaxbenchError("give at least one system string, e.g. 'smollm2-135m/softmax/top_p=0.9'")
+    if samples < 1 or batch_size < 1:
+        raise MaxbenchError("samples and batch_size must be >= 1")
+    if n_resamples < 0:
+        raise MaxbenchError(f"n_resamples must be >= 0 (0: no intervals), got {n_resamples}")
+    specs = [parse_system(s) for s in systems]
+    names = [s.name for s in specs]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice:
+        raise MaxbenchError(f"system '{twice}' is given twice; name each system once")
+    loaded = load_suite(suite)
+    names_of_metrics = parse_metric_list(",".join(metrics)) if metrics else list(DEFAULT_METRICS)
+    plan = RunPlan(
+        run_dir=Path(runs_dir) / make_run_id(run_id, loaded.name, *names),
+        suite=loaded,
+        systems=specs,
+        samples=samples,
+        seed=seed,
+        batch_size=batch_size,
+        corpus=corpus,
+        reference_ppl=reference_ppl,
+    )
+    generate_run(plan, device=device, threads=threads, progress=progress)
+    score_run(
+        plan.run_dir,
+        ScoringOptions(
+            metrics=names_of_metrics,
+            n_resamples=n_resamples,
+            evaluator=evaluator,
+            device=device,
+            threads=threads,
+            progress=progress,
+        ),
+        baseline=baseline,
+    )
+    return load_run(plan.run_dir)

@@ -1,0 +1,118 @@
+"""The example plugin (examples/maxbench-entmax): 1.5-entmax from an installed distribution, found
+through its `maxbench.layers` entry point, runs through a lineup, the leaderboard and a study as a
+built-in layer does, and the run records the distribution as the layer's code."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "maxbench-entmax"
+
+
+def _site(python: Path) -> str:
+    code = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    return subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> Path:
+    """A fresh environment with the example installed from its source (its entry point registered),
+    borrowing this environment's packages, maxbench's editable install included, through .pth files."""
+    pytest.importorskip("entmax")
+    root = tmp_path_factory.mktemp("env")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True, timeout=300)
+    python = root / "venv" / "bin" / "python"
+    site, ours = Path(_site(python)), Path(sysconfig.get_path("purelib"))
+    # processed in name order: the borrowed path first, then the editable finder that needs it
+    (site / "___borrowed.pth").write_text(f"{ours}\n")
+    for pth in ours.glob("__editable__*maxbench*.pth"):
+        shutil.copy2(pth, site / pth.name)
+    src = root / "maxbench-entmax"
+    shutil.copytree(EXAMPLE, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    cmd = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index"]
+    proc = subprocess.run(
+        [*cmd, "--no-build-isolation", "--quiet", str(src)], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    return root / "venv" / "bin"
+
+
+def _maxbench(env: Path, cwd: Path, *args) -> subprocess.CompletedProcess:
+    cmd = [str(env / "python"), "-m", "maxbench", *map(str, args)]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def test_the_entry_point_is_listed_with_its_distribution(env, tmp_path):
+    out = _maxbench(env, tmp_path, "plugins")
+    assert out.returncode == 0, out.stderr
+    line = next(ln for ln in out.stdout.splitlines() if ln.strip().startswith("entmax"))
+    assert "maxbench-entmax 0.1.0" in line
+
+
+def test_the_example_runs_through_a_lineup_the_leaderboard_and_a_study(env, tmp_path):
+    rows = [
+        {"id": f"p{i}", "prompt": f"Review number {i}: the soup was", "reference": f"It was hot {i}."} for i in range(4)
+    ]
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "s.toml").write_text('name = "four"\nfile = "p.jsonl"\n')
+    systems = [
+        "tiny-random/softmax/top_p=0.9,max_new_tokens=8",
+        "tiny-random/entmax(alpha=1.5)/top_p=0.9,max_new_tokens=8",
+    ]
+    (tmp_path / "lineup.toml").write_text(
+        'name = "entmax-example"\nsuite = "s.toml"\nsamples = 1\nseed = 7\nbatch_size = 4\n'
+        f'baseline = "{systems[0]}"\nmetrics = ["distinct", "uniq"]\nsystems = {json.dumps(systems)}\n'
+    )
+    out = _maxbench(
+        env,
+        tmp_path,
+        "run",
+        "--lineup",
+        "lineup.toml",
+        "--suite",
+        "s.toml",
+        "--runs-dir",
+        "runs",
+        "--out",
+        "board",
+        "--no-progress",
+        "--threads",
+        "1",
+        "--n-resamples",
+        "20",
+    )
+    assert out.returncode == 0, out.stderr
+    (run,) = (tmp_path / "runs").iterdir()
+    manifest = json.loads((run / "manifest.json").read_text())
+    code = manifest["systems"][systems[1]]["code"]["layer"]
+    assert code["source"] == "entry-point" and code["distribution"] == "maxbench-entmax" and code["version"] == "0.1.0"
+    board = (tmp_path / "board" / "leaderboard.md").read_text()
+    assert "entmax(alpha=1.5)" in board and "maxbench-entmax 0.1.0" in board
+    texts = [json.loads(ln) for ln in (run / "generations.jsonl").read_text().splitlines()]
+    assert {r["system"] for r in texts} == set(systems) and all(isinstance(r["text"], str) for r in texts)
+    study = _maxbench(
+        env,
+        tmp_path,
+        "study",
+        "create",
+        run,
+        "--rubric",
+        "fluency",
+        "--items-per-system",
+        "2",
+        "--raters-per-item",
+        "1",
+        "--db",
+        f"sqlite:///{tmp_path / 'r.sqlite3'}",
+        "--links-out",
+        tmp_path / "links.txt",
+    )
+    assert study.returncode == 0, study.stderr
