@@ -34,6 +34,8 @@ def add_model_args_option(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub) -> None:
+    from maxbench.benchmark.rundir import add_drop_option
+
     register_assets(sub)
     register_run(sub)
     p = sub.add_parser(
@@ -86,6 +88,7 @@ def register(sub) -> None:
     p.add_argument("--runs-dir", default=str(DEFAULT_RUNS), help="where run directories go")
     p.add_argument("--shard", default=None, help="i/n: generate only shard i of n")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_drop_option(p)
     add_model_options(p)
     add_model_args_option(p)
     p.set_defaults(func=cmd_generate)
@@ -162,7 +165,7 @@ def generate_systems(args) -> list:
 
 
 def cmd_generate(args) -> int:
-    from maxbench.benchmark.rundir import RunPlan, parse_shard
+    from maxbench.benchmark.rundir import RunPlan, drop_damaged, parse_shard
     from maxbench.benchmark.runner import generate_run
     from maxbench.benchmark.suites import load_suite
     from maxbench.systems.models import parse_model_args
@@ -182,9 +185,9 @@ def cmd_generate(args) -> int:
         corpus=args.corpus,
         model_args=parse_model_args(args.model_args),
     )
-    out = generate_run(
-        plan, device=args.device, threads=args.threads, shard=parse_shard(args.shard), progress=not args.no_progress
-    )
+    shard = parse_shard(args.shard)
+    drop_damaged(plan.run_dir, args.drop_damaged_lines)
+    out = generate_run(plan, device=args.device, threads=args.threads, shard=shard, progress=not args.no_progress)
     print(f"wrote {out}")
     return 0
 
@@ -273,6 +276,7 @@ def _extract_corpora(names: list[str]) -> None:
 
 def register_run(sub) -> None:
     from maxbench.benchmark.metrics.cli import add_evaluator_option
+    from maxbench.benchmark.rundir import add_drop_option
 
     p = sub.add_parser(
         "run",
@@ -313,6 +317,7 @@ def register_run(sub) -> None:
     p.add_argument("--n-resamples", type=int, default=1000, help="bootstrap / permutation resamples")
     add_evaluator_option(p, "the lineup's evaluator, else smollm2-135m")
     p.add_argument("--no-progress", action="store_true")
+    add_drop_option(p)
     add_model_options(p)
     add_model_args_option(p)
     p.set_defaults(func=cmd_run)
@@ -354,7 +359,7 @@ def cmd_run(args) -> int:
     from maxbench.benchmark.lineup import load_lineup
     from maxbench.benchmark.metrics.base import parse_metric_list
     from maxbench.benchmark.metrics.scoring import ScoringOptions, score_run
-    from maxbench.benchmark.rundir import RunPlan
+    from maxbench.benchmark.rundir import RunPlan, drop_damaged
     from maxbench.benchmark.runner import INVOCATION_ENV, PhaseTimer, generate_run, new_invocation, preflight
     from maxbench.benchmark.suites import load_suite
     from maxbench.benchmark.workers import WORKER_THREADS, default_workers, parse_workers, run_workers
@@ -393,6 +398,8 @@ def cmd_run(args) -> int:
     )
     outputs = () if shard is not None else ((out_dir, "--out"),)
     invocation = os.environ.get(INVOCATION_ENV) or new_invocation()
+    if os.environ.get(INVOCATION_ENV) is None:  # the workers of a run do not drop lines again
+        drop_damaged(run_dir, args.drop_damaged_lines)
     timer = PhaseTimer(run_dir, shard, invocation)  # this process's phases and its workers' in one table
     if shard is None and workers != 1:
         t0 = time.perf_counter()

@@ -239,6 +239,7 @@ def _batch(rows: list[dict]):
         if r.get("reference_logprobs") is not None:
             ref_lp[pid] = r["reference_logprobs"]
             vocab = r.get("vocab_size", vocab)
+    strides = [r["reference_stride"] for r in rows if r.get("reference_stride") is not None]
     return TextBatch(
         [r["text"] for r in rows],
         [str(r["prompt_id"]) for r in rows],
@@ -246,6 +247,7 @@ def _batch(rows: list[dict]):
         prompts or None,
         ref_lp or None,
         vocab,
+        strides[-1] if strides else None,
     )
 
 

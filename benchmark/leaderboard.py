@@ -176,6 +176,29 @@ def _read_json(path: Path, run_dir: Path) -> dict:
     return doc
 
 
+def check_scored_generations(run_dir: Path, doc: dict) -> None:
+    """``scores.json`` must be the scores of the run's ``generations.jsonl`` as it is now: a scores file
+    of another run, or one left behind after the generations changed, is refused."""
+    import hashlib
+
+    from maxbench.benchmark.rundir import GENERATIONS
+
+    gen = run_dir / GENERATIONS
+    if not gen.is_file():
+        return  # scores without their generations (a copied results folder): nothing to compare
+    recorded = doc.get("generations_sha256")
+    try:
+        now = hashlib.sha256(gen.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise MaxbenchError(f"cannot read {gen}: {exc.strerror or exc}") from None
+    if recorded != now:
+        said = f"sha256 {recorded}" if isinstance(recorded, str) else "no generations sha256"
+        raise MaxbenchError(
+            f"{run_dir / 'scores.json'} scored generations with {said}, but {gen} has sha256 {now}: these are "
+            f"not this run's scores; run `maxbench score {run_dir}`"
+        )
+
+
 def load_scored_run(run_dir: Path) -> ScoredRun:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -195,6 +218,7 @@ def load_scored_run(run_dir: Path) -> ScoredRun:
         for e in systems.values()
     ):
         raise MaxbenchError(f"{path} has no 'systems' table of scores; rescore the run (maxbench score {run_dir})")
+    check_scored_generations(run_dir, doc)
     manifest = _read_json(run_dir / "manifest.json", run_dir) if (run_dir / "manifest.json").is_file() else {}
     ident = manifest.get("identity") or {}
     suite = ident.get("suite") or manifest.get("suite") or doc.get("suite") or {}

@@ -45,9 +45,26 @@ REFERENCE_STATES = ".reference-states"
 SHARD_GLOB = "generations.shard-*.jsonl"
 
 
-def read_rows(path: Path, repair: bool = False) -> list[dict]:
-    """Rows of a generations file. With ``repair``, a trailing partial line (a write cut by a
-    crash) is removed from the file; otherwise it is ignored."""
+#: the option of ``generate``, ``run`` and ``score`` that drops damaged lines of a generations file
+DROP_FLAG = "--drop-damaged-lines"
+
+
+def _damaged(path: Path, n: int, what: str, sep: str = ":") -> MaxbenchError:
+    return MaxbenchError(
+        f"{path}{sep}{n} {what}; the run file is damaged: pass {DROP_FLAG} to drop only that line "
+        f"(the file is copied to {path.name}.bak first) and keep every other row"
+    )
+
+
+def _parse_line(line: bytes):
+    """A line's JSON value; raises ValueError (also for bytes that are not UTF-8)."""
+    return json.loads(line.decode("utf-8"))
+
+
+def read_numbered_rows(path: Path, repair: bool = False) -> list[tuple[int, object]]:
+    """(line number, value) of every non-empty whole line of a JSON-lines file. With ``repair``, a
+    trailing partial line (a write cut by a crash) is removed from the file; otherwise it is ignored.
+    A line that is not UTF-8 JSON is refused, naming it and ``DROP_FLAG``."""
     if not path.exists():
         return []
     try:
@@ -59,19 +76,136 @@ def read_rows(path: Path, repair: bool = False) -> list[dict]:
     except OSError as exc:
         raise os_error(path, exc, "read") from None
     rows = []
-    for n, line in enumerate(data[:end].splitlines(), 1):
+    for n, line in enumerate(data[:end].split(b"\n")[:-1], 1):
         if line.strip():
             try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise MaxbenchError(
-                    f"{path}:{n} is not valid JSON; the run file is damaged (move it away to regenerate)"
-                ) from None
+                rows.append((n, _parse_line(line)))
+            except UnicodeDecodeError:
+                raise _damaged(path, n, "is not UTF-8") from None
+            except ValueError:
+                raise _damaged(path, n, "is not valid JSON") from None
     return rows
 
 
+def read_rows(path: Path, repair: bool = False) -> list[dict]:
+    """Rows of a generations file (see ``read_numbered_rows``)."""
+    return [row for _, row in read_numbered_rows(path, repair)]
+
+
+def row_problem(row) -> str | None:
+    """What makes ``row`` no generated row (None when it is one): the one rule ``score``, ``view``
+    and ``run`` read rows by."""
+    if not isinstance(row, dict):
+        return "is not a JSON object"
+    for key in ("system", "prompt_id", "text", "reference"):
+        if key not in row:
+            return f"lacks field '{key}'"
+    for key in ("system", "prompt_id", "text", "reference"):
+        if not isinstance(row[key], str):
+            return f"has a non-string '{key}' ({type(row[key]).__name__})"
+    sample = row.get("sample", 0)
+    if not isinstance(sample, int) or isinstance(sample, bool) or sample < 0:
+        return f"has a 'sample' that is not a whole number >= 0 ({json.dumps(sample)})"
+    return None
+
+
+def check_row(path: Path, n: int, row) -> dict:
+    why = row_problem(row)
+    if why:
+        raise _damaged(path, n, why, sep=" row ")
+    return row
+
+
+def read_run_rows(path: Path, repair: bool = False) -> list[tuple[int, dict]]:
+    """(line number, row) of every row of a generations file, each checked by ``row_problem``."""
+    return [(n, check_row(path, n, row)) for n, row in read_numbered_rows(path, repair)]
+
+
+def _key_text(key: tuple) -> str:
+    return f"system '{key[0]}', prompt '{key[1]}', sample {key[2]}"
+
+
+def rows_by_key(sources: list[tuple[Path, list[tuple[int, dict]]]], allow_same: bool = True) -> dict:
+    """The rows of ``sources`` ((file, numbered rows) pairs) by ``row_key``. Two different rows with one
+    key are refused, naming the key and both lines (never is one of them silently kept); the same
+    row twice (a shard and the merged file) is one row unless not ``allow_same``."""
+    by_key: dict = {}
+    where: dict = {}
+    for path, rows in sources:
+        for n, row in rows:
+            key = row_key(row)
+            if key in by_key and (not allow_same or by_key[key] != row):
+                (p0, n0) = where[key]
+                at = f"lines {n0} and {n}" if p0 == path else f"{p0}:{n0} and line {n}"
+                what = "two different rows" if by_key[key] != row else "the same row twice"
+                raise MaxbenchError(
+                    f"{path} {at} hold {what} for {_key_text(key)}; delete the wrong line "
+                    f"(or move the run directory away to regenerate it)"
+                )
+            by_key[key] = row
+            where[key] = (path, n)
+    return by_key
+
+
+def add_drop_option(p) -> None:
+    """``--drop-damaged-lines`` of ``generate``, ``run`` and ``score``."""
+    p.add_argument(
+        DROP_FLAG,
+        dest="drop_damaged_lines",
+        action="store_true",
+        help="first drop the damaged lines of the run's generations files (not JSON, not UTF-8, not a row), "
+        "each file copied to <file>.bak first; every other row is kept (a dropped row is generated again)",
+    )
+
+
+def drop_damaged(run_dir: Path, asked: bool) -> None:
+    """With ``asked``, ``drop_damaged_lines`` and one warning line on stderr per dropped line."""
+    import sys
+
+    if asked and Path(run_dir).is_dir():
+        for note in drop_damaged_lines(run_dir):
+            print(f"maxbench: warning: {note}", file=sys.stderr, flush=True)
+
+
+def drop_damaged_lines(run_dir: Path) -> list[str]:
+    """Drop every line of the run's generations files that is not a whole row (not UTF-8, not JSON, not
+    a row by ``row_problem``), each file copied first to ``<name>.bak`` beside it; the other rows stay
+    as they are. Returns one message per dropped line."""
+    run_dir = Path(run_dir)
+    notes = []
+    for path in [run_dir / GENERATIONS, *sorted(run_dir.glob(SHARD_GLOB))]:
+        if not path.is_file():
+            continue
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise os_error(path, exc, "read") from None
+        end = data.rfind(b"\n") + 1
+        keep, dropped = [], []
+        for n, line in enumerate(data[:end].split(b"\n")[:-1], 1):
+            if not line.strip():
+                continue
+            try:
+                why = row_problem(_parse_line(line))
+            except UnicodeDecodeError:
+                why = "is not UTF-8"
+            except ValueError:
+                why = "is not valid JSON"
+            if why:
+                dropped.append(f"{path}:{n} {why}")
+            else:
+                keep.append(line + b"\n")
+        if not dropped:
+            continue
+        backup = path.with_name(path.name + ".bak")
+        atomic_write(backup, data)
+        atomic_write(path, b"".join(keep) + data[end:])
+        notes += [f"dropped {d} (the original file is kept as {backup})" for d in dropped]
+    return notes
+
+
 def row_key(row: dict) -> tuple:
-    return (row["system"], row["prompt_id"], int(row["sample"]))
+    return (row["system"], row["prompt_id"], int(row.get("sample", 0)))
 
 
 @dataclass
@@ -272,12 +406,15 @@ class RowsSeen:
             for n, line in enumerate(data[:end].split(b"\n")[:-1], lines + 1):
                 if line.strip():
                     try:
-                        self.keys.add(row_key(json.loads(line)))
-                    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-                        what = "is not valid JSON" if isinstance(exc, json.JSONDecodeError) else "is not a row"
-                        raise MaxbenchError(
-                            f"{path}:{n} {what}; the run file is damaged (move it away to regenerate)"
-                        ) from None
+                        row = _parse_line(line)
+                    except UnicodeDecodeError:
+                        raise _damaged(path, n, "is not UTF-8") from None
+                    except ValueError:
+                        raise _damaged(path, n, "is not valid JSON") from None
+                    try:
+                        self.keys.add(row_key(row))
+                    except (KeyError, TypeError, ValueError, AttributeError):
+                        raise _damaged(path, n, "is not a row") from None
             self._seen[path] = (inode, offset + end, lines + data[:end].count(b"\n"))
         return self.keys
 
@@ -301,17 +438,16 @@ def canonicalise(plan: RunPlan, path: Path, shard) -> None:
     the shard files hold every row (an incomplete one is left to be appended to on the next run).
     Rows of a system the plan does not define are refused."""
     order = plan.canonical_order()
-    rows = read_rows(path)
+    sources = [(path, read_run_rows(path))]
     if shard is None:  # rows made by earlier sharded invocations count too
-        for other in sorted(plan.run_dir.glob(SHARD_GLOB)):
-            rows += read_rows(other)
-    unknown = [r for r in rows if row_key(r) not in order]
+        sources += [(other, read_run_rows(other)) for other in sorted(plan.run_dir.glob(SHARD_GLOB))]
+    unknown = [r for _, rows in sources for _, r in rows if row_key(r) not in order]
     if unknown:
         raise MaxbenchError(
             f"{path} holds rows of system '{unknown[0]['system']}', which this run does not "
             f"define; this run directory belongs to another registry"
         )
-    by_key = {row_key(r): r for r in rows}
+    by_key = rows_by_key(sources)
     if shard is None and len(by_key) < len(order):
         return  # incomplete: keep appending on the next run
     body = "".join(json.dumps(by_key[k], ensure_ascii=False) + "\n" for k in sorted(by_key, key=order.get))
@@ -322,9 +458,9 @@ def canonicalise(plan: RunPlan, path: Path, shard) -> None:
 def merge_shards(plan: RunPlan) -> Path:
     """Join shard files into generations.jsonl in canonical order; all keys must be present."""
     order = plan.canonical_order()
-    by_key = {row_key(r): r for r in read_rows(plan.run_dir / GENERATIONS)}
-    for path in sorted(plan.run_dir.glob(SHARD_GLOB)):
-        by_key.update({row_key(r): r for r in read_rows(path)})
+    sources = [(plan.run_dir / GENERATIONS, read_run_rows(plan.run_dir / GENERATIONS))]
+    sources += [(path, read_run_rows(path)) for path in sorted(plan.run_dir.glob(SHARD_GLOB))]
+    by_key = rows_by_key(sources)
     missing = [k for k in order if k not in by_key]
     if missing:
         raise MaxbenchError(

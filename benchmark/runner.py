@@ -410,7 +410,7 @@ class _Decoder:
         return True
 
     def _decode(self, si: int, batch: list) -> None:
-        from maxbench.systems.decoding import decode, reference_logprobs
+        from maxbench.systems.decoding import decode, reference_logprobs, reference_stride_used
 
         plan, system, layer = self.plan, self.plan.systems[si], self.pre.layers[si]
         lm = self.pre.models[system.model]
@@ -432,6 +432,10 @@ class _Decoder:
                     "reference_logprobs": [None if v is None else round(v, 6) for v in lp],
                     "vocab_size": lm.vocab_size,
                 }
+                # a reference longer than the context was scored in strided windows: the row says so
+                stride = reference_stride_used(lm, batch[i][0].prompt, batch[i][0].reference)
+                if stride is not None:
+                    results[i]["reference_stride"] = stride
             spent["ref-ppl"] += time.perf_counter() - t1
             spent["cpu ref-ppl"] += time.process_time() - c1
         rows = []

@@ -82,6 +82,43 @@ def _text(path: Path, what: str) -> str:
         raise MaxbenchError(f"{what} {path} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
 
 
+def _lines(text: str) -> list[str]:
+    """The file's lines: only ``\\n`` (or ``\\r\\n``) ends one, unlike ``str.splitlines``, which also
+    splits on U+2028, U+0085, form feed and other characters that a text may hold."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+def _kind(value) -> str:
+    """A JSON value's kind, for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return f"the number {value!r}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _item_id(row: dict, idf: str, where: str, default: str, fmt: str) -> str:
+    """An id is a non-empty string or an integer (``0`` is the id "0"); absent, it is ``default``."""
+    if idf not in row or (fmt == "csv" and not (row[idf] or "").strip()):  # CSV: an empty cell is no id
+        return default
+    value = row[idf]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, str) and value.strip():
+        return value
+    got = "an empty string" if isinstance(value, str) else _kind(value)
+    raise MaxbenchError(f"{where}: id ('{idf}') is {got}; an id is a non-empty string or an integer")
+
+
 def _read_items(path: Path, fmt: str, spec: dict, name: str) -> list[SuiteItem]:
     text = _text(path, "suite file")
     pf, rf, idf = (
@@ -91,13 +128,15 @@ def _read_items(path: Path, fmt: str, spec: dict, name: str) -> list[SuiteItem]:
     )
     rows: list[tuple[int, dict]] = []
     if fmt == "jsonl":
-        for n, line in enumerate(text.splitlines(), 1):
+        for n, line in enumerate(_lines(text), 1):
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise MaxbenchError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
+            except RecursionError:
+                raise MaxbenchError(f"{path}:{n}: not valid JSON (nested too deeply)") from None
             if not isinstance(row, dict):
                 raise MaxbenchError(f"{path}:{n}: expected a JSON object with a '{pf}' field")
             rows.append((n, row))
@@ -113,25 +152,32 @@ def _read_items(path: Path, fmt: str, spec: dict, name: str) -> list[SuiteItem]:
         except csv.Error as exc:
             raise MaxbenchError(f"{path}:{reader.line_num}: not valid CSV ({exc})") from None
     elif fmt == "txt":
-        rows = [(n, {pf: line}) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+        rows = [(n, {pf: line}) for n, line in enumerate(_lines(text), 1) if line.strip()]
     else:
         raise MaxbenchError(f"suite file {path}: unknown format '{fmt}' (use .jsonl, .csv or .txt)")
     items, seen = [], set()
     for n, row in rows:
+        where = f"{path}:{n}"
         prompt = row.get(pf)
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise MaxbenchError(f"{path}:{n}: empty or missing prompt ('{pf}'); every item needs prompt text")
-        ref = row.get(rf) or ""
-        if not isinstance(ref, str):
-            raise MaxbenchError(f"{path}:{n}: reference ('{rf}') must be text")
-        for field, value in ((pf, prompt), (rf, ref)):
+        if prompt is not None and not isinstance(prompt, str):
+            raise MaxbenchError(f"{where}: prompt ('{pf}') is {_kind(prompt)}; a prompt is text")
+        if not prompt or not prompt.strip():
+            raise MaxbenchError(f"{where}: empty or missing prompt ('{pf}'); every item needs prompt text")
+        ref = row.get(rf)  # absent or null: the item has no reference
+        if ref is None:
+            ref = ""
+        elif not isinstance(ref, str):
+            raise MaxbenchError(
+                f"{where}: reference ('{rf}') is {_kind(ref)}; a reference is text (leave it out or null for none)"
+            )
+        item_id = _item_id(row, idf, where, f"{name}-{n:05d}", fmt)
+        for field, value in ((pf, prompt), (rf, ref), (idf, item_id)):
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError:  # a JSON escape such as \ud800 that names half a character
-                raise MaxbenchError(f"{path}:{n}: '{field}' holds an invalid character (a lone surrogate)") from None
-        item_id = str(row.get(idf) or f"{name}-{n:05d}")
+                raise MaxbenchError(f"{where}: '{field}' holds an invalid character (a lone surrogate)") from None
         if item_id in seen:
-            raise MaxbenchError(f"{path}:{n}: duplicate item id '{item_id}'")
+            raise MaxbenchError(f"{where}: duplicate item id '{item_id}'")
         seen.add(item_id)
         items.append(SuiteItem(item_id, prompt, ref))
     if not items:
@@ -158,6 +204,11 @@ def load_suite(name_or_path: str) -> Suite:
     for key in ("name", "file"):
         if not isinstance(spec.get(key), str):
             raise MaxbenchError(f"suite manifest {manifest} needs a '{key}' string")
+    for key in ("prompt_field", "reference_field", "id_field", "format", "description", "sha256"):
+        if key in spec and not isinstance(spec[key], str):
+            raise MaxbenchError(f"suite manifest {manifest}: '{key}' must be a string")
+    if "version" in spec and (not isinstance(spec["version"], str | int) or isinstance(spec["version"], bool)):
+        raise MaxbenchError(f"suite manifest {manifest}: 'version' must be a string or an integer")
     data = (manifest.parent / spec["file"]).resolve()
     if not data.is_file():
         what = "is not a file" if data.exists() else "does not exist"

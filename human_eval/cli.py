@@ -161,6 +161,18 @@ def register(subparsers) -> None:
     export.add_argument("--db", help="database URL")
     export.set_defaults(func=cmd_study_export)
 
+    participants = study_sub.add_parser(
+        "participants",
+        help="list a study's participants for the crowd platform's approval (CSV)",
+        description="One row per participant: id (the Prolific or MTurk participant id, else the annotator's "
+        "label), completion (completed pages / pages), attention checks passed and failed, gold accuracy. "
+        "The file holds participant ids: it is written with mode 0600.",
+    )
+    participants.add_argument("study_id", metavar="STUDY", help="study id (as printed by study create)")
+    participants.add_argument("--out", type=Path, metavar="FILE.csv", help="output file (default stdout)")
+    participants.add_argument("--db", help="database URL")
+    participants.set_defaults(func=cmd_study_participants)
+
     close = study_sub.add_parser("close", help="close a study: annotators can no longer rate")
     close.add_argument("study_id", metavar="STUDY")
     close.add_argument("--db", help="database URL")
@@ -170,6 +182,17 @@ def register(subparsers) -> None:
     reopen.add_argument("study_id", metavar="STUDY")
     reopen.add_argument("--db", help="database URL")
     reopen.set_defaults(func=cmd_study_reopen)
+
+    db = subparsers.add_parser("db", help="the ratings database's schema: upgrade it after upgrading maxbench")
+    db_sub = db.add_subparsers(dest="db_command", metavar="ACTION", required=True)
+    upgrade = db_sub.add_parser(
+        "upgrade",
+        help="bring the ratings database to this maxbench's schema, keeping every rating",
+        description="Run the schema migrations (alembic) the database has not had yet. A database made before "
+        "schema versions is first matched to a revision by its tables. Restart running servers afterwards.",
+    )
+    upgrade.add_argument("--db", help="database URL (default $MAXBENCH_DB_URL or the SQLite default)")
+    upgrade.set_defaults(func=cmd_db_upgrade)
 
     rubric = study_sub.add_parser("rubric", help="check and show a rubric preset or TOML file")
     rubric.add_argument(
@@ -324,6 +347,41 @@ def cmd_study_export(args: argparse.Namespace) -> int:
         print(f"{len(rows)} ratings written to {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(body)
+    return 0
+
+
+def cmd_study_participants(args: argparse.Namespace) -> int:
+    from maxbench.human_eval.store.db import database_errors, session_for
+    from maxbench.human_eval.studies.export import participant_rows, participants_to_csv
+
+    with database_errors(args.db), session_for(args.db) as session:
+        rows = participant_rows(session, args.study_id)
+    body = participants_to_csv(rows)
+    if args.out:
+        try:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(args.out, body, mode=0o600)
+        except (OSError, MaxbenchError) as exc:
+            raise MaxbenchError(
+                f"cannot write --out {args.out} ({getattr(exc, 'strerror', None) or exc}): choose a file in a "
+                "writable folder, or leave --out out to write to stdout"
+            ) from None
+        print(f"{len(rows)} participants written to {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(body)
+    return 0
+
+
+def cmd_db_upgrade(args: argparse.Namespace) -> int:
+    from maxbench.human_eval.store.db import database_errors, database_url, shown_url, upgrade_database
+
+    with database_errors(args.db):
+        before, after = upgrade_database(args.db)
+    where = shown_url(database_url(args.db))
+    if before == after:
+        print(f"database {where} is at schema revision {after}, the current one; nothing changed")
+    else:
+        print(f"database {where} upgraded from schema revision {before} to {after}; every row kept")
     return 0
 
 

@@ -265,15 +265,16 @@ def check_limits(
         "shorten the prompt or lower max_new_tokens",
     )
     if references:
-        refs = [r.strip() for r in references]
-        ref_lengths = [n if r else 0 for r, (n, _) in zip(refs, token_lengths(lm, [" " + r for r in refs]))]
-        j = max(range(len(lengths)), key=lambda k: lengths[k] + ref_lengths[k])
-        check_context(
-            lm,
-            lengths[j] + ref_lengths[j],
-            f"prompt '{ids[j]}' with its reference ({lengths[j]} + {ref_lengths[j]} tokens, scored for ref-ppl)",
-            "shorten the reference in the suite",
-        )
+        # a reference longer than the context is scored in strided windows (reference_states); only a
+        # prompt that leaves no position for the reference's first token cannot be scored
+        j = max((k for k, r in enumerate(references) if r.strip()), key=lengths.__getitem__, default=None)
+        if j is not None:
+            check_context(
+                lm,
+                lengths[j] + 1,
+                f"prompt '{ids[j]}' with the first token of its reference ({lengths[j]} + 1 tokens, scored for ref-ppl)",
+                "shorten the prompt",
+            )
     need = memory_estimate(lm, min(batch_size, len(prompts)), lengths[i] + setting.max_new_tokens, hidden_states)
     free = available_memory(lm.device)
     if need is not None and free is not None and need > free:
@@ -433,19 +434,67 @@ class ReferenceStates:
         return self.hidden.numel() * self.hidden.element_size() + self.targets.numel() * 8
 
 
+def reference_stride(context: int) -> int:
+    """The stride of the sliding windows that score a prompt + reference longer than the context:
+    half the context, as in Hugging Face's "Perplexity of fixed-length models"."""
+    return max(1, context // 2)
+
+
+def reference_windows(n_prompt: int, n_total: int, context: int | None, stride: int | None = None):
+    """The windows ``(start, end, first)`` over a sequence of ``n_total`` tokens whose first
+    ``n_prompt`` are the prompt: the model reads tokens ``start:end`` and the tokens ``first:end``
+    are scored, each once. One window when everything fits in ``context``; otherwise windows of
+    ``context`` tokens whose ends move by ``stride``, so each reference token is scored with at least
+    ``context - stride`` tokens of left context (the first window: with all that precedes it).
+    A prompt that leaves no position for the first reference token cannot be scored (ValueError)."""
+    if context is None or n_total <= context:
+        return [(0, n_total, n_prompt)]
+    if n_prompt >= context:
+        raise ValueError(f"the prompt alone takes {n_prompt} of the {context} positions")
+    stride = stride or reference_stride(context)
+    windows, end = [(0, context, n_prompt)], context
+    while end < n_total:
+        new_end = min(end + stride, n_total)
+        windows.append((new_end - context, new_end, end))
+        end = new_end
+    return windows
+
+
+def reference_stride_used(lm, prompt: str, reference: str) -> int | None:
+    """The stride :func:`reference_states` scores this reference with, None when it fits the context."""
+    if not reference.strip():
+        return None
+    tok, limit = lm.tokenizer, context_size(lm)
+    n = len(tok(prompt, add_special_tokens=True)["input_ids"])
+    n += len(tok(" " + reference.strip(), add_special_tokens=False)["input_ids"])
+    return None if limit is None or n <= limit else reference_stride(limit)
+
+
 @torch.inference_mode()
-def reference_states(lm, prompt: str, reference: str) -> ReferenceStates | None:
-    """One forward pass over ``prompt`` + ``" " + reference`` (None for an empty reference)."""
+def reference_states(lm, prompt: str, reference: str, context: int | None = None) -> ReferenceStates | None:
+    """The forward pass over ``prompt`` + ``" " + reference`` (None for an empty reference): one
+    when it fits the model's context (or ``context``, when given), otherwise strided windows
+    (:func:`reference_windows`), the field's sliding-window perplexity."""
     if not reference.strip():
         return None
     tok = lm.tokenizer
     p_ids = tok(prompt, add_special_tokens=True)["input_ids"]  # the prompt as decode() encodes it
     r_ids = tok(" " + reference.strip(), add_special_tokens=False)["input_ids"]
-    check_context(lm, len(p_ids) + len(r_ids), "a prompt with its reference", "shorten the reference")
+    limit = context if context is not None else context_size(lm)
+    try:
+        windows = reference_windows(len(p_ids), len(p_ids) + len(r_ids), limit)
+    except ValueError as exc:
+        raise MaxbenchError(
+            f"a prompt with its reference cannot be scored for ref-ppl: {exc} of {lm.name}'s context; shorten the prompt"
+        ) from None
     ids = torch.tensor([p_ids + r_ids], device=lm.device)
-    res = lm.model(input_ids=ids, output_hidden_states=True, logits_to_keep=1)
+    hidden = []
+    for start, end, first in windows:
+        res = lm.model(input_ids=ids[:, start:end], output_hidden_states=True, logits_to_keep=1)
+        # the state at position t - 1 (of the window) predicts token t
+        hidden.append(res.hidden_states[-1][0, first - 1 - start : end - 1 - start])
     return ReferenceStates(
-        hidden=res.hidden_states[-1][0, len(p_ids) - 1 : -1], targets=torch.tensor(r_ids, device=lm.device)
+        hidden=hidden[0] if len(hidden) == 1 else torch.cat(hidden), targets=torch.tensor(r_ids, device=lm.device)
     )
 
 

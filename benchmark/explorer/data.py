@@ -174,7 +174,7 @@ def build(run_dirs: list[Path], study: Study | None = None) -> tuple[dict, list[
     """(the index: everything shown at first render, the prompts: one record each, in order)."""
     from maxbench.benchmark.metrics.diversity import repetition_loop
     from maxbench.benchmark.metrics.tokenize import word_tokens
-    from maxbench.benchmark.rundir import GENERATIONS, read_rows
+    from maxbench.benchmark.rundir import GENERATIONS, read_run_rows
 
     if not run_dirs:
         raise MaxbenchError("give at least one run directory (maxbench view RUN_DIR...)")
@@ -201,10 +201,10 @@ def build(run_dirs: list[Path], study: Study | None = None) -> tuple[dict, list[
     prompts: dict[str, dict] = {}
     steps: dict[str, dict] = {}
     for run in runs:
-        for g in read_rows(run.path / GENERATIONS):
-            if not isinstance(g, dict) or g.get("system") not in systems:
+        for _, g in read_run_rows(run.path / GENERATIONS):  # the rows score reads, by the same rule
+            if g["system"] not in systems:
                 continue
-            pid, sample = str(g.get("prompt_id")), int(g.get("sample") or 0)
+            pid, sample = g["prompt_id"], g.get("sample", 0)
             rec = prompts.setdefault(
                 f"{pid}#{sample}" if sample else pid,
                 {

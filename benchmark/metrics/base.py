@@ -43,6 +43,7 @@ class TextBatch:
     prompts: dict[str, str] | None = None
     reference_logprobs: dict[str, list[float | None]] | None = None
     vocab_size: int | None = None  # of the system, for ref-ppl's epsilon-perplexity
+    reference_stride: int | None = None  # ref-ppl's sliding-window stride, when a reference did not fit the context
 
     def __post_init__(self):
         if len(self.texts) != len(self.prompt_ids):

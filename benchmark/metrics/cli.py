@@ -81,6 +81,9 @@ def register(sub) -> None:
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N for model-based metrics")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads for model-based metrics")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    from maxbench.benchmark.rundir import add_drop_option
+
+    add_drop_option(p)
     p.set_defaults(func=cmd_score)
 
 
@@ -184,6 +187,9 @@ def cmd_score(args) -> int:
         print(json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) if args.json else _table(doc["scores"]))
         return 0
     check_output_file(Path(args.run_dir) / "scores.json", "scores file")  # refused before minutes of scoring
+    from maxbench.benchmark.rundir import drop_damaged
+
+    drop_damaged(Path(args.run_dir), args.drop_damaged_lines)
     doc = score_run(Path(args.run_dir), options, baseline=args.baseline)
     for line in warning_lines(doc):
         print(f"maxbench: warning: {line}", file=sys.stderr)

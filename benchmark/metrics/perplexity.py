@@ -171,9 +171,14 @@ class ReferencePPL(Metric):
 
     def __init__(self, epsilon: float = DEFAULT_EPSILON):
         self.epsilon = epsilon
+        self.stride: int | None = None  # of the batch being scored, when a reference was strided
 
     @property
     def signature(self) -> str:
+        # a reference longer than the model's context is scored in sliding windows of the context moving
+        # by this stride (each token once, with at least context - stride tokens of left context); a run
+        # in which every reference fits keeps the signature it always had
+        stride = {} if self.stride is None else {"stride": str(self.stride)}
         return signature(
             "ref-ppl",
             tok="system",
@@ -181,6 +186,7 @@ class ReferencePPL(Metric):
             eps_form="(p+eps)/(1+eps*V)",
             agg="exp(-sum-log-p/sum-tokens)",
             refs="prompt-reference",
+            **stride,
         )
 
     @property
@@ -210,6 +216,19 @@ class ReferencePPL(Metric):
         return None
 
     def _compute(self, batch: TextBatch):
+        stride = getattr(batch, "reference_stride", None)
+        if stride is not None and (not isinstance(stride, int) or isinstance(stride, bool) or stride < 1):
+            raise MaxbenchError(
+                f"metric 'ref-ppl': the rows' reference_stride {stride!r} is not a positive integer; "
+                f"the run file is damaged: generate the run again"
+            )
+        self.stride = stride
+        try:
+            return self._scores(batch)
+        finally:
+            self.stride = None  # the metric object scores other systems' batches too
+
+    def _scores(self, batch: TextBatch):
         try:
             result = reference_perplexity(self._logprob_rows(batch), int(batch.vocab_size), self.epsilon)
         except (TypeError, ValueError) as exc:

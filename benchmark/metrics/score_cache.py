@@ -16,17 +16,24 @@ it contributes), or one system's comparison with its baseline. It is stored as J
 
 A file that cannot be read, is not valid JSON, names another key, or whose body does not match the
 sha256 stored with it is recomputed and overwritten, never used. Entries the last scoring did not
-use are removed, so the folder holds one scoring's worth. A cached entry is the JSON that was
-computed, so ``scores.json`` is the same bytes with or without the cache.
+use are removed, so the folder holds one scoring's worth; only files maxbench wrote (a score-cache
+entry with the ``FORMAT`` marker) are ever removed, never through a symbolic link. A cache folder that
+cannot be used (a file, a symbolic link, unwritable) or an entry that cannot be written (a folder) turns
+the cache off for the scoring, with one warning line on stderr: the scores are computed and written
+all the same. A cached entry is the JSON that was computed, so ``scores.json`` is the same bytes with
+or without the cache.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
+import sys
 from functools import lru_cache
 from pathlib import Path
 
+from maxbench.errors import MaxbenchError
 from maxbench.fileio import atomic_write, ensure_dir
 
 FORMAT = "maxbench-score-cache/1"
@@ -68,6 +75,8 @@ def system_key(batch, coverage: dict, signatures: list[str], settings: dict, ver
         "reference_logprobs": batch.reference_logprobs,
         "vocab_size": batch.vocab_size,
     }
+    if getattr(batch, "reference_stride", None) is not None:  # absent: the keys of runs made before it
+        rows["reference_stride"] = batch.reference_stride
     return _digest(
         {
             "what": "system",
@@ -88,12 +97,29 @@ def comparison_key(system: str, key: str, baseline: str, baseline_key: str, sett
     )
 
 
+_ENTRY = re.compile(r"[0-9a-f]{64}\.json")
+
+
 class ScoreCache:
     """Entries of one run's score cache (see the module's docstring)."""
 
     def __init__(self, run_dir: Path):
         self.folder = Path(run_dir) / FOLDER
         self.used: set[str] = set()
+        self.off = False
+        if self.folder.is_symlink():
+            self._turn_off("it is a symbolic link (maxbench writes and deletes nothing through one)")
+        elif self.folder.exists() and not self.folder.is_dir():
+            self._turn_off("it is not a folder")
+
+    def _turn_off(self, why: str) -> None:
+        if not self.off:
+            self.off = True
+            print(
+                f"maxbench: warning: score cache {self.folder} cannot be used ({why}); scoring without it",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _path(self, key: str) -> Path:
         return self.folder / f"{key}.json"
@@ -101,6 +127,8 @@ class ScoreCache:
     def get(self, key: str):
         """The entry stored under ``key``, or None when there is none to trust."""
         self.used.add(key)
+        if self.off:
+            return None
         try:
             doc = json.loads(self._path(key).read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -113,14 +141,28 @@ class ScoreCache:
 
     def put(self, key: str, body) -> None:
         self.used.add(key)
-        ensure_dir(self.folder, "score cache")
+        if self.off:
+            return
         doc = {"format": FORMAT, "key": key, "sha256": _digest(body), "body": body}
-        atomic_write(self._path(key), json.dumps(doc, ensure_ascii=False, allow_nan=False) + "\n")
+        try:
+            ensure_dir(self.folder, "score cache")
+            atomic_write(self._path(key), json.dumps(doc, ensure_ascii=False, allow_nan=False) + "\n")
+        except MaxbenchError as exc:  # the scores are computed: they are not lost for a cache
+            self._turn_off(str(exc).split(";")[0])
 
     def prune(self) -> None:
-        """Remove the entries this scoring did not use."""
-        if not self.folder.is_dir():
+        """Remove the entries this scoring did not use: only regular files named like an entry whose
+        content is a score-cache entry (``FORMAT``), never a link, never anything else."""
+        if self.off or self.folder.is_symlink() or not self.folder.is_dir():
             return
-        for path in self.folder.glob("*.json"):
-            if path.stem not in self.used:
+        for path in self.folder.iterdir():
+            if not _ENTRY.fullmatch(path.name) or path.stem in self.used:
+                continue
+            if path.is_symlink() or not path.is_file():
+                continue
+            try:
+                doc = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if isinstance(doc, dict) and doc.get("format") == FORMAT and doc.get("key") == path.stem:
                 path.unlink(missing_ok=True)

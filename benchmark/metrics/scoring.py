@@ -126,9 +126,73 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _manifest_problem(manifest) -> str | None:
+    """What makes a run's manifest unusable for scoring (None when nothing)."""
+    if not isinstance(manifest, dict):
+        return f"is a JSON {type(manifest).__name__}, not an object"
+    for key in ("systems", "suite", "identity"):
+        if key in manifest and not isinstance(manifest[key], dict | None):
+            return f"has '{key}' as a {type(manifest[key]).__name__}, not an object"
+    for name, entry in (manifest.get("systems") or {}).items():
+        if not isinstance(entry, dict):
+            return f"has system '{name}' as a {type(entry).__name__}, not an object"
+        model, layer = entry.get("model"), entry.get("layer")
+        if isinstance(model, str) and not (name == model or name.startswith(f"{model}/")):
+            return f"says system '{name}' has model '{model}', which its system string contradicts"
+        if isinstance(model, str) and isinstance(layer, str):
+            rest = name[len(model) + 1 :]
+            if rest != layer and not rest.startswith(f"{layer}/"):
+                return f"says system '{name}' has layer '{layer}', which its system string contradicts"
+    samples = manifest.get("samples", 1)
+    if not isinstance(samples, int) or isinstance(samples, bool):
+        return f"has 'samples' {json.dumps(samples)}, not a whole number"
+    return None
+
+
+def check_suite(run_dir: Path, manifest: dict) -> None:
+    """The suite hash the manifest records (and ``scores.json`` copies) must be the suite's: the
+    identity's and, when the suite can still be loaded from where the run found it, the file's."""
+    from maxbench.benchmark.suites import builtin_suites, load_suite
+
+    suite = manifest.get("suite")
+    if not isinstance(suite, dict):
+        return
+    ident = (manifest.get("identity") or {}).get("suite")
+    where = run_dir / "manifest.json"
+    if isinstance(ident, dict):
+        differ = [k for k in ("name", "version", "sha256", "n_items") if k in ident and ident[k] != suite.get(k)]
+        if differ:
+            raise MaxbenchError(
+                f"{where} records two suites (its 'suite' and its identity's differ in {', '.join(differ)}); "
+                "the manifest was edited: restore it or regenerate the run"
+            )
+    recorded, path = suite.get("sha256"), suite.get("path")
+    found = None
+    if isinstance(path, str) and Path(path).is_file():
+        found = path
+    elif suite.get("name") in builtin_suites():
+        found = suite["name"]
+    if not isinstance(recorded, str) or found is None:
+        return  # nothing to check against
+    try:
+        now = load_suite(found)
+    except MaxbenchError:
+        return
+    if now.name == suite.get("name") and now.version == suite.get("version", now.version) and now.sha256 != recorded:
+        raise MaxbenchError(
+            f"{where} records suite '{now.name}' with sha256 {recorded[:12]}..., but the suite ({now.path}) has "
+            f"sha256 {now.sha256[:12]}...; the suite or the manifest changed since the run: restore it, or "
+            "regenerate the run"
+        )
+    if isinstance(suite.get("n_items"), int) and now.sha256 == recorded and suite["n_items"] != len(now.items):
+        raise MaxbenchError(
+            f"{where} records {suite['n_items']} prompts for suite '{now.name}', which has {len(now.items)}"
+        )
+
+
 def load_run(run_dir: Path) -> tuple[dict, dict[str, TextBatch]]:
     """The run's manifest and one TextBatch per system (in the order systems first appear)."""
-    from maxbench.benchmark.rundir import GENERATIONS, MANIFEST, read_rows
+    from maxbench.benchmark.rundir import GENERATIONS, MANIFEST, read_run_rows, rows_by_key
 
     if not run_dir.is_dir():
         raise MaxbenchError(f"{run_dir} is not a directory; give a run directory (results/runs/<run-id>)")
@@ -141,25 +205,17 @@ def load_run(run_dir: Path) -> tuple[dict, dict[str, TextBatch]]:
             manifest = json.loads(_decode(run_dir / MANIFEST))
         except json.JSONDecodeError as exc:
             raise MaxbenchError(f"{run_dir / MANIFEST} is not valid JSON ({exc.msg})") from None
-    _decode(gen_path)  # a clear error for binary or non-UTF-8 content before JSON parsing
-    rows = read_rows(gen_path)
-    if not rows:
+        why = _manifest_problem(manifest)
+        if why:
+            raise MaxbenchError(f"{run_dir / MANIFEST} {why}; restore the manifest or regenerate the run")
+        check_suite(run_dir, manifest)
+    numbered = read_run_rows(gen_path)
+    if not numbered:
         raise MaxbenchError(f"{gen_path} holds no generations")
+    rows_by_key([(gen_path, numbered)], allow_same=False)  # a key twice: refused, naming both lines
     groups: dict[str, dict] = {}
-    seen = set()
-    for n, row in enumerate(rows, 1):
-        missing = [k for k in ("system", "prompt_id", "text", "reference") if k not in row]
-        if missing or not isinstance(row.get("text"), str) or not isinstance(row.get("reference"), str):
-            what = f"lacks field '{missing[0]}'" if missing else "has a non-string 'text' or 'reference'"
-            raise MaxbenchError(f"{gen_path} row {n} {what}")
-        system, pid = str(row["system"]), str(row["prompt_id"])
-        key = (system, pid, row.get("sample", 0))
-        if key in seen:
-            raise MaxbenchError(
-                f"{gen_path} row {n} repeats system '{system}', prompt '{pid}', "
-                f"sample {key[2]}; merge or repair the run first"
-            )
-        seen.add(key)
+    for n, row in numbered:
+        system, pid = row["system"], row["prompt_id"]
         g = groups.setdefault(system, {"texts": [], "ids": [], "refs": {}, "prompts": {}, "ref_lp": {}, "vocab": None})
         if g["refs"].setdefault(pid, row["reference"]) != row["reference"]:
             raise MaxbenchError(f"{gen_path} row {n}: prompt '{pid}' has two different references")
@@ -170,6 +226,8 @@ def load_run(run_dir: Path) -> tuple[dict, dict[str, TextBatch]]:
         if row.get("reference_logprobs") is not None:
             g["ref_lp"][pid] = row["reference_logprobs"]
             g["vocab"] = row.get("vocab_size", g["vocab"])
+            if row.get("reference_stride") is not None:
+                g["stride"] = row["reference_stride"]
     # a suite without references (a TXT file) stores empty ones: scored, they would look like real zeros
     batches = {
         s: TextBatch(
@@ -179,6 +237,7 @@ def load_run(run_dir: Path) -> tuple[dict, dict[str, TextBatch]]:
             g["prompts"] or None,
             g["ref_lp"] or None,
             g["vocab"],
+            g.get("stride"),
         )
         for s, g in groups.items()
     }

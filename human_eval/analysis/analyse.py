@@ -402,6 +402,11 @@ def _compare_aspect(
             ref_hist, other_hist, scale.domain, options.n_boot, seeded_rng(options.seed, "mannwhitneyu", aspect, other)
         )
         mwu = replace(mwu, effect_ci=ci)
+        if min(len(ref_hist), len(other_hist)) < 2:
+            warnings.append(
+                f"{other!r} against {reference!r} on {aspect!r}: the effect size has no 95% interval (n/a): "
+                "fewer than two items to resample"
+            )
         wil = None
         if design.kind == "paired":
             ref_means, other_means = _item_means(ref_rows), _item_means(other_rows)

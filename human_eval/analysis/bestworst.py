@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from maxbench.human_eval.analysis.statistics import _percentile_ci, seeded_rng
+from maxbench.human_eval.analysis.statistics import percentile_ci, seeded_rng
 from maxbench.intervals import ConfidenceInterval
 
 TUPLE_SIZE = 4
@@ -80,7 +80,7 @@ def counting_scores(
         CountingScore(
             s,
             None if not np.isfinite(point[k]) else float(point[k]),
-            _percentile_ci(replicates[:, k]),
+            percentile_ci(replicates[:, k], len(items)),
             int(c[0, k]),
             int(c[1, k]),
             int(c[2, k]),

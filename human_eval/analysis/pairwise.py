@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from maxbench.human_eval.analysis.statistics import _percentile_ci, holm, krippendorff_alpha, seeded_rng
+from maxbench.human_eval.analysis.statistics import holm, krippendorff_alpha, percentile_ci, seeded_rng
 from maxbench.intervals import ConfidenceInterval
 
 BT_ALPHA = 0.01
@@ -106,7 +106,13 @@ def bradley_terry(
         replicates[b] = _fit(per_item[picked].sum(axis=0))
     comparisons = (m + m.T).sum(axis=1)
     return [
-        Strength(s, float(scores[k]), _percentile_ci(replicates[:, k]), float(m[k].sum()), int(round(comparisons[k])))
+        Strength(
+            s,
+            float(scores[k]),
+            percentile_ci(replicates[:, k], len(items)),
+            float(m[k].sum()),
+            int(round(comparisons[k])),
+        )
         for k, s in enumerate(systems)
     ]
 

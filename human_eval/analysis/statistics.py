@@ -71,7 +71,12 @@ def rank_biserial_paired(differences: Sequence[float]) -> float | None:
     return float((ranks[d > 0].sum() - ranks[d < 0].sum()) / ranks.sum())
 
 
-def _percentile_ci(values: np.ndarray) -> ConfidenceInterval | None:
+def percentile_ci(values: np.ndarray, n_items: int) -> ConfidenceInterval | None:
+    """The 95% percentile interval of bootstrap replicates ``values`` drawn from ``n_items`` items;
+    None where there is none: fewer than two items (a resample of one item is that item again, so
+    its "interval" would be a single point, not an interval) or no finite replicate."""
+    if n_items < 2:
+        return None
     values = values[np.isfinite(values)]
     if values.size == 0:
         return None
@@ -102,7 +107,7 @@ def bootstrap_rank_biserial_unpaired(
     n_pairs = boot_ref.sum(axis=1) * boot_other.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         r = np.einsum("bi,ij,bj->b", boot_ref, sign, boot_other) / n_pairs
-    return _percentile_ci(r)
+    return percentile_ci(r, min(ref_counts.shape[0], other_counts.shape[0]))
 
 
 def _resampled_totals(counts: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
@@ -129,7 +134,7 @@ def bootstrap_rank_biserial_paired(
     minus = np.where(sample < 0, ranks, 0).sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         r = (plus - minus) / (plus + minus)
-    return _percentile_ci(r)
+    return percentile_ci(r, n)
 
 
 # --------------------------------------------------------------------------- scipy tests
@@ -311,7 +316,7 @@ def agreement(aspect: str, rows: Sequence[Rating], scale: Scale, n_boot: int, se
         replicates[b] = np.nan if value is None else value
     valid = int(np.isfinite(replicates).sum())
     return AgreementResult(
-        ordinal=ordinal, ordinal_ci=_percentile_ci(replicates), interval=interval, n_boot_valid=valid, **base
+        ordinal=ordinal, ordinal_ci=percentile_ci(replicates, len(items)), interval=interval, n_boot_valid=valid, **base
     )
 
 

@@ -47,7 +47,9 @@ def fmt_value(v: float) -> str:
 
 
 def fmt_ci(ci: ConfidenceInterval | None, digits: int = 2) -> str:
-    return "–" if ci is None else f"[{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
+    """An interval, or "n/a" where there is none (the analysis's warnings say why: fewer than two
+    items to resample, or no finite replicate)."""
+    return "n/a" if ci is None else f"[{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
 
 
 def gold_cell(correct: int | None, n: int | None) -> str:

@@ -9,6 +9,10 @@ Public entry points:
   SQLite file or an empty database is a MaxbenchError, not a new empty file. Close it when
   done (``with session_for() as session: ...``).
 - ``engine_for(url=None, create=False)``: the cached Engine behind those sessions.
+- Schema versions (alembic, ``store.migrate``): a new database is stamped at the current
+  revision; one made before versions existed is matched to a revision by its tables and
+  stamped; one whose schema is older is refused (a MaxbenchError naming ``maxbench db
+  upgrade --db URL``) until ``upgrade_database(url)`` runs the migrations.
 - ``database_errors(url)``: context manager for commands; a locked or unreachable
   database becomes a one-line MaxbenchError instead of a traceback.
 - ``with write_transaction(session): ...; session.commit()``: a unit of work that writes.
@@ -45,7 +49,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from maxbench.errors import MaxbenchError
 from maxbench.human_eval.logs import log
-from maxbench.human_eval.store.models import OPTIONAL_TABLES, Base
+from maxbench.human_eval.store import migrate
+from maxbench.human_eval.store.models import Base
 from maxbench.systems.assets import maxbench_home
 
 DEFAULT_BUSY_TIMEOUT_MS = 5000
@@ -170,9 +175,17 @@ def _prepare_sqlite_file(path: Path) -> None:
 
 
 def engine_for(
-    url: str | None = None, create: bool = False, busy_timeout_ms: int | None = None, synchronous: str | None = None
+    url: str | None = None,
+    create: bool = False,
+    busy_timeout_ms: int | None = None,
+    synchronous: str | None = None,
+    check_schema: bool = True,
 ) -> Engine:
     """The cached Engine for ``url``; ``create=True`` makes the SQLite file and the tables.
+
+    The schema is checked when the engine is first made: a database whose schema is older
+    than this code's (``store.migrate.HEAD``) is a MaxbenchError naming ``maxbench db
+    upgrade``; ``check_schema=False`` (the upgrade itself) skips that.
 
     A new database must outlive the process, so ``create=True`` refuses an in-memory
     SQLite URL (``sqlite://``): the study or ratings stored there would vanish at exit.
@@ -192,7 +205,7 @@ def engine_for(
             if create:
                 gate = _gates.get(engine)
                 with gate.held(check_file=False) if gate else nullcontext():
-                    _create_schema(engine)
+                    _ensure_schema(engine, url, create=True)
             return engine
         try:
             sqlite_file = _sqlite_file(url)
@@ -226,7 +239,7 @@ def engine_for(
             # tables, holding the gate and SQLite's write lock; the others then find them.
             try:
                 with gate.held(check_file=False) if gate else nullcontext():
-                    _create_schema(engine)
+                    _ensure_schema(engine, url, create=True)
             except OSError as exc:  # the gate's lock file beside the database
                 raise MaxbenchError(
                     f"cannot create the rating database {sqlite_file} ({exc.strerror}): "
@@ -234,47 +247,122 @@ def engine_for(
                 ) from None
             if gate:
                 gate.reset_identity()
-        else:
-            _check_schema(engine, url)
+        elif check_schema:
+            _ensure_schema(engine, url, create=False)
         if gate is not None:
             _gates[engine] = gate
         _engines[key] = engine
         return engine
 
 
-# Any fixed number: PostgreSQL's advisory lock that serialises schema creation.
+# Any fixed number: PostgreSQL's advisory lock that serialises schema creation and upgrades.
 _SCHEMA_LOCK_KEY = 0x6D617862  # "maxb"
 
 
-def _create_schema(engine: Engine) -> None:
+def upgrade_command(url: str) -> str:
+    return f"maxbench db upgrade --db {shown_url(url)}"
+
+
+def _schema_conn(engine: Engine):
+    """A connection that holds the schema lock from its first statement (SQLite: BEGIN
+    IMMEDIATE; PostgreSQL: an advisory lock released at commit)."""
+    conn = engine.connect().execution_options(sqlite_immediate=True)
+    if conn.dialect.name == "postgresql":
+        # Workers starting together on a new database: without it two see no table and
+        # both create one (a unique violation in pg_type), or both stamp the version.
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK_KEY})")
+    return conn
+
+
+def _version_state(conn, url: str, create: bool) -> str:
+    """What the database needs: "ok", "create" (no rating tables, ``create``), "stamp"
+    (today's tables without a version); an old or unknown schema is a MaxbenchError."""
+    tables = set(inspect(conn).get_table_names())
+    if not tables & set(Base.metadata.tables):
+        if create:
+            return "create"
+        raise MaxbenchError(
+            f"database {shown_url(url)!r} has no rating tables: create a study first (maxbench study create)"
+        )
+    current = migrate.current_revision(conn)
+    if current is None:
+        current = migrate.detect_revision(tables)
+        if current == migrate.HEAD:
+            return "stamp"
+    if current == migrate.HEAD:
+        return "ok"
+    if current not in migrate.known_revisions():
+        raise MaxbenchError(
+            f"database {shown_url(url)!r} has schema revision {current}, newer than this maxbench "
+            f"({migrate.HEAD}): upgrade maxbench to open it"
+        )
+    raise MaxbenchError(
+        f"database {shown_url(url)!r} has an old schema (revision {current}, this maxbench needs "
+        f"{migrate.HEAD}): run `{upgrade_command(url)}` first; nothing was changed"
+    )
+
+
+def _ensure_schema(engine: Engine, url: str, create: bool) -> None:
+    """Create the tables of a new database (``create``) and stamp them at HEAD; stamp a
+    database of today's tables made before schema versions; refuse an old schema."""
     try:
-        with engine.connect().execution_options(sqlite_immediate=True) as conn:
-            if conn.dialect.name == "postgresql":
-                # Workers starting together on a new database: without it two see no table and
-                # both create one (a unique violation in pg_type). Released at commit.
-                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK_KEY})")
-            Base.metadata.create_all(conn)
+        if not create:
+            with engine.connect() as conn:  # readers take no write lock when nothing is to do
+                if _version_state(conn, url, create) == "ok":
+                    return
+        with _schema_conn(engine) as conn:
+            state = _version_state(conn, url, create)
+            if state == "create":
+                Base.metadata.create_all(conn)
+                migrate.stamp(conn, migrate.HEAD)
+            elif state == "stamp":
+                migrate.stamp(conn, migrate.HEAD)
             conn.commit()
     except OperationalError as exc:
         raise MaxbenchError(
-            f"cannot create the rating tables ({_one_line(exc)}): check that the database "
-            "is reachable, writable and not locked by another program"
+            f"cannot create or check the rating tables of {shown_url(url)!r} ({_one_line(exc)}): check that "
+            "the database is reachable, writable and not locked by another program"
         ) from None
-
-
-def _check_schema(engine: Engine, url: str) -> None:
-    try:
-        tables = set(inspect(engine).get_table_names())
     except SQLAlchemyError as exc:
         raise MaxbenchError(
             f"cannot read database {shown_url(url)!r} ({_one_line(exc)}): check that it is reachable and not locked"
         ) from None
-    missing = set(Base.metadata.tables) - tables - OPTIONAL_TABLES
-    if missing:
+
+
+def upgrade_database(url: str | None = None) -> tuple[str, str]:
+    """Bring the ratings database to this code's schema (HEAD), keeping every row: an
+    unstamped database is first stamped with the revision its tables match. Returns the
+    revisions (before, after). Holds the write gate (SQLite) or the schema lock (PostgreSQL),
+    so running app workers wait; they still refuse the old schema until restarted."""
+    url = database_url(url)
+    engine = engine_for(url, check_schema=False)
+    gate = _gates.get(engine)
+    try:
+        with gate.held() if gate else nullcontext(), _schema_conn(engine) as conn:
+            tables = set(inspect(conn).get_table_names())
+            if not tables & set(Base.metadata.tables):
+                raise MaxbenchError(
+                    f"database {shown_url(url)!r} has no rating tables: nothing to upgrade "
+                    "(maxbench study create or maxbench serve creates them at the current schema)"
+                )
+            before = migrate.current_revision(conn)
+            if before is None:
+                before = migrate.detect_revision(tables)
+                migrate.stamp(conn, before)
+            if before not in migrate.known_revisions():
+                raise MaxbenchError(
+                    f"database {shown_url(url)!r} has schema revision {before}, newer than this maxbench "
+                    f"({migrate.HEAD}): upgrade maxbench instead"
+                )
+            migrate.upgrade(conn)
+            after = migrate.current_revision(conn)
+            conn.commit()
+    except OperationalError as exc:
         raise MaxbenchError(
-            f"database {shown_url(url)!r} has no rating tables ({', '.join(sorted(missing))} missing): "
-            "create a study first (maxbench study create)"
-        )
+            f"cannot upgrade database {shown_url(url)!r} ({_one_line(exc)}): retry when the program holding it "
+            "is done, or check the URL; nothing was changed"
+        ) from None
+    return before, after
 
 
 def session_for(url: str | None = None, create: bool = False) -> Session:

@@ -145,7 +145,8 @@ class Enrolment(Base):
     claiming one block at once cannot both win. A block given away after abandonment keeps
     the earlier row with ``annotator_id`` NULL and ``released_at`` set.
 
-    The participant id is admin-only: never rendered to participants, never exported."""
+    The participant id is admin-only: never rendered to participants; only `maxbench study
+    participants` (the list for the platform's approval) exports it."""
 
     __tablename__ = "enrolment"
     __table_args__ = (UniqueConstraint("study_id", "participant_id"),)
@@ -159,8 +160,8 @@ class Enrolment(Base):
     released_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
 
 
-# Tables added after the first release: a database from before lacks them until the app
-# (which creates missing tables) opens it; readers accept their absence.
+# Tables added after the first release. A database from before lacks them until
+# `maxbench db upgrade` runs the migrations (store/migrations): it is refused until then.
 OPTIONAL_TABLES = {"page_text", "enrolment"}
 
 

@@ -23,6 +23,10 @@ attention results are in the admin view, gold accuracy in ``gold.gold_accuracy``
 Rows are sorted by annotator, position and the rubric's criterion order, so the same
 database gives the same rows.
 
+``participant_rows(session, study_id)`` (``maxbench study participants``) is the list a crowd
+platform's approval needs, one row per participant (PARTICIPANT_COLUMNS); it holds the
+platform's participant ids, which nothing else exports.
+
 Beyond the ratings the report reads ``study_baseline`` (the run's baseline, recorded when the
 study was created) and ``study_progress`` (how many of the assigned texts are rated).
 """
@@ -38,7 +42,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, joinedload
 
 from maxbench.human_eval.analysis.ratings import GoldScore, StudyProgress
-from maxbench.human_eval.store.models import Annotator, Assignment, Item, PageText, Rating, StudySystem
+from maxbench.human_eval.store.models import Annotator, Assignment, Enrolment, Item, PageText, Rating, StudySystem
 from maxbench.human_eval.studies.create import find_study
 from maxbench.human_eval.studies.gold import GOLD_DEGRADED, GOLD_PREFIX, GOLD_REFERENCE
 
@@ -271,3 +275,102 @@ def rows_to_csv(rows: list[dict]) -> str:
 
 def rows_to_json(rows: list[dict]) -> str:
     return json.dumps(rows, indent=1, ensure_ascii=False) + "\n"
+
+
+PARTICIPANT_COLUMNS = [
+    "id",
+    "platform",
+    "annotator",
+    "status",
+    "completion",
+    "pages_completed",
+    "pages_total",
+    "attention_passed",
+    "attention_failed",
+    "gold_accuracy",
+]
+
+
+def _annotator_status(annotator: Annotator, done: int, total: int) -> str:
+    if annotator.excluded_at is not None:
+        return "excluded"  # stopped by failed attention checks
+    if annotator.revoked_at is not None:
+        return "revoked"
+    if annotator.finished_at is not None or (total and done == total):
+        return "finished"
+    return "started" if done else "not started"
+
+
+def participant_rows(session: Session, study_id: str | int) -> list[dict]:
+    """One row per participant (PARTICIPANT_COLUMNS), for approving or rejecting them on the crowd
+    platform: ``id`` is the platform's participant id (Prolific's PROLIFIC_PID, MTurk's workerId) of
+    an enrolled block, else the annotator's label (a personal link); ``completion`` is completed
+    pages / pages (attention checks and gold pages count, as the participant saw them);
+    ``attention_passed``/``attention_failed`` count answered attention checks; ``gold_accuracy``
+    is the share of gold judgments right (empty without gold items). A participant whose claimed
+    block was given away after abandonment has a row with status ``released`` and no pages.
+    Rows: annotators in label order, then the released participants in claim order."""
+    study = find_study(session, study_id)
+    pages = defaultdict(lambda: [0, 0, 0, 0])  # completed, total, attention passed, failed
+    for annotator_id, completed_at, attention, passed in session.execute(
+        select(Assignment.annotator_id, Assignment.completed_at, Assignment.attention, Assignment.attention_passed)
+        .join(Annotator, Assignment.annotator_id == Annotator.id)
+        .where(Annotator.study_id == study.id)
+    ):
+        counts = pages[annotator_id]
+        counts[0] += completed_at is not None
+        counts[1] += 1
+        if attention is not None and passed is not None:
+            counts[2 if passed else 3] += 1
+    enrolments = session.scalars(
+        select(Enrolment).where(Enrolment.study_id == study.id).order_by(Enrolment.claimed_at, Enrolment.id)
+    ).all()
+    holder = {e.annotator_id: e for e in enrolments if e.annotator_id is not None}
+    gold = {score.annotator: score.accuracy for score in gold_accuracy(session, study.slug)}
+    rows = []
+    for annotator in session.scalars(select(Annotator).where(Annotator.study_id == study.id).order_by(Annotator.label)):
+        done, total, passed, failed = pages[annotator.id]
+        enrolment = holder.get(annotator.id)
+        if (study.design or {}).get("enrolment") and enrolment is None:
+            continue  # a block nobody holds
+        accuracy = gold.get(annotator.label)
+        rows.append(
+            {
+                "id": enrolment.participant_id if enrolment else annotator.label,
+                "platform": enrolment.platform if enrolment else "link",
+                "annotator": annotator.label,
+                "status": _annotator_status(annotator, done, total),
+                "completion": f"{done}/{total}",
+                "pages_completed": done,
+                "pages_total": total,
+                "attention_passed": passed,
+                "attention_failed": failed,
+                "gold_accuracy": None if accuracy is None else round(accuracy, 4),
+            }
+        )
+    for e in enrolments:
+        if e.annotator_id is None:
+            rows.append(
+                {
+                    "id": e.participant_id,
+                    "platform": e.platform,
+                    "annotator": None,
+                    "status": "released",
+                    "completion": "0/0",
+                    "pages_completed": 0,
+                    "pages_total": 0,
+                    "attention_passed": 0,
+                    "attention_failed": 0,
+                    "gold_accuracy": None,
+                }
+            )
+    return rows
+
+
+def participants_to_csv(rows: list[dict]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=PARTICIPANT_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: "" if row[k] is None else row[k] for k in PARTICIPANT_COLUMNS})
+    return out.getvalue()
