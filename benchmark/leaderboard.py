@@ -184,17 +184,16 @@ def check_scored_generations(run_dir: Path, doc: dict) -> None:
     from maxbench.benchmark.rundir import GENERATIONS
 
     gen = run_dir / GENERATIONS
-    if not gen.is_file():
-        return  # scores without their generations (a copied results folder): nothing to compare
     recorded = doc.get("generations_sha256")
+    if not gen.is_file() or not isinstance(recorded, str):
+        return  # scores without their generations, or a hand-made scores file that names none: nothing to compare
     try:
         now = hashlib.sha256(gen.read_bytes()).hexdigest()
     except OSError as exc:
         raise MaxbenchError(f"cannot read {gen}: {exc.strerror or exc}") from None
     if recorded != now:
-        said = f"sha256 {recorded}" if isinstance(recorded, str) else "no generations sha256"
         raise MaxbenchError(
-            f"{run_dir / 'scores.json'} scored generations with {said}, but {gen} has sha256 {now}: these are "
+            f"{run_dir / 'scores.json'} scored generations with sha256 {recorded}, but {gen} has sha256 {now}: these are "
             f"not this run's scores; run `maxbench score {run_dir}`"
         )
 

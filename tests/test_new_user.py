@@ -409,9 +409,9 @@ def test_free_disk_space_is_checked_before_the_first_token(tmp_path, cli, monkey
     [
         ("Hello {i}", "x", "greedy,max_new_tokens=100000000", "max_new_tokens=100000000 needs 100000"),
         ("a" * 10_000_000 + "{i}", "x", "greedy,max_new_tokens=4", "at least"),
-        ("Hello {i}", "word " * 600, "greedy,max_new_tokens=4", "with its reference"),
     ],
-    ids=["max_new_tokens=1e8", "10-MB-prompt", "reference-past-context"],
+    # a reference past the context is scored in strided windows now (tests/test_new_user_suites.py)
+    ids=["max_new_tokens=1e8", "10-MB-prompt"],
 )
 def test_positions_past_the_models_context_are_refused_before_generating(
     tmp_path, cli, prompt, reference, decoding, words

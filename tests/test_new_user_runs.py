@@ -227,3 +227,12 @@ def test_view_and_score_refuse_a_row_that_is_no_row(cli, run, tmp_path, bad, wor
     _write_lines(run, lines, rehash=True)
     _one_line_exit_2(cli("view", run, "--out", tmp_path / "ex"), "generations.jsonl", *words)
     _one_line_exit_2(cli(*_score_args(run)), "generations.jsonl", *words)
+
+
+def test_a_layer_with_parameters_agrees_with_its_system_string():
+    from maxbench.benchmark.metrics.scoring import _manifest_problem
+
+    name = "smollm2-135m/graphmax(lam=1.0,solver=exact)/top_p=0.9"
+    entry = {"model": "smollm2-135m", "layer": "graphmax", "layer_params": {"lam": 1.0}}
+    assert _manifest_problem({"systems": {name: entry}}) is None
+    assert "contradicts" in _manifest_problem({"systems": {name: entry | {"layer": "graph"}}})

@@ -141,7 +141,7 @@ def _manifest_problem(manifest) -> str | None:
             return f"says system '{name}' has model '{model}', which its system string contradicts"
         if isinstance(model, str) and isinstance(layer, str):
             rest = name[len(model) + 1 :]
-            if rest != layer and not rest.startswith(f"{layer}/"):
+            if rest != layer and not rest.startswith((f"{layer}/", f"{layer}(")):  # parameters, e.g. graphmax(lam=1.0)
                 return f"says system '{name}' has layer '{layer}', which its system string contradicts"
     samples = manifest.get("samples", 1)
     if not isinstance(samples, int) or isinstance(samples, bool):
