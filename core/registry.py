@@ -247,6 +247,14 @@ class Registry(Generic[T]):
                 raise MaxbenchError(
                     f"{self.kind} '{name}' is registered as {target}, but {module} has no {attr}"
                 ) from None
+            except Exception as exc:  # noqa: BLE001 - a plugin's own failure on import is one line naming it
+                if name not in self._origins:
+                    raise
+                detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                raise MaxbenchError(
+                    f"plugin {self.kind} '{name}' from {describe_origin(self._origins[name])} failed to import "
+                    f"({target}): {type(exc).__name__}" + (f": {detail}" if detail else "")
+                ) from None
             if self.base is not None and not (isinstance(obj, type) and issubclass(obj, self.base)):
                 what = (
                     f"plugin {self.kind} '{name}' from {describe_origin(self._origins[name])}"

@@ -233,3 +233,24 @@ def test_entry_point_plugin_colliding_with_a_builtin_is_one_line(monkeypatch):
     ok = Registry("output layer", {"other": "x:Y"}, group="maxbench.test2")
     assert ok.names() == ["other", "softmax"]
     assert ok.origin("softmax") == {"source": "entry-point", "distribution": "acme-layers", "version": "1.2"}
+
+
+def test_entry_point_plugin_that_fails_to_import_is_one_line(monkeypatch, tmp_path):
+    from importlib import metadata
+
+    from maxbench.registry import Registry
+
+    (tmp_path / "broken_acme.py").write_text("raise RuntimeError('the vendored kernel is missing')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    class Dist:
+        name, version = "acme-layers", "1.2"
+
+    entry = type("E", (), {"name": "acme", "value": "broken_acme:Layer", "dist": Dist})()
+    monkeypatch.setattr(metadata, "entry_points", lambda group: [entry])
+    reg = Registry("output layer", {"softmax": "x:Y"}, group="maxbench.test3")
+    with pytest.raises(
+        MaxbenchError, match="plugin output layer 'acme' from distribution acme-layers 1.2 failed to import"
+    ) as err:
+        reg.get("acme")
+    assert "RuntimeError: the vendored kernel is missing" in str(err.value) and "\n" not in str(err.value)
