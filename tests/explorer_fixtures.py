@@ -38,6 +38,10 @@ def make_scored_run(root: Path) -> Path:
     lines[0]["pieces"] = [HOSTILE[:20], HOSTILE[20:]]
     lines[0]["stats"]["p_chosen"] = lines[0]["stats"]["p_chosen"][:2]
     gen.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    # scored again: scores.json must describe these generations (leaderboard and view check its hash)
+    score = [sys.executable, "-m", "maxbench", "score", str(root / "runs" / "r"), "--bootstrap", "50", "--threads", "1"]
+    score += ["--metrics", "bleu-n,self-bleu,rep,seq-rep,distinct,rouge-l"]
+    subprocess.run(score, check=True, capture_output=True)
     return root / "runs" / "r"
 
 

@@ -1,5 +1,6 @@
 """maxbench view: the explorer's data, its escaping, its study join and its refusals."""
 
+import hashlib
 import json
 
 import pytest
@@ -155,6 +156,10 @@ def test_two_base_models_without_a_baseline_each_is_a_marked_partial_view(scored
     for name in ("scores.json", "generations.jsonl"):
         path = other / name
         path.write_text(path.read_text(encoding="utf-8").replace("tiny-random/", "other-model/"), encoding="utf-8")
+    # the scores describe the renamed generations (leaderboard and view check the hash)
+    scores = json.loads((other / "scores.json").read_text(encoding="utf-8"))
+    scores["generations_sha256"] = hashlib.sha256((other / "generations.jsonl").read_bytes()).hexdigest()
+    (other / "scores.json").write_text(json.dumps(scores), encoding="utf-8")
     index = _index(write_explorer([run, other], tmp_path / "two").read_text())
     assert index["leaderboard"]["grouped"] and len(index["systems"]) == 6
     assert any("several base models" in w and "baseline for each" in w for w in index["warnings"])

@@ -11,6 +11,7 @@ run's prompt id and system, so they join the run's texts and per-prompt scores h
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -65,6 +66,8 @@ class Study:
     aspects: list[str]
     scale: dict  # aspect -> [min, max]
     ratings: dict = field(default_factory=dict)
+    #: (prompt_id, sample, system) -> sha256 of the rated text, where the export records the text or its hash
+    texts: dict = field(default_factory=dict)
 
 
 def load_study(path: Path) -> Study:
@@ -90,6 +93,11 @@ def load_study(path: Path) -> Study:
             aspect, value = str(r["criterion"]), r["value"]
         except (KeyError, TypeError, ValueError):
             raise MaxbenchError(f"{path} rating {n} lacks prompt_id, system, criterion or value") from None
+        text, digest = r.get("text"), r.get("text_sha256")
+        if isinstance(text, str):
+            digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        if isinstance(digest, str) and digest:
+            study.texts[key] = digest
         if aspect not in study.aspects:
             study.aspects.append(aspect)
             study.scale[aspect] = [r.get("scale_min"), r.get("scale_max")]
@@ -261,6 +269,7 @@ def build(run_dirs: list[Path], study: Study | None = None) -> tuple[dict, list[
     human_means, item_ratings = {}, {}
     correlations = None
     if study is not None:
+        check_study_run(study, runs, prompts)
         joined = {
             k: v
             for k, v in study.ratings.items()
@@ -339,6 +348,31 @@ def build(run_dirs: list[Path], study: Study | None = None) -> tuple[dict, list[
         "warnings": warnings,
     }
     return index, records
+
+
+def check_study_run(study: Study, runs, prompts: dict) -> None:
+    """Refuse a study made from another run than the ones viewed: its ratings are of that run's texts,
+    and system names and prompt ids alone would attach them to other texts. The study's run (its
+    ``run_id``) must be one of them, and where the export records a rated text (or its sha256), the
+    run's text under that prompt, sample and system must be that text."""
+    ids = [r.run_id for r in runs]
+    if study.run_id is not None and str(study.run_id) not in ids:
+        raise MaxbenchError(
+            f"study {study.name} rated the texts of run {study.run_id}, but the runs given are {', '.join(ids)}; "
+            "its ratings would be attached to other texts: give the run the study was made from"
+        )
+    for (pid, sample, system), digest in study.texts.items():
+        rec = prompts.get(f"{pid}#{sample}" if sample else pid)
+        shown = (rec or {}).get("texts", {}).get(system)
+        if shown is None:
+            continue  # not in these runs: left out with the other unjoined ratings
+        now = hashlib.sha256(shown["text"].encode("utf-8")).hexdigest()
+        if now != digest:
+            raise MaxbenchError(
+                f"study {study.name} rated another text of system '{system}' for prompt '{pid}' (sample {sample}) "
+                f"than run {study.run_id or ', '.join(ids)} holds (sha256 {digest[:12]}... rated, {now[:12]}... in the "
+                "run); the run was regenerated or is another run of the same name: give the run the study was made from"
+            )
 
 
 def correlation_data(rows, joined: dict, study: Study) -> list[dict]:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import signal
 import sys
+import threading
 
 from maxbench.errors import MaxbenchError
 from maxbench.fileio import check_output_file
@@ -172,7 +175,45 @@ def warning_lines(doc: dict) -> list[str]:
     return out
 
 
+@contextlib.contextmanager
+def interrupts_not_lost():
+    """Ctrl-C inside the block always ends the command as an interrupt (exit 130, ``run_guarded``).
+
+    Python raises KeyboardInterrupt in whatever code runs when the signal is handled; when that is a
+    destructor (``__del__`` of a zip file, a tokenizer, a thread pool being collected), the exception is
+    only printed as "Exception ignored" and the work goes on as if no one had pressed Ctrl-C. The
+    handler here records the signal as well, so an interrupt eaten that way is raised again when the
+    block ends; what was written before (the score cache's entries, ``scores.json``) is kept."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    seen: list[int] = []
+
+    def handler(signum, frame):
+        seen.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        if seen:  # the interrupt was eaten, and then something failed: the interrupt is the answer
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+    if seen:
+        raise KeyboardInterrupt
+
+
 def cmd_score(args) -> int:
+    with interrupts_not_lost():
+        return _score(args)
+
+
+def _score(args) -> int:
     from pathlib import Path
 
     from maxbench.benchmark.metrics.scoring import score_files, score_run

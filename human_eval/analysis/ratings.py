@@ -151,6 +151,14 @@ def _csv_records(text: str, name: str) -> list[tuple[str, dict]]:
     if reader.fieldnames is None:
         raise MaxbenchError(f"{name} is empty; it needs a header row with {','.join(REQUIRED_COLUMNS)}")
     reader.fieldnames = [f.strip() for f in reader.fieldnames]
+    if any(c not in reader.fieldnames for c in REQUIRED_COLUMNS):
+        delimiter = _other_delimiter(text)
+        if delimiter is not None:
+            shown = "tab" if delimiter == "\t" else repr(delimiter)
+            raise MaxbenchError(
+                f"{name} lacks the required columns as read with commas, but the file seems to use {shown} as its "
+                f"delimiter; maxbench reads comma-separated CSV (save it with commas)"
+            )
     _check_columns(reader.fieldnames, name)
     records = []
     try:
@@ -163,6 +171,22 @@ def _csv_records(text: str, name: str) -> list[tuple[str, dict]]:
     except csv.Error as exc:
         raise MaxbenchError(f"{name} line {reader.line_num} is not valid CSV ({exc})") from None
     return records
+
+
+def _other_delimiter(text: str) -> str | None:
+    """The delimiter other than a comma (';', tab, '|') that splits the header line into all the
+    required columns (a spreadsheet in a locale with decimal commas saves with ';'), else None."""
+    header = next(iter(text.splitlines()), "")
+    for delimiter in (";", "\t", "|"):
+        if delimiter not in header:
+            continue
+        try:
+            columns = {c.strip() for c in next(csv.reader([header], delimiter=delimiter))}
+        except (csv.Error, StopIteration):
+            continue
+        if all(c in columns for c in REQUIRED_COLUMNS):
+            return delimiter
+    return None
 
 
 def _json_records(text: str, name: str, lines: bool) -> list[tuple[str, dict]]:
