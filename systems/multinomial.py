@@ -40,7 +40,14 @@ def _torch_rows(probs: torch.Tensor, generators: list[torch.Generator]) -> torch
 
 def multinomial_rows(probs: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
     """``torch.multinomial(probs[i:i+1], 1, generator=generators[i])`` for every row i, as a
-    (B,) tensor of token ids, the generators left as torch leaves them."""
+    (B,) tensor of token ids, the generators left as torch leaves them.
+
+    The generators are CPU generators (``systems.decoding``), so the draws are the CPU's on any
+    device: probabilities computed on a GPU come to the CPU (float32) first, and a seed draws
+    the same token from the same probabilities wherever they were computed. The ids are returned
+    on the CPU."""
+    if probs.device.type != "cpu" and generators and generators[0].device.type == "cpu":
+        probs = probs.float().cpu()
     if probs.device.type != "cpu" or probs.dtype != torch.float32 or probs.dim() != 2 or probs.shape[1] < 2:
         return _torch_rows(probs, generators)
     # torch draws the rows with a wide support itself (no truncation: nothing to gain here),

@@ -93,3 +93,11 @@ def test_other_dtypes_and_shapes_take_torchs_path():
         seeds = [5, 6, 7]
         a, _ = _torch(p, seeds)
         assert torch.equal(multinomial_rows(p, [torch.Generator().manual_seed(s) for s in seeds]), a)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (scripts/gpu_check.sh runs it on a GPU)")
+def test_probabilities_on_a_gpu_are_drawn_with_the_cpu_generators():
+    probs = torch.softmax(torch.randn(3, 500, generator=torch.Generator().manual_seed(5)), -1)
+    cpu = multinomial_rows(probs, [torch.Generator().manual_seed(s) for s in (1, 2, 3)])
+    gpu = multinomial_rows(probs.cuda(), [torch.Generator().manual_seed(s) for s in (1, 2, 3)])
+    assert torch.equal(cpu, gpu.cpu())
