@@ -57,12 +57,24 @@ def token_exact(out: Path, lm) -> bool:
     from maxbench.systems.layers.softmax import SoftmaxLayer
 
     cases = [
-        ("greedy", DecodingSetting(do_sample=False, max_new_tokens=32), [0] * len(PROMPTS),
-         dict(do_sample=False, top_k=None, top_p=None, temperature=None)),
-        ("top_p=0.9", DecodingSetting(top_p=0.9, max_new_tokens=32), list(range(11, 11 + len(PROMPTS))),
-         dict(do_sample=True, top_p=0.9, top_k=0, temperature=1.0)),
-        ("temp=0.7,top_k=40", DecodingSetting(temperature=0.7, top_k=40, max_new_tokens=32),
-         list(range(31, 31 + len(PROMPTS))), dict(do_sample=True, temperature=0.7, top_k=40, top_p=1.0)),
+        (
+            "greedy",
+            DecodingSetting(do_sample=False, max_new_tokens=32),
+            [0] * len(PROMPTS),
+            dict(do_sample=False, top_k=None, top_p=None, temperature=None),
+        ),
+        (
+            "top_p=0.9",
+            DecodingSetting(top_p=0.9, max_new_tokens=32),
+            list(range(11, 11 + len(PROMPTS))),
+            dict(do_sample=True, top_p=0.9, top_k=0, temperature=1.0),
+        ),
+        (
+            "temp=0.7,top_k=40",
+            DecodingSetting(temperature=0.7, top_k=40, max_new_tokens=32),
+            list(range(31, 31 + len(PROMPTS))),
+            dict(do_sample=True, temperature=0.7, top_k=40, top_p=1.0),
+        ),
     ]
     greedy_ok = True
     for label, setting, seeds, kw in cases:
@@ -82,15 +94,16 @@ def token_exact(out: Path, lm) -> bool:
 
 
 def precision(out: Path, lms: dict, prompts: list[str]) -> None:
-    import torch
 
     from maxbench.systems.decoding import DecodingSetting, decode
     from maxbench.systems.layers.softmax import SoftmaxLayer
 
     texts = {}
     for dtype, lm in lms.items():
-        for setting_name, setting in (("greedy", DecodingSetting(do_sample=False, max_new_tokens=64)),
-                                      ("top_p=0.9", DecodingSetting(top_p=0.9, max_new_tokens=64))):
+        for setting_name, setting in (
+            ("greedy", DecodingSetting(do_sample=False, max_new_tokens=64)),
+            ("top_p=0.9", DecodingSetting(top_p=0.9, max_new_tokens=64)),
+        ):
             decode(lm, SoftmaxLayer(), prompts[:4], setting, list(range(4)))  # warm-up
             sync()
             t0 = time.perf_counter()
@@ -99,14 +112,20 @@ def precision(out: Path, lms: dict, prompts: list[str]) -> None:
             dt = time.perf_counter() - t0
             n = sum(len(r["token_ids"]) for r in rows)
             texts[dtype, setting_name] = [r["token_ids"] for r in rows]
-            say(out, f"  {dtype:<5} {setting_name:<10} batch {len(prompts)}: {n} tokens in {dt:6.2f} s = "
-                     f"{n / dt:8.1f} tokens/s")
+            say(
+                out,
+                f"  {dtype:<5} {setting_name:<10} batch {len(prompts)}: {n} tokens in {dt:6.2f} s = "
+                f"{n / dt:8.1f} tokens/s",
+            )
     for s in ("greedy", "top_p=0.9"):
         a, b = texts["fp32", s], texts["bf16", s]
         same = sum(x == y for x, y in zip(a, b))
         prefix = [next((i for i, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y))) for x, y in zip(a, b)]
-        say(out, f"  bf16 vs fp32 {s}: {same}/{len(a)} texts identical; first differing token at median position "
-                 f"{sorted(prefix)[len(prefix) // 2]}")
+        say(
+            out,
+            f"  bf16 vs fp32 {s}: {same}/{len(a)} texts identical; first differing token at median position "
+            f"{sorted(prefix)[len(prefix) // 2]}",
+        )
 
 
 def sync() -> None:
@@ -126,13 +145,31 @@ def lineup_run(out: Path, n: int, batch: int, device: str, skip: set = frozenset
     rows = (src / "food-reviews.jsonl").read_text().splitlines()[:n]
     (suite_dir / f"food-reviews-{n}.jsonl").write_text("\n".join(rows) + "\n")
     manifest = (src / "food-reviews.toml").read_text().splitlines()
-    manifest = [l for l in manifest if not l.startswith(("sha256", "file", "name"))]
+    manifest = [ln for ln in manifest if not ln.startswith(("sha256", "file", "name"))]
     (suite_dir / f"food-reviews-{n}.toml").write_text(
         "\n".join([f'name = "food-reviews-{n}"', f'file = "food-reviews-{n}.jsonl"', *manifest]) + "\n"
     )
-    cmd = [sys.executable, "-m", "maxbench", "generate", "--suite", str(suite_dir / f"food-reviews-{n}.toml"),
-           "--corpus", lineup.corpus, "--device", device, "--batch-size", str(batch), "--seed", str(lineup.seed),
-           "--runs-dir", str(out / "runs"), "--run-id", "gpu-default", "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "maxbench",
+        "generate",
+        "--suite",
+        str(suite_dir / f"food-reviews-{n}.toml"),
+        "--corpus",
+        lineup.corpus,
+        "--device",
+        device,
+        "--batch-size",
+        str(batch),
+        "--seed",
+        str(lineup.seed),
+        "--runs-dir",
+        str(out / "runs"),
+        "--run-id",
+        "gpu-default",
+        "--no-progress",
+    ]
     systems = [s.name for s in lineup.systems if s.layer not in skip]
     for s in systems:
         cmd += ["--system", s]
@@ -148,13 +185,13 @@ def lineup_run(out: Path, n: int, batch: int, device: str, skip: set = frozenset
             shutil.copy(run / name, out / name)
     if proc.returncode != 0 or not (run / "timings.jsonl").exists():
         return
-    gens = [json.loads(l) for p in sorted(run.glob("generations*.jsonl")) for l in p.read_text().splitlines() if l]
+    gens = [json.loads(ln) for p in sorted(run.glob("generations*.jsonl")) for ln in p.read_text().splitlines() if ln]
     tokens: dict[str, int] = {}
     for g in gens:
         tokens[g["system"]] = tokens.get(g["system"], 0) + len(g["token_ids"])
     secs: dict[str, float] = {}
     layer: dict[str, float] = {}
-    for t in (json.loads(l) for l in (run / "timings.jsonl").read_text().splitlines() if l):
+    for t in (json.loads(ln) for ln in (run / "timings.jsonl").read_text().splitlines() if ln):
         if t["phase"].startswith("generate "):
             name = t["phase"][len("generate ") :]
             secs[name] = secs.get(name, 0.0) + t["seconds"]
@@ -176,31 +213,42 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--prompts", type=int, default=16, help="prompts of the default suite for the lineup run")
     ap.add_argument("--sections", default="1,2,3", help="which of the sections to run")
-    ap.add_argument("--skip-layers", default="", help="layers of the lineup to leave out (e.g. posg: its fit needs spaCy)")
+    ap.add_argument(
+        "--skip-layers", default="", help="layers of the lineup to leave out (e.g. posg: its fit needs spaCy)"
+    )
     ap.add_argument("--precision-prompts", type=int, default=48)
     ap.add_argument("--device", default="cuda", help="cuda (cpu only to try the script itself)")
     ap.add_argument("--expect-weights", default="", help="weights sha256 the converted model must have")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    from importlib.metadata import version
+
     import torch
     import transformers
-
-    from importlib.metadata import version
 
     from maxbench.systems.models import load_model
 
     out = args.out
     say(out, f"# maxbench GPU check, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA"
-    say(out, f"device: {gpu}; torch {torch.__version__}; transformers "
-             f"{transformers.__version__}; maxbench {version('maxbench')}; python {sys.version.split()[0]}")
+    say(
+        out,
+        f"device: {gpu}; torch {torch.__version__}; transformers "
+        f"{transformers.__version__}; maxbench {version('maxbench')}; python {sys.version.split()[0]}",
+    )
     t0 = time.perf_counter()
     fp32 = load_model("smollm2-135m", device=args.device, options={"dtype": "fp32"})
-    say(out, f"model: smollm2-135m converted and loaded in {time.perf_counter() - t0:.1f} s; weights "
-             f"{fp32.hash[:16]}; dtype {fp32.dtype}")
+    say(
+        out,
+        f"model: smollm2-135m converted and loaded in {time.perf_counter() - t0:.1f} s; weights "
+        f"{fp32.hash[:16]}; dtype {fp32.dtype}",
+    )
     if args.expect_weights and not fp32.hash.startswith(args.expect_weights):
-        say(out, f"  WARNING: the converted weights differ from the CPU machine's ({args.expect_weights[:16]}); "
-                 "the cached heads and graph will not be found")
+        say(
+            out,
+            f"  WARNING: the converted weights differ from the CPU machine's ({args.expect_weights[:16]}); "
+            "the cached heads and graph will not be found",
+        )
     sections = set(args.sections.split(","))
     if "1" in sections:
         token_exact_section(out, fp32)
@@ -208,8 +256,11 @@ def main() -> int:
         precision_section(out, fp32, args)
     del fp32
     if "3" in sections:
-        say(out, f"\n## 3. the default lineup, generation only, on {args.prompts} prompts ({args.device}, fp32, batch "
-                 f"{args.prompts})")
+        say(
+            out,
+            f"\n## 3. the default lineup, generation only, on {args.prompts} prompts ({args.device}, fp32, batch "
+            f"{args.prompts})",
+        )
         lineup_run(out, args.prompts, args.prompts, args.device, set(filter(None, args.skip_layers.split(","))))
         shutil.rmtree(out / "suite", ignore_errors=True)
     return 0
@@ -229,7 +280,7 @@ def precision_section(out: Path, fp32, args) -> None:
     say(out, "\n## 2. bf16 against fp32 on CUDA (softmax, 64 new tokens, 48 prompts)")
     bf16 = load_model("smollm2-135m", device=args.device, options={"dtype": "bf16" if args.device != "cpu" else "fp32"})
     suite = Path(__file__).resolve().parents[1] / "benchmark" / "suites" / "food-reviews.jsonl"
-    prompts = [json.loads(l)["prompt"] for l in suite.read_text().splitlines()[: args.precision_prompts]]
+    prompts = [json.loads(ln)["prompt"] for ln in suite.read_text().splitlines()[: args.precision_prompts]]
     precision(out, {"fp32": fp32, "bf16": bf16}, prompts)
     del bf16
     if torch.cuda.is_available():
