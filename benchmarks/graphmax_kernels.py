@@ -6,7 +6,9 @@ for each solver (``--solvers``) three ways:
 
 - exact: the CPU default (``maxbench.systems.layers.graphmax.kernels.exact``, with the graph products of the
   scipy backend), torch's operations with the same products (the CPU's path before the
-  kernels), and the torch path that CUDA runs (``backend="torch"``: torch's sparse products);
+  kernels), and the torch path that CUDA runs (``backend="torch"``: torch's operations, its graph
+  products on the CPU numba's ``paper_kernels.product``, as torch's CSR kernel gave other bits on
+  an Intel CPU, issue 41);
 - paper: the CPU default (``maxbench.systems.layers.graphmax.kernels.paper``, with the graph product that
   ``graphmax_paper._Product`` chooses for the graph), the same kernels with the other graph
   product, and the torch path that CUDA runs (``graphmax_paper.solve(..., kernels=False)``).
@@ -122,7 +124,7 @@ def main() -> None:
                         "torch": "torch path (CUDA's)",
                     }
                 else:
-                    other = "torch's CSR product" if chosen else "the kernel's product"
+                    other = "the graph operator's product" if chosen else "the kernel's product"
                     ways = ["kernels", "other", "torch"]
                     labels = {
                         "kernels": "kernels (default)",

@@ -218,8 +218,8 @@ def test_the_layout_kernels_move_the_bits_unchanged():
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_either_graph_product_gives_the_same_bits(threads, monkeypatch):
-    """The kernel's product (wide blocks) and scipy's (one thread) or torch's CSR kernel (more)
-    add each row's terms in the same order. (A fifth of the tokens touched, so that the block
+    """The kernel's product (wide blocks) and scipy's (one thread) or numba's ``product`` (more)
+    add each row's terms in the same order, on every CPU (tests/test_cpu_independence.py). (A fifth of the tokens touched, so that the block
     is the touched and heavy tokens, where the product is chosen by width.)"""
     n = 3000
     A = sparse_graph(n, 600, density=0.01, seed=18)

@@ -10,6 +10,7 @@ import torch
 from scipy.special import logsumexp, softmax
 
 from maxbench.errors import MaxbenchError
+from maxbench.systems.layers.graphmax import graph_operator
 from maxbench.systems.layers.graphmax.graph_operator import GraphOperator
 from maxbench.systems.layers.graphmax.operator import graphmax
 from maxbench.systems.layers.sparsemax.operator import sparsemax
@@ -386,27 +387,32 @@ def test_torch_backend_equals_scipy_backend():
         assert torch.equal(i_sp.iterations, i_t.iterations)
 
 
-def test_threaded_products_give_the_single_thread_bits():
-    # With more than one torch thread the CPU products go through torch's row-parallel CSR
-    # kernel; the solver's results must keep every bit of scipy's single-threaded ones.
+def test_threaded_products_give_the_single_thread_bits(monkeypatch):
+    # With more than one torch thread the CPU products go through numba's row-parallel CSR
+    # kernel; the solver's results must keep every bit of scipy's single-threaded ones, on every
+    # CPU (torch's CSR kernel, MKL's, did not on an Intel Xeon: tests/test_cpu_independence.py).
     n = 4000
     A = random_graph(n, seed=17)
     z = torch.randn(24, n, generator=torch.Generator().manual_seed(17)) * 3
     op = GraphOperator.prepare(A, "cpu")
     x = z.T.softmax(0).contiguous()
     threads = torch.get_num_threads()
-    results = {}
+    results, calls = {}, []
+    real = graph_operator._cpu_times
+    monkeypatch.setattr(graph_operator, "_cpu_times", lambda *a: calls.append(torch.get_num_threads()) or real(*a))
     try:
         for t in (1, 2):
             torch.set_num_threads(t)
             results[t] = graphmax(z, op, return_info=True, probs=False)[1]
+            calls.clear()
             results[t, "product"] = op.m_product_columns(x)
+            results[t, "kernel"] = list(calls)
     finally:
         torch.set_num_threads(threads)
     for key in ("log_probs", "gap", "iterations"):
         assert torch.equal(getattr(results[1], key), getattr(results[2], key)), key
     assert all(torch.equal(a, b) for a, b in zip(results[1, "product"], results[2, "product"]))
-    assert ("threaded", torch.float32) in op._by_dtype  # the 2-thread runs took torch's kernel
+    assert results[1, "kernel"] == [] and results[2, "kernel"] == [2, 2]  # scipy's kernel, then numba's
 
 
 def test_graph_given_as_torch_sparse_dense_or_prepared_operator():

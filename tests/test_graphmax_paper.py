@@ -74,8 +74,8 @@ def test_graphmax_takes_the_kernels_on_the_cpu_and_torch_elsewhere(monkeypatch):
 @pytest.mark.parametrize("kernel", [True, False])
 @pytest.mark.parametrize("touched", [1000, 3000])
 def test_the_graph_product_has_scipy_bits(touched, kernel):
-    """Both ways to the product (the kernel for graphs of short rows, torch's CSR kernel for
-    the others) give scipy's M x on the touched tokens, and x on the others."""
+    """Both ways to the product (the kernel for graphs of short rows, GraphOperator's products
+    for the others) give scipy's M x on the touched tokens, and x on the others."""
     n = 3000
     op = GraphOperator(partly_touched_graph(n, touched, seed=5) if touched < n else random_graph(n, 0.01, seed=5))
     X = torch.rand(n, 17, generator=torch.Generator().manual_seed(5))
@@ -135,7 +135,7 @@ def test_either_graph_product_gives_the_same_iterates(monkeypatch):
     op = GraphOperator(partly_touched_graph(n, 400, seed=8))
     Z = scores(6, n, seed=8)
     results = []
-    for short_rows in (0, 10**9):  # torch's CSR kernel everywhere, then the kernel everywhere
+    for short_rows in (0, 10**9):  # GraphOperator's products everywhere, then the kernel everywhere
         monkeypatch.setattr(graphmax_paper._Product, "SHORT_ROWS", short_rows)
         X, steps, _, (log_X, gap, f) = graphmax_paper.solve(Z, op, 1.0, 1e-4, 20, 1e-4, 1e-10)
         results.append((X, steps, log_X, gap, f))

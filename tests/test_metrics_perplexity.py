@@ -84,11 +84,18 @@ def test_token_nll_batched_equals_one_sequence_at_a_time(tiny_llama):
     assert nll[2] == 0.0
 
 
-def test_token_nll_cuts_long_contexts_from_the_left(tiny_llama):
+def test_token_nll_scores_past_a_long_context_in_strided_windows(tiny_llama):
+    # a prompt longer than max_length: its last 16 - 8 tokens before the first 8 text tokens, then a
+    # window moving by the stride of 8 (half of 16) over the rest: every text token scored once
     ctx, cont = list(range(1, 40)), list(range(40, 50))
     nll, counts = token_nll(tiny_llama, [ctx], [cont], max_length=16)
+    seq = ctx + cont
     assert counts[0] == 10
-    assert nll[0] == pytest.approx(direct_nll(tiny_llama, ctx[-6:] + cont, 6), abs=1e-4)
+    want = direct_nll(tiny_llama, seq[31:47], 8) + direct_nll(tiny_llama, seq[33:49], 14)
+    assert nll[0] == pytest.approx(want, abs=1e-4)
+    # a text that fits, with a long prompt and one text token per window: the prompt's last 15 tokens
+    nll, counts = token_nll(tiny_llama, [ctx], [cont[:1]], max_length=16)
+    assert counts[0] == 1 and nll[0] == pytest.approx(direct_nll(tiny_llama, seq[24:40], 15), abs=1e-4)
 
 
 def test_ppl_metric_with_the_tiny_random_model():

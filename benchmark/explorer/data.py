@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,8 +67,11 @@ class Study:
     aspects: list[str]
     scale: dict  # aspect -> [min, max]
     ratings: dict = field(default_factory=dict)
-    #: (prompt_id, sample, system) -> sha256 of the rated text, where the export records the text or its hash
+    #: (prompt_id, sample, system) -> the sha256s its rows give the rated text (the text or ``text_sha256``),
+    #: in file order, where the export records them: one, unless the file was edited
     texts: dict = field(default_factory=dict)
+    #: (prompt_id, sample, system) -> the run the rated text came from, where the export records it per row
+    row_runs: dict = field(default_factory=dict)
 
 
 def load_study(path: Path) -> Study:
@@ -96,8 +100,10 @@ def load_study(path: Path) -> Study:
         text, digest = r.get("text"), r.get("text_sha256")
         if isinstance(text, str):
             digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-        if isinstance(digest, str) and digest:
-            study.texts[key] = digest
+        if isinstance(digest, str) and digest and digest not in study.texts.setdefault(key, []):
+            study.texts[key].append(digest)
+        if r.get("run_id") is not None:
+            study.row_runs.setdefault(key, str(r["run_id"]))
         if aspect not in study.aspects:
             study.aspects.append(aspect)
             study.scale[aspect] = [r.get("scale_min"), r.get("scale_max")]
@@ -269,7 +275,10 @@ def build(run_dirs: list[Path], study: Study | None = None) -> tuple[dict, list[
     human_means, item_ratings = {}, {}
     correlations = None
     if study is not None:
-        check_study_run(study, runs, prompts)
+        note = check_study_run(study, runs, prompts)
+        if note is not None:
+            warnings.append(note)
+            print(f"maxbench: warning: {note}", file=sys.stderr, flush=True)
         joined = {
             k: v
             for k, v in study.ratings.items()
@@ -350,29 +359,49 @@ def build(run_dirs: list[Path], study: Study | None = None) -> tuple[dict, list[
     return index, records
 
 
-def check_study_run(study: Study, runs, prompts: dict) -> None:
+def check_study_run(study: Study, runs, prompts: dict) -> str | None:
     """Refuse a study made from another run than the ones viewed: its ratings are of that run's texts,
     and system names and prompt ids alone would attach them to other texts. The study's run (its
-    ``run_id``) must be one of them, and where the export records a rated text (or its sha256), the
-    run's text under that prompt, sample and system must be that text."""
+    ``run_id``, and each row's where the export records it) must be one of them, and where the export
+    records a rated text's sha256 (``text_sha256``, or the text itself), the run's text under that
+    prompt, sample and system must have it. An export without any text hash (written before
+    ``maxbench study export`` recorded them) is checked by its run id alone: the returned note says
+    so (None otherwise)."""
     ids = [r.run_id for r in runs]
     if study.run_id is not None and str(study.run_id) not in ids:
         raise MaxbenchError(
             f"study {study.name} rated the texts of run {study.run_id}, but the runs given are {', '.join(ids)}; "
             "its ratings would be attached to other texts: give the run the study was made from"
         )
-    for (pid, sample, system), digest in study.texts.items():
+    for (pid, sample, system), run_id in study.row_runs.items():
+        if run_id not in ids:
+            raise MaxbenchError(
+                f"study {study.name} rated the text of system '{system}' for prompt '{pid}' (sample {sample}) from "
+                f"run {run_id}, but the runs given are {', '.join(ids)}; its ratings would be attached to other "
+                "texts: give the run the study was made from"
+            )
+    for (pid, sample, system), digests in study.texts.items():
         rec = prompts.get(f"{pid}#{sample}" if sample else pid)
         shown = (rec or {}).get("texts", {}).get(system)
         if shown is None:
             continue  # not in these runs: left out with the other unjoined ratings
         now = hashlib.sha256(shown["text"].encode("utf-8")).hexdigest()
-        if now != digest:
+        for digest in digests:
+            if now == digest:
+                continue
             raise MaxbenchError(
                 f"study {study.name} rated another text of system '{system}' for prompt '{pid}' (sample {sample}) "
-                f"than run {study.run_id or ', '.join(ids)} holds (sha256 {digest[:12]}... rated, {now[:12]}... in the "
-                "run); the run was regenerated or is another run of the same name: give the run the study was made from"
+                f"than run {study.row_runs.get((pid, sample, system)) or study.run_id or ', '.join(ids)} holds "
+                f"(sha256 {digest[:12]}... rated, {now[:12]}... in the run); the run was regenerated or is another "
+                "run of the same name: give the run the study was made from"
             )
+    if not study.texts:
+        return (
+            f"study {study.name}'s export records no text hashes (exported before maxbench recorded them): its "
+            "ratings are matched to this run by run id, system and prompt only; export it again (maxbench study "
+            "export ID --format explorer) to have every rated text checked against the run"
+        )
+    return None
 
 
 def correlation_data(rows, joined: dict, study: Study) -> list[dict]:

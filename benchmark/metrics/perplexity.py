@@ -4,7 +4,10 @@
   model by ``--evaluator``, e.g. gemma3-270m, named with its weights hash in the signature) finds
   the generated texts, each conditioned on its prompt. Corpus perplexity:
   exp(total negative log-likelihood / total scored tokens), tokens of the evaluator's tokeniser.
-  Texts of several base models are comparable only under one evaluator.
+  Texts of several base models are comparable only under one evaluator. A prompt + text longer
+  than the evaluator's context is scored with strided (sliding-window) perplexity, as ref-ppl
+  scores long references (``text_windows``): every text token is scored, none cut, and the
+  signature then names the stride; a batch whose texts all fit keeps its signature and values.
 - ``ref-ppl`` (``reference_perplexity`` in systems/layers/perplexity.py): how likely a *system* finds the human references,
   from the probabilities its own output layer gave each reference token (what KerBS reports).
   A sparse layer (sparsemax, POSG) gives some reference tokens probability 0, so plain
@@ -38,52 +41,107 @@ from maxbench.systems.layers.perplexity import DEFAULT_EPSILON, reference_perple
 DEFAULT_EVALUATOR = "smollm2-135m"
 
 
+def evaluator_context(model) -> int:
+    """How many positions an evaluator (a Hugging Face causal LM) reads at once: its config's
+    maximum positions (no limit when the config does not say)."""
+    n = getattr(model.config, "max_position_embeddings", None)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1 << 30
+
+
+def text_stride(context: int) -> int:
+    """The stride of the sliding windows over a prompt + text longer than the evaluator's context:
+    half the context, as ref-ppl's (``maxbench.systems.decoding.reference_stride``) and Hugging
+    Face's "Perplexity of fixed-length models"."""
+    return max(1, context // 2)
+
+
+def text_windows(n_context: int, n_total: int, context: int, stride: int | None = None) -> list[tuple[int, int, int]]:
+    """The windows ``(start, end, first)`` that score the text of a sequence of ``n_total`` tokens
+    whose first ``n_context`` are its prompt: the evaluator reads tokens ``start:end`` and tokens
+    ``first:end`` are scored, each once (a first token with nothing before it is not scored).
+
+    One window when the sequence fits ``context``: the whole of it. Otherwise the field's strided
+    (sliding-window) perplexity, as ref-ppl scores references: windows of ``context`` tokens whose
+    ends move by ``stride`` (default half the context), so every text token is scored with at least
+    ``context - stride`` tokens before it. The first window is the context's first positions (the whole
+    prompt before the text) or, when the prompt alone fills the context, the prompt's last tokens and
+    ``stride`` text tokens. A context of under 2 positions cannot score a token that does not fit it
+    (ValueError)."""
+    first = max(n_context, 1)
+    if n_total <= context:
+        return [(0, n_total, first)]
+    if context < 2:
+        raise ValueError(f"a context of {context} position leaves no token before the one scored")
+    stride = min(stride or text_stride(context), context - 1)
+    end = context if first < context else min(first + stride, n_total)
+    windows = [(end - context, end, first)]
+    while end < n_total:
+        new_end = min(end + stride, n_total)
+        windows.append((new_end - context, new_end, end))
+        end = new_end
+    return windows
+
+
 def token_nll(
     model,
     contexts: Sequence[Sequence[int]],
     continuations: Sequence[Sequence[int]],
     batch_size: int = 8,
     max_length: int | None = None,
+    stride: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Summed negative log-likelihood (nats) of each continuation given its context, and how
     many of its tokens were scored, under a Hugging Face causal LM.
 
     A continuation token is scored only when something precedes it, so with an empty context
-    the first token is not counted. Contexts are cut from the left to fit ``max_length``
-    (default: the model's maximum positions); a continuation longer than that is cut too.
+    the first token is not counted. A context + continuation longer than ``max_length`` (default:
+    the model's maximum positions) is scored in sliding windows (:func:`text_windows`, moving by
+    ``stride``, default half of ``max_length``): every token of the continuation is scored, none is cut.
     """
     import torch
 
     if max_length is None:
-        max_length = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
-    seqs, starts = [], []
-    for ctx, cont in zip(contexts, continuations):
-        cont = list(cont)[:max_length]
-        ctx = list(ctx)[max(0, len(ctx) - (max_length - len(cont))) :]
-        seqs.append(ctx + cont)
+        max_length = evaluator_context(model)
+    seqs, starts, windows = [], [], {}
+    for i, (ctx, cont) in enumerate(zip(contexts, continuations)):
+        seq = list(ctx) + list(cont)
+        seqs.append(seq)
         starts.append(max(len(ctx), 1))  # first position whose token is predicted and belongs to cont
+        if len(seq) > max_length and len(seq) > starts[i]:
+            windows[i] = text_windows(len(ctx), len(seq), max_length, stride)
     nll = np.zeros(len(seqs))
     counts = np.array([len(s) - st if len(s) > st else 0 for s, st in zip(seqs, starts)], dtype=np.int64)
     device = next(model.parameters()).device
+
+    def picked_logprobs(rows: list[list[int]]):
+        width = max(len(r) for r in rows)
+        ids = torch.zeros((len(rows), width), dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for row, seq in enumerate(rows):
+            ids[row, : len(seq)] = torch.tensor(seq)
+            mask[row, : len(seq)] = 1
+        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits[:, :-1].float()
+        target = ids[:, 1:].to(device)
+        # log-softmax at the target only: no second (batch, length, vocabulary) tensor
+        picked = logits.gather(-1, target.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+        return picked.cpu().double().numpy()
+
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
-    todo = [i for i in order if counts[i] > 0]
+    todo = [i for i in order if counts[i] > 0 and i not in windows]
+    # the windows of the sequences that do not fit, each of max_length tokens: (sequence, start, end, first)
+    parts = [(i, start, end, first) for i in sorted(windows) for start, end, first in windows[i]]
     with torch.inference_mode():
         for b in range(0, len(todo), batch_size):
             chunk = todo[b : b + batch_size]
-            width = max(len(seqs[i]) for i in chunk)
-            ids = torch.zeros((len(chunk), width), dtype=torch.long)
-            mask = torch.zeros((len(chunk), width), dtype=torch.long)
-            for row, i in enumerate(chunk):
-                ids[row, : len(seqs[i])] = torch.tensor(seqs[i])
-                mask[row, : len(seqs[i])] = 1
-            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits[:, :-1].float()
-            target = ids[:, 1:].to(device)
-            # log-softmax at the target only: no second (batch, length, vocabulary) tensor
-            picked = logits.gather(-1, target.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-            picked = picked.cpu().double().numpy()
+            picked = picked_logprobs([seqs[i] for i in chunk])
             for row, i in enumerate(chunk):
                 # logits at position t predict token t + 1
                 nll[i] = -picked[row, starts[i] - 1 : len(seqs[i]) - 1].sum()
+        for b in range(0, len(parts), batch_size):
+            chunk = parts[b : b + batch_size]
+            picked = picked_logprobs([seqs[i][start:end] for i, start, end, _ in chunk])
+            for row, (i, start, end, first) in enumerate(chunk):
+                nll[i] -= picked[row, first - 1 - start : end - 1 - start].sum()
     return nll, counts
 
 
@@ -103,10 +161,14 @@ class Perplexity(Metric):
         self.threads = threads
         self.batch_size = batch_size
         self._loaded = None
+        self.stride: int | None = None  # of the batch being scored, when a prompt + text was strided
 
     @property
     def signature(self) -> str:
         weights = getattr(self._loaded, "hash", None)
+        # a prompt + text longer than the evaluator's context is scored in sliding windows moving by this
+        # stride (text_windows); a batch in which every text fits keeps the signature it always had
+        stride = {} if self.stride is None else {"stride": str(self.stride)}
         return signature(
             "ppl",
             model=self.model,
@@ -116,6 +178,7 @@ class Perplexity(Metric):
             agg="exp(sum-NLL/sum-tokens)",
             torch=package_version("torch"),
             transformers=package_version("transformers"),
+            **stride,
         )
 
     @property
@@ -148,7 +211,21 @@ class Perplexity(Metric):
         # without prompt, so its first token is scored too); SmolLM2 adds none
         contexts = [tok(prompts.get(p, ""))["input_ids"] for p in batch.prompt_ids]
         conts = [tok(t, add_special_tokens=False)["input_ids"] if t else [] for t in batch.texts]
-        nll, counts = token_nll(loaded.model, contexts, conts, self.batch_size)
+        context = evaluator_context(loaded.model)
+        longest = max((len(c) + len(t) for c, t in zip(contexts, conts) if t), default=0)
+        if longest > context and context < 2:
+            raise MaxbenchError(
+                f"metric 'ppl': evaluator '{self.model}' reads {context} position at a time, too few to score a text "
+                "longer than that; choose another evaluator (--evaluator)"
+            )
+        self.stride = text_stride(context) if longest > context else None
+        try:
+            nll, counts = token_nll(loaded.model, contexts, conts, self.batch_size, context, self.stride)
+            return self._scores(batch, nll, counts)
+        finally:
+            self.stride = None  # the metric object scores other systems' batches too
+
+    def _scores(self, batch: TextBatch, nll: np.ndarray, counts: np.ndarray):
         with np.errstate(divide="ignore", invalid="ignore"):
             per_text = np.exp(nll / counts)
         n_prompts = len(batch.prompt_order)

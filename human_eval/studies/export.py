@@ -34,6 +34,7 @@ study was created) and ``study_progress`` (how many of the assigned texts are ra
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 from collections import defaultdict
@@ -64,8 +65,10 @@ COLUMNS = [
 def long_format_rows(
     session: Session, study_id: str | int, blind: bool = False, run_keys: bool = False, _with_assignment: bool = False
 ) -> list[dict]:
-    """The study's ratings (COLUMNS); ``run_keys`` adds each text's ``prompt_id`` and ``sample`` in the run
-    (admin-only keys that join the ratings to the run's texts and per-prompt scores)."""
+    """The study's ratings (COLUMNS); ``run_keys`` adds each text's ``prompt_id`` and ``sample`` in the run,
+    the ``run_id`` it came from and ``text_sha256``, the sha256 of the text shown to raters (UTF-8)
+    (admin-only keys that join the ratings to the run's texts and per-prompt scores, and let
+    ``maxbench view --study`` check that the run still holds the rated texts)."""
     study = find_study(session, study_id)
     rubric = study.rubric
     order = {c["name"]: i for i, c in enumerate(rubric["criteria"])}
@@ -100,7 +103,16 @@ def long_format_rows(
                 "scale_max": rubric["scale_max"],
                 **({"_assignment": assignment.id} if _with_assignment else {}),
             }
-            | ({"prompt_id": item.prompt_id, "sample": item.sample} if run_keys else {})
+            | (
+                {
+                    "prompt_id": item.prompt_id,
+                    "sample": item.sample,
+                    "run_id": study.run_id,
+                    "text_sha256": hashlib.sha256(item.text.encode("utf-8")).hexdigest(),
+                }
+                if run_keys
+                else {}
+            )
         )
     rows.sort(key=lambda r: (r["annotator"], r["position"], order.get(r["criterion"], len(order)), r["criterion"]))
     return rows

@@ -4,10 +4,20 @@
 converted once per compute dtype), applied to a whole block of problems at once, one problem
 per column (N x batch), the layout scipy's CSR kernel wants. ``(I - A) x`` stays in that block
 between the two products, and its squared norm (the graph term of the objective) comes with
-``M x``. Backends: scipy on the CPU (torch's CSR kernel on the same arrays where torch has more
-than one thread; it splits the rows over the threads and adds each row's terms in scipy's order,
-so the bits are scipy's), torch sparse CSR on CUDA (and on the CPU where asked, so that tests
-cover that code path).
+``M x``. Backends: scipy on the CPU (numba's ``paper_kernels.product`` on the same arrays where
+torch has more than one thread; it splits the rows over the threads and adds each row's terms in
+scipy's order, so the bits are scipy's), torch sparse CSR on CUDA (and on the CPU where asked, so
+that tests cover that code path; there its products are ``paper_kernels.product`` too).
+
+Every CPU product adds each row's terms one after the other, in stored order, from 0, without
+fused multiply-adds: scipy's kernel (compiled for plain x86-64, SSE2) and the numba kernel
+(no fastmath, no contraction) give the same bits on every CPU, whatever the thread count, the
+batch width or the vector width. torch's CSR kernel does not: it calls MKL's sparse product,
+which gives scipy's bits on an AMD CPU but not on an Intel one, where MKL's code fuses each
+multiply-add (one column) and adds in another order for blocks of columns, an order that varies
+with the batch width; ``MKL_CBWR`` does not reach it. That made the thread count and the
+compaction of finished problems change graphmax's bits on an Intel Xeon (issue 41), so the CPU
+no longer calls it (tests/test_cpu_independence.py forces MKL's Intel code on any x86-64 CPU).
 
 Besides the products: the diagonal of M (the exact solver's step scaling), the tokens some edge
 touches (for the closed form of the others, ``maxbench.systems.layers.graphmax.isolated``), M
@@ -24,6 +34,7 @@ import torch
 
 from maxbench.errors import MaxbenchError
 from maxbench.systems.layers.graphmax import presolve as graphmax_presolve
+from maxbench.systems.layers.graphmax.kernels import loader as cpu_kernels
 
 __all__ = ["GraphOperator"]
 
@@ -56,6 +67,25 @@ def _torch_csr(csr, device, dtype=torch.float64) -> torch.Tensor:
     )
 
 
+def _cpu_times(indptr, indices, data, X: np.ndarray, bounds: np.ndarray | None = None) -> np.ndarray:
+    """``A X`` for A in CSR arrays and a C-contiguous X on the CPU, by ``paper_kernels.product``:
+    runs of rows of equal work (``bounds``, else computed) over numba's threads (torch's count),
+    each row's terms in stored order (scipy's bits)."""
+    kernels = cpu_kernels.load("paper")
+    out = np.empty((indptr.shape[0] - 1, X.shape[1]), dtype=X.dtype)
+    kernels.product(indptr, indices, data, X, kernels.row_blocks(indptr) if bounds is None else bounds, out)
+    return out
+
+
+def _times(M: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """``M X`` for a torch CSR matrix M and a dense X on M's device: on the CPU by
+    ``paper_kernels.product`` (the same bits on every CPU), elsewhere torch's own product."""
+    if X.device.type != "cpu" or (torch.is_grad_enabled() and (X.requires_grad or M.requires_grad)):
+        return M @ X  # on CUDA, or for autograd through the product (no solver asks for it)
+    arrays = (M.crow_indices().numpy(), M.col_indices().numpy(), M.values().numpy())
+    return torch.from_numpy(_cpu_times(*arrays, np.ascontiguousarray(X.numpy())))
+
+
 def _csr_tensor(crow, col, val, shape, device=None) -> torch.Tensor:
     # The index arrays come from scipy or from slicing a valid CSR tensor, so torch's
     # invariant checks would only cost time; its "beta" notice is not for our users.
@@ -78,11 +108,11 @@ class GraphOperator:
         Where the products run.
     backend : {"scipy", "torch"}, optional
         "scipy" (CPU: scipy's CSR times a dense N x batch block; with more than one torch
-        thread the same arrays go through torch's CSR kernel, which splits the rows over the
-        threads and gives scipy's bits) or "torch" (torch sparse CSR; the only choice on CUDA,
-        and usable on the CPU so that tests cover the CUDA code path). Default: scipy on the
-        CPU, torch elsewhere. The matrices are kept in float64 and converted once per compute
-        dtype.
+        thread the same arrays go through numba's ``paper_kernels.product``, which splits the
+        rows over the threads and gives scipy's bits) or "torch" (torch sparse CSR; the only
+        choice on CUDA, and usable on the CPU so that tests cover the CUDA code path, with the
+        products by ``paper_kernels.product``). Default: scipy on the CPU, torch elsewhere. The
+        matrices are kept in float64 and converted once per compute dtype.
 
     Raises
     ------
@@ -98,6 +128,9 @@ class GraphOperator:
         if not np.isfinite(A.data).all():
             raise MaxbenchError("graphmax: the graph holds NaN or infinite weights; rebuild it")
         AT = A.T.tocsr() if AT is None else _to_scipy_csr(AT)
+        # one order of each row's terms for every backend and dtype (scipy's astype sorts them;
+        # a CorpusGraph's are sorted already): the CPU's products then agree to the bit
+        A, AT = (M if M.has_sorted_indices else M.sorted_indices() for M in (A, AT))
         self.n = A.shape[0]
         self.device = torch.device(device)
         self.backend = backend or ("scipy" if self.device.type == "cpu" else "torch")
@@ -148,15 +181,12 @@ class GraphOperator:
                 self._by_dtype[dtype] = (_torch_csr(A, self.device, dtype), _torch_csr(AT, self.device, dtype))
         return self._by_dtype[dtype]
 
-    def _threaded(self, dtype: torch.dtype):
-        """The scipy backend's (A, A^T) as torch CSR tensors on the same memory (no copy)."""
-        key = ("threaded", dtype)
-        if key not in self._by_dtype:
-            self._by_dtype[key] = tuple(
-                _csr_tensor(*(torch.from_numpy(a) for a in (M.indptr, M.indices, M.data)), M.shape)
-                for M in self.matrices(dtype)
-            )
-        return self._by_dtype[key]
+    def _row_blocks(self):
+        """The runs of rows of equal work of A and A^T for ``paper_kernels.product``, computed once."""
+        if "row_blocks" not in self._by_dtype:
+            blocks = cpu_kernels.load("paper").row_blocks
+            self._by_dtype["row_blocks"] = tuple(blocks(self._scipy[m].indptr) for m in ("A", "AT"))
+        return self._by_dtype["row_blocks"]
 
     def m_product(self, X: torch.Tensor):
         """For each row x of X: ``M x = (I - A)^T (I - A) x`` and ``||(I - A) x||^2``."""
@@ -179,13 +209,13 @@ class GraphOperator:
         if self.backend == "scipy":
             XT = np.ascontiguousarray(XT.numpy())
             if torch.get_num_threads() > 1:
-                # scipy's kernel runs on one thread; torch's CSR kernel splits the rows over
-                # torch's threads and adds each row's terms in the same order, so the bits are
-                # scipy's (tests/test_graphmax.py) in less time (benchmarks/graph_products.py).
-                A, AT = self._threaded(dtype)
-                BXT = (A @ torch.from_numpy(XT)).numpy()
+                # scipy's kernel runs on one thread; numba's splits the rows over torch's
+                # threads and adds each row's terms in the same order, so the bits are scipy's
+                # on every CPU (tests/test_graphmax.py) in less time (benchmarks/graph_products.py).
+                bounds_A, bounds_AT = self._row_blocks()
+                BXT = _cpu_times(A.indptr, A.indices, A.data, XT, bounds_A)
                 np.subtract(XT, BXT, out=BXT)
-                MXT = (AT @ torch.from_numpy(BXT)).numpy()
+                MXT = _cpu_times(AT.indptr, AT.indices, AT.data, BXT, bounds_AT)
             else:
                 BXT = A @ XT
                 np.subtract(XT, BXT, out=BXT)
@@ -193,8 +223,8 @@ class GraphOperator:
             np.subtract(BXT, MXT, out=MXT)
             return torch.from_numpy(BXT), torch.from_numpy(MXT)
         XT = XT.contiguous()
-        BXT = XT - A @ XT
-        return BXT, BXT - AT @ BXT
+        BXT = XT - _times(A, XT)
+        return BXT, BXT - _times(AT, BXT)
 
     def touched(self) -> torch.Tensor:
         """The ids of the tokens that some edge of the graph touches (sorted, on the device)."""
@@ -305,9 +335,9 @@ class _RestrictedOperator:
             MXT = BXT[self.pos.numpy()] - self.ATS @ BXT
             return torch.from_numpy(MXT), torch.from_numpy(np.einsum("ij,ij->j", BXT, BXT))
         XT = XT.contiguous()
-        BXT = -(self.AS @ XT)
+        BXT = -_times(self.AS, XT)
         BXT[self.pos] += XT
-        MXT = BXT[self.pos] - self.ATS @ BXT
+        MXT = BXT[self.pos] - _times(self.ATS, BXT)
         return MXT, torch.linalg.vecdot(BXT, BXT, dim=0)
 
 

@@ -138,8 +138,8 @@ class IsolatedBlock:
         rest) and ``||(I - A) x||^2`` of each column in float64, as fixed chunks' sums of
         ``kernels`` (``paper_kernels``) whichever product ran. The product is the kernels'
         ``residual`` with ``short_product`` where the touched rows hold few edges (at most
-        ``_SHORT_ROWS`` on average: the food-reviews graph, 9), else scipy's or torch's CSR
-        kernel: the same bits."""
+        ``_SHORT_ROWS`` on average: the food-reviews graph, 9), else ``GraphOperator``'s (scipy's
+        kernel, or numba's ``product`` with more threads): the same bits."""
         nt = self.n_touched
         X = XT.numpy()
         A, AT = self.touched_op.matrices(XT.dtype)

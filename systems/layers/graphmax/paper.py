@@ -108,8 +108,10 @@ class _Product:
     Where the touched tokens' rows hold few edges on average (at most ``SHORT_ROWS``: the
     food-reviews graph, 9), ``paper_kernels.residual`` (the rows of A at the touched tokens
     with X's row numbers as column indices, so that it reads X where it lies, then A^T among
-    them); where they hold many (movie reviews, 48), torch's CSR kernel, which is then the faster
-    (benchmarks/graphmax_kernels.py times whole solver calls with one and the other)."""
+    them); where they hold many (movie reviews, 48), ``GraphOperator``'s products on the touched
+    tokens (scipy's kernel on one thread, ``paper_kernels.product`` on more), chosen when torch's
+    CSR kernel ran there and was the faster (benchmarks/graphmax_kernels.py times whole solver
+    calls with one and the other)."""
 
     SHORT_ROWS = 16
 

@@ -8,7 +8,8 @@ is a call per number) and three reads of the block plus one per pass of Michelot
 ``ascent`` (the gradient step and each column's maximum), ``michelot`` (each column's sum and
 count above tau), ``finish`` (the new iterate and the squared length of the step). ``residual``
 is the graph product ``(I - A) X`` on chosen rows, with scipy's bits (the exact solver's
-kernels use it too: ``graphmax_isolated.IsolatedBlock.touched_product``); ``certificate`` and
+kernels use it too: ``graphmax_isolated.IsolatedBlock.touched_product``), ``product`` the plain
+``A X`` (``GraphOperator``'s products with more than one thread, in place of MKL's); ``certificate`` and
 ``column_sums`` give the duality gap and f at the result; ``transpose`` turns the blocks
 between the rows' and the columns' layout. benchmarks/graphmax_decode.py measures the whole.
 
@@ -32,6 +33,8 @@ __all__ = [
     "michelot",
     "finish",
     "residual",
+    "product",
+    "row_blocks",
     "transpose",
     "certificate",
     "column_sums",
@@ -134,6 +137,39 @@ def residual(indptr, indices, data, X, rows, out):  # pragma: no cover - compile
         i = rows[k]
         for c in range(b):
             out[k, c] = X[i, c] - out[k, c]
+
+
+#: the blocks of rows ``product`` spreads over the threads (a static split of this many blocks
+#: of equal work; the bits do not depend on it)
+PRODUCT_BLOCKS = 256
+
+
+def row_blocks(indptr: np.ndarray, blocks: int = PRODUCT_BLOCKS) -> np.ndarray:
+    """The bounds of ``blocks`` runs of rows of about equal work for ``product`` (a row costs its
+    terms and one): a corpus graph's rows are very unequal (a frequent token has thousands of
+    successors), so equal runs of rows left most threads idle."""
+    n = indptr.shape[0] - 1
+    cost = indptr.astype(np.int64) + np.arange(n + 1)
+    return np.searchsorted(cost, np.linspace(0, cost[-1], blocks + 1)).astype(np.int64)
+
+
+@numba.njit(parallel=True, cache=True, error_model="numpy")
+def product(indptr, indices, data, X, bounds, out):  # pragma: no cover - compiled
+    """``out = A X`` for A in CSR (indptr, indices, data) and a dense X, the runs of rows
+    ``bounds`` (``row_blocks``) in parallel, each row's terms added from 0 in stored order:
+    scipy's bits on any CPU and thread count (the CPU's graph products with more than one
+    thread, ``GraphOperator``; MKL's CSR kernel, which torch calls, adds in another order on an
+    Intel CPU)."""
+    b = out.shape[1]
+    for t in numba.prange(bounds.shape[0] - 1):
+        for k in range(bounds[t], bounds[t + 1]):
+            for c in range(b):
+                out[k, c] = 0.0
+            for e in range(indptr[k], indptr[k + 1]):
+                a = data[e]
+                j = indices[e]
+                for c in range(b):
+                    out[k, c] += a * X[j, c]
 
 
 @numba.njit(parallel=True, cache=True, error_model="numpy")
