@@ -1,0 +1,108 @@
+"""The training loop the built-in adapters share: next-token loss on the examples' texts, AdamW on
+the adapter's parameters only (the base model stays frozen), deterministic for a seed.
+
+Each example is encoded as decoding encodes a prompt and ``reference_states`` a reference: the
+prompt with the tokenizer's own prefix (Gemma's BOS; SmolLM2 adds none), then ``" " + text``,
+then EOS; a plain document (empty prompt) is the tokenizer's prefix, the text and EOS. Only the
+text's tokens and EOS are targets. Sequences are cut at ``max_len`` tokens and right-padded
+within a batch. The first ``steps x batch`` examples in a fixed order (``training_order``) are
+used, permuted by a generator seeded with the adapter's seed (passed over again when there are fewer); the model stays in eval mode (no dropout), so a
+training interrupted and run again ends with the same tensors on the same machine and threads.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from maxbench.errors import MaxbenchError
+from maxbench.systems.adapters.base import TrainingExample, training_order
+
+
+def encode_examples(tok, examples: list[TrainingExample], max_len: int) -> list[tuple[list[int], list[int]]]:
+    """(input ids, labels) per example, labels -100 on the prompt; examples with no target left after
+    the cut at ``max_len`` are dropped."""
+    eos = tok.eos_token_id
+    out = []
+    for ex in examples:
+        if ex.prompt:
+            p = tok(ex.prompt, add_special_tokens=True)["input_ids"]
+            t = tok(" " + ex.text.strip(), add_special_tokens=False)["input_ids"]
+        else:
+            p = tok("", add_special_tokens=True)["input_ids"]
+            t = tok(ex.text, add_special_tokens=False)["input_ids"]
+        ids = (p + t + [eos])[:max_len]
+        labels = ([-100] * len(p) + t + [eos])[:max_len]
+        # a label at position 0 predicts nothing (labels are shifted by the model)
+        if sum(1 for x in labels[1:] if x != -100) > 0:
+            out.append((ids, labels))
+    return out
+
+
+def batches(encoded: list, batch: int, steps: int, seed: int):
+    """``steps`` lists of ``batch`` encoded examples: passes over the fixed order, each permuted by a
+    generator seeded with ``seed``."""
+    gen = torch.Generator().manual_seed(int(seed))
+    order: list[int] = []
+    for _ in range(steps):
+        while len(order) < batch:
+            order += torch.randperm(len(encoded), generator=gen).tolist()
+        take, order = order[:batch], order[batch:]
+        yield [encoded[i] for i in take]
+
+
+def collate(rows: list, pad: int, device) -> dict:
+    width = max(len(ids) for ids, _ in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (x, y) in enumerate(rows):
+        ids[i, : len(x)] = torch.tensor(x)
+        labels[i, : len(y)] = torch.tensor(y)
+        mask[i, : len(x)] = 1
+    return {"input_ids": ids.to(device), "attention_mask": mask.to(device), "labels": labels.to(device)}
+
+
+def train_loop(model, lm, examples: list[TrainingExample], opts: dict, what: str, progress: bool = True) -> dict:
+    """Train ``model``'s parameters that require gradients for ``opts['steps']`` AdamW steps of
+    ``opts['batch']`` examples at learning rate ``opts['lr']``; returns what training measured."""
+    from maxbench.systems.hidden_cache import progress_bar
+
+    steps = int(opts["steps"])
+    # one pass over at most steps x batch examples, taken in the fixed order
+    ordered = [examples[i] for i in training_order(examples)][: steps * int(opts["batch"])]
+    encoded = encode_examples(lm.tokenizer, ordered, int(opts["max_len"]))
+    if steps and not encoded:
+        raise MaxbenchError(f"{what}: no training text (the fitting split is empty)")
+    params = [p for p in model.parameters() if p.requires_grad]
+    t0 = time.perf_counter()
+    losses: list[float] = []
+    if steps:
+        optim = torch.optim.AdamW(params, lr=float(opts["lr"]), weight_decay=0.0)
+        model.eval()  # no dropout: the same tensors every time
+        bar = progress_bar(steps, f"training {what}", progress, unit="step")
+        with torch.enable_grad():
+            for rows in batches(encoded, int(opts["batch"]), steps, int(opts["seed"])):
+                out = model(**collate(rows, lm.tokenizer.pad_token_id, lm.device))
+                loss = out.loss
+                value = loss.item()
+                if not math.isfinite(value):
+                    raise MaxbenchError(f"{what}: the training loss became {value}; lower lr")
+                optim.zero_grad(set_to_none=True)
+                loss.backward()
+                optim.step()
+                losses.append(value)
+                bar.update(1)
+                bar.set_postfix(loss=f"{value:.3f}")
+        bar.close()
+    tenth = max(1, len(losses) // 10)
+    return {
+        "steps": steps,
+        "examples": len(encoded),
+        "trainable_parameters": sum(p.numel() for p in params),
+        "loss_first": round(sum(losses[:tenth]) / tenth, 4) if losses else None,
+        "loss_last": round(sum(losses[-tenth:]) / tenth, 4) if losses else None,
+        "train_seconds": round(time.perf_counter() - t0, 1),
+    }
