@@ -1,21 +1,25 @@
-"""``maxbench fit``: train (or load from the cache) a KerBS or POSG head on a frozen base model."""
+"""``maxbench fit``: train (or load from the cache) a KerBS, fine-tuned softmax (KerBS's control) or
+POSG head on a frozen base model."""
 
 from __future__ import annotations
 
 import os
+import sys
 
-LAYERS = ("kerbs", "posg")
+LAYERS = ("kerbs", "ft-softmax", "posg")
 
 
 def register(sub) -> None:
     p = sub.add_parser(
         "fit",
-        help="train a KerBS or POSG head on a frozen base model (cached)",
+        help="train a KerBS, fine-tuned softmax (ft-softmax, KerBS's control) or POSG head on a frozen base model (cached)",
         description="Run the frozen base model once over the corpus's fitting split (hidden states cached under "
         "$MAXBENCH_HOME/hidden), train the head on those states with early stopping on a validation "
         "part, cache it under $MAXBENCH_HOME/heads, and print held-out (test split) perplexity of "
         "softmax vs the head. A head already trained with the same model, corpus and options is "
-        "loaded, not retrained.",
+        "loaded, not retrained. The same options in a system string (kerbs(seed=2), "
+        "posg(lm_prior=false)) name the same head. ft-softmax is KerBS's training with one sense per "
+        "word and no kernel: the output embeddings fine-tuned on the same data, KerBS's control.",
     )
     p.add_argument(
         "--model", default="smollm2-135m", help="built-in name, local directory or hub id (default smollm2-135m)"
@@ -34,17 +38,20 @@ def register(sub) -> None:
         "--epochs",
         type=int,
         default=None,
-        help="maximum epochs (kerbs default 2, posg 10); early stopping may end sooner",
+        help="maximum epochs (kerbs and ft-softmax default 2, posg 10); early stopping may end sooner",
     )
     p.add_argument("--senses", type=int, default=None, help="kerbs: extra senses beyond one per token (default 1024)")
     p.add_argument(
         "--active-vocab",
         type=int,
         default=None,
-        help="kerbs: words whose senses are trained (default 8192; the rest stay at the base embedding)",
+        help="kerbs, ft-softmax: words whose senses are trained (default 8192; the rest stay at the base embedding)",
     )
     p.add_argument(
-        "--lr", type=float, default=None, help="Adam learning rate (kerbs 5e-5 for the embeddings, posg 1e-3)"
+        "--lr",
+        type=float,
+        default=None,
+        help="Adam learning rate (kerbs and ft-softmax 5e-5 for the embeddings, posg 1e-3)",
     )
     p.add_argument(
         "--no-catch-all",
@@ -55,6 +62,12 @@ def register(sub) -> None:
         "--no-lm-prior",
         action="store_true",
         help="posg: the paper's plain linear POS head, without the base model's class log-masses as inputs",
+    )
+    p.add_argument(
+        "--tag-vocab",
+        type=int,
+        default=None,
+        help="posg: at most this many tokens per tag vocabulary, each tag's most frequent (default 0: all)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed for initialisation and batch order (default 0)")
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: the GPU when present)")
@@ -91,12 +104,15 @@ def cmd_fit(args) -> int:
             f"--budget-tokens {args.budget_tokens} is too small; heads need at least "
             f"{MIN_TRAIN_POSITIONS} training positions"
         )
-    for name in ("epochs", "senses", "active_vocab"):
+    for name in ("epochs", "senses", "active_vocab", "tag_vocab", "seed"):
         value = getattr(args, name)
-        if value is not None and value < (0 if name == "senses" else 1):
-            raise MaxbenchError(f"--{name.replace('_', '-')} must be >= {0 if name == 'senses' else 1}, got {value}")
+        low = 0 if name in ("senses", "tag_vocab", "seed") else 1
+        if value is not None and value < low:
+            raise MaxbenchError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
     if args.lr is not None and not args.lr > 0:
         raise MaxbenchError(f"--lr must be > 0, got {args.lr}")
+    if args.layer == "ft-softmax" and args.senses:
+        raise MaxbenchError("--senses: ft-softmax has one sense per word (it is KerBS without extra senses)")
     if args.layer == "posg":
         from maxbench.systems.layers.posg.fit import load_tagger
 
@@ -109,18 +125,28 @@ def cmd_fit(args) -> int:
     t0 = time.perf_counter()
     opts = {"epochs": args.epochs, "lr": args.lr, "seed": args.seed}
     progress = not args.quiet
-    if args.layer == "kerbs":
+    if args.layer in ("kerbs", "ft-softmax"):
         from maxbench.systems.layers.kerbs.fit import config_from_options, fit_kerbs
 
         cfg = config_from_options(dict(opts, senses=args.senses, active_vocab=args.active_vocab))
-        _, meta = fit_kerbs(lm, corpus, args.budget_tokens, cfg, progress=progress, retrain=args.retrain)
+        if args.layer == "ft-softmax":
+            cfg.senses, cfg.kernel = 0, False
+        _, meta = fit_kerbs(
+            lm, corpus, args.budget_tokens, cfg, progress=progress, retrain=args.retrain, layer=args.layer
+        )
     else:
         from maxbench.systems.layers.posg.fit import config_from_options, fit_posg
 
-        cfg = config_from_options(dict(opts, catch_all=not args.no_catch_all, lm_prior=not args.no_lm_prior))
+        cfg = config_from_options(
+            dict(opts, catch_all=not args.no_catch_all, lm_prior=not args.no_lm_prior, tag_vocab=args.tag_vocab)
+        )
         _, meta = fit_posg(lm, corpus, args.budget_tokens, cfg, tagger=tagger, progress=progress, retrain=args.retrain)
     elapsed = time.perf_counter() - t0
     _report(args.layer, lm, corpus, meta, elapsed)
+    if meta.get("untrained_best"):
+        from maxbench.systems.layers.head_cache import untrained_best_warning
+
+        print(f"maxbench: {untrained_best_warning(args.layer, meta)}", file=sys.stderr, flush=True)
     return 0
 
 
@@ -129,7 +155,9 @@ def _report(layer: str, lm, corpus, meta: dict, elapsed: float) -> None:
     print(
         f"{layer} head for model {lm.name} on corpus {corpus.name} (budget {meta['budget_tokens']} training positions)"
     )
-    head_ppl = meta["test_ppl_" + layer]
+    from maxbench.systems.layers.head_cache import head_perplexity_key
+
+    head_ppl = meta[head_perplexity_key(layer)]
     head_text = f"{head_ppl:.3f}" if head_ppl is not None else "inf"
     if layer == "posg":
         head_text += (
@@ -152,6 +180,11 @@ def _report(layer: str, lm, corpus, meta: dict, elapsed: float) -> None:
             f"{meta['test_outside_every_tag_vocabulary']} held-out tokens lie outside every tag vocabulary "
             f"(zero without the catch-all), {meta['test_outside_own_tag_vocabulary']} outside their own tag's"
         )
+    elif layer == "ft-softmax":
+        print(
+            f"senses: one per word, {meta['vocab_size']} output embeddings ({meta['active_words']} fine-tuned), "
+            f"no kernel (theta held at 0): a softmax"
+        )
     else:
         t = meta["training"]
         print(
@@ -161,7 +194,7 @@ def _report(layer: str, lm, corpus, meta: dict, elapsed: float) -> None:
     hist = meta["training"]["history"]
     print(
         f"training: {len(hist) - 1} epochs, best validation perplexity {meta['training']['best_valid_ppl']:.3f} "
-        f"(before training {hist[0]['valid_ppl']:.3f})"
+        f"at epoch {meta['best_epoch']} (before training {hist[0]['valid_ppl']:.3f})"
     )
     print(
         "times (s): "

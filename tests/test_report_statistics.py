@@ -26,13 +26,13 @@ from maxbench.human_eval.analysis.statistics import (
     bootstrap_rank_biserial_paired,
     bootstrap_rank_biserial_unpaired,
     detect_design,
-    holm,
     mann_whitney,
     rank_biserial_paired,
     rank_biserial_unpaired,
     wilcoxon_paired,
 )
 from maxbench.intervals import ConfidenceInterval
+from maxbench.multiple_testing import holm
 
 DATA = Path(__file__).parent / "data"
 FIVE = [1.0, 2.0, 3.0, 4.0, 5.0]

@@ -1,5 +1,6 @@
-"""maxbench reproduce: fold views and suites, the claim table, every verdict rule, bad input,
-resume after kill -9, and the report (tiny corpora and the tiny random model)."""
+"""maxbench reproduce: fold views and suites, the claim table, bad input, resume after kill -9, and
+the report (tiny corpora and the tiny random model). The verdict rules themselves are tested on
+constructed numbers in tests/test_verdict_rules.py."""
 
 import hashlib
 import html
@@ -15,14 +16,7 @@ import pytest
 
 from maxbench.benchmark.corpora import fold_of, fold_view, load_corpus
 from maxbench.benchmark.reproduce.papers import load_paper, paper_names
-from maxbench.benchmark.reproduce.verdicts import (
-    NOT_COMPARABLE,
-    NOT_REPRODUCED,
-    REPRODUCED,
-    combine_folds,
-    decide,
-    ratio_interval,
-)
+from maxbench.benchmark.reproduce.verdicts import NOT_COMPARABLE, VERDICTS, ratio_interval
 from maxbench.errors import MaxbenchError
 
 WORDS = (
@@ -102,7 +96,7 @@ statement = "graphmax has higher BLEU-2 than sparsemax"
 methods = ["graphmax"]
 baseline = "sparsemax"
 scores = ["bleu-2"]
-also = ["self-bleu-4"]
+also = ["bleu-3"]
 direction = "higher"
 [[claims]]
 id = "time"
@@ -114,7 +108,15 @@ scores = ["time-per-token-ratio"]
 kind = "ratio"
 direction = "higher"
 paper_effect = 14.0
-comparable = true
+hardware = true
+[[claims]]
+id = "bleu-again"
+where = "Figure 5"
+statement = "graphmax raises BLEU-4 (the same evidence as Table 1's)"
+methods = ["graphmax"]
+baseline = "softmax"
+scores = ["bleu-4"]
+direction = "higher"
 [[claims]]
 id = "corr"
 where = "Table 3"
@@ -183,46 +185,7 @@ def test_bad_fold_views_are_one_line(name, message):
         check_corpus(name)
 
 
-# ---------------------------------------------------------------- verdict rules
-
-
-@pytest.mark.parametrize(
-    "args, verdict",
-    [
-        (("higher", 0.05, 0.01, 0.09), REPRODUCED),
-        (("lower", -0.05, -0.09, -0.01), REPRODUCED),
-        (("higher", -0.05, -0.09, -0.01), NOT_REPRODUCED),
-        (("lower", 0.05, 0.01, 0.09), NOT_REPRODUCED),
-        (("higher", 0.01, -0.02, 0.04), NOT_COMPARABLE),
-        (("higher", None, None, None), NOT_COMPARABLE),
-        (("higher", 0.05, None, None), NOT_COMPARABLE),
-    ],
-)
-def test_verdict_rules_on_the_sign(args, verdict):
-    assert decide(*args).verdict == verdict
-
-
-def test_verdict_holds_a_comparable_effect_against_the_interval():
-    # a ratio claim: null 1, paper's effect 14
-    assert decide("higher", 12.0, 10.0, 15.0, null=1.0, paper_effect=14.0, comparable=True).verdict == REPRODUCED
-    v = decide("higher", 3.0, 2.5, 3.5, null=1.0, paper_effect=14.0, comparable=True)
-    assert v.verdict == NOT_REPRODUCED and "excludes the paper's effect" in v.why
-    # not comparable effect sizes: only the sign counts
-    assert decide("higher", 3.0, 2.5, 3.5, null=1.0, paper_effect=14.0).verdict == REPRODUCED
-
-
-def test_a_claim_that_cannot_run_is_not_comparable_with_its_reason():
-    v = decide("higher", 1.0, 0.5, 1.5, runnable=False, reason="mBART is not available offline")
-    assert v.verdict == NOT_COMPARABLE and v.why == "mBART is not available offline"
-
-
-def test_folds_combine_to_the_mean_with_a_pooled_standard_error():
-    z = 1.959963984540054
-    c = combine_folds([(1.0, 1.0 - z, 1.0 + z), (3.0, 3.0 - z, 3.0 + z)])  # se 1 each
-    assert c.estimate == pytest.approx(2.0)
-    assert (c.high - c.low) / 2 == pytest.approx(z * (2**0.5) / 2)
-    assert combine_folds([(0.5, 0.1, 0.9)]).low == 0.1  # one fold keeps its interval
-    assert combine_folds([(0.5, 0.1, 0.9), (None, None, None)]).estimate is None
+# ---------------------------------------------------------------- verdict rules (tests/test_verdict_rules.py)
 
 
 def test_ratio_interval_is_geometric_with_t():
@@ -244,11 +207,25 @@ def test_the_three_papers_load_with_their_numbers():
     assert t2.paper_difference(3) == pytest.approx(0.045)
     assert [c.id for c in g.claims if not c.runnable] == ["table6-bart-mt", "table7-mbart-mt"]
     assert any("stand-in" in d for d in g.differences)
+    # issue 39's corrections: Table 3's ratio of sums, 6.43 / 0.450; 13 of Table 7's 14 directions
+    t3 = next(c for c in g.claims if c.id == "table3-time")
+    assert t3.paper_effect == pytest.approx(6.43 / 0.450, abs=0.005) and t3.hardware
+    assert "13 of 14" in next(c for c in g.claims if c.id == "table7-mbart-mt").statement
+    assert g.diagnostic_roles == ("graphmax-paper",) and "x^1 = 0" in g.diagnostics
+    fig2 = next(c for c in g.claims if c.id == "figure2-convergence")
+    assert fig2.kind == "convergence" and fig2.diagnostic and fig2.paper_method == (20,)
+    assert any("original corpus" in d for d in g.differences) and any("top_p = 0.9" in d for d in g.differences)
     k = load_paper("kerbs")
     assert next(c for c in k.claims if c.runnable).paper_method == (102.17,)
     p = load_paper("posg")
     assert next(c for c in p.claims if c.id == "table2-self-bleu-4").paper_baseline == (0.469,)
     assert "posg-self-bleu" in p.protocol["metrics"] and "texygen-bleu" in g.protocol["metrics"]
+    assert any("12-layer Transformer decoder" in d for d in p.differences)
+    assert not any("16-layer" in d for d in p.differences)
+    t9 = next(c for c in p.claims if c.id == "table9-adjectives")
+    assert "ParaNMT-50M" in t9.reason and "SGCP" in t9.reason and "Quora" not in t9.reason
+    for paper in (g, k, p):  # every claim names its table, figure or section
+        assert all(any(w in c.where for w in ("Table", "Figure", "section")) for c in paper.claims)
 
 
 def test_a_claim_naming_an_unknown_role_is_refused(tmp_path):
@@ -331,41 +308,95 @@ def test_reproduction_resumes_after_kill_9_byte_identical(clean, monkeypatch):
     assert untimed(clean / "clean" / "report.csv") == untimed(killed / "report.csv")
 
 
-def test_the_report_has_a_table_per_claim_with_verdicts_and_provenance(clean):
+def test_the_report_has_a_verdict_per_cell_the_rows_behind_them_and_provenance(clean):
     out = clean / "clean"
     doc = json.loads((out / "report.json").read_text())
     rows = {(r["claim"], r["score"]): r for r in doc["rows"]}
     bleu = rows[("bleu", "bleu-4")]
-    assert bleu["n_folds"] == 2 and bleu["paper_difference"] == pytest.approx(0.1)
-    assert bleu["paper_baseline"] == 0.5 and bleu["paper_method"] == 0.6
+    assert bleu["n_folds"] == 2 and bleu["n_prompts"] == 6
+    assert (
+        bleu["paper_baseline"] == 0.5 and bleu["paper_method"] == 0.6 and bleu["paper_relative"] == pytest.approx(0.2)
+    )
     assert rows[("vs-sparsemax", "bleu-2")]["n_folds"] == 1  # sparsemax runs in fold 0 only
-    missing = rows[("vs-sparsemax", "self-bleu-4")]  # a score no metric of the protocol computes
-    assert missing["verdict"] == NOT_COMPARABLE and "'self-bleu-4' is not in the runs' scores.json" in missing["why"]
-    assert rows[("mt", "")]["verdict"] == NOT_COMPARABLE and rows[("mt", "")]["why"] == "no translation corpus offline"
+    cells = {(c["claim"], c["model"], c["corpus"]): c for c in doc["cells"]}
+    mt = next(c for c in doc["cells"] if c["claim"] == "mt")
+    assert mt["verdict"] == NOT_COMPARABLE and mt["why"] == "no translation corpus offline"
+    time = cells[("time", "tiny-random", "food-reviews")]
+    assert time["verdict"] == NOT_COMPARABLE and "hardware" in time["why"]
     assert rows[("time", "time-per-token-ratio")]["difference"] > 0
-    # the effect relative to maxbench's baseline, beside the paper's relative effect (0.5 -> 0.6: +20%)
-    levels = [r for r in doc["rows"] if r["difference"] is not None and r["claim"] != "time"]
-    assert any(r["baseline_mean"] for r in levels)
-    for r in levels:
-        want = r["difference"] / r["baseline_mean"] if r["baseline_mean"] else None
-        assert r["relative_difference"] == (None if want is None else pytest.approx(want))
-    assert rows[("time", "time-per-token-ratio")]["relative_difference"] is None
-    for r in doc["rows"]:
-        assert r["verdict"] in (REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE)
+    # the relative scale: the difference over maxbench's baseline, per fold, combined over folds
+    levels = [r for r in doc["rows"] if r["difference"] is not None and r["kind"] == "difference"]
+    assert levels and all(r["relative"] is not None or not r["baseline_mean"] for r in levels)
+    for c in doc["cells"]:
+        assert c["verdict"] in VERDICTS
+    # few prompts: every cell of this toy rests on 3 or 6 prompts
+    assert all(
+        any(f.startswith("few prompts") for f in c["flags"])
+        for c in doc["cells"]
+        if c["corpus"] and c["kind"] != "correlation"
+    )
+    # the same evidence as an earlier cell is counted once
+    again = cells[("bleu-again", "tiny-random", "food-reviews")]
+    assert not again["counted"] and again["same_as"] == "bleu"
+    head = doc["headline"]
+    assert head["cells"] == sum(1 for c in doc["cells"] if c["counted"]) and head["repeated_cells"] == 1
+    assert head["claims"] == 7
     assert [r["run"] for r in doc["runs"]] == list(RUNS)
     for r in doc["runs"]:
         assert (
             r["manifest_sha256"] == hashlib.sha256((out / "runs" / r["run"] / "manifest.json").read_bytes()).hexdigest()
         )
     md = (out / "report.md").read_text()
+    assert "## Verdict rules" in md and "## Verdicts" in md and "## Deviations and reading choices" in md
     assert "## Table 1: bleu" in md and "Total wall time" in md and doc["command"].startswith("maxbench reproduce ")
-    assert "bleu-2 (maxbench)" in md and "a toy protocol" in md and "no translation corpus offline" in md
-    assert "0.5 -> 0.6 (+20%)" in md
-    shown = next(r for r in levels if r["relative_difference"])
-    assert f"{100 * shown['relative_difference']:+.3g}%" in md
-    assert f"{bleu['verdict']} ({bleu['why']})" in md
+    assert "a toy protocol" in md and "no translation corpus offline" in md
+    # the tiny random model's BLEU is 0 for every system: maxbench's variant is not shown again
+    assert "give the same numbers as the paper's here (bleu-2 = bleu-4)" in md
+    assert "0.5 -> 0.6 (+20%)" in md and "Claims: 7" in md
+    assert "Shown under bleu (the same rows): graphmax vs softmax bleu-4" in md
+    from maxbench.benchmark.reproduce.report import _pct
+
+    assert _pct(bleu["relative"]) in md
     html = (out / "report.html").read_text()
     assert "<table" in html and "data:image/png;base64," in html
+    # report.csv: one line per cell; pairs.json keeps the comparisons with sparsemax
+    assert (out / "report.csv").read_text().count("\n") == len(doc["cells"]) + 1
+    pairs = json.loads((out / "pairs.json").read_text())
+    assert pairs["entries"] and all(e.get("metric") for e in pairs["entries"].values())
+
+
+def test_a_report_renders_again_from_pairs_json_without_computing(clean, monkeypatch):
+    from maxbench.benchmark.reproduce import report as rep
+    from maxbench.benchmark.reproduce.protocol import Options, plan_runs
+
+    monkeypatch.setenv("MAXBENCH_HOME", str(clean / "home"))
+    paper = load_paper(str(clean / "toy.toml"))
+    runs = plan_runs(paper, Options(), clean / "clean")
+    pairs = rep.PairCache(200, clean / "clean" / "pairs.json")
+    assert pairs.stored  # written by the reproduction
+    rows, cells, _ = rep.build(paper, runs, pairs)
+    assert pairs.computed == 0 and cells and set(pairs.used) == set(pairs.stored)
+
+
+def test_a_partial_run_makes_its_cells_say_so(clean, monkeypatch, tmp_path):
+    import shutil
+
+    from maxbench.benchmark.reproduce.protocol import Options, plan_runs
+    from maxbench.benchmark.reproduce.report import write_report
+
+    monkeypatch.setenv("MAXBENCH_HOME", str(clean / "home"))
+    out = tmp_path / "partial"
+    shutil.copytree(clean / "clean", out)
+    (out / "runs" / RUNS[1] / "scores.json").unlink()  # fold 1 generated, not scored
+    paper = load_paper(str(clean / "toy.toml"))
+    runs = plan_runs(paper, Options(), out)
+    write_report(paper, runs, out, "maxbench reproduce toy", 200)
+    md = (out / "report.md").read_text()
+    assert "Partial: " in md and f"{RUNS[1]}: not scored" in md
+    doc = json.loads((out / "report.json").read_text())
+    bleu = next(c for c in doc["cells"] if c["claim"] == "bleu")
+    assert any(f.startswith("partial") for f in bleu["flags"])
+    assert next(r for r in doc["rows"] if r["claim"] == "bleu" and r["score"] == "bleu-4")["n_folds"] == 1
 
 
 def test_the_paired_difference_against_another_system_matches_a_direct_test(clean, monkeypatch):
@@ -375,13 +406,13 @@ def test_the_paired_difference_against_another_system_matches_a_direct_test(clea
     from maxbench.benchmark.metrics.scoring import load_run
     from maxbench.benchmark.metrics.stats import paired_test
     from maxbench.benchmark.reproduce.protocol import Options, plan_runs
-    from maxbench.benchmark.reproduce.report import PairCache, claim_rows
+    from maxbench.benchmark.reproduce.report import PairCache, Runs, claim_cells
 
     monkeypatch.setenv("MAXBENCH_HOME", str(clean / "home"))
     paper = load_paper(str(clean / "toy.toml"))
     runs = plan_runs(paper, Options(), clean / "clean")
     claim = next(c for c in paper.claims if c.id == "vs-sparsemax")
-    row, _ = claim_rows(claim, runs, PairCache(200))
+    (row, _), _ = claim_cells(claim, paper, runs, Runs(runs), PairCache(200))
     _, batches = load_run(runs[0].run_dir)
     m = get_metric("bleu-n")
     a = m.compute(batches[runs[0].roles["graphmax"]]).scores["bleu-2"]
@@ -427,8 +458,10 @@ def test_a_correlation_claim_is_pearson_r_over_every_system_and_the_human_refere
     assert row["kind"] == "correlation" and row["n_folds"] == len(xs) == 7
     assert row["difference"] == pytest.approx(want.statistic, abs=1e-12)
     assert (row["ci_low"], row["ci_high"]) == pytest.approx((low, high), abs=1e-12)
-    assert row["paper_method"] == 0.99 and row["relative_difference"] is None
-    assert row["verdict"] == decide("higher", want.statistic, low, high).verdict
+    assert row["paper_method"] == 0.99
+    cell = next(c for c in doc["cells"] if c["claim"] == "corr")
+    assert cell["relative"] == pytest.approx(want.statistic, abs=1e-9)  # one score: the cell is its r
+    assert cell["verdict"] in VERDICTS
     md = (clean / "clean" / "report.md").read_text()
     assert "| text source | bleu-2 | bleu-3 |" in md and "| human (" in md
     assert "bleu-3 vs bleu-2" in md
@@ -535,24 +568,23 @@ def test_time_per_token_counts_cpu_seconds_per_generated_token(tmp_path):
 
 
 def test_the_differences_plot_turns_symmetric_log_when_one_claim_dwarfs_the_others(tmp_path, monkeypatch):
-    """graphmax's paper solver moves perplexity by +95,000%: on a linear axis every BLEU row would sit on
-    the null. Past SYMLOG_ABOVE_PERCENT the axis is symmetric-logarithmic (linear near 0), and says so."""
+    """A cell can move by +90,000%: on a linear axis every other cell would sit on the null. Past
+    SYMLOG_ABOVE_PERCENT the axis is symmetric-logarithmic (linear near 0), and says so."""
     import matplotlib.axes
 
     from maxbench.benchmark.reproduce import report
-    from maxbench.benchmark.reproduce.report import Row
+    from maxbench.benchmark.reproduce.report import CellVerdict, Comparison
+    from maxbench.benchmark.reproduce.verdicts import REPRODUCED, Estimate
 
     def row(difference, baseline=10.0):
-        return Row(
-            *("c", "m", "k", "graphmax", "softmax", "ppl", "paper"),
-            *(None, None, None, 1.0, 0.1, baseline, 0.1),
-            difference,
-            difference - 1,
-            difference + 1,
-            1,
-            "bootstrap",
+        rel = difference / baseline
+        est = Estimate(rel, rel - 0.1, rel + 0.1, 0.05, None, 1)
+        return CellVerdict(
+            *("c", "", "m", "k", "graphmax", "softmax", "ppl", "difference"),
+            *(None, rel, rel - 0.1, rel + 0.1, 0.05, None, None, None, 1, 64),
             REPRODUCED,
             "",
+            details=[Comparison("softmax", est, None)],
         )
 
     scales, labels = [], []

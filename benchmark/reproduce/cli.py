@@ -20,8 +20,11 @@ def register(sub) -> None:
         description="Run the protocol of a method paper (graphmax, posg, kerbs: folds, systems, decoding and "
         "metrics from benchmark/reproduce/papers/PAPER.toml) as ordinary resumable runs under "
         "results/reproductions/PAPER/runs/, score them, and write results/reproductions/PAPER/report.{md,html,csv,json}: "
-        "one table per claim with the paper's numbers, maxbench's paired difference with a 95% interval, "
-        "the protocol differences and a verdict. Prints a wall-time estimate first.",
+        "one verdict per claim x base model x corpus on the relative scale (docs/reproductions.md states the rules), "
+        "the rows behind each, the deviations from the paper and the diagnostics. Prints a wall-time estimate first. "
+        "--report-only renders the report from the runs' scores.json as they are, without generating or rescoring "
+        "(comparisons between two systems that are not the baseline are computed once from the generations and "
+        "kept in pairs.json beside the report).",
     )
     p.add_argument("paper", help="graphmax, posg or kerbs (or a paper .toml file in their format)")
     p.add_argument("--folds", type=int, default=None, help="cross-validation folds (default: the paper's)")
@@ -35,7 +38,12 @@ def register(sub) -> None:
     p.add_argument("--out", default=None, help="output folder (default results/reproductions/PAPER)")
     p.add_argument("--shard", default=None, help="i/n: generate only shard i of n of every run and stop")
     p.add_argument("--estimate", action="store_true", help="print the runs and the estimate, and stop")
-    p.add_argument("--report-only", action="store_true", help="re-render the report from the runs as they are")
+    p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="render the report from the runs and their scores.json as they are: nothing is generated or rescored; "
+        "a run that is not complete or not scored makes its cells 'partial'",
+    )
     p.add_argument("--n-resamples", type=int, default=1000, help="bootstrap / permutation resamples")
     p.add_argument("--no-progress", action="store_true")
     add_model_options(p)
@@ -48,7 +56,14 @@ def _list(text: str | None) -> list[str] | None:
 
 def cmd_reproduce(args) -> int:
     from maxbench.benchmark.reproduce.papers import load_paper
-    from maxbench.benchmark.reproduce.protocol import Options, check_metrics, estimate_seconds, execute, plan_runs
+    from maxbench.benchmark.reproduce.protocol import (
+        Options,
+        check_controls,
+        check_metrics,
+        estimate_seconds,
+        execute,
+        plan_runs,
+    )
     from maxbench.benchmark.reproduce.report import write_report
     from maxbench.benchmark.rundir import parse_shard
 
@@ -67,6 +82,11 @@ def cmd_reproduce(args) -> int:
         full=args.full,
     )
     runs = plan_runs(paper, opts, out)
+    if not args.estimate:
+        check_controls(paper, out)
+        from maxbench.benchmark.reproduce.controls import check as check_seed_controls
+
+        check_seed_controls(paper, out)  # the [[controls]] files: one line, exit 2, before anything is written
     est = estimate_seconds(runs)
     print(
         f"{paper.name}: {len(runs)} runs, {sum(len(r.plan.suite.items) * len(r.plan.systems) for r in runs)} "

@@ -1,14 +1,37 @@
 """The papers a reproduction knows: their claims, reported numbers and protocols, read from
 ``benchmark/reproduce/papers/<paper>.toml`` and checked on load.
 
-A claim compares one or more ``methods`` with a ``baseline`` (roles of the protocol's systems) on
-``scores`` in a ``direction`` ("higher" or "lower" for the method); ``paper_baseline`` and
-``paper_method`` are the paper's numbers for its ``paper_model``, score by score. ``comparable`` says
-whether the paper's effect size can be held against maxbench's (true only where the quantity does
-not depend on the base model's absolute quality, e.g. a time ratio). A ``kind = "correlation"``
-claim correlates each of ``scores`` with the score of ``against`` at the same position over the text
+A claim compares one or more ``methods`` with a ``baseline`` (roles of the protocol's systems; several
+baselines: the method is claimed best among them) on ``scores`` in a ``direction`` ("higher" or
+"lower" for the method); ``paper_baseline`` and ``paper_method`` are the paper's numbers for its
+``paper_model``, score by score, and the verdict holds maxbench's relative difference against the
+paper's relative effect (``verdicts.py``). A ``kind = "ratio"`` claim compares a ratio measured
+per fold (``paper_effect``: the paper's ratio); ``hardware = true`` marks a quantity that depends on
+hardware and implementation (not comparable: shown, never judged). A ``kind = "correlation"`` claim
+correlates each of ``scores`` with the score of ``against`` at the same position over the text
 sources (every system of every run, and the human references), with the paper's r in
-``paper_method``. A claim with ``runnable = false`` cannot be run offline and gives its ``reason``.
+``paper_method``. A ``kind = "convergence"`` claim (graphmax's Figure 2) reads the solver's
+iterations per decoding step from the generations, with the paper's step budget T in
+``paper_method``. ``models`` restricts a claim to some of the protocol's base models; ``controls``
+names control runs (folders under the reproduction's ``runs/``) whose scores the report shows
+beside the claim. A claim with ``runnable = false`` cannot be run offline and gives its
+``reason``; ``diagnostic = true`` keeps a claim out of the counts.
+
+The protocol's ``diagnostic_roles`` are systems that are a diagnostic of maxbench's reading of the
+paper rather than the paper's method (graphmax's ``solver=paper``): their cells are shown in their
+own section, with the protocol's ``diagnostics`` text, and kept out of the counts and of Holm's step.
+
+A paper's ``[[controls]]`` entries are seed-paired controls of a trained head, read from files
+rather than runs (``controls.py``): ``method`` and ``control`` are the layers compared (KerBS and
+its fine-tuned softmax), ``model`` and ``corpus`` the cell, ``claim`` the claim whose direction and
+paper effect the control's verdict uses, ``seeds`` the seeds planned, and ``folder``/``file`` (a
+pattern with ``{model}``, ``{corpus}``, ``{layer}`` and ``{seed}``) each head's fit meta, relative to
+the reproduction's folder. Fewer seeds than planned make the control partial (rendered, labelled);
+a folder that does not exist, or no seed with both files, is a control naming a missing run.
+
+Bad input is one line (exit status 2): an unknown direction, kind, base model, corpus or system role,
+a score no metric of the protocol computes (``protocol.check_metrics``), a control run that does not
+exist (``protocol.check_controls``, ``controls.check``).
 """
 
 from __future__ import annotations
@@ -22,7 +45,7 @@ from maxbench.registry import unknown_name
 
 PAPER_DIR = Path(__file__).parent / "papers"
 DIRECTIONS = ("higher", "lower")
-KINDS = ("difference", "ratio", "correlation")
+KINDS = ("difference", "ratio", "correlation", "convergence")
 
 
 @dataclass(frozen=True)
@@ -44,7 +67,10 @@ class Claim:
     paper_method: tuple[float, ...] = ()
     paper_method_sd: tuple[float, ...] = ()
     paper_effect: float | None = None
-    comparable: bool = False
+    hardware: bool = False  # the quantity depends on hardware and implementation: never judged
+    diagnostic: bool = False  # a diagnostic of maxbench's reading, kept out of the counts
+    models: tuple[str, ...] = ()  # the base models the claim holds for (default: every one)
+    controls: tuple[str, ...] = ()  # control runs (folders under runs/) shown beside the claim
     runnable: bool = True
     reason: str = ""
     differences: tuple[str, ...] = ()
@@ -60,6 +86,40 @@ class Claim:
             return self.paper_method[i] - self.paper_baseline[i]
         return None
 
+    def paper_relative(self, i: int) -> float | None:
+        """The paper's effect on score ``i`` on the verdict's scale: (method - baseline) / baseline;
+        ratio - 1 for a ratio claim; r for a correlation claim; None where the paper prints no
+        number."""
+        if self.kind == "correlation":
+            return self.paper_method[i] if i < len(self.paper_method) else None
+        if self.kind == "ratio":
+            return None if self.paper_effect is None else self.paper_effect - 1
+        if i < len(self.paper_method) and i < len(self.paper_baseline) and self.paper_baseline[i]:
+            return (self.paper_method[i] - self.paper_baseline[i]) / self.paper_baseline[i]
+        return None
+
+
+@dataclass(frozen=True)
+class ControlSpec:
+    """A seed-paired control of a trained head (a paper's ``[[controls]]`` entry; see the module docstring)."""
+
+    id: str
+    title: str
+    statement: str
+    claim: str
+    model: str
+    corpus: str
+    method: str
+    control: str
+    baseline: str
+    seeds: tuple[int, ...]
+    folder: str
+    file: str
+
+    def path(self, root: Path, layer: str, seed: int) -> Path:
+        name = self.file.format(model=self.model, corpus=self.corpus, layer=layer, seed=seed)
+        return root / self.folder / name
+
 
 @dataclass(frozen=True)
 class Paper:
@@ -70,6 +130,9 @@ class Paper:
     differences: tuple[str, ...]
     claims: tuple[Claim, ...] = field(default_factory=tuple)
     path: Path | None = None
+    diagnostic_roles: tuple[str, ...] = ()
+    diagnostics: str = ""  # what the diagnostic roles are, for the report
+    seed_controls: tuple[ControlSpec, ...] = ()  # the [[controls]] entries
 
     def roles(self) -> dict[str, str]:
         """Every system role of the protocol -> its LAYER/DECODING."""
@@ -133,13 +196,21 @@ def load_paper(name: str, path: Path | None = None) -> Paper:
             paper_method=_tuple(raw.get("paper_method"), what),
             paper_method_sd=_tuple(raw.get("paper_method_sd"), what),
             paper_effect=raw.get("paper_effect"),
-            comparable=bool(raw.get("comparable", False)),
+            hardware=bool(raw.get("hardware", False)),
+            diagnostic=bool(raw.get("diagnostic", False)),
+            models=_tuple(raw.get("models"), what),
+            controls=_tuple(raw.get("controls"), what),
             runnable=runnable,
             reason=raw.get("reason", ""),
             differences=_tuple(raw.get("differences"), what),
         )
-        if claim.direction not in DIRECTIONS or claim.kind not in KINDS:
-            raise MaxbenchError(f"{what}: direction must be one of {DIRECTIONS} and kind one of {KINDS}")
+        if claim.direction not in DIRECTIONS:
+            raise MaxbenchError(f"{what}: {unknown_name('direction', str(claim.direction), DIRECTIONS)}")
+        if claim.kind not in KINDS:
+            raise MaxbenchError(f"{what}: {unknown_name('claim kind', str(claim.kind), KINDS)}")
+        for model in claim.models:
+            if model not in protocol.get("models", []):
+                raise MaxbenchError(f"{what}: {unknown_name('base model', str(model), protocol.get('models', []))}")
         if not runnable:
             if not claim.reason:
                 raise MaxbenchError(f"{what}: a claim that cannot run needs a 'reason'")
@@ -153,10 +224,17 @@ def load_paper(name: str, path: Path | None = None) -> Paper:
                 claim.against and len(claim.against) != len(claim.scores)
             ):
                 raise MaxbenchError(f"{what}: a correlation claim (and only one) needs 'against', one per score")
+            if claim.kind == "convergence" and (len(claim.methods) != 1 or len(claim.paper_method) != 1):
+                raise MaxbenchError(f"{what}: a convergence claim needs one method and the paper's T in 'paper_method'")
             for corpus in claim.corpora:
                 if corpus not in protocol.get("corpora", []):
                     raise MaxbenchError(f"{what}: corpus '{corpus}' is not one of the protocol's corpora")
         claims.append(claim)
+    diagnostic_roles = _tuple(protocol.get("diagnostic_roles"), f"paper file {path}")
+    for role in diagnostic_roles:
+        if role not in roles:
+            raise MaxbenchError(f"paper file {path}: diagnostic_roles: {unknown_name('system role', role, roles)}")
+    seed_controls = tuple(_control(raw, path, protocol, claims) for raw in spec.get("controls", []))
     return Paper(
         name=spec.get("paper", name),
         title=spec.get("title", name),
@@ -165,4 +243,52 @@ def load_paper(name: str, path: Path | None = None) -> Paper:
         differences=_tuple(spec.get("differences", {}).get("all"), f"paper file {path}"),
         claims=tuple(claims),
         path=path,
+        diagnostic_roles=diagnostic_roles,
+        diagnostics=str(protocol.get("diagnostics", "")),
+        seed_controls=seed_controls,
+    )
+
+
+def _control(raw: dict, path: Path, protocol: dict, claims: list[Claim]) -> ControlSpec:
+    """One ``[[controls]]`` entry, checked: its claim, base model and corpus known, its seeds
+    integers, its file pattern naming the layer and the seed."""
+    cid = raw.get("id", "?")
+    what = f"paper file {path}, control '{cid}'"
+    ids = [c.id for c in claims]
+    if raw.get("claim") not in ids:
+        raise MaxbenchError(f"{what}: {unknown_name('claim', str(raw.get('claim')), ids)}")
+    if raw.get("model") not in protocol.get("models", []):
+        raise MaxbenchError(f"{what}: {unknown_name('base model', str(raw.get('model')), protocol.get('models', []))}")
+    if raw.get("corpus") not in protocol.get("corpora", []):
+        raise MaxbenchError(f"{what}: {unknown_name('corpus', str(raw.get('corpus')), protocol.get('corpora', []))}")
+    seeds = _tuple(raw.get("seeds"), what)
+    if (
+        not seeds
+        or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
+        or len(set(seeds)) != len(seeds)
+    ):
+        raise MaxbenchError(f"{what}: 'seeds' must be distinct integers, got {raw.get('seeds')!r}")
+    pattern = str(raw.get("file", ""))
+    if "{seed}" not in pattern or "{layer}" not in pattern:
+        raise MaxbenchError(f"{what}: 'file' must be a pattern naming {{layer}} and {{seed}}, got {pattern!r}")
+    try:
+        pattern.format(model="m", corpus="c", layer="l", seed=0)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise MaxbenchError(f"{what}: 'file' {pattern!r} is not a valid pattern: {exc}") from None
+    for key in ("method", "control", "folder"):
+        if not isinstance(raw.get(key), str) or not raw[key]:
+            raise MaxbenchError(f"{what}: needs '{key}'")
+    return ControlSpec(
+        id=cid,
+        title=str(raw.get("title", f"Control: {raw['control']}")),
+        statement=str(raw.get("statement", f"{raw['method']} improves on its {raw['control']} control")),
+        claim=raw["claim"],
+        model=raw["model"],
+        corpus=raw["corpus"],
+        method=raw["method"],
+        control=raw["control"],
+        baseline=str(raw.get("baseline", "softmax")),
+        seeds=tuple(seeds),
+        folder=raw["folder"],
+        file=pattern,
     )

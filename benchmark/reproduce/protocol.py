@@ -167,8 +167,11 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
 
 
 def check_metrics(paper: Paper) -> list[str]:
-    """The protocol's metrics, each registered; a missing one is one line."""
-    from maxbench.benchmark.metrics.base import METRICS
+    """The protocol's metrics, each registered, and every score a claim names computed by one of
+    them (a ratio or convergence claim reads the runs' timings or generations instead); a missing
+    metric or an unknown score is one line."""
+    from maxbench.benchmark.metrics.base import METRICS, get_metric
+    from maxbench.registry import unknown_name
 
     metrics = list(paper.protocol.get("metrics", []))
     for m in metrics:
@@ -177,7 +180,30 @@ def check_metrics(paper: Paper) -> list[str]:
                 f"the {paper.name} protocol needs metric '{m}', which is not registered in this installation "
                 f"(the papers' metric variants); known metrics: {', '.join(METRICS.names())}"
             )
+    # ref-ppl is scored beside the protocol's metrics whenever a run records the references'
+    # log-probabilities (score_run), which every reproduction run does
+    computed = {score: m for m in [*metrics, "ref-ppl"] for score in get_metric(m).score_ranges}
+    for claim in paper.claims:
+        if not claim.runnable or claim.kind in ("ratio", "convergence"):
+            continue
+        for score in claim.scores + claim.also + claim.against:
+            if score not in computed:
+                raise MaxbenchError(
+                    f"paper file {paper.path}, claim '{claim.id}': {unknown_name('score', score, sorted(computed))} "
+                    f"(the scores of the protocol's metrics: {', '.join(metrics)})"
+                )
     return metrics
+
+
+def check_controls(paper: Paper, out: Path) -> None:
+    """Every control run a claim names is a run folder under ``out/runs/`` (one line if not)."""
+    for claim in paper.claims:
+        for run in claim.controls:
+            if not (out / "runs" / run / "generations.jsonl").is_file():
+                raise MaxbenchError(
+                    f"paper file {paper.path}, claim '{claim.id}': control run '{run}' is missing "
+                    f"({out / 'runs' / run} has no generations.jsonl); run it first or remove it from 'controls'"
+                )
 
 
 def estimate_seconds(runs: list[RunSpec]) -> float:

@@ -1,15 +1,36 @@
-"""Verdict rules of a reproduction, and the combination of per-fold differences into one interval.
+"""Verdict rules of a reproduction, the combination of folds, the summary of a claim's correlated
+scores and the multiplicity step. The rules are stated once, in ``RULES`` (which every report
+prints and docs/reproductions.md repeats):
 
-Absolute numbers of GPT-2/OPT-class models cannot be held against SmolLM2's or Gemma's, so a claim
-is judged by the sign of maxbench's paired difference (method - baseline; method / baseline for a
-ratio claim) and its 95% interval:
+Absolute numbers of GPT-2-, GRU- or Transformer-LM-class models cannot be held against SmolLM2's or
+Gemma's, so a claim is judged on the **relative scale**: maxbench's paired difference (method -
+baseline) in % of maxbench's baseline, against the paper's (method - baseline) / baseline. Each
+claim x base model x corpus is one **cell** with one verdict, on the 95% interval of its relative
+difference:
 
-- **reproduced**: the interval lies wholly on the paper's side of the null (0, or 1 for a ratio),
-  and, where the paper's effect is comparable (``Claim.comparable``), it also contains that effect;
-- **not reproduced**: the interval lies wholly on the other side of the null, or, where the effect is
-  comparable, it lies on the paper's side but excludes the paper's effect;
-- **not comparable**: no interval (the claim cannot run offline, a score is undefined, too few
-  folds or prompts), or an interval that contains the null: too wide to decide either way.
+- **reproduced**: the interval excludes 0 on the paper's side and reaches the paper's effect;
+- **reproduced, smaller than claimed**: it excludes 0 on the paper's side but lies below the paper's
+  effect;
+- **not reproduced**: it excludes 0 on the other side; or it lies inside the negligible band
+  (``NEGLIGIBLE``: +-1% of the baseline); or it contains 0 but excludes the paper's effect (no
+  effect of the claimed size);
+- **inconclusive**: it contains both 0 and the paper's effect;
+- **not comparable**: the protocol cannot run here, or the quantity depends on things outside the
+  method (hardware, implementation: a CPU time against a K80's).
+
+Where the paper's own effect lies inside the band, or the paper gives no size (a figure without
+numbers), the sign alone is judged: the interval on the paper's side is "reproduced".
+
+Folds are combined by a random-effects meta-analysis (``combine_folds``: DerSimonian-Laird
+between-fold variance, Hartung-Knapp-Sidik-Jonkman interval with t on K - 1 degrees of freedom,
+its variance never below the fixed-effect one); one fold keeps its own bootstrap interval.
+Correlated scores of one claim (BLEU-2..5, Distinct-1..3) are summarised into one estimate
+(``summarise``: the mean relative difference, with the mean of their standard errors, a bound
+that holds whatever their correlation), not counted one by one. A cell comparing a method with
+several competitors ("best among") is reproduced only against every one of them (an
+intersection-union test: no correction within the cell). Across a paper's counted cells,
+Holm's step-down correction (``maxbench.multiple_testing.holm``) controls the family-wise error:
+a cell whose adjusted p-value is not below ``ALPHA`` is judged as if its interval contained 0.
 """
 
 from __future__ import annotations
@@ -17,11 +38,54 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scipy.stats import norm
+from scipy.stats import norm, t
+
+from maxbench.multiple_testing import holm
 
 REPRODUCED = "reproduced"
+SMALLER = "reproduced, smaller than claimed"
 NOT_REPRODUCED = "not reproduced"
+INCONCLUSIVE = "inconclusive"
 NOT_COMPARABLE = "not comparable"
+VERDICTS = (REPRODUCED, SMALLER, NOT_REPRODUCED, INCONCLUSIVE, NOT_COMPARABLE)
+
+#: the negligible band on the relative scale: +-1% of maxbench's baseline
+NEGLIGIBLE = 0.01
+#: the negligible band of a correlation claim (judged on r itself): |r| below 0.1
+NEGLIGIBLE_R = 0.1
+LEVEL = 0.95
+ALPHA = 0.05
+#: a cell resting on fewer prompts than this (over all its folds) is labelled "few prompts"
+FEW_PROMPTS = 30
+
+RULES = (
+    "Each claim x base model x corpus is one cell with one verdict, decided on the 95% interval "
+    "of maxbench's paired difference (method - baseline) in % of maxbench's baseline (each fold's baseline value "
+    "taken as fixed), against the paper's "
+    "(method - baseline) / baseline: absolute numbers of the paper's models do not compare with SmolLM2's or "
+    "Gemma's, relative sizes can. Reproduced: the interval excludes 0 on the paper's side and reaches the "
+    "paper's effect. Reproduced, smaller than claimed: it excludes 0 on the paper's side but lies below the "
+    "paper's effect. Not reproduced: it excludes 0 on the other side, or lies inside the negligible band of "
+    f"+-{100 * NEGLIGIBLE:g}% of the baseline, or contains 0 but excludes the paper's effect (no effect of the "
+    "claimed size). Inconclusive: it contains both 0 and the paper's effect. Not comparable: the protocol "
+    "cannot run here, or the quantity depends on things outside the method, such as hardware. Where the "
+    "paper's own effect lies inside the band, or the paper prints no number (a figure), only the sign is "
+    "judged. A correlation claim is judged on r with a band of "
+    f"|r| < {NEGLIGIBLE_R:g}. Folds are combined by a random-effects meta-analysis (DerSimonian-Laird "
+    "between-fold variance, Hartung-Knapp-Sidik-Jonkman interval, t with K - 1 degrees of freedom, its "
+    "variance never below the fixed-effect one); one fold keeps its paired percentile-bootstrap interval over "
+    "prompts. The correlated scores of one claim (BLEU-2..5, Distinct-1..3, MS-Jaccard-1..3) are summarised "
+    "into one estimate, the mean of their relative differences with the mean of their standard errors (a "
+    "bound whatever their correlation), and the paper's effect is the mean of its relative effects; each "
+    "score is still shown. A claim that a method is best among several competitors is reproduced only "
+    "against each of them (intersection-union test). Holm's step-down correction over the paper's counted "
+    f"cells (p-values from each cell's estimate and standard error) controls the family-wise error at "
+    f"{ALPHA:g}: a cell whose adjusted p-value is not below {ALPHA:g} is judged as if its interval contained 0. "
+    f"A cell resting on fewer than {FEW_PROMPTS} prompts is labelled 'few prompts'. A KerBS head whose best "
+    "validation epoch is 0 (the untrained head, exactly the base softmax) is flagged and never counts as "
+    "reproduced. Identical rows are shown once, and a cell repeating another cell's evidence is counted once. "
+    "The headline counts are counts of claims and of cells, never of rows."
+)
 
 
 @dataclass(frozen=True)
@@ -30,87 +94,258 @@ class Verdict:
     why: str
 
 
-def decide(
-    direction: str,
-    estimate: float | None,
-    low: float | None,
-    high: float | None,
-    null: float = 0.0,
-    paper_effect: float | None = None,
-    comparable: bool = False,
-    runnable: bool = True,
-    reason: str = "",
-) -> Verdict:
-    """The verdict for one claim row (see the module docstring for the rules)."""
-    if not runnable:
-        return Verdict(NOT_COMPARABLE, reason or "the protocol cannot run offline")
-    if estimate is None or low is None or high is None or not all(map(math.isfinite, (estimate, low, high))):
-        return Verdict(NOT_COMPARABLE, reason or "no interval: the score is undefined or too few folds/prompts")
-    sign = 1 if direction == "higher" else -1
-    paper_side = sign * (low - null) > 0 and sign * (high - null) > 0
-    other_side = sign * (low - null) < 0 and sign * (high - null) < 0
-    if other_side:
-        return Verdict(
-            NOT_REPRODUCED, f"the interval lies {'below' if sign > 0 else 'above'} {null:g}: the opposite sign"
-        )
-    if not paper_side:
-        return Verdict(NOT_COMPARABLE, f"the interval contains {null:g}: too wide to decide")
-    if comparable and paper_effect is not None and not low <= paper_effect <= high:
-        return Verdict(NOT_REPRODUCED, f"same sign, but the interval excludes the paper's effect {paper_effect:g}")
-    return Verdict(
-        REPRODUCED,
-        "the interval lies on the paper's side"
-        + (f" and contains its effect {paper_effect:g}" if comparable and paper_effect is not None else ""),
-    )
-
-
 @dataclass(frozen=True)
-class Combined:
-    """One difference over folds: the mean, its interval, and the folds' spread."""
+class Estimate:
+    """One difference with its interval, standard error and degrees of freedom (None: normal)."""
 
     estimate: float | None
     low: float | None
     high: float | None
-    n_folds: int
-    method: str
+    se: float | None = None
+    df: float | None = None
+    n_folds: int = 0
+    method: str = ""
+
+    @property
+    def defined(self) -> bool:
+        vals = (self.estimate, self.low, self.high)
+        return all(v is not None and math.isfinite(v) for v in vals)
+
+    @property
+    def p_value(self) -> float | None:
+        """Two-sided p-value of 'no difference' from estimate / se (t with df, else normal)."""
+        if not self.defined or self.se is None or not math.isfinite(self.se):
+            return None
+        if self.se <= 0:
+            return 1.0 if self.estimate == 0 else 0.0
+        z = abs(self.estimate) / self.se
+        return float(2 * (t.sf(z, self.df) if self.df else norm.sf(z)))
+
+    def scaled(self, factor: float) -> Estimate:
+        """The same estimate in other units (e.g. divided by a baseline: factor 1 / b > 0)."""
+        if not self.defined:
+            return Estimate(None, None, None, None, self.df, self.n_folds, self.method)
+        lo, hi = sorted((self.low * factor, self.high * factor))
+        se = None if self.se is None else self.se * abs(factor)
+        return Estimate(self.estimate * factor, lo, hi, se, self.df, self.n_folds, self.method)
 
 
-def combine_folds(diffs: list[tuple[float | None, float | None, float | None]], level: float = 0.95) -> Combined:
-    """Per-fold (difference, ci_low, ci_high) -> the mean difference over folds with an interval.
+def _quantile(df: float | None, level: float = LEVEL) -> float:
+    return float(t.ppf(0.5 + level / 2, df) if df else norm.ppf(0.5 + level / 2))
 
-    Folds hold disjoint prompts, so their estimates are independent: each fold's standard error is
-    its interval's width / (2 z), and the mean's is sqrt(sum se_k^2) / K (a normal interval). One fold
-    keeps its own interval. A fold whose difference or interval is missing makes the result undefined.
-    """
+
+def combine_folds(diffs: list[tuple[float | None, float | None, float | None]], level: float = LEVEL) -> Estimate:
+    """Per-fold (difference, ci_low, ci_high) -> one estimate over folds with its interval.
+
+    One fold keeps its own (paired percentile-bootstrap) interval, with se = width / (2 z). Several
+    folds are combined by a random-effects meta-analysis: each fold's within-fold variance
+    v_k = (width_k / 2z)^2; the DerSimonian-Laird between-fold variance
+    tau^2 = max(0, (Q - (K - 1)) / (S1 - S2 / S1)) with w_k = 1 / v_k, Q = sum w_k (y_k - y_w)^2;
+    weights w*_k = 1 / (v_k + tau^2), mu = sum w*_k y_k / sum w*_k; the Hartung-Knapp-Sidik-Jonkman
+    variance sum w*_k (y_k - mu)^2 / ((K - 1) sum w*_k), never below 1 / sum w*_k (the modified
+    Knapp-Hartung rule), and mu +- t_{K-1} se. A fold without a difference or an interval makes
+    the result undefined."""
     z = norm.ppf(0.5 + level / 2)
     if not diffs:
-        return Combined(None, None, None, 0, "no folds")
+        return Estimate(None, None, None, None, None, 0, "no folds")
     if any(d is None or lo is None or hi is None for d, lo, hi in diffs):
-        return Combined(None, None, None, len(diffs), "a fold has no difference or interval")
+        return Estimate(None, None, None, None, None, len(diffs), "a fold has no difference or interval")
     if len(diffs) == 1:
         d, lo, hi = diffs[0]
-        return Combined(d, lo, hi, 1, "the fold's paired interval")
+        return Estimate(d, lo, hi, (hi - lo) / (2 * z), None, 1, "one fold: its paired percentile-bootstrap interval")
     k = len(diffs)
-    mean = sum(d for d, _, _ in diffs) / k
-    se = math.sqrt(sum(((hi - lo) / (2 * z)) ** 2 for _, lo, hi in diffs)) / k
-    return Combined(
-        mean, mean - z * se, mean + z * se, k, f"mean over {k} folds, normal interval, se = sqrt(sum se_k^2)/K"
+    ys = [d for d, _, _ in diffs]
+    vs = [((hi - lo) / (2 * z)) ** 2 for _, lo, hi in diffs]
+    if any(v <= 0 for v in vs):  # a fold with a zero-width interval: the folds' own spread only
+        vs = [max(v, 1e-300) for v in vs]
+    w = [1 / v for v in vs]
+    s1, s2 = sum(w), sum(x * x for x in w)
+    y_fixed = sum(wi * yi for wi, yi in zip(w, ys)) / s1
+    q = sum(wi * (yi - y_fixed) ** 2 for wi, yi in zip(w, ys))
+    c = s1 - s2 / s1
+    tau2 = max(0.0, (q - (k - 1)) / c) if c > 0 else 0.0
+    ws = [1 / (v + tau2) for v in vs]
+    sw = sum(ws)
+    mu = sum(wi * yi for wi, yi in zip(ws, ys)) / sw
+    var_hk = sum(wi * (yi - mu) ** 2 for wi, yi in zip(ws, ys)) / ((k - 1) * sw)
+    se = math.sqrt(max(var_hk, 1 / sw))
+    h = _quantile(k - 1, level) * se
+    return Estimate(
+        mu,
+        mu - h,
+        mu + h,
+        se,
+        k - 1,
+        k,
+        f"random effects over {k} folds (DerSimonian-Laird tau^2 = {tau2:.3g}, Hartung-Knapp-Sidik-Jonkman t_{k - 1})",
     )
 
 
-def ratio_interval(ratios: list[float], level: float = 0.95) -> Combined:
-    """A ratio measured once per fold (e.g. time per token) -> its mean and a t interval over folds
-    (on the log scale, so the interval stays positive); fewer than two folds give no interval."""
-    from scipy.stats import t
+def summarise(estimates: list[Estimate], level: float = LEVEL) -> Estimate:
+    """Correlated scores of one claim (e.g. BLEU-2..5 of the same texts) -> one estimate: the mean,
+    with the mean of their standard errors (the standard error of a mean of correlated estimates is
+    at most the mean of theirs, whatever the correlation) and the smallest degrees of freedom. One
+    estimate is returned as it is."""
+    if len(estimates) == 1:
+        return estimates[0]
+    if not estimates or not all(e.defined and e.se is not None for e in estimates):
+        return Estimate(None, None, None, None, None, max((e.n_folds for e in estimates), default=0), "undefined")
+    m = sum(e.estimate for e in estimates) / len(estimates)
+    se = sum(e.se for e in estimates) / len(estimates)
+    dfs = [e.df for e in estimates]
+    df = None if any(d is None for d in dfs) else min(dfs)
+    h = _quantile(df, level) * se
+    return Estimate(
+        m,
+        m - h,
+        m + h,
+        se,
+        df,
+        max(e.n_folds for e in estimates),
+        f"mean of {len(estimates)} scores, se the mean of theirs",
+    )
 
+
+def ratio_interval(ratios: list[float | None], level: float = LEVEL) -> Estimate:
+    """A ratio measured once per fold (e.g. time per token) -> its geometric mean and a t interval
+    over folds (on the log scale, so the interval stays positive); fewer than two folds give no
+    interval."""
     good = [r for r in ratios if r is not None and r > 0 and math.isfinite(r)]
     if len(good) < 2:
-        return Combined(good[0] if good else None, None, None, len(good), "fewer than two folds: no interval")
+        return Estimate(
+            good[0] if good else None, None, None, None, None, len(good), "fewer than two folds: no interval"
+        )
     logs = [math.log(r) for r in good]
     k = len(logs)
     m = sum(logs) / k
     sd = math.sqrt(sum((x - m) ** 2 for x in logs) / (k - 1))
-    h = t.ppf(0.5 + level / 2, k - 1) * sd / math.sqrt(k)
-    return Combined(
-        math.exp(m), math.exp(m - h), math.exp(m + h), k, f"geometric mean over {k} folds, t interval on log scale"
+    h = _quantile(k - 1, level) * sd / math.sqrt(k)
+    return Estimate(
+        math.exp(m),
+        math.exp(m - h),
+        math.exp(m + h),
+        None,
+        k - 1,
+        k,
+        f"geometric mean over {k} folds, t interval on the log scale",
     )
+
+
+def _pct(x: float, scale: str) -> str:
+    return f"{x:+.3g}" if scale == "r" else f"{100 * x:+.3g}%"
+
+
+def decide(
+    direction: str,
+    low: float | None,
+    high: float | None,
+    paper_effect: float | None = None,
+    band: float = NEGLIGIBLE,
+    significant: bool = True,
+    runnable: bool = True,
+    hardware: bool = False,
+    reason: str = "",
+    scale: str = "%",
+) -> Verdict:
+    """The verdict of one interval (see the module docstring), on the relative scale (``scale``
+    "%": fractions of the baseline; "r": a correlation). ``paper_effect`` is the paper's effect on
+    the same scale (None: the paper gives no size); ``significant=False`` (Holm's step did not
+    reject 'no difference') judges the interval as if it contained 0."""
+    if not runnable:
+        return Verdict(NOT_COMPARABLE, reason or "the protocol cannot run here")
+    if hardware:
+        return Verdict(NOT_COMPARABLE, reason or "the quantity depends on hardware and implementation, not the method")
+    if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)):
+        return Verdict(NOT_COMPARABLE, reason or "no interval: the score is undefined here")
+    s = 1 if direction == "higher" else -1
+    lo, hi = sorted((s * low, s * high))  # the paper's side is positive
+    effect = None if paper_effect is None else s * paper_effect
+    band_txt = f"+-{_pct(band, scale)[1:]}"
+    paper_in_band = effect is not None and abs(effect) <= band
+    size = effect is not None and not paper_in_band
+    sign_note = (
+        f"; the paper's effect {_pct(s * effect, scale)} lies inside the negligible band {band_txt}, so the sign "
+        "alone is judged"
+        if paper_in_band
+        else ("; the paper gives no size, so the sign alone is judged" if effect is None else "")
+    )
+    if not paper_in_band and -band <= lo and hi <= band:
+        return Verdict(NOT_REPRODUCED, f"the interval lies inside the negligible band {band_txt}")
+    if significant and lo > 0:
+        if size and hi < effect:
+            return Verdict(
+                SMALLER,
+                f"the interval excludes 0 on the paper's side but lies below the paper's effect {_pct(s * effect, scale)}",
+            )
+        if size:
+            return Verdict(
+                REPRODUCED,
+                f"the interval excludes 0 on the paper's side and reaches the paper's effect {_pct(s * effect, scale)}",
+            )
+        return Verdict(REPRODUCED, "the interval excludes 0 on the paper's side" + sign_note)
+    if significant and hi < 0:
+        return Verdict(NOT_REPRODUCED, "the interval excludes 0 on the other side: the opposite sign")
+    held = not significant and (lo > 0 or hi < 0)
+    zero = (
+        "the interval excludes 0 but not after Holm's step, so it counts as containing 0"
+        if held
+        else "the interval contains 0"
+    )
+    if size and hi < effect:
+        return Verdict(
+            NOT_REPRODUCED,
+            f"{zero}, and it excludes the paper's effect {_pct(s * effect, scale)}: no effect of the claimed size",
+        )
+    if size and lo > effect:  # only an interval Holm's step held back can lie above the effect
+        return Verdict(INCONCLUSIVE, f"{zero}; it lies beyond the paper's effect {_pct(s * effect, scale)}")
+    if size:
+        return Verdict(INCONCLUSIVE, f"{zero}; it also contains the paper's effect {_pct(s * effect, scale)}")
+    return Verdict(INCONCLUSIVE, zero + sign_note)
+
+
+def aggregate(parts: list[tuple[str, Verdict]]) -> Verdict:
+    """One cell from its comparisons with several competitors (a 'best among' claim: an
+    intersection-union test): not reproduced if against any one; reproduced only if against every
+    one; otherwise the weakest of them."""
+    if len(parts) == 1:
+        return parts[0][1]
+    verdicts = [v.verdict for _, v in parts]
+
+    def named(kind: str) -> str:
+        return "; ".join(f"vs {name}: {v.why}" for name, v in parts if v.verdict == kind)
+
+    for kind in (NOT_COMPARABLE, NOT_REPRODUCED):
+        if kind in verdicts:
+            return Verdict(kind, named(kind))
+    if all(v == REPRODUCED for v in verdicts):
+        return Verdict(REPRODUCED, "against every competitor: " + "; ".join(f"vs {n}" for n, _ in parts))
+    if INCONCLUSIVE in verdicts:
+        return Verdict(INCONCLUSIVE, named(INCONCLUSIVE))
+    return Verdict(SMALLER, named(SMALLER))
+
+
+def deciding_p(parts: list[tuple[Verdict, float | None]]) -> float | None:
+    """The p-value a cell enters Holm's step with: that of the comparison deciding it (the smallest
+    among comparisons on the other side when there are some, else the largest: the
+    intersection-union test's)."""
+    other = [p for v, p in parts if v.verdict == NOT_REPRODUCED and "other side" in v.why and p is not None]
+    if other:
+        return min(other)
+    ps = [p for _, p in parts]
+    if not ps or any(p is None for p in ps):
+        return None
+    return max(ps)
+
+
+def holm_step(pvalues: list[float | None], alpha: float = ALPHA) -> tuple[list[float | None], list[bool]]:
+    """Holm-adjusted p-values of a paper's counted cells and whether each rejects 'no difference'."""
+    adjusted = holm(pvalues)
+    return adjusted, [p is not None and p < alpha for p in adjusted]
+
+
+def best_epoch(history: list[dict]) -> int | None:
+    """The epoch a head keeps: the first with the lowest validation perplexity (epoch 0: untrained)."""
+    if not history:
+        return None
+    best = min(range(len(history)), key=lambda i: (history[i]["valid_ppl"], i))
+    return int(history[best].get("epoch", best))

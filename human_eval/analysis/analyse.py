@@ -40,11 +40,11 @@ from maxbench.human_eval.analysis.statistics import (
     bootstrap_rank_biserial_paired,
     bootstrap_rank_biserial_unpaired,
     detect_design,
-    holm,
     mann_whitney,
     seeded_rng,
     wilcoxon_paired,
 )
+from maxbench.multiple_testing import holm
 
 # --------------------------------------------------------------------------- the analysis
 

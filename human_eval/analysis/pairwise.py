@@ -8,7 +8,7 @@
   its judgments, as in a new study drawing other prompts.
 - ``sign_tests``: per pair of systems, the two-sided exact binomial (sign) test of the
   decisive judgments (ties dropped) against 1/2 (``scipy.stats.binomtest``), with Holm's
-  correction over the pairs (``maxbench.human_eval.analysis.statistics.holm``).
+  correction over the pairs (``maxbench.multiple_testing.holm``).
 - ``pairwise_agreement``: the agreement of annotators who judged the same pair of texts:
   Krippendorff's alpha at the nominal level over the outcomes (first system better, second
   better, tie), and the raw rate at which two such annotators gave the same outcome.
@@ -23,8 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from maxbench.human_eval.analysis.statistics import holm, krippendorff_alpha, percentile_ci, seeded_rng
+from maxbench.human_eval.analysis.statistics import krippendorff_alpha, percentile_ci, seeded_rng
 from maxbench.intervals import ConfidenceInterval
+from maxbench.multiple_testing import holm
 
 BT_ALPHA = 0.01
 

@@ -1,8 +1,9 @@
 """Statistics for human ratings: tests, effect sizes, their bootstrap intervals, agreement.
 
 Everything here is computed by scipy and the krippendorff package; what is hand-written
-(Holm's step-down correction, rank-biserial correlations and their bootstrap) is checked
-against a hand-worked case and against scipy in ``tests/test_report_statistics.py``.
+(rank-biserial correlations and their bootstrap) is checked against a hand-worked case and
+against scipy in ``tests/test_report_statistics.py``. Holm's step-down correction is the shared
+base's (``maxbench.multiple_testing.holm``), checked there too.
 
 Conventions, stated once because every table depends on them:
 - an *aspect* is a rubric criterion; each aspect is analysed on its own scale;
@@ -32,22 +33,6 @@ DIFFERENCE_DECIMALS = 9
 
 
 # --------------------------------------------------------------------------- hand-written statistics
-
-
-def holm(pvalues: Sequence[float | None]) -> list[float | None]:
-    """Holm's step-down adjusted p-values (plain Holm, not statsmodels' default Holm-Sidak).
-
-    The i-th smallest of m p-values becomes max over j <= i of min(1, (m - j + 1) p_(j)).
-    None entries (tests that could not be run) are not counted in m and stay None.
-    """
-    present = [(p, i) for i, p in enumerate(pvalues) if p is not None and math.isfinite(p)]
-    m = len(present)
-    adjusted: list[float | None] = [None] * len(pvalues)
-    running = 0.0
-    for rank, (p, i) in enumerate(sorted(present)):
-        running = max(running, min(1.0, (m - rank) * p))
-        adjusted[i] = running
-    return adjusted
 
 
 def rank_biserial_unpaired(reference: Sequence[float], other: Sequence[float]) -> float:

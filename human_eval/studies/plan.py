@@ -42,7 +42,8 @@ from maxbench.errors import MaxbenchError
 from maxbench.human_eval.analysis.bestworst import TUPLE_SIZE, BestWorst, counting_scores
 from maxbench.human_eval.analysis.pairwise import PairJudgment, sign_tests
 from maxbench.human_eval.analysis.ratings import Ratings
-from maxbench.human_eval.analysis.statistics import holm, wilcoxon_paired
+from maxbench.human_eval.analysis.statistics import wilcoxon_paired
+from maxbench.multiple_testing import holm
 
 JUDGMENTS = ("likert", "direct", "pairwise", "best-worst")
 ITEMS = (15, 20, 30, 40, 50, 75, 100, 150, 200, 300)

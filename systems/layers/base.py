@@ -43,6 +43,13 @@ class OutputLayer:
     can_be_sparse: bool = False
     #: fit() must run before decoding
     needs_fit: bool = False
+    #: the layer generates from a conditional suite's attributes: a suite without them is refused
+    #: before anything runs (``maxbench.benchmark.suites.require_attributes``, docs/conditional.md)
+    needs_attributes: bool = False
+    #: options of fitting that the system string may set, name -> default (KerBS's ``seed``, POSG's
+    #: ``lm_prior``): each is a keyword of ``__init__``, and one given at its default is dropped from
+    #: the canonical name (``parse_system``) and leaves a trained head's cache key as it was
+    fit_options: dict = {}
 
     def params(self) -> dict:
         """Parameters that define the layer, as written in the system string."""
@@ -52,8 +59,13 @@ class OutputLayer:
         """Build or load whatever the layer needs (graph, trained head). Default: nothing."""
 
     def resource_hashes(self) -> dict:
-        """Hashes of the artefacts the layer was fitted with, recorded in run manifests."""
+        """Hashes of the artefacts the layer was fitted with, recorded in run manifests (with what a
+        report must know of them, e.g. a trained head's ``untrained_best``)."""
         return {}
+
+    def non_default_fit_options(self) -> dict:
+        """The ``fit_options`` this layer was given away from their defaults, in declaration order."""
+        return {k: getattr(self, k) for k, d in self.fit_options.items() if not same_value(getattr(self, k), d)}
 
     def scores(self, logits: torch.Tensor, hidden: torch.Tensor | None) -> torch.Tensor:
         raise NotImplementedError
@@ -71,6 +83,14 @@ class OutputLayer:
 
     def step_stats(self) -> dict[str, torch.Tensor]:
         return {}
+
+
+def same_value(value, default) -> bool:
+    """Whether an option's value is its default: equal, and a bool only where the default is one
+    (``lm_prior=1`` is not ``lm_prior=true``; ``lr=0.00005`` is ``lr=5e-5``)."""
+    if isinstance(value, bool) or isinstance(default, bool):
+        return isinstance(value, bool) and isinstance(default, bool) and value == default
+    return value == default
 
 
 def sample_rows(probs: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:

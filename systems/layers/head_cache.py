@@ -5,14 +5,21 @@ A trained head lives in ``maxbench_home()/heads/<layer>/<key>``, the key a hash 
 (maxbench.systems.hidden_cache.head_directory). The identity names everything the head depends on, so
 a change of model, tokenizer, corpus, budget, hidden-cache format or option trains a new head,
 and anything else finds the one already trained. Its fields are fixed here once for both
-layers: adding, renaming or dropping one would move every cached head.
+layers: adding, renaming or dropping one would move every cached head. A training option added
+later is declared with ``metadata=WHEN_SET`` on its config field: it enters the identity only away
+from its default, so the heads trained before it existed keep their keys.
+
+Every head's meta says which validation epoch it kept (``best_epoch``; epoch 0 is the untrained
+head) and flags ``untrained_best`` when that is epoch 0: training never beat the starting point, so
+the head is its initialisation, not a trained head (:func:`with_best_epoch`).
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -21,6 +28,21 @@ import torch
 from maxbench.errors import MaxbenchError
 from maxbench.locks import exclusive
 from maxbench.systems import hidden_cache as hc
+
+#: field metadata of a training option that is part of a head's identity only away from its default
+WHEN_SET = {"identity": "when-set"}
+
+
+def config_identity(cfg) -> dict:
+    """A training config's fields as the identity records them: all of them, except those declared
+    ``WHEN_SET`` that are at their defaults."""
+    out = {}
+    for f in fields(cfg):
+        value = getattr(cfg, f.name)
+        if f.metadata.get("identity") == "when-set" and value == f.default:
+            continue
+        out[f.name] = value
+    return out
 
 
 def head_identity(layer: str, version: str, lm, corpus, budget_tokens: int, cfg, **extra) -> dict:
@@ -40,7 +62,7 @@ def head_identity(layer: str, version: str, lm, corpus, budget_tokens: int, cfg,
     budget_tokens : int
         Training positions taken from the fitting split.
     cfg : dataclass
-        The layer's training options, recorded field by field.
+        The layer's training options, recorded field by field (:func:`config_identity`).
     **extra
         Further dependencies of the layer (POSG: its tagger's version), recorded before ``config``.
 
@@ -59,8 +81,84 @@ def head_identity(layer: str, version: str, lm, corpus, budget_tokens: int, cfg,
         "corpus_sha256": corpus.sha256,
         "budget_tokens": int(budget_tokens),
         **extra,
-        "config": asdict(cfg),
+        "config": config_identity(cfg),
     }
+
+
+#: the smallest value of each integer training option a system string may set (others: 0)
+_MINIMUM = {"epochs": 1, "active_vocab": 1, "budget_tokens": hc.MIN_TRAIN_POSITIONS}
+
+
+def check_fit_options(layer: str, values: dict, defaults: dict) -> dict:
+    """Training options from a system string (``kerbs(seed=2)``), checked against the type of their
+    defaults: a bool is ``true``/``false``, an integer a whole number at least its minimum, a float a
+    number > 0 (a learning rate). Returns them with floats as floats; a bad one is one line."""
+    out = {}
+    for name, value in values.items():
+        default = defaults[name]
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if isinstance(default, bool):
+            ok, want = isinstance(value, bool), "true or false"
+        elif isinstance(default, int):
+            low = _MINIMUM.get(name, 0)
+            ok, want = number and isinstance(value, int) and value >= low, f"a whole number >= {low}"
+        else:
+            ok, want = number and math.isfinite(value) and value > 0, "a number > 0"
+            value = float(value) if ok else value
+        if not ok:
+            raise MaxbenchError(f"{layer} option {name} must be {want}, got {value!r}")
+        out[name] = value
+    return out
+
+
+def head_perplexity_key(layer: str) -> str:
+    """The meta key of a head's held-out perplexity: test_ppl_kerbs, test_ppl_ft_softmax, test_ppl_posg."""
+    return "test_ppl_" + layer.replace("-", "_")
+
+
+def best_epoch(history: list[dict]) -> int:
+    """The epoch a head keeps: the first with the lowest validation perplexity (training replaces
+    its best only on a strictly lower one); epoch 0 is the untrained head."""
+    best = min(range(len(history)), key=lambda i: (history[i]["valid_ppl"], i))
+    return int(history[best]["epoch"])
+
+
+def with_best_epoch(meta: dict) -> dict:
+    """``meta`` with ``best_epoch`` and ``untrained_best`` (best epoch 0) from its validation
+    history; heads cached before these were recorded get them on loading."""
+    history = (meta.get("training") or {}).get("history")
+    if not history:
+        return meta
+    epoch = best_epoch(history)
+    return dict(meta, best_epoch=epoch, untrained_best=epoch == 0)
+
+
+def untrained_best_warning(layer: str, meta: dict) -> str:
+    """The one line that says a head's best epoch is the untrained one."""
+    hist = meta["training"]["history"]
+    later = min((h["valid_ppl"] for h in hist[1:]), default=float("nan"))
+    return (
+        f"warning: the {layer} head's best validation epoch is epoch 0, the untrained head (validation perplexity "
+        f"{hist[0]['valid_ppl']:.3f} before training, {later:.3f} at best after {len(hist) - 1} epochs): "
+        f"it is its starting point, not a trained head ({meta.get('path', '')})"
+    )
+
+
+def find_head(layer: str, sha256: str) -> dict | None:
+    """The meta of the cached ``layer`` head whose weights have this sha256 (as a run manifest records
+    it), with ``path``, ``best_epoch`` and ``untrained_best``; None when no cached head has it."""
+    import json
+
+    from maxbench.systems.assets import maxbench_home
+
+    for meta_file in sorted((maxbench_home() / "heads" / layer).glob("*/meta.json")):
+        try:
+            meta = json.loads(meta_file.read_text())
+        except (OSError, ValueError):
+            continue
+        if meta.get("sha256") == sha256:
+            return with_best_epoch(dict(meta, path=str(meta_file.parent)))
+    return None
 
 
 def load_or_train(
@@ -97,8 +195,8 @@ def load_or_train(
     Returns
     -------
     (head, meta)
-        The head on ``lm.device`` and its meta with ``path``, ``sha256`` and
-        ``loaded_from_cache``. A trained head is written atomically before it is returned, so
+        The head on ``lm.device`` and its meta with ``path``, ``sha256``, ``loaded_from_cache``,
+        ``best_epoch`` and ``untrained_best``. A trained head is written atomically before it is returned, so
         an interrupted training leaves no head behind. Loading and training hold the head's lock
         (``maxbench.locks``), so parallel workers train each head once.
     """
@@ -106,7 +204,7 @@ def load_or_train(
         tensors, meta = hc.load_head_from(head_path, lm)
         if meta.get("layer") != layer:
             raise MaxbenchError(f"{head_path} holds a {meta.get('layer')} head, not a {layer} head")
-        return restore(tensors, meta).to(lm.device), meta
+        return restore(tensors, meta).to(lm.device), with_best_epoch(meta)
     ident = identity()
     directory = hc.head_directory(layer, ident)
     with exclusive(directory):  # a second process waits for the first one's head instead of training it too
@@ -114,9 +212,9 @@ def load_or_train(
             loaded = hc.load_head(directory, lm)
             if loaded is not None:
                 tensors, meta = loaded
-                return restore(tensors, meta).to(lm.device), meta
+                return restore(tensors, meta).to(lm.device), with_best_epoch(meta)
         head, meta = train(ident)
-        return head, hc.save_head(directory, head.state_tensors(), meta)
+        return head, hc.save_head(directory, head.state_tensors(), with_best_epoch(meta))
 
 
 def progress_log(msg: str) -> None:

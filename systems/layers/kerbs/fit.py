@@ -31,6 +31,12 @@ On a frozen base model (not from scratch, as in the paper):
   on the validation part's perplexity (the best epoch is kept) and learning-rate decay
   when it stops improving, as in the paper's section 5.1.
 
+The fine-tuned softmax control (``ft-softmax``, ``kernel=False`` with no extra senses) is this same
+training with one sense per word and theta held at 0: the active words' output embeddings are
+fine-tuned on the same positions, with the same anchors, learning rate, epochs, batch order and
+early stopping, and the head is a plain softmax over them. KerBS against it separates what the
+senses and the kernel add from what fine-tuning the output embeddings on in-domain text adds.
+
 The defaults (lr 5e-5, 1024 extra senses, 2 epochs) come from the measurements recorded in
 benchmarks/head_training.py, which reruns them: higher learning rates end above where they
 started, reallocation changes little at this budget (the kernel and the trained anchors give
@@ -42,17 +48,26 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from maxbench.errors import MaxbenchError
 from maxbench.systems import hidden_cache as hc
-from maxbench.systems.layers.head_cache import head_identity, load_or_train, part_logprobs, progress_log
+from maxbench.systems.layers.head_cache import (
+    WHEN_SET,
+    head_identity,
+    head_perplexity_key,
+    load_or_train,
+    part_logprobs,
+    progress_log,
+)
 from maxbench.systems.layers.kerbs.head import DEFAULT_EXTRA_SENSES, MAX_SENSES_PER_WORD, KerBSHead
 
 KERBS_VERSION = "1"
+#: the layer whose heads are KerBS training without extra senses and with theta held at 0
+CONTROL_LAYER = "ft-softmax"
 DEFAULT_ACTIVE_VOCAB = 8192
 THETA_RESET = 1e-8
 
@@ -79,6 +94,9 @@ class KerBSConfig:
     #                            of the contexts towards those where its word was poorly predicted ...
     realloc_start: float = 4.6  # ... from this many nats below the word's anchor (1% of its mass)
     seed: int = 0
+    # False: theta is held at 0 (every sense scores by the inner product, as softmax does); with no
+    # extra senses this is the fine-tuned softmax control. In the identity only when False.
+    kernel: bool = field(default=True, metadata=WHEN_SET)
 
     def __post_init__(self):
         for name in ("senses", "active_vocab", "epochs", "batch_size", "realloc_every"):
@@ -86,6 +104,8 @@ class KerBSConfig:
                 raise MaxbenchError(
                     f"KerBS option {name} must be >= {0 if name == 'senses' else 1}, got {getattr(self, name)}"
                 )
+        if not isinstance(self.kernel, bool):
+            raise MaxbenchError(f"KerBS option kernel must be true or false, got {self.kernel!r}")
 
 
 @dataclass
@@ -230,7 +250,8 @@ def train_head(
     train, valid : TrainData
         Training positions and the validation positions for early stopping.
     cfg : KerBSConfig
-        Learning rates, epochs, batch size, reallocation settings and seed.
+        Learning rates, epochs, batch size, reallocation settings and seed; without ``kernel``
+        theta stays at 0 (it is not trained).
     progress : bool
         Show a progress bar on stderr.
     log : callable, optional
@@ -245,13 +266,10 @@ def train_head(
     """
     dev = head.anchor_w.device
     gen = torch.Generator().manual_seed(cfg.seed)
-    opt = torch.optim.Adam(
-        [
-            {"params": [head.anchor_w, head.extra_w], "lr": cfg.lr},
-            {"params": [head.anchor_theta, head.extra_theta], "lr": cfg.lr_theta},
-        ],
-        eps=cfg.adam_eps,
-    )
+    groups = [{"params": [head.anchor_w, head.extra_w], "lr": cfg.lr}]
+    if cfg.kernel:
+        groups.append({"params": [head.anchor_theta, head.extra_theta], "lr": cfg.lr_theta})
+    opt = torch.optim.Adam(groups, eps=cfg.adam_eps)
     n = len(train.target_active)
     reference = train.hidden[torch.randperm(n, generator=gen)[:2048]].to(dev).float()
     realloc = Reallocator(head, cfg, reference)
@@ -365,6 +383,7 @@ def fit_kerbs(
     retrain: bool = False,
     log=None,
     head_path=None,
+    layer: str = "kerbs",
 ):
     """The KerBS head for (model, corpus, options): loaded from the cache, or trained and cached.
 
@@ -386,27 +405,37 @@ def fit_kerbs(
         ``log(line)`` for per-epoch lines (default: above the progress bars on stderr).
     head_path : path-like, optional
         A complete head directory trained for this model, used instead of the cache.
+    layer : str
+        "kerbs", or CONTROL_LAYER ("ft-softmax") for the fine-tuned softmax control, whose ``cfg``
+        must have no extra senses and no kernel; heads are cached under the layer's name.
 
     Returns
     -------
     (KerBSHead, dict)
         The head on ``lm.device`` and its meta: the identity, held-out (test part) perplexities
-        of softmax and of the head, the training history, ``sha256`` and ``path``.
+        of softmax and of the head (``test_ppl_kerbs``, ``test_ppl_ft_softmax``), the training
+        history, ``best_epoch``, ``untrained_best``, ``sha256`` and ``path``.
     """
     cfg = cfg or KerBSConfig()
     budget_tokens = budget_tokens or hc.DEFAULT_BUDGET_TOKENS
+    if layer == CONTROL_LAYER and (cfg.senses or cfg.kernel):
+        raise MaxbenchError(
+            f"the {CONTROL_LAYER} control has one sense per word and no kernel (senses=0, kernel=False)"
+        )
     return load_or_train(
-        "kerbs",
+        layer,
         lm,
         restore=lambda tensors, meta: KerBSHead.from_tensors(lm.vocab_size, tensors),
-        identity=lambda: head_identity("kerbs", KERBS_VERSION, lm, corpus, budget_tokens, cfg),
-        train=lambda ident: _train(lm, corpus, budget_tokens, cfg, ident, progress, log or progress_log),
+        identity=lambda: head_identity(layer, KERBS_VERSION, lm, corpus, budget_tokens, cfg),
+        train=lambda ident: _train(lm, corpus, budget_tokens, cfg, ident, progress, log or progress_log, layer),
         retrain=retrain,
         head_path=head_path,
     )
 
 
-def _train(lm, corpus, budget_tokens: int, cfg: KerBSConfig, ident: dict, progress: bool, log) -> tuple:
+def _train(
+    lm, corpus, budget_tokens: int, cfg: KerBSConfig, ident: dict, progress: bool, log, layer: str = "kerbs"
+) -> tuple:
     """Build the hidden-state cache, train a head on it and measure it on the test part."""
     t_start = time.time()
     cache = hc.load_or_build(lm, corpus, budget_tokens, progress=progress)
@@ -450,7 +479,7 @@ def _train(lm, corpus, budget_tokens: int, cfg: KerBSConfig, ident: dict, progre
         test_positions=len(test),
         test_ppl_softmax=float(np.exp(-lp_soft.mean())),
         test_ppl_softmax_fp32=float(np.exp(-np.asarray(test.base_logprob, dtype=np.float64).mean())),
-        test_ppl_kerbs=float(np.exp(-lp_head.mean())),
+        **{head_perplexity_key(layer): float(np.exp(-lp_head.mean()))},
         theta_mean=float(torch.cat([head.anchor_theta, head.extra_theta]).detach().mean()),
         training=result,
         seconds={
@@ -482,4 +511,5 @@ __all__ = [
     "train_head",
     "fit_kerbs",
     "config_from_options",
+    "CONTROL_LAYER",
 ]

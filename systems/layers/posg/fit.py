@@ -9,11 +9,13 @@ vocabulary able to start and finish its words); a leading space belongs to the t
 carries it; a token spanning two words takes the first word's tag; a token of whitespace
 only is ``_SP``. EOS, which ends every complete document, is its own class ``EOS``.
 
-Vocabularies and labels. V_rho holds the tokens seen with tag rho in the fitting split; the
-catch-all class ``*`` holds every token (``catch_all=False`` removes it). The head learns how
-often the catch-all is needed the Good-Turing way: a training position whose (token, tag)
-pair occurs exactly once in the fitting split is labelled ``*`` instead of its tag (the share
-of singletons estimates the share of novel pairs).
+Vocabularies and labels. V_rho holds the tokens seen with tag rho in the fitting split
+(``tag_vocab=N``: only its N most frequent ones, ties by token id; 0, the default, keeps them
+all); the catch-all class ``*`` holds every token (``catch_all=False`` removes it). The head
+learns how often the catch-all is needed the Good-Turing way: a training position whose (token,
+tag) pair occurs exactly once in the fitting split is labelled ``*`` instead of its tag (the
+share of singletons estimates the share of novel pairs), and so is one whose token its tag's
+vocabulary lost to ``tag_vocab``.
 
 Training is the tag part of Eq. 4 (cross-entropy of the next token's tag) with Adam on the
 cached hidden states (systems/hidden_cache.py), keeping the epoch with the best validation
@@ -26,7 +28,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -34,7 +36,7 @@ from torch import nn
 
 from maxbench.errors import MaxbenchError
 from maxbench.systems import hidden_cache as hc
-from maxbench.systems.layers.head_cache import head_identity, load_or_train, part_logprobs, progress_log
+from maxbench.systems.layers.head_cache import WHEN_SET, head_identity, load_or_train, part_logprobs, progress_log
 from maxbench.systems.layers.perplexity import DEFAULT_EPSILON, reference_perplexity
 from maxbench.systems.layers.posg.head import CATCH_ALL, POSGHead
 
@@ -121,11 +123,15 @@ class POSGConfig:
     catch_all: bool = True
     lm_prior: bool = True
     seed: int = 0
+    # at most this many tokens per tag vocabulary, its most frequent (0: all); in the identity only when set
+    tag_vocab: int = field(default=0, metadata=WHEN_SET)
 
     def __post_init__(self):
         for name in ("epochs", "batch_size"):
             if getattr(self, name) < 1:
                 raise MaxbenchError(f"POSG option {name} must be >= 1, got {getattr(self, name)}")
+        if self.tag_vocab < 0:
+            raise MaxbenchError(f"POSG option tag_vocab must be >= 0 (0: no limit), got {self.tag_vocab}")
 
 
 def tag_corpus_tokens(
@@ -148,6 +154,17 @@ def tag_corpus_tokens(
         if progress:
             progress(len(batch))
     return pairs, chars
+
+
+def tag_vocabularies(pair_counts: Counter, limit: int) -> set[tuple[int, int]]:
+    """The (token, tag) pairs that make the tag vocabularies: all observed pairs, or with ``limit``
+    each tag's ``limit`` most frequent tokens (ties broken by token id)."""
+    if not limit:
+        return set(pair_counts)
+    by_tag: dict[int, list[tuple[int, int]]] = {}
+    for (w, t), n in pair_counts.items():
+        by_tag.setdefault(t, []).append((-n, w))
+    return {(w, t) for t, items in by_tag.items() for _, w in sorted(items)[:limit]}
 
 
 def part_tags(part, chars: dict[str, np.ndarray], tag_ids: dict[str, int]) -> np.ndarray:
@@ -350,7 +367,8 @@ def _train(lm, corpus, budget_tokens: int, cfg: POSGConfig, tagger, ident: dict,
     names = {v: k for k, v in tag_ids.items()}
     tags = sorted({names[t] for (_, t) in pair_counts})
     cls_of = {tag_ids[t]: i for i, t in enumerate(tags)}
-    pairs = sorted({(w, cls_of[t]) for (w, t) in pair_counts})
+    kept = tag_vocabularies(pair_counts, cfg.tag_vocab)
+    pairs = sorted({(w, cls_of[t]) for (w, t) in kept})
     if cfg.catch_all:
         tags.append(CATCH_ALL)
         pairs += [(w, len(tags) - 1) for w in range(lm.vocab_size)]
@@ -365,7 +383,12 @@ def _train(lm, corpus, budget_tokens: int, cfg: POSGConfig, tagger, ident: dict,
         true_tag = np.array([cls_of.get(int(t), -1) for t in raw], dtype=np.int64)
         if not cfg.catch_all:
             return true_tag
-        singleton = np.array([pair_counts.get((int(w), int(t)), 0) <= 1 for w, t in zip(part.target, raw)])
+        singleton = np.array(
+            [
+                pair_counts.get((int(w), int(t)), 0) <= 1 or (int(w), int(t)) not in kept
+                for w, t in zip(part.target, raw)
+            ]
+        )
         return np.where(singleton | (true_tag < 0), len(tags) - 1, true_tag)
 
     train_label = labels_of(cache["train"], fit_chars)
@@ -412,6 +435,7 @@ def _train(lm, corpus, budget_tokens: int, cfg: POSGConfig, tagger, ident: dict,
         cache_sha256=cache.sha256,
         vocab_size=lm.vocab_size,
         pairs=len(pair_counts),
+        **({"pairs_kept": len(kept)} if cfg.tag_vocab else {}),
         class_sizes={t: int(len(m)) for t, m in zip(tags, head.class_members)},
         catch_all_label_share=float((train_label == len(tags) - 1).mean()) if cfg.catch_all else 0.0,
         test_positions=len(test),
@@ -447,4 +471,13 @@ def config_from_options(opts: dict) -> POSGConfig:
     return POSGConfig(**{k: v for k, v in opts.items() if k in fields and v is not None})
 
 
-__all__ = ["POSGConfig", "fit_posg", "load_tagger", "train_pos_head", "config_from_options", "EOS_TAG", "SPACE_TAG"]
+__all__ = [
+    "POSGConfig",
+    "fit_posg",
+    "tag_vocabularies",
+    "load_tagger",
+    "train_pos_head",
+    "config_from_options",
+    "EOS_TAG",
+    "SPACE_TAG",
+]

@@ -9,6 +9,10 @@ warpers) is applied to the base logits restricted to that tag's vocabulary and a
 drawn; both draws use the row's own generator. POS control (section 6.2, Table 9):
 ``control=JJ, control_factor=10`` multiplies p(JJ | h) by 10 and renormalises, both in the
 layer's distribution (``scores``) and in sampling.
+
+Training options (``posg(lm_prior=false)``, ``posg(catch_all=false)``, ``posg(tag_vocab=2000)``,
+``posg(seed=2)``, ...) are ``fit_options``: one at its default is not written in the canonical
+name and does not move the head's cache key, so heads fitted with different options share a run.
 """
 
 from __future__ import annotations
@@ -18,27 +22,66 @@ import math
 import torch
 
 from maxbench.errors import MaxbenchError
+from maxbench.systems import hidden_cache as hc
 from maxbench.systems.layers.base import FitContext, OutputLayer, sample_rows
-from maxbench.systems.layers.posg.fit import config_from_options, fit_posg
+from maxbench.systems.layers.head_cache import check_fit_options, progress_log, untrained_best_warning
+from maxbench.systems.layers.posg.fit import POSGConfig, config_from_options, fit_posg
 from maxbench.systems.layers.posg.head import CATCH_ALL, POSGHead
 
 DEFAULT_TAG_TOPK = 5
+_FIELDS = POSGConfig.__dataclass_fields__
+#: training options a system string may set, with their defaults (those of ``maxbench fit``)
+POSG_FIT_OPTIONS = {
+    "lm_prior": _FIELDS["lm_prior"].default,
+    "catch_all": _FIELDS["catch_all"].default,
+    "tag_vocab": _FIELDS["tag_vocab"].default,
+    "seed": _FIELDS["seed"].default,
+    "epochs": _FIELDS["epochs"].default,
+    "lr": _FIELDS["lr"].default,
+    "budget_tokens": hc.DEFAULT_BUDGET_TOKENS,
+}
+_D = POSG_FIT_OPTIONS
 
 
 class POSGLayer(OutputLayer):
-    """``posg(tag_topk=5)``, optionally ``control=JJ,control_factor=10``."""
+    """``posg(tag_topk=5)``, optionally ``control=JJ,control_factor=10``; training options
+    ``lm_prior``, ``catch_all``, ``tag_vocab``, ``seed``, ``epochs``, ``lr``, ``budget_tokens``."""
 
     name = "posg"
     needs_hidden = True
     needs_fit = True
     can_be_sparse = True
+    fit_options = POSG_FIT_OPTIONS
 
-    def __init__(self, tag_topk: int = DEFAULT_TAG_TOPK, control: str | None = None, control_factor: float = 10.0):
+    def __init__(
+        self,
+        tag_topk: int = DEFAULT_TAG_TOPK,
+        control: str | None = None,
+        control_factor: float = 10.0,
+        lm_prior: bool = _D["lm_prior"],
+        catch_all: bool = _D["catch_all"],
+        tag_vocab: int = _D["tag_vocab"],
+        seed: int = _D["seed"],
+        epochs: int = _D["epochs"],
+        lr: float = _D["lr"],
+        budget_tokens: int = _D["budget_tokens"],
+    ):
         if int(tag_topk) < 0:
             raise MaxbenchError(f"posg tag_topk must be >= 0 (0 keeps every tag), got {tag_topk}")
         if control_factor <= 0:
             raise MaxbenchError(f"posg control_factor must be > 0, got {control_factor}")
         self.tag_topk, self.control, self.control_factor = int(tag_topk), control or None, float(control_factor)
+        given = dict(
+            lm_prior=lm_prior,
+            catch_all=catch_all,
+            tag_vocab=tag_vocab,
+            seed=seed,
+            epochs=epochs,
+            lr=lr,
+            budget_tokens=budget_tokens,
+        )
+        for key, value in check_fit_options(self.name, given, self.fit_options).items():
+            setattr(self, key, value)
         self.meta: dict = {}
         self.head: POSGHead | None = None
 
@@ -46,7 +89,13 @@ class POSGLayer(OutputLayer):
         p: dict = {"tag_topk": self.tag_topk}
         if self.control:
             p.update(control=self.control, control_factor=self.control_factor)
-        return p
+        return {**p, **self.non_default_fit_options()}
+
+    def config(self, options: dict | None = None) -> tuple[POSGConfig, int | None]:
+        """The training config and budget this layer fits with: ``options`` (a caller's), overridden
+        by the options the system string sets away from their defaults."""
+        opts = {**(options or {}), **self.non_default_fit_options()}
+        return config_from_options(opts), opts.get("budget_tokens")
 
     def set_head(self, head: POSGHead) -> None:
         if self.control and self.control not in head.tags:
@@ -61,11 +110,11 @@ class POSGLayer(OutputLayer):
         opts = dict(ctx.options)
         if ctx.corpus is None and not opts.get("head_path"):
             raise MaxbenchError("posg needs a corpus to train on (its fitting split)")
-        cfg = config_from_options(opts)
+        cfg, budget = self.config(opts)
         head, self.meta = fit_posg(
             ctx.model,
             ctx.corpus,
-            opts.get("budget_tokens"),
+            budget,
             cfg,
             tagger=opts.get("tagger"),
             progress=opts.get("progress", True),
@@ -73,9 +122,14 @@ class POSGLayer(OutputLayer):
             head_path=opts.get("head_path"),
         )
         self.set_head(head)
+        if self.meta.get("untrained_best"):
+            progress_log(untrained_best_warning(self.name, self.meta))
 
     def resource_hashes(self) -> dict:
-        return {"posg_head": self.meta.get("sha256", "")}
+        out = {"posg_head": self.meta.get("sha256", "")}
+        if self.meta.get("untrained_best"):
+            out["untrained_best"] = True  # written only when true: the manifests of other runs stay as they were
+        return out
 
     @torch.no_grad()
     def scores(self, logits, hidden):

@@ -1,0 +1,400 @@
+"""The verdict rules of a reproduction (benchmark/reproduce/verdicts.py, issue 39): every verdict
+on constructed intervals (the negligible band, 'smaller than claimed', an interval that contains 0
+but excludes the paper's effect), Holm's step, the random-effects fold combination against
+hand-worked examples, identical rows and cells counted once, the flagged untrained head, and the
+bad input that is one line. No model, no corpus: constructed numbers and folders only."""
+
+import json
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from maxbench.benchmark.reproduce.papers import load_paper
+from maxbench.benchmark.reproduce.protocol import RunSpec, check_controls, check_metrics
+from maxbench.benchmark.reproduce.report import (
+    CellVerdict,
+    Comparison,
+    Row,
+    Runs,
+    claim_verdict,
+    decide_cells,
+    flag_cells,
+    head_training,
+    headline,
+    mark_identical,
+    trained_heads,
+)
+from maxbench.benchmark.reproduce.verdicts import (
+    INCONCLUSIVE,
+    NOT_COMPARABLE,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    SMALLER,
+    Estimate,
+    aggregate,
+    combine_folds,
+    decide,
+    deciding_p,
+    holm_step,
+    summarise,
+)
+from maxbench.errors import MaxbenchError
+from maxbench.multiple_testing import holm
+
+Z = 1.959963984540054  # the normal 97.5% quantile: an interval d +- Z has se 1
+
+
+# ---------------------------------------------------------------- each verdict on constructed intervals
+
+
+@pytest.mark.parametrize(
+    "direction, low, high, effect, verdict, why",
+    [
+        # paper +10%: the interval excludes 0 on its side and reaches +10%
+        ("higher", 0.05, 0.20, 0.10, REPRODUCED, "reaches the paper's effect"),
+        # ... excludes 0 on its side but lies below +10%
+        ("higher", 0.02, 0.06, 0.10, SMALLER, "lies below the paper's effect"),
+        # ... excludes 0 on the other side
+        ("higher", -0.20, -0.05, 0.10, NOT_REPRODUCED, "other side"),
+        # ... lies inside the negligible band of +-1% (containing 0, or not)
+        ("higher", -0.005, 0.008, 0.10, NOT_REPRODUCED, "negligible band"),
+        ("higher", 0.002, 0.008, 0.10, NOT_REPRODUCED, "negligible band"),
+        # ... contains 0 but excludes the paper's effect: no effect of the claimed size (POSG's
+        # Self-BLEU-4 on SmolLM2: -2.1% [-13.2%, +9.3%] against the paper's -27.3%)
+        ("lower", -0.132, 0.093, -0.273, NOT_REPRODUCED, "no effect of the claimed size"),
+        # ... contains both 0 and the paper's effect
+        ("higher", -0.05, 0.30, 0.10, INCONCLUSIVE, "also contains the paper's effect"),
+        # a claim on a lower score, mirrored
+        ("lower", -0.30, -0.12, -0.10, REPRODUCED, "reaches"),
+        ("lower", -0.08, -0.03, -0.10, SMALLER, "below"),
+        ("lower", 0.03, 0.08, -0.10, NOT_REPRODUCED, "other side"),
+    ],
+)
+def test_each_verdict_on_a_constructed_interval(direction, low, high, effect, verdict, why):
+    v = decide(direction, low, high, effect)
+    assert v.verdict == verdict and why in v.why
+
+
+def test_a_paper_effect_inside_the_band_is_judged_on_the_sign_only():
+    # KerBS's -0.92% lies inside +-1%: an interval inside the band is not 'negligible', only its sign counts
+    v = decide("lower", -0.0000397, -0.0000007, -0.0092)
+    assert v.verdict == REPRODUCED and "inside the negligible band" in v.why and "sign alone" in v.why
+    assert decide("lower", -0.09, -0.05, -0.0092).verdict == REPRODUCED  # not 'smaller': no size is judged
+    assert decide("lower", 0.02, 0.07, -0.0092).verdict == NOT_REPRODUCED
+    assert decide("lower", -0.01, 0.02, -0.0092).verdict == INCONCLUSIVE
+
+
+def test_a_figure_without_numbers_is_judged_on_the_sign_and_the_band():
+    assert decide("higher", 0.1, 0.3).verdict == REPRODUCED
+    assert "no size" in decide("higher", 0.1, 0.3).why
+    assert decide("higher", -0.002, 0.004).verdict == NOT_REPRODUCED  # inside the band
+    assert decide("higher", -0.2, 0.3).verdict == INCONCLUSIVE
+
+
+def test_not_comparable_when_it_cannot_run_depends_on_hardware_or_has_no_interval():
+    v = decide("higher", 0.5, 1.5, runnable=False, reason="mBART is not available offline")
+    assert v.verdict == NOT_COMPARABLE and v.why == "mBART is not available offline"
+    assert decide("higher", 0.5, 2.7, 13.29, hardware=True).verdict == NOT_COMPARABLE
+    assert decide("higher", None, None, 0.1).verdict == NOT_COMPARABLE
+    assert decide("higher", 0.1, math.inf, 0.1).verdict == NOT_COMPARABLE
+
+
+def test_holm_holding_back_an_interval_judges_it_as_containing_0():
+    v = decide("higher", 0.02, 0.20, 0.10, significant=False)
+    assert v.verdict == INCONCLUSIVE and "not after Holm's step" in v.why
+    v = decide("higher", 0.01, 0.05, 0.10, significant=False)  # below the effect: no effect of that size
+    assert v.verdict == NOT_REPRODUCED and "claimed size" in v.why
+    # the other side held back: it still excludes the paper's +10%; with no size to hold, nothing is decided
+    assert decide("higher", -0.2, -0.05, 0.10, significant=False).verdict == NOT_REPRODUCED
+    assert decide("higher", -0.2, -0.05, None, significant=False).verdict == INCONCLUSIVE
+    # the negligible band needs no test against 0: Holm does not change it
+    assert decide("higher", 0.002, 0.008, 0.10, significant=False).verdict == NOT_REPRODUCED
+
+
+def test_a_correlation_is_judged_on_r_with_its_band():
+    assert decide("higher", 0.30, 0.996, 0.987, band=0.1, scale="r").verdict == REPRODUCED
+    assert decide("higher", 0.30, 0.90, 0.987, band=0.1, scale="r").verdict == SMALLER
+    assert decide("higher", -0.05, 0.08, 0.987, band=0.1, scale="r").verdict == NOT_REPRODUCED
+
+
+def test_a_best_among_cell_needs_every_competitor():
+    ok, small = decide("higher", 0.1, 0.3), decide("higher", 0.02, 0.06, 0.1)
+    bad, unsure = decide("higher", -0.3, -0.1), decide("higher", -0.1, 0.3)
+    assert aggregate([("a", ok), ("b", ok)]).verdict == REPRODUCED
+    assert aggregate([("a", ok), ("b", bad)]).verdict == NOT_REPRODUCED
+    assert "vs b" in aggregate([("a", ok), ("b", bad)]).why
+    assert aggregate([("a", ok), ("b", unsure)]).verdict == INCONCLUSIVE
+    assert aggregate([("a", ok), ("b", small)]).verdict == SMALLER
+    # the p-value a cell enters Holm's step with: the largest, or the smallest on the other side
+    assert deciding_p([(ok, 0.01), (ok, 0.03)]) == 0.03
+    assert deciding_p([(ok, 0.01), (bad, 0.002), (bad, 0.004)]) == 0.002
+
+
+# ---------------------------------------------------------------- Holm's step
+
+
+def test_holm_step_hand_worked():
+    # sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 -> max(0.06, 0.04)
+    adjusted, rejects = holm_step([0.01, 0.04, 0.03, 0.005])
+    assert adjusted == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert rejects == [True, False, False, True]
+    assert holm([0.01, None, 0.04]) == pytest.approx([0.02, None, 0.04])  # a missing test is not counted
+    assert holm_step([]) == ([], [])
+
+
+def _paper(tmp_path, claims: str):
+    text = f"""
+paper = "toy"
+title = "toy"
+source = "tests"
+[protocol]
+models = ["m1", "m2"]
+corpora = ["c"]
+folds = 0
+baseline = "softmax"
+metrics = ["bleu-n"]
+[protocol.systems]
+softmax = "softmax"
+graphmax = "graphmax"
+sparsemax = "sparsemax"
+{claims}
+"""
+    path = tmp_path / "toy.toml"
+    path.write_text(text)
+    return load_paper(str(path))
+
+
+CLAIM = """
+[[claims]]
+id = "{id}"
+where = "Table {id}"
+statement = "graphmax raises BLEU-2"
+methods = ["graphmax"]
+baseline = "softmax"
+scores = ["bleu-2"]
+direction = "higher"
+paper_baseline = [0.5]
+paper_method = [0.55]
+"""
+
+
+def _cell(claim, low, high, se, paper=0.1, model="m1", counted=True):
+    est = Estimate((low + high) / 2, low, high, se, None, 1)
+    return CellVerdict(
+        claim, "", model, "c", "graphmax", "softmax", "bleu-2", "difference", paper, est.estimate, low, high,
+        se, None, None, None, 1, 64, "", "", counted=counted, details=[Comparison("softmax", est, paper)],
+    )  # fmt: skip
+
+
+def test_holm_over_a_papers_cells_holds_back_the_weak_ones(tmp_path):
+    paper = _paper(tmp_path, CLAIM.format(id="a") + CLAIM.format(id="b"))
+    strong = _cell("a", 0.16, 0.24, 0.02)  # +20%, se 2%: p ~ 1e-23
+    weak = _cell("b", 0.001, 0.079, 0.0199)  # +4%, se 2%: p = 0.044 alone
+    weak2 = _cell("b", 0.002, 0.080, 0.0199, model="m2")  # p = 0.039 alone
+    raw = [c.details[0].est.p_value for c in (strong, weak, weak2)]
+    assert raw[1] == pytest.approx(0.0444, abs=1e-3) and raw[2] == pytest.approx(0.0394, abs=1e-3)
+    decide_cells(paper, [strong, weak, weak2])
+    # Holm over the three counted cells: 3 x p1, then max(., 2 x 0.0394) = 0.0788 for both weak ones
+    assert [strong.p_holm, weak.p_holm, weak2.p_holm] == pytest.approx(holm(raw))
+    assert weak.p_holm == pytest.approx(2 * raw[2])
+    assert strong.verdict == REPRODUCED
+    # alone each weak cell would be 'reproduced, smaller than claimed'; after Holm's step it counts as
+    # containing 0 and, lying below the paper's +10%, shows no effect of the claimed size
+    assert decide("higher", weak.rel_low, weak.rel_high, 0.1).verdict == SMALLER
+    for c in (weak, weak2):
+        assert c.verdict == NOT_REPRODUCED and "not after Holm's step" in c.why and "claimed size" in c.why
+
+
+# ---------------------------------------------------------------- combining folds
+
+
+def test_one_fold_keeps_its_own_interval():
+    c = combine_folds([(0.5, 0.1, 0.9)])
+    assert (c.estimate, c.low, c.high, c.df) == (0.5, 0.1, 0.9, None)
+    assert c.se == pytest.approx(0.8 / (2 * Z))
+    assert combine_folds([(0.5, 0.1, 0.9), (None, None, None)]).estimate is None
+
+
+def test_folds_combine_by_random_effects_hand_worked():
+    # y = 1, 2, 3 with se 1 each: Q = 2 = K - 1, so tau^2 = 0; mu = 2; the HKSJ variance
+    # sum (y - mu)^2 / ((K - 1) sum w) = 2 / (2 x 3) = 1/3 (= the fixed-effect 1/3); t_2 = 4.302653
+    c = combine_folds([(y, y - Z, y + Z) for y in (1.0, 2.0, 3.0)])
+    assert c.estimate == pytest.approx(2.0) and c.df == 2
+    assert c.se == pytest.approx(math.sqrt(1 / 3))
+    assert (c.low, c.high) == pytest.approx(
+        (2 - 4.302653 * math.sqrt(1 / 3), 2 + 4.302653 * math.sqrt(1 / 3)), rel=1e-6
+    )
+    # y = 0, 4 with se 1: Q = 8, C = 2 - 2/2 = 1, tau^2 = 7; w* = 1/8 each, mu = 2;
+    # HKSJ: (1/8 x 4 + 1/8 x 4) / (1 x 1/4) = 4, floor 1 / sum w* = 4: se 2; t_1 = 12.706205
+    c = combine_folds([(0.0, -Z, Z), (4.0, 4 - Z, 4 + Z)])
+    assert c.estimate == pytest.approx(2.0) and c.se == pytest.approx(2.0)
+    assert c.high - c.estimate == pytest.approx(12.706205 * 2, rel=1e-6)
+    assert "tau^2 = 7" in c.method
+    # y = 1, 3 with se 1 and 2: w = 1, 1/4; y_w = 1.4; Q = 0.16 + 0.64 = 0.8 < 1: tau^2 = 0;
+    # HKSJ 0.8 / (1 x 1.25) = 0.64 is below the fixed-effect 1 / 1.25 = 0.8: the floor holds, se sqrt(0.8)
+    c = combine_folds([(1.0, 1 - Z, 1 + Z), (3.0, 3 - 2 * Z, 3 + 2 * Z)])
+    assert c.estimate == pytest.approx(1.4) and c.se == pytest.approx(math.sqrt(0.8))
+    # the between-fold spread widens the interval: the old rule (se = sqrt(sum se_k^2) / K = 0.707) would not
+    assert c.se > math.sqrt(1 + 4) / 2 * 0.5
+
+
+def test_correlated_scores_summarise_to_the_mean_with_the_mean_se():
+    a = Estimate(0.10, 0.10 - 0.02 * Z, 0.10 + 0.02 * Z, 0.02, None, 1)
+    b = Estimate(0.30, 0.30 - 0.04 * Z, 0.30 + 0.04 * Z, 0.04, None, 1)
+    s = summarise([a, b])
+    assert s.estimate == pytest.approx(0.2) and s.se == pytest.approx(0.03)
+    assert (s.low, s.high) == pytest.approx((0.2 - 0.03 * Z, 0.2 + 0.03 * Z))
+    assert summarise([a]) is a
+    assert summarise([a, Estimate(None, None, None)]).estimate is None
+
+
+# ---------------------------------------------------------------- identical rows and cells counted once
+
+
+def _row(claim, score, variant, numbers, peer=""):
+    d, lo, hi = numbers
+    return Row(
+        claim, "m1", "c", "graphmax", "softmax", score, variant, "difference", 0.5, 0.55, 0.1,
+        0.3, None, 0.4, None, d, lo, hi, d / 0.4, lo / 0.4, hi / 0.4, 0.01, None, 5, 80, "", peer=peer,
+    )  # fmt: skip
+
+
+def test_identical_rows_are_shown_once():
+    rows = [
+        _row("table2", "texygen-bleu-4", "paper", (-0.1, -0.12, -0.08)),
+        # maxbench's BLEU-4 beside the paper's, with the same numbers: not shown again
+        _row("table2", "bleu-4", "maxbench", (-0.1, -0.12, -0.08), peer="texygen-bleu-4"),
+        # the same numbers as another score's are a coincidence, not a twin: shown
+        _row("table2", "bleu-2", "maxbench", (-0.1, -0.12, -0.08), peer="texygen-bleu-2"),
+        _row("figure5", "texygen-bleu-4", "paper", (-0.1, -0.12, -0.08)),  # an earlier claim's row
+    ]
+    mark_identical(rows)
+    assert rows[1].identical_to == "texygen-bleu-4" and not rows[2].identical_to
+    assert rows[3].same_as == "table2" and not rows[0].same_as
+
+
+def test_a_cell_repeating_another_cells_evidence_is_counted_once(tmp_path):
+    paper = _paper(tmp_path, CLAIM.format(id="a") + CLAIM.format(id="b"))
+    cells = [_cell("a", 0.16, 0.24, 0.02), _cell("b", 0.16, 0.24, 0.02), _cell("a", 0.16, 0.24, 0.02, model="m2")]
+    decide_cells(paper, cells)
+    flag_cells(paper, [], Runs([]), cells, {})
+    assert [c.counted for c in cells] == [True, False, True]
+    assert cells[1].same_as == "a" and "counted once" in "; ".join(cells[1].flags)
+    h = headline(paper, cells)
+    assert h["cells"] == 2 and h["repeated_cells"] == 1 and h["cells_by_verdict"] == {REPRODUCED: 2}
+    assert h["claims"] == 2  # claims are counted as claims, whatever their cells
+
+
+def test_a_claim_with_cells_that_differ_is_mixed():
+    a = _cell("a", 0.16, 0.24, 0.02)
+    b = _cell("a", -0.2, -0.1, 0.02, model="m2")
+    a.verdict, b.verdict = REPRODUCED, NOT_REPRODUCED
+    assert claim_verdict([a, b]) == ("mixed", "reproduced 1, not reproduced 1")
+    assert claim_verdict([a]) == (REPRODUCED, "1 cell")
+
+
+def test_few_prompts_are_labelled(tmp_path):
+    paper = _paper(tmp_path, CLAIM.format(id="a"))
+    cell = _cell("a", 0.16, 0.24, 0.02)
+    cell.n_prompts = 16
+    decide_cells(paper, [cell])
+    flag_cells(paper, [], Runs([]), [cell], {})
+    assert "few prompts (16)" in cell.flags
+
+
+# ---------------------------------------------------------------- the untrained head
+
+
+def _kerbs_run(tmp_path, resources):
+    run_dir = tmp_path / "runs" / "m1-c"
+    run_dir.mkdir(parents=True)
+    system = "m1/kerbs/greedy,max_new_tokens=1"
+    manifest = {"systems": {system: {"layer": "kerbs"}}, "resources": {system: resources}}
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    plan = SimpleNamespace(run_dir=run_dir, suite=SimpleNamespace(items=[{}] * 96, name="s"), systems=[], corpus="c")
+    roles = {"softmax": "m1/softmax/greedy,max_new_tokens=1", "graphmax": system}
+    return RunSpec("m1", "c", None, plan, roles, roles["softmax"]), system
+
+
+def test_a_head_whose_best_epoch_is_0_is_flagged_and_never_reproduced(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("MAXBENCH_HOME", str(home))
+    head = home / "heads" / "kerbs" / "k1"
+    head.mkdir(parents=True)
+    history = [
+        {"epoch": 0, "valid_ppl": 30.0},  # the untrained head is the best: training made it worse
+        {"epoch": 1, "valid_ppl": 30.4},
+        {"epoch": 2, "valid_ppl": 30.9},
+    ]
+    (head / "meta.json").write_text(json.dumps({"sha256": "abc", "training": {"history": history}}))
+    run, system = _kerbs_run(tmp_path, {"kerbs_head": "abc"})
+    rec = head_training(run, system)
+    assert rec["best_epoch"] == 0 and rec["untrained"] and rec["history"] == history
+    paper = _paper(tmp_path, CLAIM.format(id="a"))
+    cell = _cell("a", 0.16, 0.24, 0.02)  # its interval alone says 'reproduced'
+    decide_cells(paper, [cell])
+    assert cell.verdict == REPRODUCED
+    heads = trained_heads([run])
+    flag_cells(paper, [run], Runs([run]), [cell], heads)
+    assert cell.verdict == INCONCLUSIVE and "never counted as reproduced" in cell.why
+    assert any(f.startswith("untrained head") and "best validation epoch is 0" in f for f in cell.flags)
+
+
+def test_the_manifests_untrained_mark_flags_too_and_a_trained_head_is_not_flagged(tmp_path, monkeypatch):
+    monkeypatch.setenv("MAXBENCH_HOME", str(tmp_path / "home"))
+    run, system = _kerbs_run(tmp_path, {"kerbs_head": "def", "untrained_best": True})
+    assert head_training(run, system)["untrained"]
+    other = tmp_path / "other"
+    other.mkdir()
+    run2, system2 = _kerbs_run(other, {"kerbs_head": "ghi"})
+    head = tmp_path / "home" / "heads" / "kerbs" / "k2"
+    head.mkdir(parents=True)
+    hist = [{"epoch": 0, "valid_ppl": 30.0}, {"epoch": 1, "valid_ppl": 29.0}]
+    (head / "meta.json").write_text(json.dumps({"sha256": "ghi", "training": {"history": hist}}))
+    assert head_training(run2, system2)["best_epoch"] == 1
+    paper = _paper(tmp_path, CLAIM.format(id="a"))
+    cell = _cell("a", 0.16, 0.24, 0.02)
+    decide_cells(paper, [cell])
+    flag_cells(paper, [run2], Runs([run2]), [cell], trained_heads([run2]))
+    assert cell.verdict == REPRODUCED and not any("untrained" in f for f in cell.flags)
+
+
+# ---------------------------------------------------------------- bad input: one line
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (('direction = "higher"', 'direction = "upward"'), "unknown direction 'upward'"),
+        (('scores = ["bleu-2"]', 'scores = ["bleu-2"]\nmodels = ["gpt2"]'), "unknown base model 'gpt2'"),
+        (('scores = ["bleu-2"]', 'scores = ["bleu-2"]\nkind = "difference2"'), "unknown claim kind"),
+    ],
+)
+def test_a_claim_with_an_unknown_direction_kind_or_base_model_is_one_line(tmp_path, change, message):
+    with pytest.raises(MaxbenchError, match=message) as err:
+        _paper(tmp_path, CLAIM.format(id="a").replace(*change))
+    assert "\n" not in str(err.value)
+
+
+def test_a_claim_with_an_unknown_metric_or_a_missing_control_run_is_one_line(tmp_path):
+    paper = _paper(tmp_path, CLAIM.format(id="a").replace('["bleu-2"]', '["blue-2"]'))
+    with pytest.raises(MaxbenchError, match="unknown score 'blue-2': did you mean 'bleu-2'") as err:
+        check_metrics(paper)
+    assert "\n" not in str(err.value)
+    paper = _paper(tmp_path, CLAIM.format(id="a") + 'controls = ["m1-c-ft-softmax"]\n')
+    (tmp_path / "out" / "runs").mkdir(parents=True)
+    with pytest.raises(MaxbenchError, match="control run 'm1-c-ft-softmax' is missing") as err:
+        check_controls(paper, tmp_path / "out")
+    assert "\n" not in str(err.value)
+    (tmp_path / "out" / "runs" / "m1-c-ft-softmax").mkdir()
+    (tmp_path / "out" / "runs" / "m1-c-ft-softmax" / "generations.jsonl").write_text("")
+    check_controls(paper, tmp_path / "out")
+
+
+def test_bad_paper_files_exit_2_with_one_line(cli, tmp_path):
+    bad = tmp_path / "bad.toml"
+    _paper(tmp_path, CLAIM.format(id="a"))
+    bad.write_text((tmp_path / "toy.toml").read_text().replace('direction = "higher"', 'direction = "up"'))
+    rc, _, err = cli("reproduce", str(bad), "--estimate")
+    assert rc == 2 and "unknown direction 'up'" in err and err.count("\n") == 1
