@@ -20,6 +20,11 @@ SCRIPTS = sorted(p.name for p in BENCHMARKS.glob("*.py") if p.name != "harness.p
 
 # Each script's tiniest real run and a line its output must hold.
 SMOKE = {
+    "add_system.py": (
+        ["--model", "tiny-random", "--systems", "2", "--prompts", "2", "--new-tokens", "4", "--metrics", "distinct"]
+        + ["--n-resamples", "50", "--workers", "1"],
+        "add / rerun",
+    ),
     "cpu_arithmetic.py": (["--batch-size", "2", "--new-tokens", "3", "--repeats", "1"], "pinned/native"),
     "explorer_size.py": (["--prompts", "4", "--systems", "2", "--tokens", "5"], "first render (Chromium)"),
     "finite_check.py": (["--batch-size", "2", "--repeats", "1"], "same answer"),
@@ -53,6 +58,9 @@ SMOKE = {
 
 # Bad input each script refuses, and what its one line must say.
 BAD = [
+    ("add_system.py", ["--add", "smollm2-135m/nope(x=1)/top_p=0.9"], "unknown output layer 'nope'"),
+    ("add_system.py", ["--add", "smollm2-135m/softmax/top_p=0.9"], "is already a system of the lineup"),
+    ("add_system.py", ["--prompts", "0"], "'0' must be 1 or more"),
     ("graphmax_decode.py", ["--corpora", "nope"], "unknown corpus 'nope'"),
     ("graphmax_decode.py", ["--model", "nope"], "unknown base model 'nope'"),
     ("graphmax_decode.py", ["--batch-sizes", "16,,48"], "give comma-separated integers"),

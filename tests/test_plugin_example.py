@@ -1,6 +1,7 @@
 """The example plugin (examples/maxbench-entmax): 1.5-entmax from an installed distribution, found
-through its `maxbench.layers` entry point, runs through a lineup, the leaderboard and a study as a
-built-in layer does, and the run records the distribution as the layer's code."""
+through its `maxbench.layers` entry point, runs through a lineup, the leaderboard, a study rated
+through the rating app, its report and the explorer as a built-in layer does, and the run, the study
+and the report record the distribution as the layer's code."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from plugin_study import STUDY_OPTIONS, assert_rated_against_the_baseline, rate_every_page, report_and_view, study_slug
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "maxbench-entmax"
@@ -50,6 +52,24 @@ def _maxbench(env: Path, cwd: Path, *args) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
+def _in_env(env: Path, cwd: Path):
+    """``commands`` for ``plugin_study.report_and_view``: ``maxbench``'s own entry (``maxbench.cli.main``) on each
+    argv in turn, in one process of the environment (torch and the rest are imported once, not per command)."""
+    script = (
+        "import json, sys\nfrom maxbench.cli import main\n"
+        "for argv in json.loads(sys.argv[1]):\n    rc = main(argv)\n    if rc:\n        sys.exit(rc)\n"
+    )
+
+    def commands(argvs):
+        argvs = json.dumps([[str(a) for a in argv] for argv in argvs])
+        proc = subprocess.run(
+            [str(env / "python"), "-c", script, argvs], cwd=cwd, capture_output=True, text=True, timeout=600
+        )
+        return proc.returncode, proc.stderr
+
+    return commands
+
+
 def test_the_entry_point_is_listed_with_its_distribution(env, tmp_path):
     out = _maxbench(env, tmp_path, "plugins")
     assert out.returncode == 0, out.stderr
@@ -57,7 +77,7 @@ def test_the_entry_point_is_listed_with_its_distribution(env, tmp_path):
     assert "maxbench-entmax 0.1.0" in line
 
 
-def test_the_example_runs_through_a_lineup_the_leaderboard_and_a_study(env, tmp_path):
+def test_the_example_runs_through_a_lineup_the_leaderboard_a_study_and_its_report(env, tmp_path):
     rows = [
         {"id": f"p{i}", "prompt": f"Review number {i}: the soup was", "reference": f"It was hot {i}."} for i in range(4)
     ]
@@ -86,6 +106,8 @@ def test_the_example_runs_through_a_lineup_the_leaderboard_and_a_study(env, tmp_
         "--no-progress",
         "--threads",
         "1",
+        "--workers",
+        "1",  # generated in this process: worker processes would each load torch and the model again
         "--n-resamples",
         "20",
     )
@@ -98,21 +120,25 @@ def test_the_example_runs_through_a_lineup_the_leaderboard_and_a_study(env, tmp_
     assert "entmax(alpha=1.5)" in board and "maxbench-entmax 0.1.0" in board
     texts = [json.loads(ln) for ln in (run / "generations.jsonl").read_text().splitlines()]
     assert {r["system"] for r in texts} == set(systems) and all(isinstance(r["text"], str) for r in texts)
+    db = f"sqlite:///{tmp_path / 'r.sqlite3'}"
     study = _maxbench(
         env,
         tmp_path,
         "study",
         "create",
         run,
-        "--rubric",
-        "fluency",
+        *STUDY_OPTIONS,
         "--items-per-system",
         "2",
-        "--raters-per-item",
-        "1",
         "--db",
-        f"sqlite:///{tmp_path / 'r.sqlite3'}",
+        db,
         "--links-out",
         tmp_path / "links.txt",
     )
     assert study.returncode == 0, study.stderr
+
+    # rated through the rating app (this process), then reported against softmax with the distribution as its
+    # code, and viewed, in the environment
+    assert rate_every_page(db, tmp_path / "links.txt") == 4
+    md, doc, explorer = report_and_view(_in_env(env, tmp_path), tmp_path, run, study_slug(study.stdout), db)
+    assert_rated_against_the_baseline(md, doc, explorer, systems[0], systems[1], code)

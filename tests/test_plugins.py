@@ -7,9 +7,18 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import shutil
 import textwrap
 
 import pytest
+from plugin_study import (
+    STUDY_OPTIONS,
+    assert_rated_against_the_baseline,
+    in_process,
+    rate_every_page,
+    report_and_view,
+    study_slug,
+)
 
 import maxbench
 from maxbench import plugins
@@ -33,15 +42,38 @@ maxbench.register_layer(Softmax2)
 '''
 
 UNIQ2 = """
+from dataclasses import replace
+
 import maxbench
+from maxbench.benchmark.metrics.base import NONNEGATIVE
 from maxbench.benchmark.metrics.diversity import Uniq
 
 
 class Uniq2(Uniq):
     name = "uniq2"
 
+    @property
+    def score_ranges(self):
+        return {"uniq2": NONNEGATIVE}
+
+    def result(self, scores, notes=""):
+        return super().result([replace(s, name="uniq2") for s in scores], notes)
+
 
 maxbench.register_metric(Uniq2)
+"""
+
+#: a subclass of a built-in metric that keeps the built-in's score name
+UNIQ_SAME_NAME = """
+import maxbench
+from maxbench.benchmark.metrics.diversity import Uniq
+
+
+class Uniq3(Uniq):
+    name = "uniq3"
+
+
+maxbench.register_metric(Uniq3)
 """
 
 
@@ -120,6 +152,48 @@ def test_included_softmax_plugin_generates_what_softmax_does_and_is_scored_and_r
     plugins.forget()
     assert cli("score", run, "--metrics", "uniq,uniq2", "--bootstrap", "0", "--quiet", "--include", metric)[0] == 0
     assert set((run / "score-cache").iterdir()) != before
+
+    # rated in a study through the rating app; the report tests it against softmax and names its file
+    db = f"sqlite:///{tmp_path / 'r.sqlite3'}"
+    links = tmp_path / "links.csv"
+    rc, out, err = cli(
+        "study", "create", run, *STUDY_OPTIONS, "--items-per-system", "3", "--db", db, "--links-out", links,
+        "--include", plugin,
+    )  # fmt: skip
+    assert rc == 0, err
+    slug = study_slug(out)
+    assert rate_every_page(db, links) == 6
+    md, doc, explorer = report_and_view(in_process(cli), tmp_path, run, slug, db, "--include", plugin)
+    softmax, softmax2 = (f"tiny-random/{layer}/top_p=0.9,max_new_tokens=6" for layer in ("softmax", "softmax2"))
+    assert_rated_against_the_baseline(md, doc, explorer, softmax, softmax2, code["layer"])
+
+    # compare computes its metrics again on the texts: the plugin layer's texts need no code, the
+    # plugin metric needs its file, as score does
+    other = tmp_path / "runs" / "r2"
+    shutil.copytree(run, other)
+    plugins.forget()
+    rc, _, err = cli("compare", run, other, "--bootstrap", "20", "--quiet")
+    assert rc == 2 and err.count("\n") == 1 and f"records it from file {metric.resolve()}" in err
+    assert f"give --include {metric.resolve()}" in err
+    rc, out, err = cli("compare", run, other, "--metrics", "uniq", "--bootstrap", "20", "--quiet")
+    assert rc == 0 and f"`{softmax2}`" in out and "plugins:" not in out, err
+    result = tmp_path / "compare.json"
+    rc, out, err = cli("compare", run, other, "--bootstrap", "20", "--quiet", "--include", metric, "--out", result)
+    assert rc == 0, err
+    origin = json.loads((run / "scores.json").read_text())["metrics"]["uniq2"]["origin"]
+    assert json.loads(result.read_text())["metric_origins"] == {"uniq2": origin}
+    assert "plugins: metric uniq2: file" in out and " | uniq | " in out
+
+
+def test_plugin_metric_giving_a_builtin_score_name_is_one_line(cli, tmp_path):
+    rc, _, err = _generate(cli, tmp_path, "--layer", "softmax")
+    assert rc == 0, err
+    metric = _file(tmp_path, UNIQ_SAME_NAME, "metric3.py")
+    run = tmp_path / "runs" / "r"
+    rc, _, err = cli("score", run, "--metrics", "uniq,uniq3", "--bootstrap", "0", "--quiet", "--include", metric)
+    assert rc == 2 and err.count("\n") == 1
+    assert "metrics 'uniq' and 'uniq3' both give a score named 'uniq'" in err
+    assert not (run / "scores.json").exists()
 
 
 def test_plugin_named_as_a_builtin_is_one_line(cli, tmp_path):

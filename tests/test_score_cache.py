@@ -92,8 +92,10 @@ def test_only_the_changed_system_is_recomputed(fresh, computed):
     score_run(fresh, _options())
     assert {name for name, _ in computed} == set(METRICS) | {"ref-ppl"}
     firsts = [text for _, text in computed]
-    # sparsemax's batch, and softmax's (the baseline: its statistics for the paired tests)
+    # sparsemax's batch, and softmax's first prompts only (the baseline: its statistics for the paired
+    # tests come from the cache, and each metric's code that turns them into scores from this probe)
     assert changed["text"] in firsts and len(set(firsts)) == 2 and len(computed) == 2 * (len(METRICS) + 1)
+    assert len(list((fresh / "score-cache").glob("*.stats.npz"))) == 1, "the baseline's statistics"
     after = json.loads((fresh / "scores.json").read_text())
     plain = fresh.parent / "plain"
     shutil.copytree(fresh, plain, ignore=shutil.ignore_patterns("scores.json", "score-cache"))
@@ -154,3 +156,33 @@ def test_code_version_follows_the_metric_sources(tmp_path):
     names = {p.name for p in score_cache.metric_sources()}
     assert {"reference.py", "diversity.py", "perplexity.py", "stats.py", "base.py"} <= names
     assert score_cache.code_version() == score_cache.source_digest(score_cache.metric_sources())
+
+
+@pytest.mark.parametrize("damage", ["garbage", "edited statistics"])
+def test_damaged_baseline_statistics_are_computed_again_never_trusted(fresh, tmp_path, damage):
+    import numpy as np
+
+    score_run(fresh, _options())
+    (stats,) = (fresh / "score-cache").glob("*.stats.npz")
+    key = stats.name.split(".")[0]
+    good = score_cache.ScoreCache(fresh).get_stats(key)
+    assert good and all(v is None or v[0] for v in good.values())
+    if damage == "garbage":
+        stats.write_bytes(b"PK\x03\x04 not a zip")
+    else:  # a valid file whose numbers no longer give the cached scores
+        with np.load(stats) as z:
+            arrays = {k: z[k] for k in z.files}
+        dense = next(k for k in arrays if k.count(".") == 1 and not k.endswith(".ids"))
+        arrays[dense] = arrays[dense] + 1.0
+        np.savez(stats, **arrays)
+    # the other system's texts change: its comparison with the baseline is computed again
+    gen = fresh / "generations.jsonl"
+    rows = [json.loads(line) for line in gen.read_text().splitlines()]
+    next(r for r in rows if "sparsemax" in r["system"])["text"] = "an edited text"
+    gen.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    score_run(fresh, _options())
+    plain = tmp_path / "plain"
+    shutil.copytree(fresh, plain, ignore=shutil.ignore_patterns("scores.json", "score-cache"))
+    score_run(plain, _options(), use_cache=False)
+    assert _without_created(fresh / "scores.json") == _without_created(plain / "scores.json")
+    assert score_cache.ScoreCache(fresh).get_stats(key) is not None, "and written again"

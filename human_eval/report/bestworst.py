@@ -57,5 +57,8 @@ def bestworst_sections(a: BestWorstAnalysis) -> list[Section]:
     return sections
 
 
-def write_bestworst_report(analysis: BestWorstAnalysis, out_dir: str | Path, name: str) -> Path:
-    return write_judgment_report(bestworst_sections(analysis), "best-worst", analysis.to_dict(), out_dir, name)
+def write_bestworst_report(
+    analysis: BestWorstAnalysis, out_dir: str | Path, name: str, code: dict | None = None
+) -> Path:
+    """``code``: the rated systems' plugin code (``render.plugin_code``), named in the provenance."""
+    return write_judgment_report(bestworst_sections(analysis), "best-worst", analysis.to_dict(), out_dir, name, code)

@@ -135,7 +135,9 @@ def run_report(args: argparse.Namespace) -> int:
             from maxbench.human_eval.report.bestworst import write_bestworst_report
 
             analysis = analyse_bestworst(bestworst, options, "the rating database")
-            folder = write_bestworst_report(analysis, args.out, args.name or _folder_name(analysis.study))
+            folder = write_bestworst_report(
+                analysis, args.out, args.name or _folder_name(analysis.study), study_code(args.db_study, args.db)
+            )
             print(f"wrote {folder}/report.md, report.html and report.json")
             return 0
         pairwise = judgment_rows_from_database(args.db_study, args.db, "pairwise")
@@ -144,7 +146,9 @@ def run_report(args: argparse.Namespace) -> int:
             from maxbench.human_eval.report.pairwise import write_pairwise_report
 
             analysis = analyse_pairwise(pairwise, options, "the rating database", study_gold(args.db_study, args.db))
-            folder = write_pairwise_report(analysis, args.out, args.name or _folder_name(analysis.study))
+            folder = write_pairwise_report(
+                analysis, args.out, args.name or _folder_name(analysis.study), study_code(args.db_study, args.db)
+            )
             print(f"wrote {folder}/report.md, report.html and report.json")
             return 0
         ratings = ratings_from_database(args.db_study, args.db)
@@ -152,9 +156,11 @@ def run_report(args: argparse.Namespace) -> int:
             options = replace(options, z_scores=True)
         default_name = ratings.rows[0].study  # the slug, also when the study was named by its number
     analysis = analyse(ratings, options)
+    code = None
     if not args.ratings:
         correlations = metric_correlations(args.db_study, args.db, ratings, options)
-    folder = write_report(analysis, args.out, args.name or _folder_name(default_name), correlations)
+        code = study_code(args.db_study, args.db)
+    folder = write_report(analysis, args.out, args.name or _folder_name(default_name), correlations, code)
     print(f"wrote {folder}/report.md, report.html, report.json and figures/")
     return 0
 
@@ -194,6 +200,17 @@ def study_gold(study: str, url: str | None) -> tuple | None:
         if not (find_study(session, study).design or {}).get("gold"):
             return None
         return gold_accuracy(session, study)
+
+
+def study_code(study: str, url: str | None) -> dict:
+    """The rated systems' plugin code (``render.plugin_code``) as the study recorded it from its run's
+    manifest when it was created; empty without plugins, and for a study made before it was recorded."""
+    from maxbench.human_eval.report.render import plugin_code
+    from maxbench.human_eval.store.db import session_for
+    from maxbench.human_eval.studies.create import find_study
+
+    with session_for(url, create=False) as session:
+        return plugin_code((find_study(session, study).design or {}).get("code"))
 
 
 def judgment_rows_from_database(study: str, url: str | None, judgment: str) -> list[dict] | None:

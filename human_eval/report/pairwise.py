@@ -108,5 +108,6 @@ def pairwise_sections(a: PairwiseAnalysis) -> list[Section]:
     return sections
 
 
-def write_pairwise_report(analysis: PairwiseAnalysis, out_dir: str | Path, name: str) -> Path:
-    return write_judgment_report(pairwise_sections(analysis), "pairwise", analysis.to_dict(), out_dir, name)
+def write_pairwise_report(analysis: PairwiseAnalysis, out_dir: str | Path, name: str, code: dict | None = None) -> Path:
+    """``code``: the rated systems' plugin code (``render.plugin_code``), named in the provenance."""
+    return write_judgment_report(pairwise_sections(analysis), "pairwise", analysis.to_dict(), out_dir, name, code)

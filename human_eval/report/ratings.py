@@ -20,6 +20,7 @@ from maxbench.human_eval.report.paper_tables import paper_tables
 from maxbench.human_eval.report.render import (
     REPORT_FORMAT_VERSION,
     REPORT_PACKAGES,
+    add_code,
     alternative_text,
     fmt,
     fmt_ci,
@@ -35,12 +36,17 @@ from maxbench.provenance import versions
 
 
 def write_report(
-    analysis: Analysis, out_dir: str | Path, name: str, correlations: tuple[list, str] | None = None
+    analysis: Analysis,
+    out_dir: str | Path,
+    name: str,
+    correlations: tuple[list, str] | None = None,
+    code: dict | None = None,
 ) -> Path:
     """Write <out_dir>/<name>/{report.md, report.html, report.json, figures/*}; returns the folder.
 
     ``correlations``: (the table, its note) of ``human_eval/report/agreement.py``, shown before
-    the provenance; None leaves the section out.
+    the provenance; None leaves the section out. ``code``: the rated systems' plugin code
+    (``render.plugin_code``), named in the provenance and in report.json; nothing without plugins.
     """
     folder = report_folder(out_dir, name, with_figures=True)
     figure_dir = folder / "figures"
@@ -67,6 +73,8 @@ def write_report(
     }
     if correlations is not None:
         payload["metric_correlations"] = {"note": correlations[1], "table": [r.to_json() for r in correlations[0]]}
+    if code:
+        add_code(sections, payload, code)
     write_documents(folder, sections, payload)
     return folder
 

@@ -17,7 +17,7 @@ import json
 import re
 from pathlib import Path
 
-from maxbench.document import Cell, Para, Section, Table, num, render_html, render_markdown
+from maxbench.document import Cell, Code, Para, Section, Table, num, render_html, render_markdown
 from maxbench.errors import MaxbenchError
 from maxbench.fileio import atomic_write
 from maxbench.human_eval.analysis.results import Analysis, BestWorstAnalysis, PairwiseAnalysis
@@ -70,6 +70,52 @@ def alternative_text(analysis: Analysis) -> str:
     }[analysis.options.alternative]
 
 
+# --------------------------------------------------------------------------- code of the rated systems
+
+
+def plugin_code(code: dict | None) -> dict[str, dict[str, dict]]:
+    """system -> {part: origin} of the parts (layer, model, adapter) whose code came from a plugin
+    (docs/plugins.md), from a study's record of its run's ``systems[S]["code"]``; built-ins add nothing,
+    so a study without plugins gets the report it always had."""
+    from maxbench.registry import is_plugin_origin
+
+    out = {}
+    for system, parts in sorted((code or {}).items()):
+        if isinstance(parts, dict):
+            kept = {part: origin for part, origin in sorted(parts.items()) if is_plugin_origin(origin)}
+            if kept:
+                out[system] = kept
+    return out
+
+
+def code_bullets(code: dict[str, dict[str, dict]]) -> list[Para]:
+    """The provenance lines of the rated systems' plugin code (``plugin_code``), in full: a distribution
+    and its version, or a file (or a session's source) and its whole sha256."""
+    out = []
+    for system, parts in code.items():
+        for part, origin in parts.items():
+            source = origin.get("source")
+            if source == "entry-point":
+                where, args = "distribution {} {}", (origin.get("distribution"), origin.get("version"))
+            elif source == "file":
+                where, args = "file {}, sha256 {}", (Code(str(origin.get("path"))), origin.get("sha256"))
+            elif source == "session":
+                where, args = "a session's source, sha256 {}", (origin.get("sha256"),)
+            else:
+                where, args = "{}", (json.dumps(origin, sort_keys=True),)
+            out.append(Para("code of {}: {} from " + where, (Code(system), part, *args)))
+    return out
+
+
+def add_code(sections: list[Section], payload: dict, code: dict[str, dict[str, dict]]) -> None:
+    """The rated systems' plugin code in the Provenance section (after its input line), and as ``code`` in
+    report.json."""
+    provenance = next(s for s in sections if s.title == "Provenance")
+    at = next((i + 1 for i, b in enumerate(provenance.bullets) if b.template.startswith("input:")), 0)
+    provenance.bullets[at:at] = code_bullets(code)
+    payload["code"] = code
+
+
 # --------------------------------------------------------------------------- judgment studies
 
 
@@ -90,11 +136,16 @@ def judgment_intro(a: PairwiseAnalysis | BestWorstAnalysis, kind: str) -> Sectio
     return intro
 
 
-def write_judgment_report(sections: list[Section], judgment: str, data: dict, out_dir: str | Path, name: str) -> Path:
-    """Write <out_dir>/<name>/{report.md, report.html, report.json} of a pairwise or best-worst study."""
+def write_judgment_report(
+    sections: list[Section], judgment: str, data: dict, out_dir: str | Path, name: str, code: dict | None = None
+) -> Path:
+    """Write <out_dir>/<name>/{report.md, report.html, report.json} of a pairwise or best-worst study;
+    ``code``: the rated systems' plugin code (``plugin_code``), added to the provenance when there is any."""
     folder = report_folder(out_dir, name)
     packages = REPORT_PACKAGES + (("choix",) if judgment == "pairwise" else ())
     payload = {"format": REPORT_FORMAT_VERSION, "judgment": judgment, "versions": versions(packages), **data}
+    if code:
+        add_code(sections, payload, code)
     write_documents(folder, sections, payload)
     return folder
 

@@ -153,6 +153,21 @@ def _run_baseline(run_dir: Path, systems: list[str]) -> str | None:
     return baseline if baseline in systems else None
 
 
+def _run_code(run_dir: Path, systems: list[str]) -> dict[str, dict]:
+    """Where each rated system's code came from, as the run's manifest records it (``systems[S]["code"]``:
+    the origins of its layer, model and adapter, docs/plugins.md); frozen into the study so that its
+    report names the code that made the rated texts, even after the run is regenerated or moved.
+    Empty for a run made before origins were recorded."""
+    try:
+        entries = json.loads((run_dir / "manifest.json").read_text())["systems"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    if not isinstance(entries, dict):
+        return {}
+    code = {s: entries[s].get("code") for s in systems if isinstance(entries.get(s), dict)}
+    return {s: c for s, c in code.items() if isinstance(c, dict) and c}
+
+
 @dataclass(frozen=True)
 class _Layout:
     """Everything a study is made of but its secrets, decided before the database is touched.
@@ -292,6 +307,7 @@ def _lay_out(records: list[dict], systems: list[str], rubric: Rubric, options: S
         "paired": options.paired,
         "systems": systems,
         "baseline": _run_baseline(run_dir, systems),  # the report's default reference
+        "code": _run_code(run_dir, systems),  # the report's provenance: where each system's code came from
         "items_per_system": options.items_per_system,
         "raters_per_item": options.raters_per_item,
         "annotators": options.n_annotators,
