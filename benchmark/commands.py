@@ -95,9 +95,10 @@ def register(sub) -> None:
 
     p = sub.add_parser(
         "plugins",
-        help="list the plugin output layers, models and metrics found, and where each came from",
+        help="list the plugin output layers, models, metrics and adapters found, and where each came from",
         description="List every plugin: entry points of installed distributions (groups maxbench.layers, "
-        "maxbench.models, maxbench.metrics) and what the files given with --include register (docs/plugins.md).",
+        "maxbench.models, maxbench.metrics, maxbench.adapters) and what the files given with --include "
+        "register (docs/plugins.md).",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_plugins)
@@ -195,10 +196,11 @@ def cmd_generate(args) -> int:
 def cmd_plugins(args) -> int:
     from maxbench.benchmark.metrics.base import METRICS
     from maxbench.registry import describe_origin
+    from maxbench.systems.adapters import ADAPTERS
     from maxbench.systems.models import MODELS
     from maxbench.systems.system_strings import LAYERS
 
-    found = {reg.group: reg.plugins() for reg in (LAYERS, MODELS, METRICS)}
+    found = {reg.group: reg.plugins() for reg in (LAYERS, MODELS, METRICS, ADAPTERS)}
     if args.json:
         print(json.dumps(found, indent=1))
         return 0
@@ -335,6 +337,23 @@ def register_run(sub) -> None:
         help="allow runs on different suites, prompt counts, seeds or sample counts, or runs sharing a "
         "system, in one table: rows then name their run and suite, and the best value is marked per suite",
     )
+    p.add_argument(
+        "--check",
+        metavar="DIR",
+        help="write nothing: compare the runs' texts and leaderboard with the committed ones in DIR (its "
+        "leaderboard.csv and explorer/, e.g. results): the same texts, every number within --rtol (exit 0), "
+        "else the differences and exit 1 (docs/reproducibility.md)",
+    )
+    p.add_argument(
+        "--rtol", type=float, default=None, metavar="R", help="--check: relative tolerance of a number (default 1e-5)"
+    )
+    p.add_argument(
+        "--ppl-rtol",
+        type=float,
+        default=None,
+        metavar="R",
+        help="--check: relative tolerance of a perplexity (ppl, ref-ppl, ref-eps-ppl; default 1e-3)",
+    )
     p.set_defaults(func=cmd_leaderboard)
 
 
@@ -403,7 +422,8 @@ def cmd_run(args) -> int:
     timer = PhaseTimer(run_dir, shard, invocation)  # this process's phases and its workers' in one table
     if shard is None and workers != 1:
         t0 = time.perf_counter()
-        pre = preflight(plan, device=device, threads=args.threads, outputs=outputs)  # every refusal, once
+        # every refusal, once (an adapter is trained here, once, and the workers load it)
+        pre = preflight(plan, device=device, threads=args.threads, outputs=outputs, progress=not args.no_progress)
         if pre.load_seconds:
             timer.add("preflight (before the workers)", time.perf_counter() - t0)
         n = workers or default_workers(device, args.threads, pre)
@@ -450,6 +470,15 @@ def cmd_run(args) -> int:
 
 def cmd_leaderboard(args) -> int:
     from maxbench.benchmark.leaderboard import render
+
+    if args.check is not None:
+        from maxbench.benchmark import leaderboard_check
+
+        rtol = leaderboard_check.RTOL if args.rtol is None else args.rtol
+        ppl_rtol = leaderboard_check.PPL_RTOL if args.ppl_rtol is None else args.ppl_rtol
+        return leaderboard_check.check([Path(r) for r in args.run_dirs], Path(args.check), args.mixed, rtol, ppl_rtol)
+    if args.rtol is not None or args.ppl_rtol is not None:
+        raise MaxbenchError("--rtol and --ppl-rtol go with --check DIR (the tolerances of the comparison)")
 
     for path in render([Path(r) for r in args.run_dirs], Path(args.out), mixed=args.mixed):
         print(f"wrote {path}")

@@ -53,9 +53,15 @@ class Corpus:
 
 
 def _food_reviews() -> list[str]:
-    """Amazon fine food reviews as shipped in R's modeldata (lower-cased, punctuation removed
-    by the package authors). The .rdb is R's lazy-load database: each object is a 4-byte
-    length, a compression tag ('Z' = xz) and a raw LZMA2 stream of R serialisation."""
+    """Amazon fine food reviews as shipped in R's modeldata. The .rdb is R's lazy-load database:
+    each object is a 4-byte length, a compression tag ('Z' = xz) and a raw LZMA2 stream of R
+    serialisation."""
+    return [text for text, _, _ in _food_review_rows()]
+
+
+def _food_review_rows() -> list[tuple[str, dict, None]]:
+    """(review, {"score": "great" | "other"}, None) of both modeldata objects: the package's
+    ``score`` says whether the reviewer gave the product 5 stars ("great") or not ("other")."""
     import rdata
 
     rdb = fetch("modeldata")
@@ -64,7 +70,7 @@ def _food_reviews() -> list[str]:
         warnings.simplefilter("ignore")  # rdata warns that the index has no RDS magic
         index = rdata.conversion.convert(rdata.parser.parse_file(rdx))
         blob = rdb.read_bytes()
-        texts = []
+        rows = []
         for name in ("training_data", "testing_data"):
             off, length = (int(v) for v in index["variables"][name])
             chunk = blob[off : off + length]
@@ -76,27 +82,40 @@ def _food_reviews() -> list[str]:
                 filters=[{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME}],
             )
             frame = rdata.conversion.convert(rdata.parser.parse_data(raw))
-            texts.extend(str(t) for t in frame["review"])
-    return texts
+            rows.extend((str(t), {"score": str(s)}, None) for t, s in zip(frame["review"], frame["score"]))
+    return rows
 
 
 def _movie_reviews() -> list[str]:
+    return [text for text, _, _ in _movie_review_rows()]
+
+
+def _movie_review_rows() -> list[tuple[str, dict, None]]:
+    """(review, {"sentiment": "negative" | "positive"}, None) of the IMDB CSV."""
     import pandas as pd
 
-    return pd.read_csv(fetch("imdb"))["review"].astype(str).tolist()
+    frame = pd.read_csv(fetch("imdb"))
+    reviews = frame["review"].astype(str).tolist()
+    return [(t, {"sentiment": str(s)}, None) for t, s in zip(reviews, frame["sentiment"].astype(str))]
 
 
 def _news() -> list[str]:
+    return [text for text, _, _ in _news_rows()]
+
+
+def _news_rows() -> list[tuple[str, dict, str]]:
+    """(article, {"category": its folder, "headline": its first line}, the rest: its body)."""
     root = fetch("bbc")
-    texts = []
+    rows = []
     for path in sorted(root.glob("*/*.txt")):
         raw = path.read_bytes()
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:  # one article in the source is Windows-1252
             text = raw.decode("cp1252", errors="replace")
-        texts.append(text)
-    return texts
+        headline, _, body = text.partition("\n")
+        rows.append((text, {"category": path.parent.name, "headline": clean_text(headline)}, body))
+    return rows
 
 
 WIKI_PASSAGE_WORDS = 150
@@ -336,3 +355,67 @@ def load_corpus(name: str) -> Corpus:
         (test if row["split"] == "test" else fit).append(row["text"])
     meta = dict(meta, fit=len(fit), test=len(test))
     return Corpus(name=name, fit=fit, test=test, meta=meta)
+
+
+# ---------------------------------------------------------------- attributes (conditional generation)
+#: the corpora that carry attributes: name -> (reader of (raw text, attributes, raw target or None),
+#: each attribute with its values (a categorical attribute) or None (free text, e.g. a headline))
+ATTRIBUTES = {
+    "food-reviews": (_food_review_rows, {"score": ("great", "other")}),
+    "movie-reviews": (_movie_review_rows, {"sentiment": ("negative", "positive")}),
+    "news": (
+        _news_rows,
+        {"category": ("business", "entertainment", "politics", "sports", "tech"), "headline": None},
+    ),
+}
+
+
+@dataclass(frozen=True)
+class AttributedText:
+    """One text of a corpus with its attributes. ``text`` is the corpus's cleaned text (its key in
+    ``Corpus.fit`` / ``Corpus.test``, whose hash decides its split); ``target`` is the part a
+    conditional suite asks a model to write: the whole text, or a news article's body (the text
+    without its headline, which is an attribute)."""
+
+    text: str
+    target: str
+    attributes: dict
+
+
+def attribute_schema(name: str) -> dict[str, tuple[str, ...] | None]:
+    """The attributes corpus ``name`` (or a fold view of it) carries; a corpus without attributes is one line."""
+    check_corpus(name)
+    base = (parse_view(name) or (name,))[0]
+    if base not in ATTRIBUTES:
+        raise MaxbenchError(f"corpus '{name}' carries no attributes; corpora with attributes: {', '.join(ATTRIBUTES)}")
+    return dict(ATTRIBUTES[base][1])
+
+
+def load_attributes(name: str) -> dict[str, AttributedText]:
+    """The attributes of every text of corpus ``name`` (or of a fold view of it: the same texts), by
+    the text as ``load_corpus`` gives it: read from the same source and cleaned the same way. A text
+    that occurs in the source twice with different attributes is left out (its attributes are
+    ambiguous); categorical values outside the schema are an error (the source changed)."""
+    schema = attribute_schema(name)
+    base = (parse_view(name) or (name,))[0]
+    reader = ATTRIBUTES[base][0]
+    out: dict[str, AttributedText] = {}
+    ambiguous: set[str] = set()
+    for raw, attributes, raw_target in reader():
+        text = clean_text(raw)
+        if not text or text in ambiguous:
+            continue
+        for key, values in schema.items():
+            if values is not None and attributes.get(key) not in values:
+                raise MaxbenchError(
+                    f"corpus '{base}': a text has {key}={attributes.get(key)!r}, not one of {', '.join(values)}; "
+                    "the source changed"
+                )
+        target = text if raw_target is None else clean_text(raw_target)
+        row = AttributedText(text, target, dict(attributes))
+        if text in out and out[text] != row:
+            del out[text]
+            ambiguous.add(text)
+            continue
+        out.setdefault(text, row)
+    return out

@@ -263,9 +263,39 @@ def default_metrics(run_a: Path, run_b: Path) -> list[str]:
     return both or list(DEFAULT_METRICS)
 
 
+def check_metric_code(names: list[str], run_a: Path, run_b: Path) -> None:
+    """``compare`` computes its metrics again on both runs' texts, so a plugin metric needs its code here,
+    as ``score`` does (an output layer or model of a plugin needs none: only texts are read). A metric
+    that is not known now, and that a run's ``scores.json`` records as a plugin's, is refused in one line
+    saying where its code came from and how to bring it (docs/plugins.md)."""
+    from maxbench.benchmark.metrics.base import METRICS
+    from maxbench.registry import describe_origin, is_plugin_origin
+
+    for name in names:
+        if name in METRICS:
+            continue
+        for run in (run_a, run_b):
+            try:
+                entry = read_scores(run).get("metrics", {}).get(name)
+            except (MaxbenchError, AttributeError):
+                continue
+            origin = entry.get("origin") if isinstance(entry, dict) else None
+            if not is_plugin_origin(origin):
+                continue
+            how = {
+                "file": f"give --include {origin.get('path')}",
+                "entry-point": f"install {origin.get('distribution')} {origin.get('version')}",
+            }.get(origin.get("source"), "register it with maxbench.register_metric")
+            raise MaxbenchError(
+                f"metric '{name}' is a plugin's: {run}/scores.json records it from {describe_origin(origin)}; "
+                f"compare computes the metrics again on both runs' texts, so {how}, or leave it out with --metrics"
+            )
+
+
 def compare_runs(run_a: Path, run_b: Path, pairs: list[str] | None = None, options=None) -> dict:
     """Paired tests of run A's systems against run B's (A minus B), on the (prompt id, sample, seed)
     keys both hold; ``options`` a ``ScoringOptions`` (its metrics, resamples, seed and level)."""
+    from maxbench.benchmark.metrics.base import METRICS
     from maxbench.benchmark.metrics.scoring import ScoringOptions, build_metrics, compare_one, score_batch
     from maxbench.benchmark.metrics.stats import TEST_METHOD
 
@@ -278,6 +308,7 @@ def compare_runs(run_a: Path, run_b: Path, pairs: list[str] | None = None, optio
     chosen = parse_pairs(pairs, systems_a, systems_b)
     if options is None:
         options = ScoringOptions(metrics=default_metrics(run_a, run_b), progress=False)
+    check_metric_code(options.metrics, run_a, run_b)
     metrics = build_metrics(options)
     doc = {
         "format": COMPARE_FORMAT,
@@ -290,6 +321,10 @@ def compare_runs(run_a: Path, run_b: Path, pairs: list[str] | None = None, optio
         "level": options.level,
         "pairs": [],
     }
+    # where each plugin metric's code came from, as scores.json records it (docs/plugins.md); built-ins add nothing
+    origins = {m.name: METRICS.origin(m.name) for m in metrics if not METRICS.is_builtin(m.name)}
+    if origins:
+        doc["metric_origins"] = origins
     for sa, sb in chosen:
         keyed_a, keyed_b = _keyed(rows_a, sa), _keyed(rows_b, sb)
         seeds_b = {(p, s): seed for p, s, seed in keyed_b}
@@ -353,4 +388,9 @@ def compare_markdown(doc: dict) -> str:
                 str(s["n_prompts"] if s["n_prompts"] is not None else "-"),
             ]
             lines.append("| " + " | ".join(cells) + " |")
+    if doc.get("metric_origins"):
+        from maxbench.registry import describe_origin
+
+        plugins = "; ".join(f"metric {n}: {describe_origin(o)}" for n, o in doc["metric_origins"].items())
+        lines += ["", f"plugins: {plugins}"]
     return "\n".join(lines) + "\n"

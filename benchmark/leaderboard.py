@@ -36,6 +36,8 @@ from maxbench.fileio import atomic_open, atomic_write, ensure_dir
 
 #: score columns in display order; scores not listed follow in their own order
 PREFERRED = [
+    "attr-acc",  # a conditional suite's (docs/conditional.md): whether the texts keep to the attributes asked for
+    "attr-acc-ceiling",
     "bleu-2",
     "bleu-3",
     "bleu-4",
@@ -559,6 +561,18 @@ def render(run_dirs: list[Path], out_dir: Path, mixed: bool = False) -> list[Pat
     atomic_write(written[1], _csv(rows, _Layout.of(runs, rows)))
     atomic_write(written[2], render_html(sections, sections[0].title))
     return written + plots
+
+
+def leaderboard_csv(run_dirs: list[Path], mixed: bool = False) -> str:
+    """The ``leaderboard.csv`` that ``render`` would write for ``run_dirs``, without writing anything
+    (``maxbench leaderboard --check``: maxbench.benchmark.leaderboard_check)."""
+    if not run_dirs:
+        raise MaxbenchError("give at least one scored run directory")
+    runs = [load_scored_run(Path(r)) for r in run_dirs]
+    rows = comparable_rows(runs, mixed)
+    if not rows:
+        raise MaxbenchError("the runs hold no scored systems; score them first (maxbench score RUN_DIR)")
+    return _csv(rows, _Layout.of(runs, rows))
 
 
 def _csv(rows: list[Row], layout: _Layout) -> str:

@@ -33,7 +33,8 @@ def register(sub) -> None:
         description="Test each system of RUN_A against the same system (or the one named) of RUN_B: paired "
         "permutation test and paired bootstrap interval over prompts, as maxbench score's comparisons, on the "
         "(prompt id, sample, seed) keys both runs hold. The runs must share suite hash and seed. Prints a "
-        "Markdown table (A minus B).",
+        "Markdown table (A minus B). The metrics are computed again on the texts: a plugin metric needs its "
+        "code (--include, or its installed distribution), a plugin output layer or model none.",
     )
     p.add_argument("run_a", metavar="RUN_A")
     p.add_argument("run_b", metavar="RUN_B")
@@ -76,7 +77,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from maxbench.benchmark.export import compare_markdown, compare_runs, default_metrics
+    from maxbench.benchmark.export import check_metric_code, compare_markdown, compare_runs, default_metrics
     from maxbench.benchmark.metrics.base import parse_metric_list
     from maxbench.benchmark.metrics.scoring import ScoringOptions
 
@@ -87,6 +88,8 @@ def cmd_compare(args) -> int:
     if args.out is not None:
         check_output_file(args.out, "--out")
     run_a, run_b = Path(args.run_a), Path(args.run_b)
+    if args.metrics:  # a plugin metric left without its code: say where it came from, before "unknown metric"
+        check_metric_code([t.strip() for t in args.metrics.split(",") if t.strip()], run_a, run_b)
     names = parse_metric_list(args.metrics) if args.metrics else None
     options = ScoringOptions(
         metrics=names or [],

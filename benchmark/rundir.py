@@ -2,7 +2,12 @@
 
 ``manifest.json`` pins what defines the run (``RunPlan.identity``: suite, systems, samples, seed,
 batch size, corpus, lineup, ref-ppl) with its versions, machine, models and fitted resources; a
-run directory made by another run is refused, never mixed. ``generations.jsonl`` holds one JSON row
+run directory made by another run is refused, never mixed. The systems are the one part of the
+identity a run may change (``apply_lineup``): a row depends on its own system, prompt, sample and
+seed, never on the other systems of the lineup, so a lineup that adds a system to a run resumes it
+and generates only that system's rows, and one that drops a system moves that system's rows to
+``generations.removed.jsonl`` (kept, neither scored nor shown; they come back if the system does).
+Everything else must match, and a lineup that shares no system with the run is another run. ``generations.jsonl`` holds one JSON row
 per (system, prompt id, sample) (``row_key``), appended a batch at a time with one write, flushed
 and fsynced, so a crash leaves at most a trailing partial line, which ``read_rows`` ignores (or
 cuts off, with ``repair``). When every key is present the file is rewritten once, in canonical
@@ -32,10 +37,12 @@ from pathlib import Path
 
 from maxbench.errors import MaxbenchError
 from maxbench.fileio import atomic_write, os_error
-from maxbench.locks import exclusive
+from maxbench.locks import exclusive, held
 
 MANIFEST = "manifest.json"
 GENERATIONS = "generations.jsonl"
+#: rows of systems the run's lineup no longer lists (``apply_lineup``), in the row format
+REMOVED = "generations.removed.jsonl"
 TIMINGS = "timings.jsonl"
 #: the run directory's folder of batch claims (lock files only; see ``maxbench.locks.claim``)
 CLAIMS = ".claims"
@@ -173,7 +180,7 @@ def drop_damaged_lines(run_dir: Path) -> list[str]:
     as they are. Returns one message per dropped line."""
     run_dir = Path(run_dir)
     notes = []
-    for path in [run_dir / GENERATIONS, *sorted(run_dir.glob(SHARD_GLOB))]:
+    for path in [run_dir / GENERATIONS, *sorted(run_dir.glob(SHARD_GLOB)), run_dir / REMOVED]:
         if not path.is_file():
             continue
         try:
@@ -254,8 +261,26 @@ class RunPlan:
         return order
 
 
+def _recorded_identity(manifest) -> dict:
+    ident = manifest.get("identity") if isinstance(manifest, dict) else None
+    return ident if isinstance(ident, dict) else {}
+
+
+def generated_systems(manifest: dict) -> dict:
+    """Every system the run has generated rows of, with its manifest entry: its lineup's systems now
+    and those removed since (``apply_lineup``)."""
+    out = {}
+    for key in ("removed_systems", "systems"):
+        section = manifest.get(key) if isinstance(manifest, dict) else None
+        if isinstance(section, dict):
+            out |= section
+    return out
+
+
 def existing_manifest(plan: RunPlan) -> dict | None:
-    """The run directory's manifest if there is one; refused when another run made it."""
+    """The run directory's manifest if there is one; refused when another run made it. A plan whose
+    identity differs from the recorded one only in its systems is the same run with a changed lineup
+    (``apply_lineup``), unless it shares no system with the run."""
     path = plan.run_dir / MANIFEST
     if not path.exists():
         return None
@@ -264,13 +289,20 @@ def existing_manifest(plan: RunPlan) -> dict | None:
         old = json.loads(path.read_text())
     except (OSError, ValueError):
         raise MaxbenchError(f"{path} is unreadable; this run directory is damaged") from None
-    if not isinstance(old, dict) or old.get("identity") != ident:
-        recorded = old.get("identity") if isinstance(old, dict) and isinstance(old.get("identity"), dict) else {}
+    recorded = _recorded_identity(old)
+    if not isinstance(old, dict) or recorded != ident:
         diff = [k for k in ident if recorded.get(k) != ident[k]]
-        raise MaxbenchError(
-            f"run directory {plan.run_dir} was made by a different run (differs in: "
-            f"{', '.join(diff)}); pick another --run-id or delete that directory"
-        )
+        diff += [k for k in recorded if k not in ident]
+        before = recorded.get("systems")
+        if diff == ["systems"]:
+            made = set(before) | set(generated_systems(old)) if isinstance(before, list) else set()
+            if not made & {s.name for s in plan.systems}:  # no row to keep: another run, not an edit
+                diff = ["systems, and it shares none of them with this one"]
+        if diff != ["systems"]:
+            raise MaxbenchError(
+                f"run directory {plan.run_dir} was made by a different run (differs in: "
+                f"{', '.join(diff)}); pick another --run-id or delete that directory"
+            )
     check_code(plan, old)
     return old
 
@@ -282,7 +314,12 @@ def system_code(system) -> dict:
     from maxbench.systems.system_strings import LAYERS
 
     model = MODELS.origin(system.model) if system.model in MODELS else builtin_origin()
-    return {"layer": LAYERS.origin(system.layer), "model": model}
+    code = {"layer": LAYERS.origin(system.layer), "model": model}
+    if getattr(system, "adapter", None):
+        from maxbench.systems.adapters import ADAPTERS
+
+        code["adapter"] = ADAPTERS.origin(system.adapter)
+    return code
 
 
 def check_code(plan: RunPlan, manifest: dict) -> None:
@@ -290,15 +327,15 @@ def check_code(plan: RunPlan, manifest: dict) -> None:
     mixed with new. Built-ins are not compared (their origin is maxbench's version)."""
     from maxbench.registry import describe_origin, is_plugin_origin
 
-    recorded = manifest.get("systems") if isinstance(manifest.get("systems"), dict) else {}
+    recorded = generated_systems(manifest)  # a system removed and listed again: its rows come back
     for system in plan.systems:
         entry = recorded.get(system.name)
         code = entry.get("code") if isinstance(entry, dict) else None
         if not isinstance(code, dict):
             continue  # a run made before origins were recorded
         now = system_code(system)
-        for part in ("layer", "model"):
-            old, new = code.get(part), now[part]
+        for part in ("layer", "model", "adapter"):
+            old, new = code.get(part), now.get(part)
             if (is_plugin_origin(old) or is_plugin_origin(new)) and old != new:
                 raise MaxbenchError(
                     f"system '{system.name}' of run directory {plan.run_dir} was generated with {part} code from "
@@ -326,19 +363,137 @@ def _check_or_write_manifest(plan: RunPlan, extra: dict) -> dict:
         "samples": plan.samples,
         "seed": plan.seed,
         "seed_rule": "sha256(f'{seed}:{prompt_id}:{sample}')[:4] as big-endian int",
-        "systems": {
-            s.name: {
-                "model": s.model,
-                "layer": s.layer,
-                "layer_params": dict(s.params),
-                "decoding": s.decoding.label,
-                "code": system_code(s),
-            }
-            for s in plan.systems
-        },
+        "systems": {s.name: system_entry(s) for s in plan.systems},
     } | extra
     atomic_write(path, json.dumps(manifest, indent=1, sort_keys=False) + "\n")
     return manifest
+
+
+def system_entry(system) -> dict:
+    """A system's entry in the manifest's ``systems`` section."""
+    return {
+        "model": system.model,
+        "layer": system.layer,
+        "layer_params": dict(system.params),
+        "decoding": system.decoding.label,
+        "code": system_code(system),
+    } | ({"adapter": system.adapter, "adapter_params": dict(system.adapter_params)} if system.adapter else {})
+
+
+def apply_lineup(plan: RunPlan) -> dict | None:
+    """Bring an existing run directory to the plan's systems, before anything is generated; returns
+    ``{"added": [...], "removed": [...]}`` when the lineup changed, else None.
+
+    The rows of a system the plan no longer lists move, byte for byte, from the generations files
+    (``generations.jsonl`` and the shard files) to ``generations.removed.jsonl``, and the rows found
+    there of a system the plan lists again move back: so ``generations.jsonl``, which ``score``,
+    ``view``, ``export`` and ``study create`` read, holds the lineup's rows and no other, and a
+    dropped system's rows are never lost nor generated twice. Then the manifest records the new
+    systems (its identity's list and ``systems`` section; a removed system's entry goes to
+    ``removed_systems``) and the change in ``lineup_changes``. Every other part of the identity must
+    match (``existing_manifest``). Each step can be repeated, so a run killed in the middle of this
+    ends the same on its next start. Files another process is writing now are not touched: the
+    change is refused with one line instead (a worker of the old lineup still running)."""
+    path = plan.run_dir / MANIFEST
+    if not path.exists():
+        return None
+    with exclusive(path):  # the workers of one run start together: the first one does this
+        manifest = existing_manifest(plan)
+        if manifest is None:
+            return None
+        before = _recorded_identity(manifest).get("systems")
+        names = [s.name for s in plan.systems]
+        # the lineup as recorded: only rows of a system listed again can be out of place (in the removed file)
+        back = _move_rows(plan, scan=before != names)
+        if before == names:
+            return None
+        old = generated_systems(manifest)
+        added = [n for n in names if n not in before]
+        removed = [n for n in before if n not in names]
+        systems = {s.name: old.get(s.name) or system_entry(s) for s in plan.systems}
+        gone = {n: e for n, e in old.items() if n not in names}
+        manifest = {k: v for k, v in manifest.items() if k != "removed_systems"}
+        manifest["identity"] = plan.identity()
+        manifest["systems"] = systems
+        if gone:
+            manifest["removed_systems"] = gone
+        change = {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "added": added, "removed": removed}
+        manifest["lineup_changes"] = [*(manifest.get("lineup_changes") or []), change]
+        atomic_write(path, json.dumps(manifest, indent=1) + "\n")
+        return {"added": added, "removed": removed, "restored": [n for n in added if n in back]}
+
+
+def _move_rows(plan: RunPlan, scan: bool = True) -> set:
+    """``apply_lineup``'s row moves (see there); does nothing when every row is where it belongs.
+    Without ``scan`` the generations files are read only when the removed file holds rows of the
+    plan's systems. Returns the systems whose rows came back from the removed file."""
+    names = {s.name for s in plan.systems}
+    removed_file = plan.run_dir / REMOVED
+    parked = _system_lines(removed_file)
+    coming = [(n, sys_, line) for n, sys_, line in parked if sys_ in names]
+    if not scan and not coming:
+        return set()
+    files = [plan.run_dir / GENERATIONS, *sorted(plan.run_dir.glob(SHARD_GLOB))]
+    lines = {f: _system_lines(f) for f in files}
+    leaving = {f: [(n, sys_, line) for n, sys_, line in rows if sys_ not in names] for f, rows in lines.items()}
+    if not coming and not any(leaving.values()):
+        return set()
+    busy = [f for f in files if (leaving[f] or (coming and f == files[0])) and held(f)]
+    if busy:
+        raise MaxbenchError(
+            f"{busy[0]} is being written by another process (a worker of an earlier lineup of this run?); "
+            "wait for it to end, or stop it, and run the same command again"
+        )
+    # every row that leaves is first kept in the removed file, with those already there
+    sources = [(removed_file, [(n, json.loads(line)) for n, _, line in parked])]
+    sources += [(f, [(n, json.loads(line)) for n, _, line in rows]) for f, rows in leaving.items() if rows]
+    kept = rows_by_key(sources)  # two different rows under one key: refused, naming both
+    by_key_line = {}
+    for _, rows in [(removed_file, parked), *leaving.items()]:
+        for _, _, line in rows:
+            by_key_line.setdefault(row_key(json.loads(line)), line)
+    if any(leaving.values()):
+        atomic_write(removed_file, b"".join(by_key_line[k] + b"\n" for k in kept))
+    # the rows of systems listed again go back to generations.jsonl (unless a file holds them already)
+    present = {row_key(json.loads(line)) for rows in lines.values() for _, s, line in rows if s in names}
+    back = [by_key_line[k] + b"\n" for k in kept if k[0] in names and k not in present]
+    if back:
+        read_numbered_rows(files[0], repair=True)  # a line cut by a crash would swallow the first row
+        with open(files[0], "ab") as f:
+            f.write(b"".join(back))
+            f.flush()
+            os.fsync(f.fileno())
+    for f, rows in leaving.items():
+        if rows:
+            atomic_write(f, b"".join(line + b"\n" for _, s, line in lines[f] if s in names))
+    stay = [by_key_line[k] + b"\n" for k in kept if k[0] not in names]
+    if stay:
+        atomic_write(removed_file, b"".join(stay))
+    else:
+        removed_file.unlink(missing_ok=True)
+    return {s for _, s, _ in coming}
+
+
+def _system_lines(path: Path) -> list[tuple[int, str, bytes]]:
+    """(line number, system, the line's bytes) of each row of a generations file (checked as
+    ``read_run_rows`` checks them; a trailing partial line is left out)."""
+    if not path.exists():
+        return []
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise os_error(path, exc, "read") from None
+    out = []
+    for n, line in enumerate(data[: data.rfind(b"\n") + 1].split(b"\n")[:-1], 1):
+        if line.strip():
+            try:
+                row = check_row(path, n, _parse_line(line))
+            except UnicodeDecodeError:
+                raise _damaged(path, n, "is not UTF-8") from None
+            except ValueError:
+                raise _damaged(path, n, "is not valid JSON") from None
+            out.append((n, row["system"], line))
+    return out
 
 
 def recorded_model_hash(manifest: dict | None, model: str) -> str | None:
@@ -367,7 +522,7 @@ def update_manifest(plan: RunPlan, key: str, value: dict) -> None:
     update it side by side), keeping the section in the lineup's order whoever wrote first. A model's
     recorded hash is never replaced by another one (``check_model_hash``)."""
     path = plan.run_dir / MANIFEST
-    rank = {name: i for i, name in enumerate([*(s.name for s in plan.systems), *(s.model for s in plan.systems)])}
+    rank = {name: i for i, name in enumerate([*(s.name for s in plan.systems), *(s.model_key for s in plan.systems)])}
     with exclusive(path):
         manifest = json.loads(path.read_text())
         if key == "models":
@@ -448,8 +603,11 @@ class RowsSeen:
 
 
 def finished_keys(plan: RunPlan) -> set:
-    """Keys of the rows already written to any generations file of the run: none is decoded again."""
-    return RowsSeen(plan.run_dir).refresh()
+    """Keys of the rows already written to any generations file of the run, and of the plan's systems'
+    rows in the removed file (``apply_lineup`` moves them back): none is decoded again."""
+    names = {s.name for s in plan.systems}
+    parked = {row_key(row) for _, row in read_run_rows(plan.run_dir / REMOVED)}
+    return RowsSeen(plan.run_dir).refresh() | {k for k in parked if k[0] in names}
 
 
 def shard_file(run_dir: Path, shard: tuple[int, int] | None) -> Path:

@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import platform
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,10 +35,12 @@ from pathlib import Path
 from maxbench.benchmark.rundir import (
     CLAIMS,
     REFERENCE_STATES,
+    REMOVED,
     TIMINGS,
     RowsSeen,
     RunPlan,
     append_rows,
+    apply_lineup,
     canonicalise,
     check_model_hash,
     check_or_write_manifest,
@@ -104,6 +107,21 @@ class PhaseTimer:
         if wall is not None:
             lines.append(f"  {'elapsed':<{width}}  {'':>5}  {wall:8.1f}")
         return "\n".join(["time by phase:", *lines])
+
+
+def lineup_change_text(plan: RunPlan, changed: dict) -> str:
+    """One line on what ``apply_lineup`` changed in a run directory."""
+    parts = []
+    new = [n for n in changed["added"] if n not in changed.get("restored", ())]
+    if new:
+        parts.append(f"added {', '.join(new)} (only its rows are generated)")
+    if changed.get("restored"):
+        parts.append(f"listed again {', '.join(changed['restored'])} (its rows are kept from before)")
+    if changed["removed"]:
+        parts.append(
+            f"removed {', '.join(changed['removed'])} (rows kept in {plan.run_dir / REMOVED}, neither scored nor shown)"
+        )
+    return f"the lineup of {plan.run_dir} changed: {'; '.join(parts)}"
 
 
 def new_invocation() -> str:
@@ -243,8 +261,9 @@ class Preflight:
     layers: list  # one OutputLayer per system, unfitted
     todo: list  # per system, the (unit, batch) pairs (batch: a list of (item, sample)) that still lack rows
     done: set  # keys of the rows already written
-    models: dict = field(default_factory=dict)  # model name -> LoadedModel, for systems with work
+    models: dict = field(default_factory=dict)  # model key -> LoadedModel, for systems with work
     load_seconds: dict = field(default_factory=dict)
+    adapt_seconds: dict = field(default_factory=dict)  # model key -> seconds training or loading its adapter
 
 
 def preflight(
@@ -253,6 +272,7 @@ def preflight(
     threads: int | None = None,
     shard: tuple[int, int] | None = None,
     outputs: tuple[tuple[Path, str], ...] = (),
+    progress: bool = True,
 ) -> Preflight:
     """Everything a run can be refused for, checked before the first token and before anything is
     written, so that a mistake anywhere in a lineup costs seconds and leaves no half-made run
@@ -262,11 +282,13 @@ def preflight(
     model with work to do is loaded and every prompt is checked against its context and a batch
     against free memory (``maxbench.systems.decoding.check_limits``), and last the free disk space."""
     from maxbench.benchmark.corpora import check_corpus
+    from maxbench.benchmark.suites import require_attributes
     from maxbench.systems.decoding import check_limits
     from maxbench.systems.models import check_model_reachable, load_model
     from maxbench.systems.system_strings import probe_layer
 
     layers = [s.build_layer() for s in plan.systems]
+    adapters = {s.model_key: s.build_adapter() for s in plan.systems if s.adapter}
     for system, layer in zip(plan.systems, layers):
         probe_layer(system.layer, layer)  # a plugin's scores, once, on a tiny input
     for name in dict.fromkeys(s.model for s in plan.systems):
@@ -276,6 +298,9 @@ def preflight(
     for system, layer in zip(plan.systems, layers):
         if layer.needs_fit and not plan.corpus:
             raise MaxbenchError(f"system '{system.name}' needs a fitting corpus; pass --corpus")
+        if getattr(layer, "needs_attributes", False):
+            require_attributes(plan.suite, system.name)
+    check_adapters(plan, adapters)
     for folder, what in ((plan.run_dir, "run directory"), *outputs):
         check_output_dir(folder, what)
     manifest = existing_manifest(plan)
@@ -295,15 +320,18 @@ def preflight(
     for system, layer, units in zip(plan.systems, layers, todo):
         if not units:
             continue
-        if system.model not in pre.models:
+        key = system.model_key
+        if key not in pre.models:
             t0 = time.perf_counter()
-            pre.models[system.model] = load_model(system.model, device=device, threads=threads, options=plan.model_args)
-            pre.load_seconds[system.model] = time.perf_counter() - t0
-            # a run copied from another machine: its rows came from the weights its manifest names
-            check_model_hash(plan, manifest, system.model, pre.models[system.model].hash)
+            # an adapted system loads its own copy of the base model (LoRA merges into its weights)
+            pre.models[key] = load_model(system.model, device=device, threads=threads, options=plan.model_args)
+            pre.load_seconds[key] = time.perf_counter() - t0
+            if key not in adapters:
+                # a run copied from another machine: its rows came from the weights its manifest names
+                check_model_hash(plan, manifest, key, pre.models[key].hash)
         items = list(dict.fromkeys(it for _, batch in units for it, _ in batch))
         check_limits(
-            pre.models[system.model],
+            pre.models[key],
             [it.prompt for it in items],
             system.decoding,
             plan.batch_size,
@@ -327,7 +355,96 @@ def preflight(
                 f"this run needs about {need / 2**20:,.0f} MiB in {plan.run_dir} ({len(rows)} rows to generate), "
                 f"but only {free / 2**20:,.0f} MiB are free there; free some space or choose another --runs-dir"
             )
+    adapt_models(plan, pre, adapters, manifest, progress)
     return pre
+
+
+def check_adapters(plan: RunPlan, adapters: dict) -> None:
+    """Before anything is loaded: every adapter's own inputs (``check_inputs``), every adapted system
+    that trains has its training data (the fitting corpus),
+    and an adapter that conditions on attributes runs on a conditional suite."""
+    from maxbench.benchmark.suites import require_attributes
+
+    for key, adapter in adapters.items():
+        adapter.check_inputs()  # e.g. a peft adapter's folder and config, before anything loads
+        if adapter.trains and not plan.corpus:
+            raise MaxbenchError(
+                f"model '{key}': adapter '{adapter.name}' is trained on a fitting corpus; pass --corpus"
+            )
+        if adapter.needs_attributes:
+            require_attributes(plan.suite, next(s.name for s in plan.systems if s.model_key == key))
+            if hasattr(adapter, "check_attribute_values"):  # a categorical value it never learnt (FCTG)
+                adapter.check_attribute_values(plan.suite, adapter_training_data(plan)[0])
+
+
+def adapter_training_data(plan: RunPlan) -> tuple[list, dict]:
+    """What adapters train on, and its identity. On a conditional suite with a template and a corpus
+    (docs/conditional.md): the suite corpus's fitting split, each text with its attributes rendered
+    as the suite renders them (the prompt) and its target (the text to learn); otherwise the fitting
+    split of the run's corpus, plain documents learnt whole."""
+    from maxbench.benchmark.corpora import load_attributes, load_corpus
+    from maxbench.benchmark.suites import render_prompt
+    from maxbench.systems.adapters import TrainingExample
+
+    suite = plan.suite
+    if getattr(suite, "conditional", False) and suite.template and suite.corpus:
+        corpus, attributed = load_corpus(suite.corpus), load_attributes(suite.corpus)
+        examples = []
+        for text in corpus.fit:
+            row = attributed.get(text)
+            if row is None or any(k not in row.attributes for k in suite.attributes):
+                continue
+            values = {k: row.attributes[k] for k in suite.attributes}
+            if any(a.categorical and values[k] not in a.values for k, a in suite.attributes.items()):
+                continue
+            prompt = render_prompt(suite.template, suite.attributes, values)
+            examples.append(TrainingExample(prompt, row.target, values))
+        data = {
+            "corpus": corpus.name,
+            "sha256": corpus.sha256,
+            "split": "fit",
+            "template": suite.template,
+            "attributes": {k: a.describe() for k, a in suite.attributes.items()},
+        }
+        return examples, data
+    corpus = load_corpus(plan.corpus)
+    examples = [TrainingExample(prompt="", text=t) for t in corpus.fit]
+    return examples, {"corpus": corpus.name, "sha256": corpus.sha256, "split": "fit"}
+
+
+def adapt_models(plan: RunPlan, pre: Preflight, adapters: dict, manifest: dict | None, progress: bool = True) -> None:
+    """Last in preflight: each adapted model with work to do gets its adapter, loaded from the adapter
+    cache or trained now (``adapter_training_data``; systems/adapters), and its prompts are checked
+    again against the adapted model (a prefix takes positions of the context)."""
+    from maxbench.registry import builtin_origin
+    from maxbench.systems.adapters import ADAPTERS, AdapterFitContext
+    from maxbench.systems.decoding import check_limits
+
+    data = None
+    for key, adapter in adapters.items():
+        if key not in pre.models:
+            continue
+        if adapter.trains:
+            data = data or adapter_training_data(plan)
+        t0 = time.perf_counter()
+        origin = ADAPTERS.origin(adapter.name)
+        code = {"version": adapter.version} if origin == builtin_origin() else origin
+        examples, identity = data if adapter.trains else ([], {})
+        ctx = AdapterFitContext(model=pre.models[key], examples=examples, data=identity, options={"progress": progress})
+        pre.models[key] = adapter.prepare(ctx, code=code)
+        pre.adapt_seconds[key] = time.perf_counter() - t0
+        check_model_hash(plan, manifest, key, pre.models[key].hash)
+        for system, units in zip(plan.systems, pre.todo):
+            if system.model_key == key and units:
+                items = list(dict.fromkeys(it for _, batch in units for it, _ in batch))
+                check_limits(
+                    pre.models[key],
+                    [it.prompt for it in items],
+                    system.decoding,
+                    plan.batch_size,
+                    ids=[it.id for it in items],
+                    references=[it.reference for it in items] if plan.reference_ppl else None,
+                )
 
 
 def generate_run(
@@ -341,7 +458,10 @@ def generate_run(
 ) -> Path:
     """Generate every missing row of the plan (or of one shard of it); returns the file. Nothing is
     written before ``preflight`` has passed; ``outputs`` are further folders it checks."""
-    pre = preflight(plan, device=device, threads=threads, shard=shard, outputs=outputs)
+    pre = preflight(plan, device=device, threads=threads, shard=shard, outputs=outputs, progress=progress)
+    changed = apply_lineup(plan)  # a system added to the run's lineup, or dropped from it
+    if changed:
+        print(f"maxbench: {lineup_change_text(plan, changed)}", file=sys.stderr, flush=True)
     out = shard_file(plan.run_dir, shard)
     # One process per output file: a worker left running by a killed parent finishes (or dies)
     # before another one appends to its file.
@@ -381,7 +501,7 @@ class _Decoder:
         from maxbench.systems.layers.base import FitContext
 
         system, layer = self.plan.systems[si], self.pre.layers[si]
-        lm = self.pre.models[system.model]
+        lm = self.pre.models[system.model_key]
         if layer.needs_fit:
             with claim(self.plan.run_dir / CLAIMS / f"fit-{si}") as fitting_here:
                 if not fitting_here and not wait:
@@ -390,7 +510,7 @@ class _Decoder:
                     opts = {"progress": self.progress}
                     layer.fit(FitContext(model=lm, corpus=load_corpus(self.plan.corpus), options=opts))
             update_manifest(self.plan, "resources", {system.name: layer.resource_hashes()})
-        update_manifest(self.plan, "models", {system.model: lm.describe()})
+        update_manifest(self.plan, "models", {system.model_key: lm.describe()})
         self.ready.add(si)
         return True
 
@@ -416,7 +536,7 @@ class _Decoder:
         from maxbench.systems.decoding import decode, reference_logprobs, reference_stride_used
 
         plan, system, layer = self.plan, self.plan.systems[si], self.pre.layers[si]
-        lm = self.pre.models[system.model]
+        lm = self.pre.models[system.model_key]
         spent = self.spent.setdefault(si, {"generate": 0.0, "ref-ppl": 0.0, "cpu generate": 0.0, "cpu ref-ppl": 0.0})
         clock = spent.setdefault("clock", {})
         t0, c0 = time.perf_counter(), time.process_time()
@@ -428,7 +548,7 @@ class _Decoder:
         if plan.reference_ppl:
             # once per prompt (sample 0): the layer's distribution does not depend on the sample
             firsts = [i for i, (it, s) in enumerate(batch) if s == 0 and it.reference.strip()]
-            states = [self.ref_states.get(lm, system.model, batch[i][0]) for i in firsts]
+            states = [self.ref_states.get(lm, system.model_key, batch[i][0]) for i in firsts]
             lps = reference_logprobs(lm, layer, [], [], states=states)
             for i, lp in zip(firsts, lps):
                 results[i] = results[i] | {
@@ -489,7 +609,7 @@ class _Decoder:
                 for k, b in units
             ]
             for si, unit, batch in reversed(theirs):
-                if self.plan.systems[si].model in self.pre.models and self.batch(si, unit, batch, wait=False):
+                if self.plan.systems[si].model_key in self.pre.models and self.batch(si, unit, batch, wait=False):
                     self.flush(si)
                     return True
         return False
@@ -500,6 +620,8 @@ def _generate(plan: RunPlan, pre: Preflight, out: Path, shard, device, progress:
 
     for name, seconds in pre.load_seconds.items():
         timer.add(f"load {name}", seconds)
+    for name, seconds in pre.adapt_seconds.items():
+        timer.add(f"fit {name}", seconds)
     read_rows(out, repair=True)  # a line cut by a crash goes; its row is decoded again
     first = next(iter(pre.models.values()), None)
     check_or_write_manifest(

@@ -15,6 +15,25 @@ error. A user suite is the same kind of TOML file anywhere on disk::
     sha256 = "..."              # optional; checked when given
 
 A TXT file holds one prompt per line and no references.
+
+A **conditional suite** (docs/conditional.md) asks for text with given attributes: its items carry
+``attributes`` (a JSON object per item, or a CSV column per attribute), its manifest declares each
+attribute, and a ``template`` renders them as the prompt; the reference is the text that has them::
+
+    template = "Rating: {score}. Review:"   # optional: without it every item gives its prompt
+    max_new_tokens = 96                     # optional: the generation length the suite is made for
+    generation_words = 79                   # optional: that length in words (attr-acc's ceiling)
+    corpus = "food-reviews"                 # optional: where attr-acc's classifier is trained (fit split)
+    attributes_field = "attributes"         # JSONL field (default shown)
+
+    [attributes.score]                      # categorical: these values only
+    values = ["great", "other"]
+    labels = { great = "5 stars", other = "1 to 4 stars" }   # how a value is written (default: itself)
+
+    [attributes.headline]                   # free text
+    kind = "text"
+
+An item may leave its prompt out (it is rendered); a prompt it gives must be the rendering.
 """
 
 from __future__ import annotations
@@ -23,9 +42,11 @@ import csv
 import hashlib
 import io
 import json
+import re
+import string
 import sys
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from maxbench.errors import MaxbenchError
@@ -39,6 +60,31 @@ class SuiteItem:
     id: str
     prompt: str
     reference: str
+    #: a conditional suite's item: attribute -> value, in the manifest's order (None elsewhere)
+    attributes: dict | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class AttributeSpec:
+    """One attribute of a conditional suite: categorical (``values``; each written in the prompt as
+    its label, by default itself) or free text (``values`` None, e.g. a news headline)."""
+
+    name: str
+    values: tuple[str, ...] | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def categorical(self) -> bool:
+        return self.values is not None
+
+    def label(self, value: str) -> str:
+        return dict(self.labels).get(value, value)
+
+    def describe(self) -> dict:
+        if self.values is None:
+            return {"kind": "text"}
+        out = {"kind": "categorical", "values": list(self.values)}
+        return out | ({"labels": dict(self.labels)} if self.labels else {})
 
 
 @dataclass
@@ -49,15 +95,59 @@ class Suite:
     sha256: str  # of the data file's bytes
     path: Path
     description: str = ""
+    #: a conditional suite's attributes (None: a suite without attributes), prompt template,
+    #: generation length (in new tokens, and in words) and the corpus it was drawn from
+    attributes: dict[str, AttributeSpec] | None = None
+    template: str | None = None
+    max_new_tokens: int | None = None
+    generation_words: int | None = None
+    corpus: str | None = None
+    corpus_sha256: str | None = None
+
+    @property
+    def conditional(self) -> bool:
+        return self.attributes is not None
 
     def describe(self) -> dict:
-        return {
+        out = {
             "name": self.name,
             "version": self.version,
             "sha256": self.sha256,
             "n_items": len(self.items),
             "path": str(self.path),
         }
+        if self.conditional:  # only then: a suite without attributes is described as it always was
+            out["conditional"] = {
+                "attributes": {k: a.describe() for k, a in self.attributes.items()},
+                "template": self.template,
+                "max_new_tokens": self.max_new_tokens,
+                "generation_words": self.generation_words,
+                "corpus": self.corpus,
+                "corpus_sha256": self.corpus_sha256,
+            }
+        return out
+
+
+#: the built-in conditional suites (``CONDITIONAL_BUILD`` below), named in messages
+CONDITIONAL_SUITES = ("food-attrs", "news-attrs", "movie-attrs")
+
+
+def require_attributes(suite: Suite, system: str | None = None) -> Suite:
+    """The check of a conditional system (one that generates from attributes): ``suite`` must be a
+    conditional suite, else one line (``MaxbenchError``: exit status 2) before anything runs."""
+    if not suite.conditional:
+        who = f"system '{system}'" if system else "this system"
+        raise MaxbenchError(
+            f"{who} is conditional (it generates from attributes), but suite '{suite.name}' has no attributes; "
+            f"run it on a conditional suite ({', '.join(CONDITIONAL_SUITES)}, or one whose manifest declares "
+            "[attributes], docs/conditional.md)"
+        )
+    return suite
+
+
+def render_prompt(template: str, attributes: dict[str, AttributeSpec], values: dict[str, str]) -> str:
+    """A conditional item's prompt: ``template`` with each ``{attribute}`` replaced by its value's label."""
+    return template.format_map({k: attributes[k].label(v) for k, v in values.items()})
 
 
 def builtin_suites() -> dict[str, Path]:
@@ -119,8 +209,56 @@ def _item_id(row: dict, idf: str, where: str, default: str, fmt: str) -> str:
     raise MaxbenchError(f"{where}: id ('{idf}') is {got}; an id is a non-empty string or an integer")
 
 
-def _read_items(path: Path, fmt: str, spec: dict, name: str) -> list[SuiteItem]:
+def _other_delimiter(text: str, column: str) -> str | None:
+    """The delimiter other than a comma (';', tab, '|') that splits the CSV's header line into a
+    ``column`` column (a spreadsheet in a locale with decimal commas saves with ';'), else None."""
+    header = _lines(text)[0] if text else ""
+    for delimiter in (";", "\t", "|"):
+        if delimiter not in header:
+            continue
+        try:
+            columns = {c.strip() for c in next(csv.reader([header], delimiter=delimiter))}
+        except (csv.Error, StopIteration):
+            continue
+        if column in columns:
+            return delimiter
+    return None
+
+
+def _item_attributes(row: dict, schema: dict[str, AttributeSpec], af: str, where: str, fmt: str) -> dict:
+    """A conditional item's attributes, in the schema's order: each declared attribute, a non-empty
+    string, a categorical one among its values; none other."""
+    if fmt == "csv":
+        got = {k: row[k] for k in schema if k in row and row[k] not in (None, "")}
+    else:
+        got = row.get(af)
+        if not isinstance(got, dict):
+            raise MaxbenchError(
+                f"{where}: '{af}' is {'missing' if got is None else _kind(got)}; every item of a conditional suite "
+                f"carries its attributes as an object (declared: {', '.join(schema)})"
+            )
+        extra = [k for k in got if k not in schema]
+        if extra:
+            raise MaxbenchError(f"{where}: unknown attribute '{extra[0]}'; the manifest declares: {', '.join(schema)}")
+    out = {}
+    for key, attribute in schema.items():
+        value = got.get(key)
+        if not isinstance(value, str) or not value.strip():
+            what = "missing" if value is None else "an empty string" if isinstance(value, str) else _kind(value)
+            raise MaxbenchError(f"{where}: attribute '{key}' is {what}; an attribute's value is text")
+        if attribute.categorical and value not in attribute.values:
+            raise MaxbenchError(
+                f"{where}: attribute '{key}' is '{value}', not one of its values ({', '.join(attribute.values)})"
+            )
+        out[key] = value
+    return out
+
+
+def _read_items(
+    path: Path, fmt: str, spec: dict, name: str, schema: dict[str, AttributeSpec] | None = None
+) -> list[SuiteItem]:
     text = _text(path, "suite file")
+    template, af = spec.get("template"), spec.get("attributes_field", "attributes")
     pf, rf, idf = (
         spec.get("prompt_field", "prompt"),
         spec.get("reference_field", "reference"),
@@ -146,7 +284,16 @@ def _read_items(path: Path, fmt: str, spec: dict, name: str) -> list[SuiteItem]:
         csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))
         reader = csv.DictReader(io.StringIO(text))
         try:
-            if reader.fieldnames is None or pf not in reader.fieldnames:
+            if reader.fieldnames is None:
+                raise MaxbenchError(f"{path}: CSV is empty; it needs a header row naming a '{pf}' column")
+            if pf not in reader.fieldnames and (schema is None or template is None):  # else: rendered
+                delimiter = _other_delimiter(text, pf)
+                if delimiter is not None:
+                    shown = "tab" if delimiter == "\t" else f"'{delimiter}'"
+                    raise MaxbenchError(
+                        f"{path}: CSV has no '{pf}' column as read with commas, but its header seems to use {shown} "
+                        "as the delimiter; a suite's CSV is comma-separated: save it with commas (or as .jsonl)"
+                    )
                 raise MaxbenchError(f"{path}: CSV has no '{pf}' column (columns: {reader.fieldnames})")
             rows = [(n, row) for n, row in enumerate(reader, 2)]
         except csv.Error as exc:
@@ -161,6 +308,16 @@ def _read_items(path: Path, fmt: str, spec: dict, name: str) -> list[SuiteItem]:
         prompt = row.get(pf)
         if prompt is not None and not isinstance(prompt, str):
             raise MaxbenchError(f"{where}: prompt ('{pf}') is {_kind(prompt)}; a prompt is text")
+        attributes = None if schema is None else _item_attributes(row, schema, af, where, fmt)
+        if attributes is not None and template is not None:
+            rendered = render_prompt(template, schema, attributes)
+            if not prompt:  # left out (or an empty CSV cell): rendered from the attributes
+                prompt = rendered
+            elif prompt != rendered:
+                raise MaxbenchError(
+                    f"{where}: prompt ('{pf}') is not the item's attributes rendered by the manifest's template "
+                    f"({rendered!r}); leave the prompt out or correct it"
+                )
         if not prompt or not prompt.strip():
             raise MaxbenchError(f"{where}: empty or missing prompt ('{pf}'); every item needs prompt text")
         ref = row.get(rf)  # absent or null: the item has no reference
@@ -171,15 +328,15 @@ def _read_items(path: Path, fmt: str, spec: dict, name: str) -> list[SuiteItem]:
                 f"{where}: reference ('{rf}') is {_kind(ref)}; a reference is text (leave it out or null for none)"
             )
         item_id = _item_id(row, idf, where, f"{name}-{n:05d}", fmt)
-        for field, value in ((pf, prompt), (rf, ref), (idf, item_id)):
+        for key, value in ((pf, prompt), (rf, ref), (idf, item_id), *(attributes or {}).items()):
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError:  # a JSON escape such as \ud800 that names half a character
-                raise MaxbenchError(f"{where}: '{field}' holds an invalid character (a lone surrogate)") from None
+                raise MaxbenchError(f"{where}: '{key}' holds an invalid character (a lone surrogate)") from None
         if item_id in seen:
             raise MaxbenchError(f"{where}: duplicate item id '{item_id}'")
         seen.add(item_id)
-        items.append(SuiteItem(item_id, prompt, ref))
+        items.append(SuiteItem(item_id, prompt, ref, attributes))
     if not items:
         raise MaxbenchError(f"suite file {path} holds no prompts")
     return items
@@ -220,7 +377,13 @@ def load_suite(name_or_path: str) -> Suite:
             f"says {spec['sha256'][:12]}...; the file changed: restore it or bump the suite version"
         )
     fmt = spec.get("format") or data.suffix.lstrip(".").lower()
-    items = _read_items(data, fmt, spec, spec["name"])
+    schema = _schema(spec, manifest)
+    if schema is not None and fmt == "txt":
+        raise MaxbenchError(
+            f"suite manifest {manifest} declares attributes, but {data.name} is a TXT file; the items of a "
+            "conditional suite carry attributes: use .jsonl (an 'attributes' object per item) or .csv (a column each)"
+        )
+    items = _read_items(data, fmt, spec, spec["name"], schema)
     return Suite(
         name=spec["name"],
         version=str(spec.get("version", "1")),
@@ -228,7 +391,82 @@ def load_suite(name_or_path: str) -> Suite:
         sha256=digest,
         path=manifest,
         description=spec.get("description", ""),
+        attributes=schema,
+        template=spec.get("template") if schema is not None else None,
+        max_new_tokens=spec.get("max_new_tokens"),
+        generation_words=spec.get("generation_words"),
+        corpus=spec.get("corpus"),
+        corpus_sha256=spec.get("corpus_sha256"),
     )
+
+
+def _schema(spec: dict, manifest: Path) -> dict[str, AttributeSpec] | None:
+    """The ``[attributes]`` of a conditional suite's manifest (None when it has none), with its other
+    conditional keys checked: every mistake is one line naming the manifest."""
+    where = f"suite manifest {manifest}"
+    for key in ("template", "attributes_field", "corpus", "corpus_sha256"):
+        if key in spec and not isinstance(spec[key], str):
+            raise MaxbenchError(f"{where}: '{key}' must be a string")
+    for key in ("max_new_tokens", "generation_words"):
+        value = spec.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise MaxbenchError(f"{where}: '{key}' must be a whole number of at least 1")
+    table = spec.get("attributes")
+    if table is None:
+        if "template" in spec:
+            raise MaxbenchError(f"{where} has a 'template' but no [attributes] table declaring what it renders")
+        return None
+    if not isinstance(table, dict) or not table:
+        raise MaxbenchError(f"{where}: 'attributes' must be a table of attributes, e.g. [attributes.score]")
+    schema = {}
+    for key, entry in table.items():
+        if not key.isidentifier():
+            raise MaxbenchError(f"{where}: attribute name '{key}' must be a word (letters, digits, '_')")
+        if not isinstance(entry, dict):
+            raise MaxbenchError(f"{where}: attribute '{key}' must be a table ([attributes.{key}])")
+        unknown = [k for k in entry if k not in ("kind", "values", "labels")]
+        if unknown:
+            raise MaxbenchError(f"{where}: attribute '{key}' has an unknown key '{unknown[0]}' (kind, values, labels)")
+        kind = entry.get("kind", "categorical" if "values" in entry else None)
+        if kind == "text":
+            if "values" in entry or "labels" in entry:
+                raise MaxbenchError(
+                    f"{where}: attribute '{key}' is free text (kind = \"text\"): it has no values or labels"
+                )
+            schema[key] = AttributeSpec(key)
+            continue
+        if kind != "categorical":
+            raise MaxbenchError(
+                f"{where}: attribute '{key}' needs values = [...] (categorical) or kind = \"text\" (free text)"
+            )
+        values = entry.get("values")
+        if (
+            not isinstance(values, list)
+            or not values
+            or not all(isinstance(v, str) and v.strip() for v in values)
+            or len(set(values)) != len(values)
+        ):
+            raise MaxbenchError(f"{where}: attribute '{key}': 'values' must be a list of distinct, non-empty strings")
+        labels = entry.get("labels", {})
+        if not isinstance(labels, dict) or not all(k in values and isinstance(v, str) for k, v in labels.items()):
+            raise MaxbenchError(f"{where}: attribute '{key}': 'labels' must be a table from some of its values to text")
+        schema[key] = AttributeSpec(key, tuple(values), tuple((v, labels[v]) for v in values if v in labels))
+    template = spec.get("template")
+    if template is not None:
+        try:
+            fields = list(string.Formatter().parse(template))
+        except ValueError as exc:
+            raise MaxbenchError(f"{where}: 'template' is malformed ({exc}); write {{name}} for an attribute") from None
+        for _, name, spec_, conversion in fields:
+            if name is None:
+                continue
+            if name not in schema or spec_ or conversion:
+                raise MaxbenchError(
+                    f"{where}: the template's field '{{{name}{'!' + conversion if conversion else ''}"
+                    f"{':' + spec_ if spec_ else ''}}}' is not an attribute; write {{name}} for one of: "
+                    f"{', '.join(schema)} (and {{{{ }}}} for a brace)"
+                )
+    return schema
 
 
 # ---------------------------------------------------------------- building the built-in suites
@@ -307,26 +545,316 @@ BUILD = {
 }
 
 
-def build_builtin_suites() -> None:
+#: the conditional suites (docs/conditional.md): name -> how it is drawn from its corpus's test split.
+#: ``per_value`` held-out texts for each value of the categorical ``attribute`` (balanced, the values
+#: interleaved), their targets (the whole review; a news article's body) of ``words`` words;
+#: ``generation_words`` is ``max_new_tokens`` in words: the median number of words in the first
+#: ``max_new_tokens`` SmolLM2 tokens of the corpus's held-out texts (food 79, IMDB 76, BBC 123 of 160)
+CONDITIONAL_BUILD = {
+    "food-attrs": {
+        "corpus": "food-reviews",
+        "attribute": "score",
+        "per_value": 40,
+        "words": (20, 300),
+        "template": "Rating: {score}. Review:",
+        "labels": {"score": {"great": "5 stars", "other": "1 to 4 stars"}},
+        "max_new_tokens": 96,
+        "generation_words": 79,
+        "description": "Held-out Amazon fine food reviews from their rating (5 stars or 1 to 4 stars), 40 of each",
+    },
+    "news-attrs": {
+        "corpus": "news",
+        "attribute": "category",
+        "per_value": 12,
+        "words": (100, 400),
+        "template": "Category: {category}. Headline: {headline}. Article:",
+        "labels": {},
+        "max_new_tokens": 160,
+        "generation_words": 123,
+        "description": "Held-out BBC articles' bodies from their category and headline, 12 of each category",
+    },
+    "movie-attrs": {
+        "corpus": "movie-reviews",
+        "attribute": "sentiment",
+        "per_value": 40,
+        "words": (20, 300),
+        "template": "Sentiment: {sentiment}. Review:",
+        "labels": {},
+        "max_new_tokens": 96,
+        "generation_words": 76,
+        "description": "Held-out IMDB reviews from their sentiment (negative or positive), 40 of each",
+    },
+}
+
+
+def _schema_of(name: str, cfg: dict) -> dict[str, AttributeSpec]:
+    from maxbench.benchmark.corpora import attribute_schema
+
+    labels = cfg["labels"]
+    return {
+        key: AttributeSpec(key)
+        if values is None
+        else AttributeSpec(key, tuple(values), tuple((v, labels[key][v]) for v in values if v in labels.get(key, {})))
+        for key, values in attribute_schema(cfg["corpus"]).items()
+    }
+
+
+def _conditional_items(name: str, cfg: dict, corpus, attributed: dict, schema: dict[str, AttributeSpec]) -> list[dict]:
+    """The items of conditional suite ``name``: held-out texts only (``corpus.test``, so no text of the
+    suite is in a fitting split: graphs, heads and attr-acc's classifier never see it), and none whose
+    target is also the target of a fitting text (BBC has six held-out bodies that a fitting article
+    repeats under another headline), in a seeded order, ``per_value`` of each value of the attribute,
+    the values interleaved."""
     import random
 
-    from maxbench.benchmark.corpora import load_corpus
+    from maxbench.benchmark.corpora import is_test
 
-    SUITE_DIR.mkdir(exist_ok=True)
-    for name, (corpus_name, builder, n, description) in BUILD.items():
-        corpus = load_corpus(corpus_name)
-        texts = list(corpus.test)
-        random.Random(f"maxbench-suite-{name}").shuffle(texts)  # fixed order independent of the source
-        items = builder(texts, name, n)
-        body = "".join(json.dumps(it, ensure_ascii=False) + "\n" for it in items).encode()
-        (SUITE_DIR / f"{name}.jsonl").write_bytes(body)
-        (SUITE_DIR / f"{name}.toml").write_text(
-            f'name = "{name}"\nversion = "1"\ndescription = "{description}"\nfile = "{name}.jsonl"\n'
-            f'corpus = "{corpus_name}"\ncorpus_sha256 = "{corpus.sha256}"\nsplit = "test"\n'
-            f'sha256 = "{hashlib.sha256(body).hexdigest()}"\n'
+    attribute, per_value, (low, high) = cfg["attribute"], cfg["per_value"], cfg["words"]
+    fitting = {attributed[t].target for t in corpus.fit if t in attributed}
+    texts = list(corpus.test)
+    random.Random(f"maxbench-suite-{name}").shuffle(texts)  # fixed order independent of the source
+    pools: dict[str, list] = {v: [] for v in schema[attribute].values}
+    for text in texts:
+        row = attributed.get(text)  # None: attributes ambiguous in the source
+        if row is None or not is_test(row.text) or row.target in fitting or not low <= len(row.target.split()) <= high:
+            continue
+        pool = pools[row.attributes[attribute]]
+        if len(pool) < per_value:
+            pool.append(row)
+    short = {v: len(p) for v, p in pools.items() if len(p) < per_value}
+    if short:
+        raise MaxbenchError(f"suite '{name}': too few held-out texts for {short} ({per_value} of each are needed)")
+    items = []
+    for i in range(per_value):
+        for value in schema[attribute].values:
+            row = pools[value][i]
+            attributes = {k: row.attributes[k] for k in schema}
+            items.append(
+                {
+                    "id": f"{name}-{len(items):04d}",
+                    "attributes": attributes,
+                    "prompt": render_prompt(cfg["template"], schema, attributes),
+                    "reference": row.target,
+                }
+            )
+    return items
+
+
+def _toml(value) -> str:
+    """A TOML value: strings as JSON writes them (ASCII, the escapes TOML shares), lists, inline tables."""
+    if isinstance(value, dict):
+        bare = re.compile(r"[A-Za-z0-9_-]+")
+        keys = {k: k if bare.fullmatch(k) else json.dumps(k) for k in value}
+        return "{ " + ", ".join(f"{keys[k]} = {_toml(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def suite_files(suite: Suite, file: str | None = None, extra: dict | None = None) -> tuple[bytes, str]:
+    """The JSONL body and TOML manifest that ``load_suite`` reads back as ``suite`` (attributes,
+    template, generation length and corpus included); ``extra`` adds informational keys."""
+    rows = []
+    for it in suite.items:
+        row = {"id": it.id} | ({"attributes": it.attributes} if it.attributes is not None else {})
+        rows.append(row | {"prompt": it.prompt, "reference": it.reference})
+    body = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode()
+    head = {
+        "name": suite.name,
+        "version": suite.version,
+        "description": suite.description,
+        "file": file or f"{suite.name}.jsonl",
+        "corpus": suite.corpus,
+        "corpus_sha256": suite.corpus_sha256,
+    } | (extra or {})
+    if suite.conditional:
+        head |= {
+            "template": suite.template,
+            "max_new_tokens": suite.max_new_tokens,
+            "generation_words": suite.generation_words,
+        }
+    head["sha256"] = hashlib.sha256(body).hexdigest()
+    text = "".join(f"{k} = {_toml(v)}\n" for k, v in head.items() if v is not None)
+    for key, attribute in (suite.attributes or {}).items():
+        text += f"\n[attributes.{key}]\n"
+        if attribute.categorical:
+            text += f"values = {_toml(attribute.values)}\n"
+            if attribute.labels:
+                text += f"labels = {_toml(dict(attribute.labels))}\n"
+        else:
+            text += 'kind = "text"\n'
+    return body, text
+
+
+def save_suite(suite: Suite, folder: str | Path) -> Path:
+    """Write ``suite`` as ``<folder>/<name>.jsonl`` and ``.toml`` (atomically) and return the manifest's
+    path: a derived suite (``flipped_suite``) becomes a file that runs name and ``load_suite`` reads."""
+    from maxbench.fileio import atomic_write, ensure_dir
+
+    folder = ensure_dir(Path(folder), "suite folder")
+    body, manifest = suite_files(suite)
+    atomic_write(folder / f"{suite.name}.jsonl", body)
+    atomic_write(folder / f"{suite.name}.toml", manifest)
+    return folder / f"{suite.name}.toml"
+
+
+def opposite(attribute: AttributeSpec, value: str) -> str:
+    """The opposite of a categorical value: the other one of two, else the next in the declared order
+    (the last one's is the first)."""
+    values = attribute.values
+    return values[(values.index(value) + 1) % len(values)]
+
+
+def flipped_suite(suite: Suite, attribute: str | None = None) -> Suite:
+    """``suite`` with each item's categorical ``attribute`` (by default the suite's only categorical
+    one) set to its ``opposite`` and the prompt rendered again: the flipped-attribute check generates
+    from it and counts how often attr-acc's classifier follows the flip
+    (``maxbench.benchmark.metrics.attributes.flip_check``). Items keep their ids (a run of the flipped
+    suite pairs with a run of the suite by prompt id) and have no reference (the reference has the
+    attribute that is not asked for). Write it with ``save_suite`` before running it."""
+    if not suite.conditional or suite.template is None:
+        raise MaxbenchError(f"suite '{suite.name}' has no attributes rendered by a template: nothing to flip")
+    categorical = [k for k, a in suite.attributes.items() if a.categorical]
+    if attribute is None:
+        if len(categorical) != 1:
+            raise MaxbenchError(
+                f"suite '{suite.name}' has {len(categorical)} categorical attributes; name the one to flip"
+            )
+        attribute = categorical[0]
+    if attribute not in categorical:
+        raise MaxbenchError(
+            f"suite '{suite.name}' has no categorical attribute '{attribute}' (categorical: {', '.join(categorical)})"
         )
-        print(f"{name}: {len(items)} items")
+    spec = suite.attributes[attribute]
+    items = []
+    for it in suite.items:
+        attributes = dict(it.attributes) | {attribute: opposite(spec, it.attributes[attribute])}
+        items.append(SuiteItem(it.id, render_prompt(suite.template, suite.attributes, attributes), "", attributes))
+    name = f"{suite.name}-flipped-{attribute}"
+    out = Suite(
+        name=name,
+        version=suite.version,
+        items=items,
+        sha256="",
+        path=Path(f"{name}.toml"),
+        description=f"{suite.name} with {attribute} flipped to its opposite (flipped-attribute check)",
+        attributes=suite.attributes,
+        template=suite.template,
+        max_new_tokens=suite.max_new_tokens,
+        generation_words=suite.generation_words,
+        corpus=suite.corpus,
+        corpus_sha256=suite.corpus_sha256,
+    )
+    out.sha256 = hashlib.sha256(suite_files(out)[0]).hexdigest()
+    return out
 
 
-if __name__ == "__main__" and sys.argv[1:] == ["build"]:
-    build_builtin_suites()
+def _build_one(name: str, out_dir: Path) -> int:
+    import random
+
+    from maxbench.benchmark.corpora import load_attributes, load_corpus
+    from maxbench.fileio import atomic_write
+
+    if name in CONDITIONAL_BUILD:
+        cfg = CONDITIONAL_BUILD[name]
+        corpus = load_corpus(cfg["corpus"])
+        schema = _schema_of(name, cfg)
+        items = _conditional_items(name, cfg, corpus, load_attributes(cfg["corpus"]), schema)
+        suite = Suite(
+            name=name,
+            version="1",
+            items=[SuiteItem(it["id"], it["prompt"], it["reference"], it["attributes"]) for it in items],
+            sha256="",
+            path=out_dir / f"{name}.toml",
+            description=cfg["description"],
+            attributes=schema,
+            template=cfg["template"],
+            max_new_tokens=cfg["max_new_tokens"],
+            generation_words=cfg["generation_words"],
+            corpus=cfg["corpus"],
+            corpus_sha256=corpus.sha256,
+        )
+        low, high = cfg["words"]
+        selection = (
+            f"held-out texts (test split) whose target has {low}-{high} words and is no fitting text's target, "
+            f"{cfg['per_value']} for each "
+            f"value of {cfg['attribute']}, the values interleaved, in the order of a seeded shuffle"
+        )
+        body, manifest = suite_files(suite, extra={"split": "test", "selection": selection})
+        atomic_write(out_dir / f"{name}.jsonl", body)
+        atomic_write(out_dir / f"{name}.toml", manifest)
+        return len(items)
+    corpus_name, builder, n, description = BUILD[name]
+    corpus = load_corpus(corpus_name)
+    texts = list(corpus.test)
+    random.Random(f"maxbench-suite-{name}").shuffle(texts)  # fixed order independent of the source
+    items = builder(texts, name, n)
+    body = "".join(json.dumps(it, ensure_ascii=False) + "\n" for it in items).encode()
+    atomic_write(out_dir / f"{name}.jsonl", body)
+    atomic_write(
+        out_dir / f"{name}.toml",
+        f'name = "{name}"\nversion = "1"\ndescription = "{description}"\nfile = "{name}.jsonl"\n'
+        f'corpus = "{corpus_name}"\ncorpus_sha256 = "{corpus.sha256}"\nsplit = "test"\n'
+        f'sha256 = "{hashlib.sha256(body).hexdigest()}"\n',
+    )
+    return len(items)
+
+
+def build_suites(names: list[str] | None = None, out_dir: str | Path = SUITE_DIR) -> dict[str, int]:
+    """Build the built-in suites ``names`` (all when None) from the corpora into ``out_dir``
+    (deterministic: the committed files come out byte-identical); returns each one's item count."""
+    known = list(BUILD) + list(CONDITIONAL_BUILD)
+    names = known if not names else names
+    for name in names:
+        if name not in known:
+            raise MaxbenchError(f"no built-in suite '{name}' to build; built-in suites: {', '.join(known)}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return {name: _build_one(name, out_dir) for name in names}
+
+
+def build_builtin_suites() -> None:
+    for name, n in build_suites().items():
+        print(f"{name}: {n} items")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m maxbench.benchmark.suites build [NAME ...] [--out DIR] [--check]``: build the
+    built-in suites from the corpora (into ``benchmark/suites/``, or DIR); ``--check`` builds them in a
+    temporary folder and compares every file with the committed one (exit status 1 when one differs)."""
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog="python -m maxbench.benchmark.suites")
+    parser.add_argument("command", choices=["build"])
+    parser.add_argument("names", nargs="*", help="suites to build (default: every built-in suite)")
+    parser.add_argument("--out", default=None, help=f"where to write them (default: {SUITE_DIR})")
+    parser.add_argument("--check", action="store_true", help="compare a fresh build with the committed files")
+    args = parser.parse_args(argv)
+    if not args.check:
+        for name, n in build_suites(args.names, args.out or SUITE_DIR).items():
+            print(f"{name}: {n} items")
+        return 0
+    differ = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, n in build_suites(args.names, tmp).items():
+            files = [f"{name}.{ext}" for ext in ("jsonl", "toml")]
+            bad = [
+                f
+                for f in files
+                if not (SUITE_DIR / f).is_file() or (Path(tmp) / f).read_bytes() != (SUITE_DIR / f).read_bytes()
+            ]
+            differ += bad
+            print(f"{name}: {n} items, {'differs: ' + ', '.join(bad) if bad else 'byte-identical'}")
+    if differ:
+        print(f"differ from the committed files: {', '.join(differ)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except MaxbenchError as exc:
+        print(f"python -m maxbench.benchmark.suites: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)

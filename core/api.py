@@ -1,6 +1,7 @@
 """maxbench from Python: the one door for plugins (``register_layer``, ``register_model``,
-``register_metric``; docs/plugins.md), and more below. ``import maxbench`` stays light: these are
-reached lazily through ``maxbench.__getattr__``. This module sits on top, beside ``maxbench.cli``."""
+``register_metric``, ``register_adapter``; docs/plugins.md), and more below. ``import maxbench``
+stays light: these are reached lazily through ``maxbench.__getattr__``. This module sits on top,
+beside ``maxbench.cli``."""
 
 from __future__ import annotations
 
@@ -57,6 +58,16 @@ def register_metric(cls: type, name: str | None = None) -> type:
 
     key, origin = _check_class("metric", cls, Metric, name)
     METRICS.add_plugin(key, cls, origin)
+    return cls
+
+
+def register_adapter(cls: type, name: str | None = None) -> type:
+    """Add the adapter ``cls`` (an ``Adapter`` subclass, systems/adapters/base.py) under its ``name``;
+    usable as a decorator. It is then named in system strings as ``MODEL+name(k=v)``."""
+    from maxbench.systems.adapters import ADAPTERS, Adapter
+
+    key, origin = _check_class("adapter", cls, Adapter, name)
+    ADAPTERS.add_plugin(key, cls, origin)
     return cls
 
 

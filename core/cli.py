@@ -37,7 +37,18 @@ COMMAND_MODULES = [
 ]
 
 #: the commands that build systems or score, which take ``--include PATH`` (docs/plugins.md)
-INCLUDE_COMMANDS = ("generate", "run", "score", "leaderboard", "view", "fit", "report", "study create", "plugins")
+INCLUDE_COMMANDS = (
+    "generate",
+    "run",
+    "score",
+    "leaderboard",
+    "view",
+    "fit",
+    "report",
+    "study create",
+    "compare",
+    "plugins",
+)
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict:

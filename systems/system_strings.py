@@ -1,10 +1,13 @@
-"""Named systems: ``<base model>/<output layer>(<params>)/<decoding>``.
+"""Named systems: ``<base model>[+<adapter>(<options>)]/<output layer>(<params>)/<decoding>``.
 
 A system string reads back into exactly one system, e.g.
 ``smollm2-135m/graphmax(lam=1.0,solver=exact)/top_p=0.9``. The base model is a built-in
 name, a local directory or a hub id, a hub id optionally pinned to a revision as ``owner/name@REVISION``
 (e.g. ``org/name@abc123/softmax/greedy``; docs/models.md); the layer is one of LAYERS with keyword parameters;
-the decoding part is a DecodingSetting label. ``SystemSpec.name`` is the canonical form.
+an adapter (``smollm2-135m+prefix(n=20)``) is one of ``maxbench.systems.adapters.ADAPTERS``, its options
+written canonically (defaults left out); the decoding part is a DecodingSetting label.
+``SystemSpec.name`` is the canonical form: a built-in layer's training option given at its default
+(``kerbs(seed=0)``) is dropped, so it names the same system, run rows and trained head as ``kerbs``.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ from dataclasses import dataclass, field
 
 from maxbench.errors import MaxbenchError
 from maxbench.registry import Registry, closest
+from maxbench.systems.adapters import adapter_suffix, canonical_adapter, split_adapter
 from maxbench.systems.decoding import DecodingSetting
-from maxbench.systems.layers.base import OutputLayer
+from maxbench.systems.layers.base import OutputLayer, same_value
 from maxbench.systems.models import REVISION, split_revision
 
 #: the output layers; each class's ``name`` is its key here
@@ -27,6 +31,7 @@ LAYERS: Registry[type[OutputLayer]] = Registry(
         "sparsemax": "maxbench.systems.layers.sparsemax.layer:SparsemaxLayer",
         "graphmax": "maxbench.systems.layers.graphmax.layer:GraphmaxLayer",
         "kerbs": "maxbench.systems.layers.kerbs.layer:KerBSLayer",
+        "ft-softmax": "maxbench.systems.layers.kerbs.layer:FineTunedSoftmaxLayer",
         "posg": "maxbench.systems.layers.posg.layer:POSGLayer",
     },
     base=OutputLayer,
@@ -68,6 +73,20 @@ class SystemSpec:
     layer: str
     params: tuple = field(default_factory=tuple)  # ((key, value), ...) as given
     decoding: DecodingSetting = field(default_factory=DecodingSetting)
+    adapter: str | None = None  # MODEL+ADAPTER(k=v): the adapter's name (systems/adapters, docs/models.md)
+    adapter_params: tuple = field(default_factory=tuple)  # its options, canonical: defaults left out
+
+    @property
+    def model_key(self) -> str:
+        """The model part of the name: the base model and its adapter, ``org/name@rev+prefix(n=10)``;
+        the model itself when there is no adapter. Runs load, record and check models by it."""
+        return self.model + adapter_suffix(self.adapter, self.adapter_params)
+
+    def build_adapter(self):
+        """The adapter, untrained (None without one)."""
+        from maxbench.systems.adapters import adapter_class
+
+        return adapter_class(self.adapter)(**dict(self.adapter_params)) if self.adapter else None
 
     @property
     def model_name(self) -> str:
@@ -82,7 +101,7 @@ class SystemSpec:
     @property
     def name(self) -> str:
         layer = self.layer + (f"({','.join(f'{k}={_fmt(v)}' for k, v in self.params)})" if self.params else "")
-        return f"{self.model}/{layer}/{self.decoding.label}"
+        return f"{self.model_key}/{layer}/{self.decoding.label}"
 
     def build_layer(self) -> OutputLayer:
         cls = layer_class(self.layer)
@@ -136,6 +155,16 @@ def probe_layer(layer_name: str, layer: OutputLayer) -> None:
         raise MaxbenchError(f"{what}: scores() gave a row with no finite score (every token -inf)")
 
 
+def _without_default_fit_options(layer: str, params: tuple) -> tuple:
+    """``params`` without the built-in layer's training options (``fit_options``) that are at their
+    defaults: ``kerbs(seed=0)`` is ``kerbs``. Plugin layers keep their parameters as given (their code
+    is not imported to read a system string)."""
+    if not params or not LAYERS.is_builtin(layer):
+        return params
+    defaults = layer_class(layer).fit_options
+    return tuple((k, v) for k, v in params if not (k in defaults and same_value(v, defaults[k])))
+
+
 _SYSTEM = re.compile(
     r"^(?P<model>.+?)/(?P<layer>[A-Za-z_][A-Za-z0-9_-]*)(?:\((?P<params>[^()]*)\))?/(?P<decoding>[^/]+)$"
 )
@@ -154,16 +183,21 @@ def parse_system(text: str) -> SystemSpec:
             raise MaxbenchError(f"system '{text}': layer parameter '{part}' needs the form key=value")
         key, val = (s.strip() for s in part.split("=", 1))
         params.append((key, _value(val)))
-    model, rev = split_revision(m.group("model"))
+    base, adapter, adapter_params = split_adapter(m.group("model"), _value)
+    model, rev = split_revision(base)
     if rev is not None and not (model and REVISION.fullmatch(rev)):
         raise MaxbenchError(
             f"system '{text}': write the model as MODEL@REVISION with a revision of letters, digits, '.', '_' "
             f"or '-' (e.g. org/name@abc123/softmax/greedy)"
         )
     LAYERS.check(m.group("layer"))  # fail early on an unknown layer, before importing any
+    if adapter is not None:
+        adapter_params = canonical_adapter(adapter, adapter_params)  # an unknown adapter or option: one line
     return SystemSpec(
-        model=m.group("model"),
+        model=base,
         layer=m.group("layer"),
-        params=tuple(params),
+        params=_without_default_fit_options(m.group("layer"), tuple(params)),
         decoding=DecodingSetting.parse(m.group("decoding")),
+        adapter=adapter,
+        adapter_params=adapter_params,
     )

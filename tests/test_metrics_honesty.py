@@ -242,6 +242,9 @@ def test_signatures_are_unchanged():
         f"|sklearn:{package_version('scikit-learn')}|sentence-transformers:{st}",
         "coherence": f"coherence|encoder:{minilm}|max-len:256-wordpiece|sim:cosine(prompt,continuation)"
         f"|avg:mean-over-texts|sentence-transformers:{st}",
+        "attr-acc": "attr-acc|classifier:tfidf(word-1-2-grams,min-df-2,max-100000,sublinear)+logreg(lbfgs,C-1,balanced)"
+        "|fit:fitting-split|empty:wrong|ceiling:references-cut-to-generation-words"
+        f"|format:maxbench-attribute-classifier/1|sklearn:{package_version('scikit-learn')}",
     }
     # the papers' own variants (texygen-*, posg-*): tests/test_metrics_paper_variants.py
     paper_variants = {name for name in METRICS if name.startswith(("texygen-", "posg-"))}

@@ -28,6 +28,31 @@ from maxbench.errors import MaxbenchError
 from maxbench.registry import Registry
 
 
+@dataclass(frozen=True)
+class Conditions:
+    """What a conditional suite asked each prompt for (``maxbench.benchmark.suites``, docs/conditional.md):
+    each prompt's attributes, each attribute's categorical values (None: free text), the corpus the
+    suite was drawn from and its generation length in words (attr-acc's ceiling cuts references to it)."""
+
+    suite: str  # name@sha256 of the suite
+    attributes: dict[str, dict[str, str]]  # prompt id -> attribute -> value
+    schema: dict[str, tuple[str, ...] | None]
+    corpus: str | None = None
+    corpus_sha256: str | None = None
+    generation_words: int | None = None
+
+    def key(self) -> dict:
+        """What the score cache keys a conditional batch by, beside its rows."""
+        return {
+            "suite": self.suite,
+            "attributes": self.attributes,
+            "schema": {k: list(v) if v is not None else None for k, v in self.schema.items()},
+            "corpus": self.corpus,
+            "corpus_sha256": self.corpus_sha256,
+            "generation_words": self.generation_words,
+        }
+
+
 @dataclass
 class TextBatch:
     """The texts of one system, with the prompt each came from and that prompt's reference.
@@ -44,6 +69,7 @@ class TextBatch:
     reference_logprobs: dict[str, list[float | None]] | None = None
     vocab_size: int | None = None  # of the system, for ref-ppl's epsilon-perplexity
     reference_stride: int | None = None  # ref-ppl's sliding-window stride, when a reference did not fit the context
+    conditions: Conditions | None = None  # a conditional suite's attributes of each prompt (attr-acc)
 
     def __post_init__(self):
         if len(self.texts) != len(self.prompt_ids):
@@ -52,6 +78,10 @@ class TextBatch:
             missing = [p for p in self.prompt_order if p not in self.references]
             if missing:
                 raise MaxbenchError(f"no reference for prompt '{missing[0]}'")
+        if self.conditions is not None:
+            missing = [p for p in self.prompt_order if p not in self.conditions.attributes]
+            if missing:
+                raise MaxbenchError(f"prompt '{missing[0]}' is not an item of suite {self.conditions.suite}")
 
     @cached_property
     def prompt_order(self) -> list[str]:
@@ -252,6 +282,8 @@ METRICS: Registry[type[Metric]] = Registry(
         "diversity": "maxbench.benchmark.metrics.diversity:SuDiversity",
         "mauve": "maxbench.benchmark.metrics.embedding:Mauve",
         "coherence": "maxbench.benchmark.metrics.embedding:Coherence",
+        # conditional suites: does the text carry the attribute its prompt asked for
+        "attr-acc": "maxbench.benchmark.metrics.attributes:AttributeAccuracy",
         # the papers' own definitions (benchmark/metrics/paper_variants.py)
         "texygen-bleu": "maxbench.benchmark.metrics.paper_variants:TexygenBLEU",
         "texygen-self-bleu": "maxbench.benchmark.metrics.paper_variants:TexygenSelfBLEU",

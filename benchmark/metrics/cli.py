@@ -14,7 +14,8 @@ from maxbench.errors import MaxbenchError
 from maxbench.fileio import check_output_file
 
 # The command-line metric names, in the order results are listed; ref-ppl joins by itself
-# when a run's rows carry the systems' reference log-probabilities.
+# when a run's rows carry the systems' reference log-probabilities, and attr-acc when the run's suite
+# is a conditional one whose corpus labels its attribute (docs/conditional.md).
 DEFAULT_METRICS = (
     "sacrebleu",
     "bleu-n",
@@ -56,7 +57,9 @@ def register(sub) -> None:
         "intervals over prompts, paired tests against a baseline, metric signatures), or score "
         "external files with --generations [--references] and print the result.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="metrics: " + ", ".join(DEFAULT_METRICS) + " (default: all), and ref-ppl; on request, the papers' "
+        epilog="metrics: " + ", ".join(DEFAULT_METRICS) + " (default: all), and ref-ppl and attr-acc (each joining "
+        "a run's by itself: ref-ppl when its rows carry reference log-probabilities, attr-acc on a conditional "
+        "suite); on request, the papers' "
         "own definitions: " + ", ".join(PAPER_METRICS) + ".\n"
         "files: .jsonl/.json = one JSON object per line with a string field 'text' (and optionally "
         "'prompt', used by ppl); any other name = one text per line.",

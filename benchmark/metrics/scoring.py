@@ -32,7 +32,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from maxbench.benchmark.metrics.base import METRICS, Metric, MetricResult, TextBatch, get_metric
@@ -228,6 +228,7 @@ def load_run(run_dir: Path) -> tuple[dict, dict[str, TextBatch]]:
             g["vocab"] = row.get("vocab_size", g["vocab"])
             if row.get("reference_stride") is not None:
                 g["stride"] = row["reference_stride"]
+    conditions = run_conditions(manifest)
     # a suite without references (a TXT file) stores empty ones: scored, they would look like real zeros
     batches = {
         s: TextBatch(
@@ -238,20 +239,65 @@ def load_run(run_dir: Path) -> tuple[dict, dict[str, TextBatch]]:
             g["ref_lp"] or None,
             g["vocab"],
             g.get("stride"),
+            conditions,
         )
         for s, g in groups.items()
     }
     return manifest, batches
 
 
+def conditional_scoring(batches) -> bool:
+    """Whether attr-acc joins a run's metrics by itself: its suite is conditional, with a categorical
+    attribute that its corpus labels (``maxbench.benchmark.metrics.attributes.classified_attribute``)."""
+    from maxbench.benchmark.metrics.attributes import classified_attribute
+
+    return any(b.conditions is not None and classified_attribute(b.conditions)[0] for b in batches)
+
+
+def run_conditions(manifest: dict):
+    """The attributes of a run's conditional suite (``TextBatch.conditions``, for attr-acc): None for a
+    suite without attributes, and for one that can no longer be loaded as the run recorded it."""
+    from maxbench.benchmark.metrics.attributes import conditions_of
+    from maxbench.benchmark.suites import builtin_suites, load_suite
+
+    suite = manifest.get("suite")
+    if not isinstance(suite, dict) or not isinstance(suite.get("conditional"), dict):
+        return None
+    path, name = suite.get("path"), suite.get("name")
+    found = path if isinstance(path, str) and Path(path).is_file() else name if name in builtin_suites() else None
+    if found is None:
+        return None
+    try:
+        now = load_suite(found)
+    except MaxbenchError:
+        return None
+    return conditions_of(now) if now.conditional and now.sha256 == suite.get("sha256") else None
+
+
 # ---------------------------------------------------------------- scoring
 
 
 def build_metrics(options: ScoringOptions) -> list:
-    return [
+    metrics = [
         get_metric(name, model=options.evaluator, device=options.device, threads=options.threads)
         for name in options.metrics
     ]
+    check_score_names(metrics)
+    return metrics
+
+
+def check_score_names(metrics: Sequence[Metric]) -> None:
+    """Two metrics that give a score of one name would overwrite each other in scores.json: refused,
+    naming both (a plugin metric that subclasses a built-in must name its scores anew)."""
+    owner: dict[str, str] = {}
+    for metric in metrics:
+        for score in metric.score_ranges:
+            if score in owner and owner[score] != metric.name:
+                raise MaxbenchError(
+                    f"metrics '{owner[score]}' and '{metric.name}' both give a score named '{score}'; "
+                    f"rename the scores of '{metric.name}' (its score_ranges and compute) or leave one out"
+                )
+            owner[score] = metric.name
 
 
 def score_batch(
@@ -290,6 +336,11 @@ def _score_entries(results: list[MetricResult], options: ScoringOptions) -> dict
     out = {}
     for res in results:
         for name, score in res.scores.items():
+            if name in out and out[name]["metric"] != res.metric:
+                raise MaxbenchError(
+                    f"metrics '{out[name]['metric']}' and '{res.metric}' both gave a score named '{name}'; "
+                    f"rename the scores of '{res.metric}' or leave one out"
+                )
             entry = {
                 "metric": res.metric,
                 "value": score.value,
@@ -439,6 +490,8 @@ def score_run(
     metrics = build_metrics(options)
     if any(b.reference_logprobs for b in batches.values()) and "ref-ppl" not in options.metrics:
         metrics.append(get_metric("ref-ppl"))
+    if "attr-acc" not in options.metrics and conditional_scoring(batches.values()):
+        metrics.append(get_metric("attr-acc"))  # a conditional suite's run: whether texts keep to its attributes
     versions_now = score_versions()
     doc = {
         "format": FORMAT,
@@ -460,12 +513,30 @@ def score_run(
     all_results: dict[str, list[MetricResult]] = {}
     errors: list[str] = []  # metrics that could not run: their scores are null, the rest is written
 
+    baseline_set = set(baselines.values())
+    # a plugin metric's statistics are not kept: nothing says its finalize depends on its options alone
+    keep_stats = use_cache and all(METRICS.is_builtin(m.name) for m in metrics)
+
     def results_of(system: str) -> list[MetricResult]:
         if system not in all_results:
             batch = batches[system]
             _log(options, f"scoring {system} ({len(batch.texts)} texts, {len(batch.prompt_order)} prompts)")
+            failed_before = len(errors)
             all_results[system] = score_batch(batch, metrics, options, system, not_applicable=True, errors=errors)
+            if keep_stats and system in baseline_set and len(errors) == failed_before:
+                cache.put_stats(keys[system], all_results[system])  # for systems added later (score_cache)
         return all_results[system]
+
+    def statistics_of(system: str) -> list[MetricResult]:
+        """What a paired test needs of ``system``: its results, or, when its scores came from the cache,
+        its statistics from the cache (``cached_statistics``); computed again only without them."""
+        if system not in all_results and keep_stats:
+            stored = cache.get_stats(keys[system])
+            reused = cached_statistics(batches[system], metrics, doc["systems"][system], stored)
+            if reused is not None:
+                _log(options, f"scoring {system}: statistics for the paired tests from the score cache")
+                return reused
+        return results_of(system)
 
     for system, batch in batches.items():
         cover = coverage(manifest, batch)
@@ -506,7 +577,7 @@ def score_run(
             key = comparison_key(system, keys[system], base, keys[base], settings)
             rows = cache.get(key) if use_cache else None
             if rows is None:
-                rows = compare_one(results_of(system), results_of(base), options)
+                rows = compare_one(statistics_of(system), statistics_of(base), options)
                 if use_cache:
                     rows = json.loads(json.dumps(rows, allow_nan=False))
                     cache.put(key, rows)
@@ -530,6 +601,79 @@ def score_run(
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise MaxbenchError(f"{errors[0]}{more}; every other score is written to {path}")
     return doc
+
+
+#: the prompts of the small batch ``cached_statistics`` computes a metric on
+STATS_PROBE_PROMPTS = 2
+
+
+def cached_statistics(
+    batch: TextBatch, metrics: Sequence[Metric], entry: dict, stored: dict | None
+) -> list[MetricResult] | None:
+    """One system's results for paired tests, rebuilt from the score cache without scoring its texts:
+    ``stored`` is what ``ScoreCache.get_stats`` kept (the blocks of each score's ``PromptStats``) and
+    ``entry`` the system's cached part of scores.json. What turns blocks into a score (``finalize``)
+    is code, not data: it is taken from the same metric computed on the batch's first
+    ``STATS_PROBE_PROMPTS`` prompts. Each rebuilt statistic must give back the value the statistics
+    had when they were kept and every cached per-prompt value, bit for bit, or None is returned (the
+    caller then computes the scores)."""
+    from maxbench.benchmark.metrics.base import Score
+    from maxbench.benchmark.metrics.stats import PromptStats
+
+    if stored is None:
+        return None
+    scores = entry.get("scores") or {}
+    probe = _first_prompts(batch, STATS_PROBE_PROMPTS)
+    out = []
+    for metric in metrics:
+        names = [n for n, e in scores.items() if e.get("metric") == metric.name]
+        if not names or any(n not in stored for n in names):
+            return None
+        rebuilt = {}
+        wanted = [n for n in names if scores[n]["value"] is not None and stored[n] is not None]
+        probed = None
+        if wanted:
+            try:
+                probed = metric.compute(probe)
+            except Exception:  # noqa: BLE001 - e.g. a metric that needs more texts: computed in full instead
+                return None
+        for n in names:
+            value = scores[n]["value"]
+            if n not in wanted:
+                rebuilt[n] = Score(n, value, None)
+                continue
+            finalize = getattr(probed.scores.get(n), "stats", None)
+            if finalize is None:
+                return None
+            ids, blocks, keys, ok, stored_value = stored[n]
+            stats = PromptStats(ids, blocks, finalize.finalize, keys, ok)
+            try:
+                same = float(stats.value()).hex() == stored_value and stats.per_prompt() == scores[n].get("per_prompt")
+            except Exception:  # noqa: BLE001 - blocks that do not fit: not used
+                return None
+            if not same:
+                return None
+            rebuilt[n] = Score(n, value, stats)
+        out.append(MetricResult(metric.name, "", "", metric.higher_is_better, rebuilt))
+    return out
+
+
+def _first_prompts(batch: TextBatch, n: int) -> TextBatch:
+    """The texts of ``batch``'s first ``n`` prompts, with what belongs to them."""
+    keep = set(batch.prompt_order[:n])
+    rows = [(t, p) for t, p in zip(batch.texts, batch.prompt_ids) if p in keep]
+
+    def part(d):
+        return None if d is None else {p: v for p, v in d.items() if p in keep}
+
+    return replace(
+        batch,
+        texts=[t for t, _ in rows],
+        prompt_ids=[p for _, p in rows],
+        references=part(batch.references),
+        prompts=part(batch.prompts),
+        reference_logprobs=part(batch.reference_logprobs),
+    )
 
 
 def compare_header(baselines: dict[str, str], options: ScoringOptions, baseline: str | None = None) -> dict:
