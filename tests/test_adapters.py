@@ -274,6 +274,11 @@ def test_adapted_and_base_systems_in_one_run_never_share_rows(cli, tmp_path, hom
     assert rc == 0, err
     assert (run / "generations.jsonl").read_bytes() == before
     assert len(list((home / "adapters" / "prefix").iterdir())) == 2  # the adapter and its lock
+    # the run is scored and ranked with its adapted systems (the manifest's model part joins them)
+    rc, _, err = cli("score", run, "--metrics", "distinct", "--bootstrap", "0", "--quiet")
+    assert rc == 0, err
+    scored = json.loads((run / "scores.json").read_text())["systems"]
+    assert f"{adapted}/softmax/top_k=40,max_new_tokens=6" in scored
 
 
 def test_adapter_needing_attributes_on_a_suite_without_them_is_refused_before_loading(cli, tmp_path, home):

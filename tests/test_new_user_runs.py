@@ -236,3 +236,14 @@ def test_a_layer_with_parameters_agrees_with_its_system_string():
     entry = {"model": "smollm2-135m", "layer": "graphmax", "layer_params": {"lam": 1.0}}
     assert _manifest_problem({"systems": {name: entry}}) is None
     assert "contradicts" in _manifest_problem({"systems": {name: entry | {"layer": "graph"}}})
+
+
+def test_an_adapted_system_agrees_with_its_system_string():
+    # the manifest records the base model and the adapter apart; the name's model part joins them
+    from maxbench.benchmark.metrics.scoring import _manifest_problem
+
+    entry = {"model": "smollm2-135m", "layer": "softmax", "adapter": "lora", "adapter_params": {}}
+    assert _manifest_problem({"systems": {"smollm2-135m+lora/softmax/top_k=40": entry}}) is None
+    with_params = entry | {"adapter": "fctg", "adapter_params": {"mu": 0.5, "alm": "cn"}}
+    assert _manifest_problem({"systems": {"smollm2-135m+fctg(mu=0.5,alm=cn)/softmax/top_k=40": with_params}}) is None
+    assert "contradicts" in _manifest_problem({"systems": {"smollm2-135m+prefix/softmax/top_k=40": entry}})

@@ -137,6 +137,11 @@ def _manifest_problem(manifest) -> str | None:
         if not isinstance(entry, dict):
             return f"has system '{name}' as a {type(entry).__name__}, not an object"
         model, layer = entry.get("model"), entry.get("layer")
+        adapter, adapter_params = entry.get("adapter"), entry.get("adapter_params") or {}
+        if isinstance(model, str) and isinstance(adapter, str) and isinstance(adapter_params, dict):
+            from maxbench.systems.adapters.base import adapter_suffix
+
+            model += adapter_suffix(adapter, tuple(adapter_params.items()))  # the name's model part
         if isinstance(model, str) and not (name == model or name.startswith(f"{model}/")):
             return f"says system '{name}' has model '{model}', which its system string contradicts"
         if isinstance(model, str) and isinstance(layer, str):
