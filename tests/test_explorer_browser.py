@@ -141,3 +141,24 @@ def test_explorer_in_chromium(tmp_path, artifacts_dir):
         page.screenshot(path=str(artifacts_dir / "explorer-humans.png"), full_page=True)
         browser.close()
     assert errors == []
+
+
+def test_cards_name_the_model_when_the_systems_differ_in_it(tmp_path):
+    # the committed conditional run: one base model with and without adapters
+    from pathlib import Path
+
+    from playwright.sync_api import sync_playwright
+
+    run = Path(__file__).resolve().parents[1] / "results" / "conditional" / "runs" / "conditional-food-attrs"
+    index = write_explorer([run], tmp_path / "explorer")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        page = browser.new_page(viewport={"width": 1366, "height": 800})
+        page.goto(index.as_uri())
+        page.wait_for_selector("body[data-ready]")
+        page.locator("#views button[data-view='prompts']").click()
+        page.wait_for_selector(".card h3")
+        labels = page.locator(".card h3").all_inner_texts()
+        browser.close()
+    assert len(labels) == 4 and len(set(labels)) == 4, labels
+    assert any(label.startswith("smollm2-135m+fctg / softmax") for label in labels), labels

@@ -39,7 +39,15 @@
   function colName(col) { return col.startsWith("human:") ? col.slice(6) + " (human)" : col; }
   // a system name wraps only after "/" or ",", never inside a model name such as "smollm2-135m"
   function breakable(s) { return s.split(/(?<=[\/,])/).flatMap((part) => [el("span", { class: "nw" }, part), el("wbr")]); }
-  function shortSystem(s) { const p = s.split("/"); return p.length === 3 ? p[1] + (p[2] !== "top_p=0.9" ? " / " + p[2] : "") : s; }
+  // a system's label: its layer and decoding, and its model part too when the systems differ in it
+  // (two base models, or a model with and without an adapter: "smollm2-135m+lora")
+  const MANY_MODELS = new Set(D.systems.map((s) => s.split("/")[0])).size > 1;
+  function shortSystem(s) {
+    const p = s.split("/");
+    if (p.length !== 3) return s;
+    const tail = p[1] + (p[2] !== "top_p=0.9" ? " / " + p[2] : "");
+    return MANY_MODELS ? p[0] + " / " + tail : tail;
+  }
 
   // ------------------------------------------------------------ views
   function show(view) {
