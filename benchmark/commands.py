@@ -29,7 +29,8 @@ def add_model_args_option(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="K=V,...",
         help="options of the run's models: revision=REV, dtype=fp32|bf16|fp16 (half precision on CUDA only), "
-        "trust_remote_code=true|false (docs/models.md); recorded in the run's identity",
+        "trust_remote_code=true|false (docs/models.md); recorded in the run's identity. They apply to every "
+        "model, over a lineup's own options of one model ([model_args.MODEL]) where both give a key",
     )
 
 
@@ -414,6 +415,7 @@ def cmd_run(args) -> int:
         corpus=reg.corpus,
         registry=reg.name,
         model_args=parse_model_args(args.model_args),
+        per_model_args=reg.model_args,
     )
     outputs = () if shard is not None else ((out_dir, "--out"),)
     invocation = os.environ.get(INVOCATION_ENV) or new_invocation()

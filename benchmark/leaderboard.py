@@ -7,8 +7,9 @@ never generates, so ``maxbench leaderboard RUN_DIR...`` re-renders without a mod
 pure function of its inputs (no timestamps), so the same runs give byte-identical files. The md
 and the HTML page are rendered from sections of the document model (``core/document.py``), as
 the significance report is: the md leads with a compact table of the design card's metrics
-(``COMPACT``, the explorer's compact view too) and gives every score in the full table after it;
-the HTML page and the csv hold the full table.
+(``COMPACT``, the explorer's compact view too), led by the scores the runs' metrics declare for it
+(``Metric.compact_scores``: attr-acc and its ceiling on a conditional suite; ``compact_columns``),
+and gives every score in the full table after it; the HTML page and the csv hold the full table.
 
 Only numbers of the same prompts are ranked together: runs on different suites, prompt counts,
 seeds or sample counts, and runs that share a system string, are refused unless ``mixed`` is
@@ -68,7 +69,8 @@ PREFERRED = [
     "uniq",
 ]
 #: the design card's metrics, in this order: the compact table that leads ``leaderboard.md`` and the
-#: explorer's compact view (``maxbench.benchmark.explorer.data``) show these columns (those present)
+#: explorer's compact view (``maxbench.benchmark.explorer.data``) show these columns (those present),
+#: after the scores a run's metrics declare for it (``compact_columns``)
 COMPACT = ("bleu-4", "rouge-l-f", "meteor", "ppl", "self-bleu-4", "rep", "ms-jaccard-3")
 PLOT_FILES = ("tradeoff.png", "mauve-diversity.png", "lambda.png", "steps.png")
 
@@ -90,6 +92,7 @@ class ScoredRun:
     steps: dict  # system -> {"entropy": [...], "support": [...]}
     prompts: dict  # system -> prompts its generations cover (for scores.json files that do not say)
     plugins: list = field(default_factory=list)  # "what name: where from" of each plugin it used
+    metrics: list = field(default_factory=list)  # the names of the metrics that scored it
 
     def setting(self) -> dict:
         """What must agree for two runs' numbers to be comparable."""
@@ -286,7 +289,17 @@ def load_scored_run(run_dir: Path) -> ScoredRun:
         steps=steps,
         prompts=prompts,
         plugins=_plugins_of(manifest, doc),
+        metrics=_metrics_of(doc),
     )
+
+
+def _metrics_of(doc: dict) -> list[str]:
+    """The metrics that scored a run: scores.json's ``metrics`` table, else each score's ``metric``."""
+    table = doc.get("metrics")
+    if isinstance(table, dict):
+        return [m for m in table if isinstance(m, str)]
+    entries = (e for entry in doc["systems"].values() for e in (entry.get("scores") or {}).values())
+    return list(dict.fromkeys(e["metric"] for e in entries if isinstance(e.get("metric"), str)))
 
 
 def _plugins_of(manifest: dict, doc: dict) -> list[str]:
@@ -379,6 +392,28 @@ def score_columns(rows: list[Row]) -> list[str]:
     """The score columns of ``rows`` in display order: ``PREFERRED``'s first, then the rest as they appear."""
     present = list(dict.fromkeys(k for row in rows for k in row.scores))
     return [c for c in PREFERRED if c in present] + [c for c in present if c not in PREFERRED]
+
+
+def compact_columns(runs: list[ScoredRun], cols: list[str]) -> list[str]:
+    """The columns of the compact table (and the explorer's compact view) among ``cols``, the score
+    columns present: the scores the runs' metrics declare for it (``Metric.compact_scores``), in
+    ``cols``' order, then ``COMPACT``'s, in its order. A run whose metrics declare none gets ``COMPACT``'s."""
+    declared = {s for m in dict.fromkeys(m for r in runs for m in r.metrics) for s in declared_compact(m)}
+    return [c for c in cols if c in declared] + [c for c in COMPACT if c in cols and c not in declared]
+
+
+def declared_compact(metric: str) -> tuple[str, ...]:
+    """The scores ``metric`` declares for the compact table (``Metric.compact_scores``); none for a
+    metric not registered where the leaderboard renders (a plugin not installed or included here)."""
+    from maxbench.benchmark.metrics.base import METRICS
+
+    try:
+        if metric not in METRICS:
+            return ()
+        names = getattr(METRICS.get(metric), "compact_scores", ())
+    except (MaxbenchError, ImportError):
+        return ()
+    return (names,) if isinstance(names, str) else tuple(n for n in names or () if isinstance(n, str))
 
 
 def _fmt(v, col: str) -> str:
@@ -485,8 +520,8 @@ def build_sections(
     runs: list[ScoredRun], rows: list[Row], figures: list[Figure], compact: bool = False
 ) -> list[Section]:
     """The leaderboard page as document sections (``core/document.py``): one table of every score.
-    With ``compact`` (the markdown file), a table of the ``COMPACT`` columns leads and the table of
-    every score follows under its own heading; without (the HTML page), the one table."""
+    With ``compact`` (the markdown file), a table of the compact columns (``compact_columns``) leads and
+    the table of every score follows under its own heading; without (the HTML page), the one table."""
     cols = score_columns(rows)
     layout = _Layout.of(runs, rows)
     best = {c: best_rows(rows, c, layout.model) for c in cols}
@@ -499,7 +534,7 @@ def build_sections(
             sources.args + tuple(Code(p) for p in plugins),
         )
     tail = Section("", paragraphs=[sources], figures=figures, figure_row=True)
-    lead = [c for c in COMPACT if c in cols]
+    lead = compact_columns(runs, cols)
     if not compact or not lead or len(lead) == len(cols):
         return [Section(_title(runs), level=1, paragraphs=[_note(runs, layout.model)], tables=[full]), tail]
     return [

@@ -15,8 +15,21 @@ the baseline, the metrics and the systems as system strings::
     metrics = ["sacrebleu", "bleu-n", ...]
     systems = ["smollm2-135m/softmax/top_p=0.9", ...]
 
+    [model_args."gemma3-270m"]     # options of one base model (optional; docs/models.md)
+    dtype = "bf16"
+
+``[model_args."MODEL"]`` gives the model options (``revision``, ``dtype``, ``trust_remote_code``:
+those of ``--model-args``) of one base model, ``MODEL`` as the lineup's system strings write it
+before any ``+ADAPTER`` (with its ``@REVISION`` if they give one); every system of that model, its
+adapted ones included, loads it with them, and the lineup's other models are not touched. Options
+for every model are given on the command line (``--model-args``); where both give a key for the
+same model, the command line wins. There is no lineup-wide form: a lineup names its few models.
+The options join the run's identity and the model's (its ``LoadedModel.hash``), so runs that
+differ in one model's options never share rows, caches or trained heads; a lineup without
+``model_args`` keeps the identity runs had before the key existed.
+
 Loading checks everything it names (keys, system strings, models, layers and their
-parameters, metrics, the baseline) before anything runs; an unknown name is one line with the
+parameters, model options, metrics, the baseline) before anything runs; an unknown name is one line with the
 closest known one. ``--registry`` is the flag's old name, kept as an alias; a run's manifest still records
 its lineup under the key ``registry``, so runs made before the rename resume.
 """
@@ -29,7 +42,7 @@ from pathlib import Path
 
 from maxbench.errors import MaxbenchError
 from maxbench.plugins import include_all
-from maxbench.registry import unknown_name
+from maxbench.registry import closest, unknown_name
 
 LINEUP_DIR = Path(__file__).parent / "lineups"
 KEYS = (
@@ -44,6 +57,7 @@ KEYS = (
     "metrics",
     "systems",
     "include",
+    "model_args",
 )
 
 
@@ -61,6 +75,8 @@ class Lineup:
     metrics: list = field(default_factory=list)
     path: Path | None = None
     include: list = field(default_factory=list)  # plugin files it includes
+    #: base model (``SystemSpec.model``) -> its model options, checked and normalised (``[model_args."MODEL"]``)
+    model_args: dict = field(default_factory=dict)
 
 
 def builtin_lineups() -> dict[str, Path]:
@@ -119,6 +135,7 @@ def load_lineup(name_or_path: str) -> Lineup:
     for metric in metrics:
         if metric not in METRICS:
             raise MaxbenchError(f"lineup {path}: {unknown_name('metric', metric, METRICS)}")
+    model_args = _model_args(path, spec.get("model_args", {}), systems)
     baseline = spec.get("baseline")
     if baseline is not None:
         baseline = parse_system(baseline).name
@@ -137,4 +154,43 @@ def load_lineup(name_or_path: str) -> Lineup:
         metrics=list(metrics),
         path=path,
         include=include,
+        model_args=model_args,
     )
+
+
+def _model_args(path: Path, tables, systems: list) -> dict:
+    """The lineup's ``[model_args."MODEL"]`` tables, checked: each names a base model of its systems,
+    each option is known (``check_model_options``, which normalises the values as ``--model-args``)
+    and fits its model (no revision for a built-in or a local folder, the same as an ``@REVISION``)."""
+    from maxbench.systems.models import check_model_options, options_for_model
+
+    models = list(dict.fromkeys(s.model for s in systems))
+    form = '[model_args."MODEL"] with key = value lines'
+    if not isinstance(tables, dict):
+        raise MaxbenchError(f"lineup {path}: 'model_args' must be a table per model ({form}), got {tables!r}")
+    out = {}
+    for model, table in tables.items():
+        if not isinstance(table, dict):
+            raise MaxbenchError(
+                f"lineup {path}: 'model_args' holds a table per model ({form}), but '{model}' is {table!r}; "
+                f"options for every model go on the command line (--model-args)"
+            )
+        if model not in models:
+            near = closest(model, models)
+            raise MaxbenchError(
+                f"lineup {path}: model_args names model '{model}', which none of its systems uses"
+                + (f" (did you mean '{near}'?)" if near else "")
+                + f"; its models: {', '.join(models)}"
+            )
+        where = f'lineup {path}: model_args."{model}"'
+        for key, value in table.items():
+            if not isinstance(value, (str, bool)):
+                raise MaxbenchError(f"{where}: option '{key}' must be a string or true/false, got {value!r}")
+        try:
+            options = check_model_options(table)
+            options_for_model(model, options)
+        except MaxbenchError as exc:
+            raise MaxbenchError(f"{where}: {exc}") from None
+        if options:
+            out[model] = dict(sorted(options.items()))
+    return dict(sorted(out.items()))

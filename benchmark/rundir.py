@@ -232,9 +232,18 @@ class RunPlan:
     #: model options of every model of the run (``--model-args``, docs/models.md); part of the
     #: identity only when given, so runs made before the option existed keep theirs
     model_args: dict = field(default_factory=dict)
+    #: model options of one model each (a lineup's ``[model_args."MODEL"]``): base model -> options;
+    #: ``model_args`` overrides them key by key. Part of the identity only when given, as above
+    per_model_args: dict = field(default_factory=dict)
+
+    def options_for(self, model: str) -> dict:
+        """The options ``model`` (a ``SystemSpec.model``) is loaded with: its own, then ``model_args``."""
+        return dict(self.per_model_args.get(model, {})) | dict(self.model_args)
 
     def identity(self) -> dict:
         extra = {"model_args": dict(sorted(self.model_args.items()))} if self.model_args else {}
+        if any(self.per_model_args.values()):
+            extra["per_model_args"] = {m: dict(sorted(o.items())) for m, o in sorted(self.per_model_args.items()) if o}
         return extra | {
             "suite": self.suite.describe() | {"path": None},
             "systems": [s.name for s in self.systems],

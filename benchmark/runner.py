@@ -264,6 +264,7 @@ class Preflight:
     models: dict = field(default_factory=dict)  # model key -> LoadedModel, for systems with work
     load_seconds: dict = field(default_factory=dict)
     adapt_seconds: dict = field(default_factory=dict)  # model key -> seconds training or loading its adapter
+    adapt_meta: dict = field(default_factory=dict)  # model key -> its adapter's meta (what training measured)
 
 
 def preflight(
@@ -284,7 +285,7 @@ def preflight(
     from maxbench.benchmark.corpora import check_corpus
     from maxbench.benchmark.suites import require_attributes
     from maxbench.systems.decoding import check_limits
-    from maxbench.systems.models import check_model_reachable, load_model
+    from maxbench.systems.models import check_model_reachable, load_model, options_for_model
     from maxbench.systems.system_strings import probe_layer
 
     layers = [s.build_layer() for s in plan.systems]
@@ -292,7 +293,9 @@ def preflight(
     for system, layer in zip(plan.systems, layers):
         probe_layer(system.layer, layer)  # a plugin's scores, once, on a tiny input
     for name in dict.fromkeys(s.model for s in plan.systems):
-        check_model_reachable(name, revision=plan.model_args.get("revision"))
+        # each model's own options (a lineup's [model_args."MODEL"], then --model-args), checked before any loads
+        revision = options_for_model(name, plan.options_for(name))["revision"]
+        check_model_reachable(name, revision=revision)
     if plan.corpus is not None:
         check_corpus(plan.corpus)
     for system, layer in zip(plan.systems, layers):
@@ -324,7 +327,8 @@ def preflight(
         if key not in pre.models:
             t0 = time.perf_counter()
             # an adapted system loads its own copy of the base model (LoRA merges into its weights)
-            pre.models[key] = load_model(system.model, device=device, threads=threads, options=plan.model_args)
+            options = plan.options_for(system.model)
+            pre.models[key] = load_model(system.model, device=device, threads=threads, options=options)
             pre.load_seconds[key] = time.perf_counter() - t0
             if key not in adapters:
                 # a run copied from another machine: its rows came from the weights its manifest names
@@ -433,6 +437,7 @@ def adapt_models(plan: RunPlan, pre: Preflight, adapters: dict, manifest: dict |
         ctx = AdapterFitContext(model=pre.models[key], examples=examples, data=identity, options={"progress": progress})
         pre.models[key] = adapter.prepare(ctx, code=code)
         pre.adapt_seconds[key] = time.perf_counter() - t0
+        pre.adapt_meta[key] = dict(adapter.meta)
         check_model_hash(plan, manifest, key, pre.models[key].hash)
         for system, units in zip(plan.systems, pre.todo):
             if system.model_key == key and units:
@@ -615,6 +620,27 @@ class _Decoder:
         return False
 
 
+def record_training(timer: PhaseTimer, pre: Preflight) -> None:
+    """One ``train <model>`` row per adapted model whose adapter was trained by maxbench, with the
+    seconds its training took when it was trained (wall, and CPU where recorded, with each step's CPU
+    seconds; from the adapter's meta, so a cached adapter's row is its original training's), written
+    once per run: the training times a reproduction compares outlive the adapter cache."""
+    known = {r.get("phase") for r in read_rows(timer.path)} if timer.path.exists() else set()
+    for name, meta in pre.adapt_meta.items():
+        seconds = meta.get("train_seconds")
+        if f"train {name}" in known or not isinstance(seconds, (int, float)):
+            continue
+        row = {"invocation": timer.invocation, "shard": timer.shard, "phase": f"train {name}", "seconds": seconds}
+        for key, out in (
+            ("train_cpu_seconds", "cpu_seconds"),
+            ("steps", "steps"),
+            ("step_cpu_seconds", "step_cpu_seconds"),
+        ):
+            if meta.get(key) is not None:
+                row[out] = meta[key]
+        append_rows(timer.path, [row])
+
+
 def _generate(plan: RunPlan, pre: Preflight, out: Path, shard, device, progress: bool, timer: PhaseTimer) -> Path:
     from tqdm import tqdm
 
@@ -622,6 +648,7 @@ def _generate(plan: RunPlan, pre: Preflight, out: Path, shard, device, progress:
         timer.add(f"load {name}", seconds)
     for name, seconds in pre.adapt_seconds.items():
         timer.add(f"fit {name}", seconds)
+    record_training(timer, pre)
     read_rows(out, repair=True)  # a line cut by a crash goes; its row is decoded again
     first = next(iter(pre.models.values()), None)
     check_or_write_manifest(

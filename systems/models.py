@@ -15,7 +15,8 @@ Prompts are encoded with the tokenizer's own special tokens (``add_special_token
 prepends its BOS, without which it degenerates (reference perplexity 210 instead of 13 on a
 food review); SmolLM2 and tiny-random add nothing, so their token ids are unchanged.
 
-A model is loaded with options (``parse_model_args``: ``revision``, ``dtype``, ``trust_remote_code``);
+A model is loaded with options (``parse_model_args``: ``revision``, ``dtype``, ``trust_remote_code``;
+``--model-args`` for every model of a run, a lineup's ``[model_args."MODEL"]`` for one);
 a hub id may also carry its revision as ``MODEL@REVISION``. ``LoadedModel.hash`` is the model's
 identity, which keys hidden-state caches and trained heads: for a local folder or a downloaded hub
 snapshot, one sha256 over every weight shard, config.json, generation_config.json and the tokenizer
@@ -391,9 +392,20 @@ def resolve_options(name: str, options: dict | None = None) -> dict:
     if rev is not None:
         if opts["revision"] is not None and opts["revision"] != rev:
             raise MaxbenchError(
-                f"model '{name}' names revision '{rev}' but --model-args gives revision={opts['revision']}; give one"
+                f"model '{name}' names revision '{rev}' but its model options give revision={opts['revision']}; "
+                f"give one"
             )
         opts["revision"] = rev
+    return opts
+
+
+def options_for_model(name: str, options: dict | None = None) -> dict:
+    """``resolve_options``, and a revision refused for a model that has none (a built-in or a local
+    folder): what ``load_model`` checks of its options, which a lineup checks on loading too."""
+    opts = resolve_options(name, options)
+    base, _ = split_revision(name)
+    if opts["revision"] is not None and (base in MODELS or Path(base).expanduser().is_dir()):
+        raise MaxbenchError(f"model '{name}' has no revisions (it is not a hub id); drop the revision option")
     return opts
 
 
@@ -559,10 +571,8 @@ def load_model(
     ``options`` are model options (``parse_model_args``); those that differ from their default
     are hashed into ``LoadedModel.hash`` and kept in ``LoadedModel.options``."""
     check_model(name)
-    opts = resolve_options(name, options)
+    opts = options_for_model(name, options)
     base, _ = split_revision(name)
-    if opts["revision"] is not None and (base in MODELS or Path(base).expanduser().is_dir()):
-        raise MaxbenchError(f"model '{name}' has no revisions (it is not a hub id); drop the revision option")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging

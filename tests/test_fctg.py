@@ -256,7 +256,9 @@ def test_free_text_attributes_are_open():
 
 
 # --------------------------------------------------------------------------- in a run
-def test_fctg_trains_and_generates_in_a_run_on_a_conditional_suite(cli, tmp_path, home, monkeypatch):
+def generate_on_tiny_attrs(cli, tmp_path, monkeypatch, system: str):
+    """``maxbench generate`` of ``system`` on a two-item conditional suite over the tiny examples;
+    returns (run folder, manifest, rows)."""
     import json
 
     import maxbench.benchmark.corpora as corpora
@@ -280,14 +282,19 @@ def test_fctg_trains_and_generates_in_a_run_on_a_conditional_suite(cli, tmp_path
         'generation_words = 3\ncorpus = "food-reviews"\n\n[attributes.score]\nvalues = ["great", "other"]\n'
         'labels = { great = "5 stars", other = "1 to 4 stars" }\n'
     )
-    system = "tiny-random+fctg(r=2,steps=2,batch=4,max_len=40)/softmax/greedy"
     argv = ["generate", "--system", system, "--suite", suite / "tiny-attrs.toml", "--corpus", "food-reviews"]
     rc, _, err = cli(*argv, "--max-new-tokens", "4", "--runs-dir", tmp_path / "runs", "--no-progress")
     assert rc == 0, err
     (run,) = (tmp_path / "runs").iterdir()
     manifest = json.loads((run / "manifest.json").read_text())
+    rows = [json.loads(line) for line in (run / "generations.jsonl").read_text().splitlines() if line.strip()]
+    return run, manifest, rows
+
+
+def test_fctg_trains_and_generates_in_a_run_on_a_conditional_suite(cli, tmp_path, home, monkeypatch):
+    system = "tiny-random+fctg(r=2,steps=2,batch=4,max_len=40)/softmax/greedy"
+    run, manifest, rows = generate_on_tiny_attrs(cli, tmp_path, monkeypatch, system)
     model = manifest["models"]["tiny-random+fctg(r=2,steps=2,batch=4,max_len=40)"]
     assert model["options"]["adapter"]["name"] == "fctg"
-    rows = [json.loads(line) for line in (run / "generations.jsonl").read_text().splitlines() if line.strip()]
     assert len(rows) == 2 and {r["system"] for r in rows} == set(manifest["systems"])
     assert all(r["system"].startswith("tiny-random+fctg(r=2,steps=2,batch=4,max_len=40)/softmax/") for r in rows)

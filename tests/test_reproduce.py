@@ -200,7 +200,7 @@ def test_ratio_interval_is_geometric_with_t():
 
 
 def test_the_three_papers_load_with_their_numbers():
-    assert paper_names() == ["graphmax", "kerbs", "posg"]
+    assert paper_names() == ["fctg", "graphmax", "kerbs", "posg"]
     g = load_paper("graphmax")
     t2 = next(c for c in g.claims if c.id == "table2-bleu")
     assert t2.paper_method[3] == 0.660 and t2.paper_baseline[3] == 0.615
@@ -226,6 +226,93 @@ def test_the_three_papers_load_with_their_numbers():
     assert "ParaNMT-50M" in t9.reason and "SGCP" in t9.reason and "Quora" not in t9.reason
     for paper in (g, k, p):  # every claim names its table, figure or section
         assert all(any(w in c.where for w in ("Table", "Figure", "section")) for c in paper.claims)
+
+
+def test_the_fctg_paper_has_numbers_per_baseline_and_corpus_and_roles_per_corpus(home, tmp_path):
+    """FCTG's tables give each baseline its own numbers on each dataset (paper_values), the news
+    suite generates 160 tokens and only food-attrs carries the ablation rows (corpus_systems), an
+    adapter role joins its base model with '+', and --roles plans a first piece."""
+    from maxbench.benchmark.reproduce.protocol import Options, plan_runs, system_string
+
+    f = load_paper("fctg")
+    bleu = next(c for c in f.claims if c.id == "main-bleu-4")
+    assert bleu.baselines == ("finetuned", "prefix", "nrp") and bleu.scores == ("sacrebleu",)
+    assert bleu.numbers(0, "fctg", "nrp", "news") == (0.11, 0.14)
+    assert bleu.numbers(0, "fctg", "finetuned", "food-reviews") == (0.12, 0.26)
+    assert bleu.relative_for(0, "fctg", "finetuned", "food-reviews") == pytest.approx(0.14 / 0.12)
+    time = next(c for c in f.claims if c.id == "training-time")
+    assert time.kind == "ratio" and time.measure == "training" and time.flags[0].startswith("hardware-dependent")
+    assert time.relative_for(0, "fctg", "prefix", "food-reviews") == pytest.approx(3.5 / 6.8 - 1)
+    assert next(c for c in f.claims if c.id == "main-fluency").runnable is False
+    assert system_string("m", "+fctg(mu=0.5)/softmax/greedy") == "m+fctg(mu=0.5)/softmax/greedy"
+    assert system_string("m", "softmax/greedy") == "m/softmax/greedy"
+    food, news = plan_runs(f, Options(), tmp_path / "out")
+    assert (food.corpus, news.corpus) == ("food-reviews", "news")
+    assert food.plan.suite.name == "food-attrs" and news.plan.suite.name == "news-attrs"
+    assert food.roles["fctg-no-mva"] == "smollm2-135m+fctg(mva=false)/softmax/top_k=40,max_new_tokens=96"
+    assert (
+        "fctg-no-mva" not in news.roles and news.roles["nrp"] == "smollm2-135m+nrp/softmax/top_k=40,max_new_tokens=160"
+    )
+    (piece,) = plan_runs(f, Options(roles=["fctg", "zero-shot"], corpora=["news"]), tmp_path / "out")
+    assert sorted(piece.roles) == ["fctg", "zero-shot"] and piece.baseline == piece.roles["zero-shot"]
+    with pytest.raises(MaxbenchError, match="did you mean 'fctg'"):
+        plan_runs(f, Options(roles=["fctgg"]), tmp_path / "out")
+
+
+def test_paper_values_and_measures_are_checked(tmp_path):
+    bad = tmp_path / "bad.toml"
+    extra = '[claims.paper_values]\ngrapmax = { "food-reviews" = [0.6] }\n'
+    bad.write_text(PAPER.replace('[[claims]]\nid = "ppl"', extra + '[[claims]]\nid = "ppl"'))
+    with pytest.raises(MaxbenchError, match="paper_values: unknown system role 'grapmax': did you mean 'graphmax'"):
+        load_paper(str(bad))
+    bad.write_text(PAPER.replace('kind = "ratio"', 'kind = "ratio"\nmeasure = "trainng"'))
+    with pytest.raises(MaxbenchError, match="did you mean 'training'"):
+        load_paper(str(bad))
+    bad.write_text(
+        PAPER.replace(
+            "[protocol.first_fold_systems]",
+            '[protocol.corpus_systems.news]\nx = "softmax/greedy"\n[protocol.first_fold_systems]',
+        )
+    )
+    with pytest.raises(MaxbenchError, match="corpus 'news' is not one of the protocol's corpora"):
+        load_paper(str(bad))
+
+
+def test_training_seconds_are_cpu_seconds_when_every_adapter_has_them(tmp_path):
+    """The training-time claim reads each adapter's 'train MODEL' row; CPU seconds where every row has
+    them, else wall seconds for all (never one kind against the other)."""
+    from types import SimpleNamespace
+
+    from maxbench.benchmark.reproduce.report import training_seconds
+    from maxbench.systems.system_strings import parse_system
+
+    systems = [
+        parse_system(s)
+        for s in ("tiny-random/softmax/greedy", "tiny-random+lora/softmax/greedy", "tiny-random+prefix/softmax/greedy")
+    ]
+    run = SimpleNamespace(run_dir=tmp_path, plan=SimpleNamespace(systems=systems))
+    rows = [
+        {"phase": "train tiny-random+lora", "seconds": 700.0, "cpu_seconds": 600.0},
+        {"phase": "train tiny-random+prefix", "seconds": 500.0, "cpu_seconds": 300.0},
+        {"phase": "generate tiny-random+lora/softmax/greedy", "seconds": 9.0, "cpu_seconds": 9.0},
+    ]
+    (tmp_path / "timings.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert training_seconds(run) == {
+        "tiny-random+lora/softmax/greedy": 600.0,
+        "tiny-random+prefix/softmax/greedy": 300.0,
+    }
+    from maxbench.benchmark.reproduce.report import training_steps
+
+    assert training_steps(run) == {}
+    rows[0]["step_cpu_seconds"] = [11.0, 12.0]
+    (tmp_path / "timings.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert training_steps(run) == {"tiny-random+lora/softmax/greedy": [11.0, 12.0]}
+    del rows[1]["cpu_seconds"]
+    (tmp_path / "timings.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert training_seconds(run) == {
+        "tiny-random+lora/softmax/greedy": 700.0,
+        "tiny-random+prefix/softmax/greedy": 500.0,
+    }
 
 
 def test_a_claim_naming_an_unknown_role_is_refused(tmp_path):
@@ -597,3 +684,13 @@ def test_the_differences_plot_turns_symmetric_log_when_one_claim_dwarfs_the_othe
     assert scales == [("symlog", {"linthresh": report.SYMLOG_LINEAR_PERCENT})]
     assert f"linear within ±{report.SYMLOG_LINEAR_PERCENT}%, logarithmic beyond" in labels[-1]
     assert (tmp_path / "wide.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_signature_with_the_data_it_scored_appended_is_the_installed_metrics():
+    """attr-acc appends the suite, attribute and classifier it scored to its signature: not stale."""
+    from maxbench.benchmark.reproduce.report import _same_metric
+
+    now = "attr-acc|classifier:x|sklearn:1.9.1"
+    assert _same_metric(now, now) and _same_metric(now + "|suite:food-attrs@4d58|attribute:score", now)
+    assert not _same_metric("attr-acc|classifier:y|sklearn:1.9.1", now)
+    assert not _same_metric(now + "0", now)

@@ -398,3 +398,28 @@ def test_bad_paper_files_exit_2_with_one_line(cli, tmp_path):
     bad.write_text((tmp_path / "toy.toml").read_text().replace('direction = "higher"', 'direction = "up"'))
     rc, _, err = cli("reproduce", str(bad), "--estimate")
     assert rc == 2 and "unknown direction 'up'" in err and err.count("\n") == 1
+
+
+def test_a_ratio_of_step_costs_has_a_t_interval_on_the_log_scale():
+    """The training-time claim: the ratio of mean CPU seconds per step, its delta-method interval on the
+    log scale; equal samples give ratio 1 and an interval around it; one step gives no interval."""
+    import math
+
+    from maxbench.benchmark.reproduce.verdicts import step_ratio_interval
+
+    a = [2.0, 2.2, 1.8, 2.1, 1.9]
+    b = [1.0, 1.1, 0.9, 1.05, 0.95]
+    est = step_ratio_interval(a, b)
+    assert est.estimate == pytest.approx(2.0)
+    # by hand: var of log(mean) = s^2 / (n mean^2) for each side
+    va = (0.0 + 0.04 + 0.04 + 0.01 + 0.01) / 4 / (5 * 4.0)
+    vb = (0.0 + 0.01 + 0.01 + 0.0025 + 0.0025) / 4 / (5 * 1.0)
+    df = (va + vb) ** 2 / (va**2 / 4 + vb**2 / 4)
+    from scipy.stats import t
+
+    h = t.ppf(0.975, df) * math.sqrt(va + vb)
+    assert est.low == pytest.approx(2.0 * math.exp(-h)) and est.high == pytest.approx(2.0 * math.exp(h))
+    assert est.df == pytest.approx(df)
+    same = step_ratio_interval(a, a)
+    assert same.estimate == pytest.approx(1.0) and same.low < 1.0 < same.high
+    assert step_ratio_interval([2.0], b).low is None and step_ratio_interval([], b).estimate is None

@@ -18,7 +18,14 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from maxbench.benchmark.leaderboard import COMPACT, best_rows, comparable_rows, load_scored_run, score_columns, stars
+from maxbench.benchmark.leaderboard import (
+    best_rows,
+    compact_columns,
+    comparable_rows,
+    load_scored_run,
+    score_columns,
+    stars,
+)
 from maxbench.errors import MaxbenchError
 
 #: metric families of the headline leaderboard, by score name prefix (first match wins)
@@ -167,8 +174,8 @@ def leaderboard_data(runs, rows, study: Study | None, human_means: dict) -> dict
     return {
         "columns": cols,
         "meta": meta,
-        # the compact default view: the leaderboard's COMPACT columns (those present), then human aspects
-        "compact": [c for c in COMPACT if c in cols] + [c for c in cols if c.startswith("human:")],
+        # the compact default view: the leaderboard's compact columns (those present), then human aspects
+        "compact": compact_columns(runs, cols) + [c for c in cols if c.startswith("human:")],
         "families": [[k, label] for k, label, _ in FAMILIES] + [["other", "Other"], ["human", "Human ratings"]],
         "rows": out_rows,
         "grouped": per_model,

@@ -190,6 +190,10 @@ class Metric:
     higher_is_better: bool = True
     needs_references: bool = False
     needs_prompts: bool = False
+    #: scores of this metric that belong in the leaderboard's compact table (the head of leaderboard.md)
+    #: and the explorer's compact view whenever a run scored them, ahead of the design card's columns
+    #: (``maxbench.benchmark.leaderboard.COMPACT``); empty: only in the table of every score
+    compact_scores: tuple[str, ...] = ()
 
     @property
     def variant(self) -> str:

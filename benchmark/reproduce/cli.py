@@ -17,7 +17,7 @@ def register(sub) -> None:
     p = sub.add_parser(
         "reproduce",
         help="run a method paper's protocol and compare its claims with maxbench's numbers",
-        description="Run the protocol of a method paper (graphmax, posg, kerbs: folds, systems, decoding and "
+        description="Run the protocol of a method paper (graphmax, posg, kerbs, fctg: folds, systems, decoding and "
         "metrics from benchmark/reproduce/papers/PAPER.toml) as ordinary resumable runs under "
         "results/reproductions/PAPER/runs/, score them, and write results/reproductions/PAPER/report.{md,html,csv,json}: "
         "one verdict per claim x base model x corpus on the relative scale (docs/reproductions.md states the rules), "
@@ -26,12 +26,18 @@ def register(sub) -> None:
         "(comparisons between two systems that are not the baseline are computed once from the generations and "
         "kept in pairs.json beside the report).",
     )
-    p.add_argument("paper", help="graphmax, posg or kerbs (or a paper .toml file in their format)")
+    p.add_argument("paper", help="graphmax, posg, kerbs or fctg (or a paper .toml file in their format)")
     p.add_argument("--folds", type=int, default=None, help="cross-validation folds (default: the paper's)")
     p.add_argument("--folds-run", type=int, default=None, help="run only the first N folds for every model")
     p.add_argument("--prompts", type=int, default=None, help="prompts per fold (0: every usable text of the fold)")
     p.add_argument("--models", default=None, help="comma-separated subset of the protocol's base models")
     p.add_argument("--corpora", default=None, help="comma-separated subset of the protocol's corpora")
+    p.add_argument(
+        "--roles",
+        default=None,
+        help="comma-separated subset of the protocol's system roles to generate (a first piece of a long "
+        "protocol; the report shows the others' cells as partial)",
+    )
     p.add_argument(
         "--full", action="store_true", help="lift the documented subsamples (the protocol's 'full' settings)"
     )
@@ -80,6 +86,7 @@ def cmd_reproduce(args) -> int:
         folds_run=args.folds_run,
         prompts=args.prompts,
         full=args.full,
+        roles=_list(args.roles),
     )
     runs = plan_runs(paper, opts, out)
     if not args.estimate:

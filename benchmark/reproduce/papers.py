@@ -46,6 +46,8 @@ from maxbench.registry import unknown_name
 PAPER_DIR = Path(__file__).parent / "papers"
 DIRECTIONS = ("higher", "lower")
 KINDS = ("difference", "ratio", "correlation", "convergence")
+#: what a ratio claim's ratio is of: generation CPU time per token, or an adapter's training CPU time
+MEASURES = ("time-per-token", "training")
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,34 @@ class Claim:
     runnable: bool = True
     reason: str = ""
     differences: tuple[str, ...] = ()
+    #: the paper's numbers per system role and corpus (role -> corpus -> one per score), where they
+    #: differ by baseline and corpus (FCTG's tables); overrides paper_baseline / paper_method
+    paper_values: tuple = ()
+    measure: str = "time-per-token"  # a ratio claim's quantity (MEASURES)
+    flags: tuple[str, ...] = ()  # labels shown on every cell of the claim (e.g. hardware-dependent)
+
+    def numbers(self, i: int, method: str, baseline: str, corpus: str) -> tuple[float | None, float | None]:
+        """The paper's (baseline, method) values of score ``i`` for these roles on this corpus."""
+        if self.paper_values:
+            table = dict(self.paper_values)
+
+            def get(role):
+                vals = dict(table.get(role, ())).get(corpus, ())
+                return vals[i] if i < len(vals) else None
+
+            return get(baseline), get(method)
+        b = self.paper_baseline[i] if i < len(self.paper_baseline) else None
+        m = self.paper_method[i] if i < len(self.paper_method) else None
+        return b, m
+
+    def relative_for(self, i: int, method: str, baseline: str, corpus: str) -> float | None:
+        """``paper_relative`` for these roles on this corpus (a ratio claim: method / baseline - 1)."""
+        if not self.paper_values:
+            return self.paper_relative(i)
+        b, m = self.numbers(i, method, baseline, corpus)
+        if b is None or m is None or not b:
+            return None
+        return m / b - 1 if self.kind == "ratio" else (m - b) / b
 
     def paper_difference(self, i: int) -> float | None:
         """The paper's method - baseline on score ``i`` (its effect for a ratio claim, its r for a
@@ -135,8 +165,34 @@ class Paper:
     seed_controls: tuple[ControlSpec, ...] = ()  # the [[controls]] entries
 
     def roles(self) -> dict[str, str]:
-        """Every system role of the protocol -> its LAYER/DECODING."""
-        return dict(self.protocol.get("systems", {})) | dict(self.protocol.get("first_fold_systems", {}))
+        """Every system role of the protocol -> its LAYER/DECODING (one corpus's, where roles differ by corpus)."""
+        return all_roles(self.protocol)
+
+
+def all_roles(protocol: dict) -> dict[str, str]:
+    """Every role of a protocol: ``systems``, ``first_fold_systems`` and each corpus's ``corpus_systems``."""
+    roles = dict(protocol.get("systems", {})) | dict(protocol.get("first_fold_systems", {}))
+    for extra in (protocol.get("corpus_systems") or {}).values():
+        roles |= dict(extra)
+    return roles
+
+
+def _values(raw, what: str) -> tuple:
+    """``paper_values`` (role -> corpus -> list of numbers) as nested tuples, checked."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
+        raise MaxbenchError(f"{what}: 'paper_values' must be a table of role -> corpus -> [numbers]")
+    out = []
+    for role, per in raw.items():
+        rows = []
+        for corpus, vals in per.items():
+            vals = vals if isinstance(vals, list) else [vals]
+            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+                raise MaxbenchError(f"{what}: paper_values.{role}.{corpus} must be numbers, got {vals!r}")
+            rows.append((corpus, tuple(float(v) for v in vals)))
+        out.append((role, tuple(rows)))
+    return tuple(out)
 
 
 def paper_names() -> list[str]:
@@ -172,7 +228,12 @@ def load_paper(name: str, path: Path | None = None) -> Paper:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise MaxbenchError(f"paper file {path} is unreadable: {exc}") from None
     protocol = spec.get("protocol", {})
-    roles = dict(protocol.get("systems", {})) | dict(protocol.get("first_fold_systems", {}))
+    roles = all_roles(protocol)
+    for corpus in protocol.get("corpus_systems") or {}:
+        if corpus not in protocol.get("corpora", []):
+            raise MaxbenchError(
+                f"paper file {path}: corpus_systems: corpus '{corpus}' is not one of the protocol's corpora"
+            )
     claims = []
     for raw in spec.get("claims", []):
         cid = raw.get("id", "?")
@@ -203,7 +264,15 @@ def load_paper(name: str, path: Path | None = None) -> Paper:
             runnable=runnable,
             reason=raw.get("reason", ""),
             differences=_tuple(raw.get("differences"), what),
+            paper_values=_values(raw.get("paper_values"), what),
+            measure=raw.get("measure", "time-per-token"),
+            flags=_tuple(raw.get("flags"), what),
         )
+        if claim.measure not in MEASURES:
+            raise MaxbenchError(f"{what}: {unknown_name('measure', str(claim.measure), MEASURES)}")
+        for role, _ in claim.paper_values:
+            if role not in roles:
+                raise MaxbenchError(f"{what}: paper_values: {unknown_name('system role', role, roles)}")
         if claim.direction not in DIRECTIONS:
             raise MaxbenchError(f"{what}: {unknown_name('direction', str(claim.direction), DIRECTIONS)}")
         if claim.kind not in KINDS:

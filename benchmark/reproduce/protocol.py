@@ -33,6 +33,9 @@ GEMMA_FACTOR = 3.6
 SCORE_S = 0.6
 #: one-off fitting per (model, fitting corpus): graph, KerBS head, POS head (SmolLM2; Gemma in brackets)
 FIT_S = {"graphmax": (30, 60), "kerbs": (210, 900), "posg": (90, 600)}
+#: training an adapter (lora, prefix, fctg, nrp) for 50 steps of 8 texts of at most 128 tokens, SmolLM2,
+#: about 10 CPU minutes (measured for issue 40); scaled by its ``steps``
+ADAPTER_S = 600
 
 
 @dataclass
@@ -43,6 +46,7 @@ class Options:
     folds_run: int | None = None
     prompts: int | None = None
     full: bool = False
+    roles: list[str] | None = None  # generate only these system roles (a first piece of a long protocol)
 
 
 @dataclass
@@ -103,14 +107,22 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
     first_only = _setting(paper, opts, "first_fold_only")
     first_only = True if first_only is None else first_only
     seed = proto.get("seed", 1)
+    if opts.roles:
+        from maxbench.benchmark.reproduce.papers import all_roles
+
+        _subset(opts.roles, list(all_roles(proto)), "system role")
     specs: list[tuple] = []
     for model in models:
         n_run = min(k, opts.folds_run or per_model.get(model, k)) if k else 0
         for corpus in corpora:
             for fold in range(n_run) if k else [None]:
-                roles = dict(proto["systems"])
+                roles = dict(proto["systems"]) | dict((proto.get("corpus_systems") or {}).get(corpus, {}))
                 if fold in (0, None) or not first_only:
                     roles |= dict(proto.get("first_fold_systems", {}))
+                if opts.roles:
+                    roles = {k: v for k, v in roles.items() if k in opts.roles}
+                if not roles:
+                    continue
                 specs.append((model, corpus, fold, roles))
     suites = {}
     if k:  # every fold suite is checked before any is written
@@ -150,7 +162,7 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
             suite = suites[(corpus, fold)]
             fit_corpus = fold_view(corpus, fold, k, seed)
             run_id = f"{model}-{corpus}-fold{fold}of{k}-n{len(suite.items)}"
-        systems = {role: parse_system(f"{model}/{layer}") for role, layer in roles.items()}
+        systems = {role: parse_system(system_string(model, layer)) for role, layer in roles.items()}
         plan = RunPlan(
             run_dir=out / "runs" / run_id,
             suite=suite,
@@ -164,6 +176,12 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
         names = {role: s.name for role, s in systems.items()}
         runs.append(RunSpec(model, corpus, fold, plan, names, names[proto["baseline"]]))
     return runs
+
+
+def system_string(model: str, role: str) -> str:
+    """The system of a protocol role on a base model: ``MODEL/LAYER/DECODING``, or, for a role that
+    starts with an adapter (``+fctg(mu=0.5)/softmax/top_k=40``), ``MODEL+ADAPTER/LAYER/DECODING``."""
+    return f"{model}{role}" if role.startswith("+") else f"{model}/{role}"
 
 
 def check_metrics(paper: Paper) -> list[str]:
@@ -220,6 +238,10 @@ def estimate_seconds(runs: list[RunSpec]) -> float:
             if system.layer in FIT_S and (run.model, run.plan.corpus, system.layer) not in fitted:
                 fitted.add((run.model, run.plan.corpus, system.layer))
                 total += FIT_S[system.layer][1 if gemma > 1 else 0]
+            if system.adapter and (run.plan.corpus, system.model_key) not in fitted:
+                fitted.add((run.plan.corpus, system.model_key))
+                steps = dict(system.adapter_params).get("steps", 50)
+                total += ADAPTER_S * gemma * steps / 50
     return total
 
 

@@ -60,6 +60,7 @@ from maxbench.benchmark.reproduce.verdicts import (
     deciding_p,
     holm_step,
     ratio_interval,
+    step_ratio_interval,
     summarise,
 )
 from maxbench.document import Cell, Code, Figure, Para, Section, Table, num, render_html, render_markdown
@@ -370,6 +371,8 @@ def _n_prompts(run: RunSpec, doc: dict, roles: tuple[str, ...]) -> int:
 
 def _difference(run: RunSpec, doc: dict, method: str, baseline: str, score: str, pairs: PairCache):
     a, b = run.roles[method], run.roles[baseline]
+    if a not in doc.get("systems", {}) or b not in doc.get("systems", {}):
+        return None  # a system the run has not generated yet (a partial run)
     if b == run.baseline:
         c = (doc.get("comparisons", {}).get("systems", {}).get(a) or {}).get(score)
         return None if c is None else (c["difference"], c["ci_low"], c["ci_high"])
@@ -397,6 +400,34 @@ def time_per_token(run_dir: Path) -> dict[str, float]:
     return {s: seconds[s] / tokens[s] for s in seconds if tokens.get(s)}
 
 
+def training_seconds(run: RunSpec) -> dict[str, float]:
+    """Training seconds of each adapted system's adapter, from the run's ``train <model>`` timing rows
+    (``runner.record_training``): CPU seconds where every adapter of the run has them, else wall
+    seconds for all (never one kind against the other)."""
+    from maxbench.benchmark.rundir import TIMINGS, read_rows
+
+    path = run.run_dir / TIMINGS
+    rows = [r for r in read_rows(path) if r.get("phase", "").startswith("train ")] if path.exists() else []
+    cpu = bool(rows) and all(r.get("cpu_seconds") is not None for r in rows)
+    per_model = {r["phase"][len("train ") :]: r["cpu_seconds" if cpu else "seconds"] for r in rows}
+    out = {}
+    for system in run.plan.systems:
+        if system.model_key in per_model:
+            out[system.name] = float(per_model[system.model_key])
+    return out
+
+
+def training_steps(run: RunSpec) -> dict[str, list[float]]:
+    """CPU seconds of each training step of each adapted system's adapter, where its ``train MODEL``
+    row records them (adapters trained since issue 40's reproduction)."""
+    from maxbench.benchmark.rundir import TIMINGS, read_rows
+
+    path = run.run_dir / TIMINGS
+    rows = [r for r in read_rows(path) if r.get("phase", "").startswith("train ")] if path.exists() else []
+    per_model = {r["phase"][len("train ") :]: r["step_cpu_seconds"] for r in rows if r.get("step_cpu_seconds")}
+    return {s.name: list(per_model[s.model_key]) for s in run.plan.systems if s.model_key in per_model}
+
+
 def _mean_sd(values: list[float | None]) -> tuple[float | None, float | None]:
     vals = [v for v in values if v is not None]
     if not vals or len(vals) < len(values):
@@ -414,16 +445,25 @@ def _row(claim: Claim, model, corpus, method, baseline, score, variant, i, cells
     docs = [(r, data.doc(r)) for r in cells]
     docs = [(r, d) for r, d in docs if d is not None]
     n_prompts = sum(_n_prompts(r, d, (method, baseline)) for r, d in docs)
-    paper_b = claim.paper_baseline[i] if i < len(claim.paper_baseline) else None
-    paper_m = claim.paper_method[i] if i < len(claim.paper_method) else None
+    paper_b, paper_m = claim.numbers(i, method, baseline, corpus)
     note = ""
     if claim.kind == "ratio":
-        ratios = []
+        ratios, steps = [], []
         for r, _ in docs:
-            tpt = time_per_token(r.run_dir)
-            a, b = tpt.get(r.roles[method]), tpt.get(r.roles[baseline])
+            per = training_seconds(r) if claim.measure == "training" else time_per_token(r.run_dir)
+            a, b = per.get(r.roles[method]), per.get(r.roles[baseline])
             ratios.append(a / b if a and b else None)
-        ab = ratio_interval(ratios)
+            if claim.measure == "training":
+                got = training_steps(r)
+                steps.append((got.get(r.roles[method]), got.get(r.roles[baseline])))
+        if claim.measure == "training" and docs and None in ratios:
+            note = "an adapter's training time is not in the run's timings.jsonl"
+        if len(docs) == 1 and steps and None not in steps[0]:  # one run: the steps are the replicates
+            ab = step_ratio_interval(*steps[0])
+        else:
+            ab = ratio_interval(ratios)
+            if claim.measure == "training" and len(docs) == 1 and ab.estimate is not None:
+                note = "an adapter's step times are not recorded (trained before they were): no interval"
         rel = Estimate(
             None if ab.estimate is None else ab.estimate - 1,
             None if ab.low is None else ab.low - 1,
@@ -451,6 +491,9 @@ def _row(claim: Claim, model, corpus, method, baseline, score, variant, i, cells
             note = f"score '{score}' is not in the runs' scores.json"
         elif docs and any(b == 0 for b in b_vals if b is not None):
             note = "the baseline's value is 0: no relative scale"
+    missing = [role for role in (method, baseline) for r, d in docs if r.roles[role] not in d.get("systems", {})]
+    if missing and not note:
+        note = f"'{missing[0]}' is not generated in this run yet"
     if not docs:
         note = "no scored run for this model and corpus yet"
     m_mean, m_sd = _mean_sd(m_vals)
@@ -466,7 +509,7 @@ def _row(claim: Claim, model, corpus, method, baseline, score, variant, i, cells
         claim.kind,
         paper_b,
         paper_m,
-        claim.paper_relative(i),
+        claim.relative_for(i, method, baseline, corpus),
         m_mean,
         m_sd,
         b_mean,
@@ -837,6 +880,7 @@ def flag_cells(paper: Paper, runs: list[RunSpec], data: Runs, cells: list[CellVe
         if not c.corpus:
             continue  # a claim that cannot run
         claim = next(x for x in paper.claims if x.id == c.claim)
+        c.flags.extend(claim.flags)  # the paper file's own labels (e.g. hardware-dependent)
         if c.n_prompts and c.n_prompts < FEW_PROMPTS:
             c.flags.append(f"{FLAG_FEW} ({c.n_prompts})")
         # partial: a run of the cell is partial (every planned fold of the cell is a run here)
@@ -1002,6 +1046,9 @@ def _paper_cell(c: CellVerdict) -> str:
         return "n/a" if c.paper_relative is None else f"r {c.paper_relative:+.3f}"
     if c.kind == "convergence":
         return "converges within T"
+    if len(c.details) > 1 and any(d.paper is not None for d in c.details):  # one effect per competitor
+        one = (lambda v: f"x{v + 1:.3g}") if c.kind == "ratio" else _pct
+        return "; ".join(f"vs {d.baseline}: {'n/a' if d.paper is None else one(d.paper)}" for d in c.details)
     if c.kind == "ratio":
         return "n/a" if c.paper_relative is None else f"x{c.paper_relative + 1:.4g}"
     if c.paper_relative is None:
@@ -1016,7 +1063,15 @@ def _cell_estimate(c: CellVerdict) -> str:
     if c.relative is not None or c.kind == "convergence":
         return _rel(c.relative, c.rel_low, c.rel_high, c.kind)
     if len(c.details) > 1:
-        return "; ".join(f"vs {d.baseline}: {_rel(d.est.estimate, d.est.low, d.est.high)}" for d in c.details)
+
+        def one(e):
+            if c.kind != "ratio":
+                return _rel(e.estimate, e.low, e.high)
+            if e.estimate is None:
+                return "n/a"
+            return f"x{e.estimate + 1:.3g}" + ("" if e.low is None else f" [x{e.low + 1:.3g}, x{e.high + 1:.3g}]")
+
+        return "; ".join(f"vs {d.baseline}: {one(d.est)}" for d in c.details)
     if c.kind == "ratio" and c.details:
         e = c.details[0].est
         return (
@@ -1524,6 +1579,13 @@ def _plot(cells: list[CellVerdict], path: Path) -> Figure | None:
     return Figure(path.name, path.read_bytes(), "every cell's difference in % of the baseline, with its 95% interval")
 
 
+def _same_metric(recorded: str, now: str) -> bool:
+    """Whether a recorded signature is the installed metric's: equal, or the installed signature with
+    the parts a metric appends for the data it scored (attr-acc: the suite, the attribute, the
+    trained classifier)."""
+    return recorded == now or recorded.startswith(now + "|")
+
+
 def signature_warnings(paper: Paper, runs: list[RunSpec]) -> list[str]:
     """Where a run's scores.json was computed with another signature of a metric than the
     installed metric has (an evaluator's weights, which naming needs the model loaded, aside):
@@ -1542,7 +1604,9 @@ def signature_warnings(paper: Paper, runs: list[RunSpec]) -> list[str]:
         stale = sorted(
             r.run_dir.name
             for r in runs
-            if (doc := _scores(r.run_dir)) is not None and _signature(doc, m) and norm(_signature(doc, m)) != now
+            if (doc := _scores(r.run_dir)) is not None
+            and _signature(doc, m)
+            and not _same_metric(norm(_signature(doc, m)), now)
         )
         if stale:
             out.append(

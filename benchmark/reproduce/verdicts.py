@@ -231,6 +231,36 @@ def ratio_interval(ratios: list[float | None], level: float = LEVEL) -> Estimate
     )
 
 
+def step_ratio_interval(a: list[float], b: list[float], level: float = LEVEL) -> Estimate:
+    """The ratio of two mean costs measured per step (an adapter's CPU seconds per training step,
+    ``a`` against ``b``) with a t interval on the log scale: the delta method's standard error of
+    log(mean a) - log(mean b), Welch-Satterthwaite degrees of freedom. Fewer than two steps on
+    either side give no interval."""
+    a = [x for x in a if x is not None and math.isfinite(x)]
+    b = [x for x in b if x is not None and math.isfinite(x)]
+    if not a or not b or sum(a) <= 0 or sum(b) <= 0:
+        return Estimate(None, None, None, None, None, 0, "no step times")
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    ratio = ma / mb
+    if len(a) < 2 or len(b) < 2:
+        return Estimate(ratio, None, None, None, None, 1, "fewer than two steps: no interval")
+    va = sum((x - ma) ** 2 for x in a) / (len(a) - 1) / (len(a) * ma**2)  # var of log(mean a)
+    vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1) / (len(b) * mb**2)
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / ((va**2 / (len(a) - 1) if va else 0) + (vb**2 / (len(b) - 1) if vb else 0) or 1e-300)
+    h = _quantile(df, level) * se
+    return Estimate(
+        ratio,
+        ratio * math.exp(-h),
+        ratio * math.exp(h),
+        None,
+        df,
+        1,
+        f"ratio of mean CPU seconds per step over {len(a)} and {len(b)} steps, t interval on the log scale "
+        "(delta method, Welch df)",
+    )
+
+
 def _pct(x: float, scale: str) -> str:
     return f"{x:+.3g}" if scale == "r" else f"{100 * x:+.3g}%"
 

@@ -7,6 +7,7 @@ loaded by name through the same validator as a researcher's own file::
     kind = "likert"                   # the judgment type (optional, see below)
     title = "..."                     # shown to annotators
     instructions = "..."              # paragraphs separated by blank lines
+    prompt_label = "Prompt"           # optional: the prompt box's label on pages and in examples
     [scale]                           # one integer scale for every criterion
     min = 1
     max = 5
@@ -40,6 +41,8 @@ loaded by name through the same validator as a researcher's own file::
 Pairwise and best-worst rubrics have no ``[scale]`` and no worked-example scores.
 
 Without a ``[check]`` table the comprehension check asks which score is the best one.
+``prompt_label`` names what the prompt box shows when it is not the start of a text (the
+``conditional`` preset: "Requested attributes"); it defaults to "Prompt".
 The study stores the validated rubric as JSON, so later edits to a file never change a
 running study.
 """
@@ -63,6 +66,8 @@ BEST_WORST_SIDES = ("_best", "_worst")
 # The direct-assessment slider (WMT/Appraise).
 SLIDER_MIN, SLIDER_MAX = 0, 100
 _CRITERION_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+DEFAULT_PROMPT_LABEL = "Prompt"
+PROMPT_LABEL_MAX = 40
 # The rubric's name starts each study's slug.
 RUBRIC_NAME_MAX = SLUG_MAX - SLUG_SUFFIX
 _RUBRIC_NAME = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9_.-]{{0,{RUBRIC_NAME_MAX - 1}}}$")
@@ -105,6 +110,7 @@ class Rubric:
     source: str = ""
     kind: str = "likert"
     allow_tie: bool = False
+    prompt_label: str = DEFAULT_PROMPT_LABEL
 
     @property
     def values(self) -> list[int]:
@@ -175,6 +181,8 @@ class Rubric:
             source=data.get("source", ""),
             kind=data.get("kind", "likert"),
             allow_tie=bool(data.get("allow_tie", False)),
+            # A study stored before prompt labels existed shows "Prompt", as it always did.
+            prompt_label=data.get("prompt_label") or DEFAULT_PROMPT_LABEL,
         )
 
 
@@ -238,7 +246,19 @@ def _value_map(raw: Any, lo: int, hi: int, where: str, what: str) -> dict[int, s
 def parse_rubric(data: dict[str, Any], where: str = "<rubric>") -> Rubric:
     """Validate a rubric table (parsed TOML) and build the Rubric; MaxbenchError says what to fix."""
     _require(isinstance(data, dict), where, "must be a TOML table")
-    known = {"name", "title", "instructions", "scale", "criteria", "examples", "check", "source", "kind", "allow_tie"}
+    known = {
+        "name",
+        "title",
+        "instructions",
+        "scale",
+        "criteria",
+        "examples",
+        "check",
+        "source",
+        "kind",
+        "allow_tie",
+        "prompt_label",
+    }
     unknown = sorted(set(data) - known)
     _require(not unknown, where, f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known))}")
     name = _text(data, "name", where)
@@ -250,6 +270,12 @@ def parse_rubric(data: dict[str, Any], where: str = "<rubric>") -> Rubric:
     title = _text(data, "title", where)
     _require(len(title) <= TITLE_MAX, where, f"title is {len(title)} characters long; at most {TITLE_MAX}")
     instructions = _text(data, "instructions", where)
+    prompt_label = _text(data, "prompt_label", where, required=False) or DEFAULT_PROMPT_LABEL
+    _require(
+        len(prompt_label) <= PROMPT_LABEL_MAX,
+        where,
+        f"prompt_label is {len(prompt_label)} characters long; at most {PROMPT_LABEL_MAX}",
+    )
     kind = data.get("kind", "likert")
     _require(kind in JUDGMENT_KINDS, where, f"kind {kind!r} is not one of {', '.join(JUDGMENT_KINDS)}")
     allow_tie = data.get("allow_tie", False)
@@ -377,4 +403,5 @@ def parse_rubric(data: dict[str, Any], where: str = "<rubric>") -> Rubric:
         source=str(data.get("source", "")).strip(),
         kind=kind,
         allow_tie=allow_tie,
+        prompt_label=prompt_label,
     )

@@ -10,6 +10,8 @@ subclasses ``Adapter`` (``systems/adapters/base.py``) and joins it through an en
 - ``fctg``: FCTG (issue 40; ``needs_attributes``): multi-view attention through transformers'
   ``AttentionInterface`` (two masks mixed by a gate), trained with masked attribute modelling and
   attribute-linguistic matching beside the LM loss (``fctg.py``);
+- ``nrp``: non-residual prompting rebuilt (issue 40; ``needs_attributes``): a LoRA prompt model whose
+  states the frozen model's text attends to in a separate, non-residual stream (``nrp.py``);
 - ``peft``: a PEFT adapter the user already has (``path=``, the folder ``save_pretrained`` wrote),
   loaded without training: merged into the weights, or a prefix decoded as ``prefix`` (``pretrained.py``).
 
@@ -43,6 +45,7 @@ ADAPTERS: Registry[type[Adapter]] = Registry(
         "prefix": "maxbench.systems.adapters.prefix:PrefixAdapter",
         "lora": "maxbench.systems.adapters.lora:LoraAdapter",
         "fctg": "maxbench.systems.adapters.fctg:FctgAdapter",
+        "nrp": "maxbench.systems.adapters.nrp:NrpAdapter",
         "peft": "maxbench.systems.adapters.pretrained:PeftAdapter",
     },
     base=Adapter,
