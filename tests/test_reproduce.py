@@ -259,6 +259,32 @@ def test_the_fctg_paper_has_numbers_per_baseline_and_corpus_and_roles_per_corpus
         plan_runs(f, Options(roles=["fctgg"]), tmp_path / "out")
 
 
+def test_the_flipped_attribute_runs_mirror_each_conditional_run(tmp_path):
+    """Each conditional run gets a '-flipped' twin: the same systems of the protocol's flipped roles,
+    seed and batches, on the suite with each prompt's attribute set to the opposite, without references."""
+    from maxbench.benchmark.reproduce.flipped import plan_flipped, wilson
+    from maxbench.benchmark.reproduce.protocol import Options, plan_runs
+
+    f = load_paper("fctg")
+    runs = plan_runs(f, Options(), tmp_path / "out")
+    flips = plan_flipped(f, runs, tmp_path / "out")
+    assert [x.run_dir.name for x in flips] == ["smollm2-135m-food-reviews-flipped", "smollm2-135m-news-flipped"]
+    food = flips[0]
+    assert sorted(food.roles) == sorted(["zero-shot", "finetuned", "prefix", "fctg", "nrp"])
+    assert [s.name for s in food.plan.systems] == [
+        food.original.roles[r] for r in food.original.roles if r in food.roles
+    ]
+    assert food.plan.seed == food.original.plan.seed and food.plan.batch_size == food.original.plan.batch_size
+    assert not food.plan.reference_ppl
+    items = {it.id: it for it in food.original.plan.suite.items}
+    for it in food.plan.suite.items:
+        assert it.attributes["score"] != items[it.id].attributes["score"] and it.prompt != items[it.id].prompt
+    assert plan_flipped(load_paper("kerbs"), [], tmp_path / "out") == []
+    lo, hi = wilson(40, 80)
+    assert lo == pytest.approx(0.3930, abs=1e-4) and hi == pytest.approx(0.6070, abs=1e-4)
+    assert wilson(0, 0) == (None, None) and wilson(0, 10)[0] == 0.0
+
+
 def test_paper_values_and_measures_are_checked(tmp_path):
     bad = tmp_path / "bad.toml"
     extra = '[claims.paper_values]\ngrapmax = { "food-reviews" = [0.6] }\n'

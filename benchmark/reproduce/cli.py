@@ -70,6 +70,7 @@ def cmd_reproduce(args) -> int:
         execute,
         plan_runs,
     )
+    from maxbench.benchmark.reproduce.flipped import execute_flipped, plan_flipped
     from maxbench.benchmark.reproduce.report import write_report
     from maxbench.benchmark.rundir import parse_shard
 
@@ -89,19 +90,21 @@ def cmd_reproduce(args) -> int:
         roles=_list(args.roles),
     )
     runs = plan_runs(paper, opts, out)
+    flips = plan_flipped(paper, runs, out)  # the flipped-attribute check's runs (conditional suites)
     if not args.estimate:
         check_controls(paper, out)
         from maxbench.benchmark.reproduce.controls import check as check_seed_controls
 
         check_seed_controls(paper, out)  # the [[controls]] files: one line, exit 2, before anything is written
-    est = estimate_seconds(runs)
+    every = runs + [f.flipped for f in flips]
+    est = estimate_seconds(every)
     print(
-        f"{paper.name}: {len(runs)} runs, {sum(len(r.plan.suite.items) * len(r.plan.systems) for r in runs)} "
+        f"{paper.name}: {len(every)} runs, {sum(len(r.plan.suite.items) * len(r.plan.systems) for r in every)} "
         f"generations; estimate about {est / 60:.0f} min on one CPU thread (less for cached fits)",
         file=sys.stderr,
     )
     if args.estimate:
-        for r in runs:
+        for r in every:
             print(f"  {r.run_dir}  ({len(r.plan.suite.items)} prompts x {len(r.plan.systems)} systems)")
         return 0
     if not args.report_only:
@@ -114,12 +117,13 @@ def cmd_reproduce(args) -> int:
             progress=not args.no_progress,
             n_resamples=args.n_resamples,
         )
+        execute_flipped(flips, device=args.device, threads=args.threads, shard=shard, progress=not args.no_progress)
         if shard is not None:
             print("shard done; when every shard is done, run the same command without --shard to score and report")
             return 0
     # The command that regenerates the report from nothing: --report-only only re-renders, so it is left out.
     argv = [a for a in sys.argv[1:] if a != "--report-only"]
     command = "maxbench " + shlex.join(argv if argv[:1] == ["reproduce"] else ["reproduce", args.paper])
-    for path in write_report(paper, runs, out, command, args.n_resamples):
+    for path in write_report(paper, runs, out, command, args.n_resamples, flips):
         print(f"wrote {path}")
     return 0

@@ -1616,8 +1616,13 @@ def signature_warnings(paper: Paper, runs: list[RunSpec]) -> list[str]:
     return out
 
 
-def write_report(paper: Paper, runs: list[RunSpec], out: Path, command: str, n_resamples: int = 1000) -> list[Path]:
-    """Write report.md/.html/.csv/.json, differences.png and pairs.json for the runs in ``out``."""
+def write_report(
+    paper: Paper, runs: list[RunSpec], out: Path, command: str, n_resamples: int = 1000, flips: tuple = ()
+) -> list[Path]:
+    """Write report.md/.html/.csv/.json, differences.png and pairs.json for the runs in ``out`` (and
+    the flipped-attribute check of ``flips``, ``flipped.plan_flipped``'s runs)."""
+    from maxbench.benchmark.reproduce.flipped import flip_rows, flip_section
+
     pairs = PairCache(n_resamples, out / PAIRS)
     rows, cells, heads = build(paper, runs, pairs)
     controls = check_controls(paper, out)
@@ -1638,6 +1643,10 @@ def write_report(paper: Paper, runs: list[RunSpec], out: Path, command: str, n_r
     trace = json.loads(trace_path.read_text()) if trace_path.exists() else None
     warnings = signature_warnings(paper, runs)
     secs = sections(paper, runs, rows, cells, command, wall, pairs, heads, warnings, trace, controls)
+    flipped = flip_rows(list(flips))
+    flip = flip_section(list(flips), flipped)
+    if flip is not None:
+        secs.insert(len(secs) - 1, flip)  # before the runs used
     fig = _plot(cells, out / "differences.png")
     if fig is not None:
         secs[0].figures.append(fig)
@@ -1660,6 +1669,7 @@ def write_report(paper: Paper, runs: list[RunSpec], out: Path, command: str, n_r
         "rows": [asdict(r) for r in rows],
         "heads": [{"run": k[0], "system": k[1], **v} for k, v in sorted(heads.items())],
         "controls": [c.to_dict() for c in controls],
+        "flipped": flipped,
     }
     atomic_write(paths[3], json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n")
     pairs.save()
