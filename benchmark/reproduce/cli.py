@@ -61,6 +61,7 @@ def _list(text: str | None) -> list[str] | None:
 
 
 def cmd_reproduce(args) -> int:
+    from maxbench.benchmark.reproduce.flipped import execute_flipped, plan_flipped
     from maxbench.benchmark.reproduce.papers import load_paper
     from maxbench.benchmark.reproduce.protocol import (
         Options,
@@ -70,7 +71,6 @@ def cmd_reproduce(args) -> int:
         execute,
         plan_runs,
     )
-    from maxbench.benchmark.reproduce.flipped import execute_flipped, plan_flipped
     from maxbench.benchmark.reproduce.report import write_report
     from maxbench.benchmark.rundir import parse_shard
 
