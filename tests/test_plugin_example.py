@@ -5,7 +5,9 @@ and the report record the distribution as the layer's code."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import select
 import shutil
 import subprocess
 import sys
@@ -18,6 +20,29 @@ from plugin_study import STUDY_OPTIONS, assert_rated_against_the_baseline, rate_
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "maxbench-entmax"
 
+#: ``maxbench``'s own entry (``maxbench.cli.main``) serving one command per line of its stdin (a JSON
+#: object: cwd and argv) with one line on the protocol descriptor (exit status, stdout, stderr): the
+#: commands of this module share one process of the environment, so torch, transformers and the rest
+#: are imported once, not per command. File descriptor 1 is pointed at stderr, so that nothing a
+#: library prints past ``sys.stdout`` can break a reply.
+_SERVE = """
+import contextlib, io, json, os, sys
+protocol = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+from maxbench.cli import main
+for line in sys.stdin:
+    request = json.loads(line)
+    os.chdir(request["cwd"])
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(request["argv"])
+        except SystemExit as exc:  # argparse's usage errors
+            rc = exc.code if isinstance(exc.code, int) else 2
+    protocol.write(json.dumps([rc, out.getvalue(), err.getvalue()]) + "\\n")
+    protocol.flush()
+"""
+
 
 def _site(python: Path) -> str:
     code = "import sysconfig; print(sysconfig.get_path('purelib'))"
@@ -28,7 +53,8 @@ def _site(python: Path) -> str:
 def env(tmp_path_factory) -> Path:
     """A fresh environment with the example installed from its source (its entry point registered),
     borrowing this environment's packages, maxbench's editable install included, through .pth files."""
-    pytest.importorskip("entmax")
+    if importlib.util.find_spec("entmax") is None:  # found, not imported: that would import torch here
+        pytest.skip("the example plugin needs the entmax package")
     root = tmp_path_factory.mktemp("env")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True, timeout=300)
     python = root / "venv" / "bin" / "python"
@@ -47,37 +73,55 @@ def env(tmp_path_factory) -> Path:
     return root / "venv" / "bin"
 
 
-def _maxbench(env: Path, cwd: Path, *args) -> subprocess.CompletedProcess:
-    cmd = [str(env / "python"), "-m", "maxbench", *map(str, args)]
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
+@pytest.fixture(scope="module")
+def maxbench_in_env(env, tmp_path_factory):
+    """``maxbench_in_env(cwd, *argv) -> (exit status, stdout, stderr)``: a ``maxbench`` command run in
+    the environment, by its one process serving this module (``_SERVE``)."""
+    log = tmp_path_factory.mktemp("serve") / "stderr.txt"
+    with open(log, "w") as stderr:
+        proc = subprocess.Popen(
+            [str(env / "python"), "-c", _SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True
+        )
+
+    def maxbench(cwd: Path, *argv):
+        proc.stdin.write(json.dumps({"cwd": str(cwd), "argv": [str(a) for a in argv]}) + "\n")
+        proc.stdin.flush()
+        ready, _, _ = select.select([proc.stdout], [], [], 600)
+        line = proc.stdout.readline() if ready else ""
+        assert line, f"the environment's maxbench did not answer {argv[:2]}:\n{log.read_text()[-4000:]}"
+        rc, out, err = json.loads(line)
+        return rc, out, err
+
+    yield maxbench
+    # every command has answered, its files are written: nothing is lost by not waiting for torch's exit
+    proc.kill()
+    proc.wait()
+    proc.stdin.close()
+    proc.stdout.close()
 
 
-def _in_env(env: Path, cwd: Path):
-    """``commands`` for ``plugin_study.report_and_view``: ``maxbench``'s own entry (``maxbench.cli.main``) on each
-    argv in turn, in one process of the environment (torch and the rest are imported once, not per command)."""
-    script = (
-        "import json, sys\nfrom maxbench.cli import main\n"
-        "for argv in json.loads(sys.argv[1]):\n    rc = main(argv)\n    if rc:\n        sys.exit(rc)\n"
-    )
+def _in_env(maxbench, cwd: Path):
+    """``commands`` for ``plugin_study.report_and_view``: each argv through the environment's process in turn,
+    stopping at the first failure."""
 
     def commands(argvs):
-        argvs = json.dumps([[str(a) for a in argv] for argv in argvs])
-        proc = subprocess.run(
-            [str(env / "python"), "-c", script, argvs], cwd=cwd, capture_output=True, text=True, timeout=600
-        )
-        return proc.returncode, proc.stderr
+        for argv in argvs:
+            rc, _, err = maxbench(cwd, *argv)
+            if rc:
+                return rc, err
+        return 0, ""
 
     return commands
 
 
-def test_the_entry_point_is_listed_with_its_distribution(env, tmp_path):
-    out = _maxbench(env, tmp_path, "plugins")
-    assert out.returncode == 0, out.stderr
-    line = next(ln for ln in out.stdout.splitlines() if ln.strip().startswith("entmax"))
+def test_the_entry_point_is_listed_with_its_distribution(maxbench_in_env, tmp_path):
+    rc, out, err = maxbench_in_env(tmp_path, "plugins")
+    assert rc == 0, err
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("entmax"))
     assert "maxbench-entmax 0.1.0" in line
 
 
-def test_the_example_runs_through_a_lineup_the_leaderboard_a_study_and_its_report(env, tmp_path):
+def test_the_example_runs_through_a_lineup_the_leaderboard_a_study_and_its_report(maxbench_in_env, tmp_path):
     rows = [
         {"id": f"p{i}", "prompt": f"Review number {i}: the soup was", "reference": f"It was hot {i}."} for i in range(4)
     ]
@@ -91,8 +135,7 @@ def test_the_example_runs_through_a_lineup_the_leaderboard_a_study_and_its_repor
         'name = "entmax-example"\nsuite = "s.toml"\nsamples = 1\nseed = 7\nbatch_size = 4\n'
         f'baseline = "{systems[0]}"\nmetrics = ["distinct", "uniq"]\nsystems = {json.dumps(systems)}\n'
     )
-    out = _maxbench(
-        env,
+    rc, _, err = maxbench_in_env(
         tmp_path,
         "run",
         "--lineup",
@@ -111,7 +154,7 @@ def test_the_example_runs_through_a_lineup_the_leaderboard_a_study_and_its_repor
         "--n-resamples",
         "20",
     )
-    assert out.returncode == 0, out.stderr
+    assert rc == 0, err
     (run,) = (tmp_path / "runs").iterdir()
     manifest = json.loads((run / "manifest.json").read_text())
     code = manifest["systems"][systems[1]]["code"]["layer"]
@@ -121,8 +164,7 @@ def test_the_example_runs_through_a_lineup_the_leaderboard_a_study_and_its_repor
     texts = [json.loads(ln) for ln in (run / "generations.jsonl").read_text().splitlines()]
     assert {r["system"] for r in texts} == set(systems) and all(isinstance(r["text"], str) for r in texts)
     db = f"sqlite:///{tmp_path / 'r.sqlite3'}"
-    study = _maxbench(
-        env,
+    rc, out, err = maxbench_in_env(
         tmp_path,
         "study",
         "create",
@@ -135,10 +177,10 @@ def test_the_example_runs_through_a_lineup_the_leaderboard_a_study_and_its_repor
         "--links-out",
         tmp_path / "links.txt",
     )
-    assert study.returncode == 0, study.stderr
+    assert rc == 0, err
 
     # rated through the rating app (this process), then reported against softmax with the distribution as its
     # code, and viewed, in the environment
     assert rate_every_page(db, tmp_path / "links.txt") == 4
-    md, doc, explorer = report_and_view(_in_env(env, tmp_path), tmp_path, run, study_slug(study.stdout), db)
+    md, doc, explorer = report_and_view(_in_env(maxbench_in_env, tmp_path), tmp_path, run, study_slug(out), db)
     assert_rated_against_the_baseline(md, doc, explorer, systems[0], systems[1], code)

@@ -720,3 +720,62 @@ def test_a_signature_with_the_data_it_scored_appended_is_the_installed_metrics()
     assert _same_metric(now, now) and _same_metric(now + "|suite:food-attrs@4d58|attribute:score", now)
     assert not _same_metric("attr-acc|classifier:y|sklearn:1.9.1", now)
     assert not _same_metric(now + "0", now)
+
+
+def test_a_piece_keeps_the_systems_a_run_already_has(tmp_path):
+    """--roles generates a subset, but a run's systems that are already there stay in its plan (their
+    rows are neither moved out of the run nor dropped from its scores)."""
+    from maxbench.benchmark.reproduce.protocol import Options, plan_runs
+
+    f = load_paper("fctg")
+    run_dir = tmp_path / "out" / "runs" / "smollm2-135m-news"
+    run_dir.mkdir(parents=True)
+    zero = "smollm2-135m/softmax/top_k=40,max_new_tokens=160"
+    (run_dir / "manifest.json").write_text(json.dumps({"systems": [zero]}))
+    (piece,) = plan_runs(f, Options(roles=["fctg"], corpora=["news"]), tmp_path / "out")
+    assert piece.roles == {"zero-shot": zero, "fctg": "smollm2-135m+fctg/softmax/top_k=40,max_new_tokens=160"}
+
+
+def test_sensitivity_settings_add_roles_on_their_model_and_corpus_and_judge_the_claims_again(tmp_path):
+    """graphmax's decoding and lambda settings: extra roles ROLE@SETTING in every SmolLM2 food fold (not
+    Gemma's, not movie reviews'), one diagnostic claim per setting x claim with the replaced roles."""
+    from maxbench.benchmark.reproduce.papers import sensitivity_claims
+    from maxbench.benchmark.reproduce.protocol import Options, plan_runs
+
+    g = load_paper("graphmax")
+    runs = plan_runs(g, Options(), tmp_path / "out")
+    food = [r for r in runs if r.model == "smollm2-135m" and r.corpus == "food-reviews"]
+    assert len(food) == 5 and all("graphmax@greedy" in r.roles and "softmax@top-k 10" in r.roles for r in food)
+    assert all(not any("@" in k for k in r.roles) for r in runs if r not in food)
+    assert food[0].roles["graphmax@lambda 0.001"] == "smollm2-135m/graphmax(lam=0.001,solver=exact)/top_p=0.9"
+    fold0 = food[0]
+    assert len(fold0.plan.systems) == len(set(fold0.roles.values()))  # lambda 0.1 is graphmax-lam=0.1's system
+    claims = dict(((s, c.id), c) for s, c in sensitivity_claims(g))
+    greedy = claims[("greedy", "table2-bleu@greedy")]
+    assert greedy.methods == ("graphmax@greedy",) and greedy.baselines == ("softmax@greedy",) and greedy.diagnostic
+    lam = claims[("lambda 0.01", "figure3-ppl@lambda 0.01")]
+    assert lam.methods == ("graphmax@lambda 0.01",) and lam.baselines == ("softmax",)
+    assert lam.corpora == ("food-reviews",) and lam.models == ("smollm2-135m",)
+    assert len(claims) == 2 * 12
+
+
+@pytest.mark.parametrize(
+    "block, message",
+    [
+        ('claims = ["no-such"]', "unknown claim 'no-such'"),
+        (
+            'claims = ["bleu"]\n[protocol.sensitivity.settings]\ng = { graphmx = "softmax/greedy" }',
+            "did you mean 'graphmax'",
+        ),
+        ('models = ["gemma"]', "unknown base model 'gemma'"),
+    ],
+)
+def test_bad_sensitivity_settings_are_one_line(tmp_path, block, message):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        PAPER.replace(
+            "[protocol.first_fold_systems]", f"[protocol.sensitivity]\n{block}\n[protocol.first_fold_systems]"
+        )
+    )
+    with pytest.raises(MaxbenchError, match=message):
+        load_paper(str(bad))

@@ -170,11 +170,87 @@ class Paper:
 
 
 def all_roles(protocol: dict) -> dict[str, str]:
-    """Every role of a protocol: ``systems``, ``first_fold_systems`` and each corpus's ``corpus_systems``."""
+    """Every role of a protocol: ``systems``, ``first_fold_systems`` and each corpus's ``corpus_systems``
+    (not the sensitivity settings' roles: ``sensitivity_roles``)."""
     roles = dict(protocol.get("systems", {})) | dict(protocol.get("first_fold_systems", {}))
     for extra in (protocol.get("corpus_systems") or {}).values():
         roles |= dict(extra)
     return roles
+
+
+#: a sensitivity setting's role: the claim's role, "@", the setting (e.g. "graphmax@greedy")
+SETTING_SEP = "@"
+
+
+def sensitivity_roles(protocol: dict) -> dict[str, str]:
+    """The roles the sensitivity settings add (``ROLE@SETTING`` -> its system), on the base models and
+    corpora of ``[protocol.sensitivity]``."""
+    settings = (protocol.get("sensitivity") or {}).get("settings") or {}
+    return {f"{role}{SETTING_SEP}{name}": system for name, subs in settings.items() for role, system in subs.items()}
+
+
+def sensitivity_claims(paper: "Paper") -> list[tuple[str, "Claim"]]:
+    """(setting, claim) for each setting x each claim of ``[protocol.sensitivity]``: the claim with each
+    role the setting replaces renamed ``ROLE@SETTING`` (its baselines the setting does not replace keep
+    the protocol's systems; its methods are only those the setting replaces), its id ``CLAIM@SETTING``;
+    diagnostic, so it is judged on its own and kept out of the counts."""
+    from dataclasses import replace
+
+    sens = paper.protocol.get("sensitivity") or {}
+    out = []
+    for name, subs in (sens.get("settings") or {}).items():
+        for cid in sens.get("claims", []):
+            claim = next(c for c in paper.claims if c.id == cid)
+
+            def sub(role: str) -> str:
+                return f"{role}{SETTING_SEP}{name}" if role in subs else role
+
+            corpora = tuple(c for c in claim.corpora if c in sens.get("corpora", claim.corpora))
+            methods = tuple(sub(r) for r in claim.methods if r in subs)  # the methods the setting changes
+            if not methods or not corpora:
+                continue
+            out.append(
+                (
+                    name,
+                    replace(
+                        claim,
+                        id=f"{cid}{SETTING_SEP}{name}",
+                        methods=methods,
+                        baselines=tuple(sub(r) for r in claim.baselines),
+                        corpora=corpora,
+                        models=tuple(sens.get("models", ())) or claim.models,
+                        diagnostic=True,
+                    ),
+                )
+            )
+    return out
+
+
+def _check_sensitivity(protocol: dict, claims: list, path) -> None:
+    """``[protocol.sensitivity]``: known base models, corpora, claims and roles, one line each."""
+    sens = protocol.get("sensitivity")
+    if not sens:
+        return
+    what = f"paper file {path}: sensitivity"
+    for model in sens.get("models", []):
+        if model not in protocol.get("models", []):
+            raise MaxbenchError(f"{what}: {unknown_name('base model', str(model), protocol.get('models', []))}")
+    for corpus in sens.get("corpora", []):
+        if corpus not in protocol.get("corpora", []):
+            raise MaxbenchError(f"{what}: {unknown_name('corpus', str(corpus), protocol.get('corpora', []))}")
+    ids = [c.id for c in claims if c.runnable and c.kind == "difference"]
+    for cid in sens.get("claims", []):
+        if cid not in ids:
+            raise MaxbenchError(f"{what}: {unknown_name('claim', str(cid), ids)} (a runnable difference claim)")
+    roles = all_roles(protocol)
+    for name, subs in (sens.get("settings") or {}).items():
+        if not isinstance(subs, dict) or not subs:
+            raise MaxbenchError(
+                f"{what}: setting '{name}' must map roles to systems, e.g. {{ softmax = \"softmax/greedy\" }}"
+            )
+        for role in subs:
+            if role not in roles:
+                raise MaxbenchError(f"{what}: setting '{name}': {unknown_name('system role', role, roles)}")
 
 
 def _values(raw, what: str) -> tuple:
@@ -299,6 +375,7 @@ def load_paper(name: str, path: Path | None = None) -> Paper:
                 if corpus not in protocol.get("corpora", []):
                     raise MaxbenchError(f"{what}: corpus '{corpus}' is not one of the protocol's corpora")
         claims.append(claim)
+    _check_sensitivity(protocol, claims, path)
     diagnostic_roles = _tuple(protocol.get("diagnostic_roles"), f"paper file {path}")
     for role in diagnostic_roles:
         if role not in roles:

@@ -107,10 +107,10 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
     first_only = _setting(paper, opts, "first_fold_only")
     first_only = True if first_only is None else first_only
     seed = proto.get("seed", 1)
-    if opts.roles:
-        from maxbench.benchmark.reproduce.papers import all_roles
+    from maxbench.benchmark.reproduce.papers import SETTING_SEP, all_roles, sensitivity_roles
 
-        _subset(opts.roles, list(all_roles(proto)), "system role")
+    if opts.roles:
+        _subset(opts.roles, list(all_roles(proto)) + list(sensitivity_roles(proto)), "system role")
     specs: list[tuple] = []
     for model in models:
         n_run = min(k, opts.folds_run or per_model.get(model, k)) if k else 0
@@ -119,15 +119,19 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
                 roles = dict(proto["systems"]) | dict((proto.get("corpus_systems") or {}).get(corpus, {}))
                 if fold in (0, None) or not first_only:
                     roles |= dict(proto.get("first_fold_systems", {}))
+                sens = proto.get("sensitivity") or {}
+                if model in sens.get("models", []) and corpus in sens.get("corpora", []):
+                    roles |= sensitivity_roles(proto)  # every fold: the settings are judged over folds
+                full = dict(roles)
                 if opts.roles:
-                    roles = {k: v for k, v in roles.items() if k in opts.roles}
+                    roles = {k: v for k, v in roles.items() if k in opts.roles or k.split(SETTING_SEP)[0] in opts.roles}
                 if not roles:
                     continue
-                specs.append((model, corpus, fold, roles))
+                specs.append((model, corpus, fold, roles, full))
     suites = {}
     if k:  # every fold suite is checked before any is written
         for corpus in corpora:
-            for fold in sorted({f for _, c, f, _ in specs if c == corpus}):
+            for fold in sorted({f for _, c, f, _, _ in specs if c == corpus}):
                 items = fold_items(corpus, fold, k, seed, prompts, proto.get("suite_kind", "review"))
                 suites[(corpus, fold)] = items
         folder = out / "suites"
@@ -150,7 +154,7 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
                 manifest = write_suite(suites[(corpus, None)], name, folder, f"held-out split of {corpus}", corpus)
                 suites[(corpus, None)] = load_suite(str(manifest))
     runs = []
-    for model, corpus, fold, roles in specs:
+    for model, corpus, fold, roles, full in specs:
         from maxbench.benchmark.corpora import fold_view
 
         if fold is None:
@@ -162,11 +166,17 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
             suite = suites[(corpus, fold)]
             fit_corpus = fold_view(corpus, fold, k, seed)
             run_id = f"{model}-{corpus}-fold{fold}of{k}-n{len(suite.items)}"
+        if opts.roles:  # a piece never takes systems out of a run that has them (their rows stay in use)
+            have = set(_manifest_systems(out / "runs" / run_id))
+            for role, layer in full.items():
+                if role not in roles and parse_system(system_string(model, layer)).name in have:
+                    roles[role] = layer
+            roles = {k: roles[k] for k in full if k in roles}  # the protocol's order
         systems = {role: parse_system(system_string(model, layer)) for role, layer in roles.items()}
         plan = RunPlan(
             run_dir=out / "runs" / run_id,
             suite=suite,
-            systems=list(systems.values()),
+            systems=list({s.name: s for s in systems.values()}.values()),  # two roles may share a system
             samples=1,
             seed=proto.get("seed", 1234),
             batch_size=proto.get("batch_size", 16),
@@ -176,6 +186,14 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
         names = {role: s.name for role, s in systems.items()}
         runs.append(RunSpec(model, corpus, fold, plan, names, names[proto["baseline"]]))
     return runs
+
+
+def _manifest_systems(run_dir: Path) -> list[str]:
+    """The systems an existing run's manifest lists ([] for a new run or an unreadable manifest)."""
+    try:
+        return list(json.loads((run_dir / "manifest.json").read_text()).get("systems", []))
+    except (OSError, ValueError, AttributeError):
+        return []
 
 
 def system_string(model: str, role: str) -> str:
@@ -231,8 +249,8 @@ def estimate_seconds(runs: list[RunSpec]) -> float:
     for run in runs:
         gemma = GEMMA_FACTOR if "gemma" in run.model else 1.0
         n = len(run.plan.suite.items)
-        for role, system in zip(run.roles, run.plan.systems):
-            layer = system.layer if not role.startswith("graphmax-paper") else "graphmax-paper"
+        for system in run.plan.systems:
+            layer = "graphmax-paper" if system.layer == "graphmax" and "solver=paper" in system.name else system.layer
             per = SECONDS_PER_PROMPT.get(layer, 1.2) * system.decoding.max_new_tokens / 64
             total += n * (per * gemma + SCORE_S)
             if system.layer in FIT_S and (run.model, run.plan.corpus, system.layer) not in fitted:

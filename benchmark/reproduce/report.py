@@ -37,7 +37,7 @@ from pathlib import Path
 from maxbench.benchmark.reproduce.controls import check as check_controls
 from maxbench.benchmark.reproduce.controls import sections as control_sections
 from maxbench.benchmark.reproduce.controls import summary as control_summary
-from maxbench.benchmark.reproduce.papers import Claim, Paper
+from maxbench.benchmark.reproduce.papers import SETTING_SEP, Claim, Paper, sensitivity_claims
 from maxbench.benchmark.reproduce.protocol import RunSpec
 from maxbench.benchmark.reproduce.verdicts import (
     ALPHA,
@@ -192,22 +192,35 @@ class Runs:
         self.runs = runs
         self._docs: dict[Path, dict | None] = {}
         self._partial: dict[Path, str] = {}
+        self._whole: dict[Path, str] = {}  # why no system of the run is complete (not scored, stale)
+        self._short: dict[Path, set] = {}  # the systems that cover part of the suite or none
         for r in runs:
             doc = _scores(r.run_dir)
             why = ""
             if doc is None:
                 why = "not scored" if (r.run_dir / "generations.jsonl").exists() else "not run"
+                self._whole[r.run_dir] = why
             elif doc.get("generations_sha256") != _sha(r.run_dir / "generations.jsonl"):
                 why = "its scores.json scores other generations (rescore it)"
+                self._whole[r.run_dir] = why
             else:
                 systems = doc.get("systems", {})
-                missing = [s for s in r.roles.values() if s not in systems]
-                part = [s for s in r.roles.values() if (systems.get(s) or {}).get("partial")]
-                if missing or part:
-                    why = f"{len(missing) + len(part)} of its {len(r.roles)} systems cover part of the suite or none"
+                planned = set(r.roles.values())
+                short = {s for s in planned if s not in systems or (systems.get(s) or {}).get("partial")}
+                self._short[r.run_dir] = short
+                if short:
+                    why = f"{len(short)} of its {len(planned)} systems cover part of the suite or none"
             self._docs[r.run_dir] = doc  # a partial run's scores are used, and its cells say so
             if why:
                 self._partial[r.run_dir] = why
+
+    def partial_for(self, run: RunSpec, roles: tuple[str, ...]) -> str:
+        """Why the cell of these roles in ``run`` is partial ('' when its own systems are complete):
+        another system of the run still to generate does not make it partial."""
+        if run.run_dir in self._whole:
+            return self._whole[run.run_dir]
+        short = [run.roles[x] for x in roles if run.roles.get(x) in self._short.get(run.run_dir, set())]
+        return f"{len(short)} of its systems cover part of the suite or none" if short else ""
 
     def doc(self, run: RunSpec) -> dict | None:
         return self._docs.get(run.run_dir)
@@ -887,7 +900,7 @@ def flag_cells(paper: Paper, runs: list[RunSpec], data: Runs, cells: list[CellVe
         roles = tuple(x for x in (c.method, *c.baselines.split(", ")) if x)
         models = c.model.split("+")
         planned = [r for r in runs if r.model in models and r.corpus == c.corpus and all(x in r.roles for x in roles)]
-        why = sorted({f"{r.run_dir.name}: {data.partial(r)}" for r in planned if data.partial(r)})
+        why = sorted({f"{r.run_dir.name}: {data.partial_for(r, roles)}" for r in planned if data.partial_for(r, roles)})
         if why:
             c.flags.append(f"{FLAG_PARTIAL}: " + "; ".join(why))
         # the method's trained head: its best epoch the untrained one
@@ -932,16 +945,25 @@ def claim_verdict(cells: list[CellVerdict]) -> tuple[str, str]:
     return MIXED, counts
 
 
+def with_settings(paper: Paper) -> Paper:
+    """``paper`` with its sensitivity settings' claims (``CLAIM@SETTING``, diagnostic) among its claims."""
+    from dataclasses import replace
+
+    extra = tuple(c for _, c in sensitivity_claims(paper))
+    return replace(paper, claims=paper.claims + extra) if extra else paper
+
+
 def build(paper: Paper, runs: list[RunSpec], pairs: PairCache) -> tuple[list[Row], list[CellVerdict], dict]:
     data = Runs(runs)
     rows, cells = [], []
-    for claim in paper.claims:
-        r, c = claim_cells(claim, paper, runs, data, pairs)
+    judged = with_settings(paper)  # the sensitivity settings' claims are judged like any diagnostic
+    for claim in judged.claims:
+        r, c = claim_cells(claim, judged, runs, data, pairs)
         rows += r
         cells += c
-    decide_cells(paper, cells)
+    decide_cells(judged, cells)
     heads = trained_heads(runs)
-    flag_cells(paper, runs, data, cells, heads)
+    flag_cells(judged, runs, data, cells, heads)
     mark_identical(rows)
     return rows, cells, heads
 
@@ -1254,7 +1276,7 @@ def sections(
     controls: list | None = None,
 ) -> list[Section]:
     data = Runs(runs)
-    by_id = {c.id: c for c in paper.claims}
+    by_id = {c.id: c for c in with_settings(paper).claims}
     head = Section(f"Reproduction: {paper.name}", level=1)
     counts = headline(paper, cells)
     head.paragraphs += [
@@ -1279,7 +1301,7 @@ def sections(
             + "."
         ),
     ]
-    partial = [c for c in cells if any(f.startswith(FLAG_PARTIAL) for f in c.flags)]
+    partial = [c for c in cells if any(f.startswith(FLAG_PARTIAL) for f in c.flags) and SETTING_SEP not in c.claim]
     if partial:
         head.paragraphs.append(
             Para(
@@ -1390,7 +1412,10 @@ def sections(
         out.append(s)
     for ctrl in controls or []:
         out += control_sections(ctrl)
-    diag = [c for c in cells if c.diagnostic]
+    sens = sensitivity_section(paper, cells)
+    if sens is not None:
+        out.append(sens)
+    diag = [c for c in cells if c.diagnostic and SETTING_SEP not in c.claim]
     if diag:
         d = Section("Diagnostic: " + (", ".join(paper.diagnostic_roles) or "kept out of the counts"), level=2)
         if paper.diagnostics:
@@ -1463,6 +1488,63 @@ def sections(
     )
     out.append(runs_s)
     return out
+
+
+def sensitivity_section(paper: Paper, cells: list[CellVerdict]) -> Section | None:
+    """The claims of ``[protocol.sensitivity]`` judged again under each setting (another decoding,
+    another lambda), and which of their conclusions survive every setting."""
+    settings = list(((paper.protocol.get("sensitivity") or {}).get("settings") or {}))
+    mine = [c for c in cells if SETTING_SEP in c.claim]
+    if not settings:
+        return None
+    sec = Section("Sensitivity: decoding and lambda", level=2)
+    sens = paper.protocol.get("sensitivity") or {}
+    sec.paragraphs.append(
+        Para(
+            "{} Each setting replaces some roles of the claims {} with other systems (the rest keep the protocol's), "
+            "on {} x {}, over every fold; each cell is judged by the same rules on its own interval, outside the "
+            "counts and Holm's step.",
+            (
+                str(sens.get("description", "")),
+                ", ".join(sens.get("claims", [])),
+                ", ".join(sens.get("models", [])),
+                ", ".join(sens.get("corpora", [])),
+            ),
+        )
+    )
+    for name, subs in (sens.get("settings") or {}).items():
+        sec.bullets.append(Para("{}: {}", (name, "; ".join(f"{r} = {v}" for r, v in subs.items()))))
+    survive = []
+    for cid in sens.get("claims", []):
+        main = {(c.model, c.corpus, c.method): c for c in cells if c.claim == cid}
+        changed, missing = [], []
+        for c in (x for x in mine if x.claim.split(SETTING_SEP)[0] == cid):
+            setting = c.claim.split(SETTING_SEP, 1)[1]
+            base = main.get((c.model, c.corpus, c.method.split(SETTING_SEP)[0]))
+            if base is None or any(f.startswith(FLAG_PARTIAL) for f in c.flags) or c.verdict == NOT_COMPARABLE:
+                missing.append(setting)
+            elif c.verdict != base.verdict:
+                changed.append(f"{setting}: {c.verdict}")
+        if missing:
+            text = f"not yet judged under {', '.join(dict.fromkeys(missing))} (partial or no run)"
+        elif changed:
+            text = "changes under " + "; ".join(changed)
+        else:
+            text = f"survives every setting ({len(settings)})"
+        changed_roles = {r for subs in (sens.get("settings") or {}).values() for r in subs}
+        shown = [
+            c
+            for (model, corpus, method), c in main.items()
+            if model in sens.get("models", [model])
+            and corpus in sens.get("corpora", [corpus])
+            and method in changed_roles
+        ]
+        verdicts = ", ".join(sorted({c.verdict for c in shown})) or "no cell"
+        survive.append((Cell(cid), Cell(verdicts), Cell(text)))
+    sec.tables.append(Table(("claim", "its verdict", "under the settings"), tuple(survive), align="lll"))
+    if mine:
+        sec.tables.append(_cells_table(mine))
+    return sec
 
 
 def _controls_table(claim: Claim, runs_root: Path) -> Table:
