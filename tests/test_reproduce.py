@@ -779,3 +779,31 @@ def test_bad_sensitivity_settings_are_one_line(tmp_path, block, message):
     )
     with pytest.raises(MaxbenchError, match=message):
         load_paper(str(bad))
+
+
+def test_the_sensitivity_section_says_which_conclusions_survive_every_setting():
+    """A claim whose verdict holds under every setting survives; one that changes names the setting and
+    its verdict; a setting whose cell is partial is 'not yet judged'."""
+    from maxbench.benchmark.reproduce.report import CellVerdict, sensitivity_section
+    from maxbench.document import render_markdown
+
+    g = load_paper("graphmax")
+    names = list(g.protocol["sensitivity"]["settings"])
+
+    def cell(claim, method, verdict, flags=()):
+        return CellVerdict(
+            claim, "", "smollm2-135m", "food-reviews", method, "softmax", "x", "difference",
+            None, None, None, None, None, None, None, None, 5, 80, verdict, "", flags=list(flags),
+        )  # fmt: skip
+
+    cells = [cell("table2-bleu", "graphmax", "not reproduced"), cell("figure3-ppl", "graphmax", "not reproduced")]
+    cells += [cell(f"table2-bleu@{n}", f"graphmax@{n}", "not reproduced") for n in names]
+    cells += [cell(f"figure3-ppl@{n}", f"graphmax@{n}", "not reproduced") for n in names]
+    cells[-1] = cell(f"figure3-ppl@{names[-1]}", f"graphmax@{names[-1]}", "reproduced")
+    text = render_markdown([sensitivity_section(g, cells)])
+    assert f"| table2-bleu | not reproduced | survives every setting ({len(names)}) |" in text
+    assert f"| figure3-ppl | not reproduced | changes under {names[-1]}: reproduced |" in text
+    cells[2].flags.append("partial: a run")
+    text = render_markdown([sensitivity_section(g, cells)])
+    assert f"not yet judged under {names[0]} (partial or no run)" in text
+    assert sensitivity_section(load_paper("kerbs"), cells) is None
