@@ -12,10 +12,18 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from functools import partial
 from pathlib import Path
 
 import pytest
-from plugin_study import STUDY_OPTIONS, assert_rated_against_the_baseline, rate_every_page, report_and_view, study_slug
+from plugin_study import (
+    STUDY_OPTIONS,
+    assert_rated_against_the_baseline,
+    in_process,
+    rate_every_page,
+    report_and_view,
+    study_slug,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "maxbench-entmax"
@@ -100,24 +108,10 @@ def maxbench_in_env(env, tmp_path_factory):
     proc.stdout.close()
 
 
-def _in_env(maxbench, cwd: Path):
-    """``commands`` for ``plugin_study.report_and_view``: each argv through the environment's process in turn,
-    stopping at the first failure."""
-
-    def commands(argvs):
-        for argv in argvs:
-            rc, _, err = maxbench(cwd, *argv)
-            if rc:
-                return rc, err
-        return 0, ""
-
-    return commands
-
-
 def test_the_entry_point_is_listed_with_its_distribution(maxbench_in_env, tmp_path):
     rc, out, err = maxbench_in_env(tmp_path, "plugins")
     assert rc == 0, err
-    line = next(ln for ln in out.splitlines() if ln.strip().startswith("entmax"))
+    line = next(ln for ln in out.splitlines() if ln.split()[:1] == ["entmax"])  # the name, not a prefix
     assert "maxbench-entmax 0.1.0" in line
 
 
@@ -182,5 +176,6 @@ def test_the_example_runs_through_a_lineup_the_leaderboard_a_study_and_its_repor
     # rated through the rating app (this process), then reported against softmax with the distribution as its
     # code, and viewed, in the environment
     assert rate_every_page(db, tmp_path / "links.txt") == 4
-    md, doc, explorer = report_and_view(_in_env(maxbench_in_env, tmp_path), tmp_path, run, study_slug(out), db)
+    in_env = in_process(partial(maxbench_in_env, tmp_path))  # each command in the environment's process
+    md, doc, explorer = report_and_view(in_env, tmp_path, run, study_slug(out), db)
     assert_rated_against_the_baseline(md, doc, explorer, systems[0], systems[1], code)

@@ -719,7 +719,7 @@ def test_a_signature_with_the_data_it_scored_appended_is_the_installed_metrics()
     now = "attr-acc|classifier:x|sklearn:1.9.1"
     assert _same_metric(now, now) and _same_metric(now + "|suite:food-attrs@4d58|attribute:score", now)
     assert not _same_metric("attr-acc|classifier:y|sklearn:1.9.1", now)
-    assert not _same_metric(now + "0", now)
+    assert not _same_metric(now + "0", now) and not _same_metric(now + "|smooth:floor", now)
 
 
 def test_a_piece_keeps_the_systems_a_run_already_has(tmp_path):
@@ -736,49 +736,61 @@ def test_a_piece_keeps_the_systems_a_run_already_has(tmp_path):
     assert piece.roles == {"zero-shot": zero, "fctg": "smollm2-135m+fctg/softmax/top_k=40,max_new_tokens=160"}
 
 
-def test_sensitivity_settings_add_roles_on_their_model_and_corpus_and_judge_the_claims_again(tmp_path):
-    """graphmax's decoding and lambda settings: extra roles ROLE@SETTING in every SmolLM2 food fold (not
-    Gemma's, not movie reviews'), one diagnostic claim per setting x claim with the replaced roles."""
+def test_sensitivity_settings_add_roles_on_their_model_and_corpus_and_judge_the_claims_again(home, tmp_path):
+    """Extra roles ROLE@SETTING in every fold of the settings' model and corpus, one diagnostic claim per
+    setting x claim with the replaced roles (graphmax's: greedy, top-k, lambda)."""
     from maxbench.benchmark.reproduce.papers import sensitivity_claims
     from maxbench.benchmark.reproduce.protocol import Options, plan_runs
 
-    g = load_paper("graphmax")
-    runs = plan_runs(g, Options(), tmp_path / "out")
-    food = [r for r in runs if r.model == "smollm2-135m" and r.corpus == "food-reviews"]
-    assert len(food) == 5 and all("graphmax@greedy" in r.roles and "softmax@top-k 10" in r.roles for r in food)
-    assert all(not any("@" in k for k in r.roles) for r in runs if r not in food)
-    assert food[0].roles["graphmax@lambda 0.001"] == "smollm2-135m/graphmax(lam=0.001,solver=exact)/top_p=0.9"
-    fold0 = food[0]
-    assert len(fold0.plan.systems) == len(set(fold0.roles.values()))  # lambda 0.1 is graphmax-lam=0.1's system
-    claims = dict(((s, c.id), c) for s, c in sensitivity_claims(g))
-    greedy = claims[("greedy", "table2-bleu@greedy")]
-    assert greedy.methods == ("graphmax@greedy",) and greedy.baselines == ("softmax@greedy",) and greedy.diagnostic
-    lam = claims[("lambda 0.01", "figure3-ppl@lambda 0.01")]
-    assert lam.methods == ("graphmax@lambda 0.01",) and lam.baselines == ("softmax",)
-    assert lam.corpora == ("food-reviews",) and lam.models == ("smollm2-135m",)
-    assert len(claims) == 2 * 12
+    toy = tmp_path / "toy.toml"
+    block = (
+        '[protocol.sensitivity]\nmodels = ["tiny-random"]\ncorpora = ["food-reviews"]\nclaims = ["bleu", "ppl"]\n'
+        "[protocol.sensitivity.settings]\n"
+        'greedy = { softmax = "softmax/greedy,max_new_tokens=6", graphmax = "graphmax(lam=1.0,solver=exact)/greedy,max_new_tokens=6" }\n'
+        '"lambda 0.5" = { graphmax = "graphmax(lam=0.5,solver=exact)/top_p=0.9,max_new_tokens=6" }\n'
+    )
+    toy.write_text(PAPER.replace("[protocol.first_fold_systems]", block + "[protocol.first_fold_systems]"))
+    paper = load_paper(str(toy))
+    runs = plan_runs(paper, Options(), tmp_path / "out")
+    assert len(runs) == 2 and all("graphmax@greedy" in r.roles and "softmax@greedy" in r.roles for r in runs)
+    assert (
+        runs[1].roles["graphmax@lambda 0.5"] == "tiny-random/graphmax(lam=0.5,solver=exact)/top_p=0.9,max_new_tokens=6"
+    )
+    claims = {c.id: c for _, c in sensitivity_claims(paper)}
+    assert sorted(claims) == ["bleu@greedy", "bleu@lambda 0.5", "ppl@greedy", "ppl@lambda 0.5"]
+    assert claims["bleu@greedy"].methods == ("graphmax@greedy",) and claims["bleu@greedy"].baselines == (
+        "softmax@greedy",
+    )
+    assert claims["ppl@lambda 0.5"].baselines == ("softmax",) and claims["ppl@lambda 0.5"].diagnostic
+    g = {c.id: c for _, c in sensitivity_claims(load_paper("graphmax"))}
+    assert len(g) == 2 * 12 and g["figure3-ppl@lambda 0.01"].models == ("smollm2-135m",)
+    assert g["table2-bleu@top-k 10"].corpora == ("food-reviews",)
+
+
+SENS = (
+    '[protocol.sensitivity]\nmodels = ["tiny-random"]\ncorpora = ["food-reviews"]\nclaims = ["bleu"]\n'
+    '[protocol.sensitivity.settings]\ng = { softmax = "softmax/greedy" }\n'
+)
 
 
 @pytest.mark.parametrize(
-    "block, message",
+    "old, new, message",
     [
-        ('claims = ["no-such"]', "unknown claim 'no-such'"),
-        (
-            'claims = ["bleu"]\n[protocol.sensitivity.settings]\ng = { graphmx = "softmax/greedy" }',
-            "did you mean 'graphmax'",
-        ),
-        ('models = ["gemma"]', "unknown base model 'gemma'"),
+        ('claims = ["bleu"]', 'claims = ["no-such"]', "unknown claim 'no-such'"),
+        ("g = { softmax", "g = { sofmax", "did you mean 'softmax'"),
+        ('models = ["tiny-random"]', 'models = ["gemma"]', "unknown base model 'gemma'"),
+        ('corpora = ["food-reviews"]\n', "", "needs 'corpora'"),
     ],
 )
-def test_bad_sensitivity_settings_are_one_line(tmp_path, block, message):
+def test_bad_sensitivity_settings_are_one_line(tmp_path, old, new, message):
     bad = tmp_path / "bad.toml"
-    bad.write_text(
-        PAPER.replace(
-            "[protocol.first_fold_systems]", f"[protocol.sensitivity]\n{block}\n[protocol.first_fold_systems]"
-        )
-    )
+    block = SENS.replace(old, new)
+    bad.write_text(PAPER.replace("[protocol.first_fold_systems]", block + "[protocol.first_fold_systems]"))
     with pytest.raises(MaxbenchError, match=message):
         load_paper(str(bad))
+    good = tmp_path / "good.toml"
+    good.write_text(PAPER.replace("[protocol.first_fold_systems]", SENS + "[protocol.first_fold_systems]"))
+    assert load_paper(str(good)).protocol["sensitivity"]["claims"] == ["bleu"]
 
 
 def test_the_sensitivity_section_says_which_conclusions_survive_every_setting():
@@ -807,3 +819,22 @@ def test_the_sensitivity_section_says_which_conclusions_survive_every_setting():
     text = render_markdown([sensitivity_section(g, cells)])
     assert f"not yet judged under {names[0]} (partial or no run)" in text
     assert sensitivity_section(load_paper("kerbs"), cells) is None
+
+
+def test_a_piece_keeps_the_baseline_and_marks_the_roles_it_left_out(tmp_path):
+    """--roles without the baseline keeps it (every comparison is against it); the runs of a piece know
+    the roles the protocol plans, so a cell of a left-out role is partial, not missing."""
+    from maxbench.benchmark.reproduce.protocol import Options, plan_runs
+
+    f = load_paper("fctg")
+    (piece,) = plan_runs(f, Options(roles=["fctg"], corpora=["news"]), tmp_path / "fresh")
+    assert sorted(piece.roles) == ["fctg", "zero-shot"] and "nrp" in piece.planned
+    (whole,) = plan_runs(f, Options(corpora=["news"]), tmp_path / "fresh")
+    assert whole.planned == ()
+    bad = tmp_path / "bad.toml"
+    text = (Path(__file__).parents[1] / "benchmark" / "reproduce" / "papers" / "fctg.toml").read_text()
+    bad.write_text(
+        text.replace('fctg = { "food-reviews" = [13.83], news = [2.70] }', 'fctg = { "food-review" = [13.83] }')
+    )
+    with pytest.raises(MaxbenchError, match="paper_values.fctg: unknown corpus 'food-review'"):
+        load_paper(str(bad))

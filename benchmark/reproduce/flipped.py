@@ -112,7 +112,11 @@ def flip_rows(specs: list[FlipSpec]) -> list[dict]:
             if a is None or b is None:
                 out.append(row | {"status": "not generated yet"})
                 continue
-            res = flip_check(a, b)
+            try:
+                res = flip_check(a, b)
+            except MaxbenchError as exc:  # e.g. the classifier cannot be trained here: the row says why
+                out.append(row | {"status": f"not checked: {exc}"})
+                continue
             row |= {"status": "partial" if min(len(a.texts), len(b.texts)) < n_items else "complete"}
             row |= {"n": res.n, "attribute": res.attribute}
             for key in ("changed", "to_target", "flipped"):

@@ -189,7 +189,7 @@ def sensitivity_roles(protocol: dict) -> dict[str, str]:
     return {f"{role}{SETTING_SEP}{name}": system for name, subs in settings.items() for role, system in subs.items()}
 
 
-def sensitivity_claims(paper: "Paper") -> list[tuple[str, "Claim"]]:
+def sensitivity_claims(paper: Paper) -> list[tuple[str, Claim]]:
     """(setting, claim) for each setting x each claim of ``[protocol.sensitivity]``: the claim with each
     role the setting replaces renamed ``ROLE@SETTING`` (its baselines the setting does not replace keep
     the protocol's systems; its methods are only those the setting replaces), its id ``CLAIM@SETTING``;
@@ -202,7 +202,7 @@ def sensitivity_claims(paper: "Paper") -> list[tuple[str, "Claim"]]:
         for cid in sens.get("claims", []):
             claim = next(c for c in paper.claims if c.id == cid)
 
-            def sub(role: str) -> str:
+            def sub(role: str, name: str = name, subs: dict = subs) -> str:
                 return f"{role}{SETTING_SEP}{name}" if role in subs else role
 
             corpora = tuple(c for c in claim.corpora if c in sens.get("corpora", claim.corpora))
@@ -232,6 +232,9 @@ def _check_sensitivity(protocol: dict, claims: list, path) -> None:
     if not sens:
         return
     what = f"paper file {path}: sensitivity"
+    for key in ("models", "corpora", "claims", "settings"):
+        if not sens.get(key):
+            raise MaxbenchError(f"{what}: needs '{key}' (the settings run on the base models and corpora named)")
     for model in sens.get("models", []):
         if model not in protocol.get("models", []):
             raise MaxbenchError(f"{what}: {unknown_name('base model', str(model), protocol.get('models', []))}")
@@ -346,9 +349,14 @@ def load_paper(name: str, path: Path | None = None) -> Paper:
         )
         if claim.measure not in MEASURES:
             raise MaxbenchError(f"{what}: {unknown_name('measure', str(claim.measure), MEASURES)}")
-        for role, _ in claim.paper_values:
+        for role, per in claim.paper_values:
             if role not in roles:
                 raise MaxbenchError(f"{what}: paper_values: {unknown_name('system role', role, roles)}")
+            for corpus, _ in per:
+                if corpus not in protocol.get("corpora", []):
+                    raise MaxbenchError(
+                        f"{what}: paper_values.{role}: {unknown_name('corpus', corpus, protocol.get('corpora', []))}"
+                    )
         if claim.direction not in DIRECTIONS:
             raise MaxbenchError(f"{what}: {unknown_name('direction', str(claim.direction), DIRECTIONS)}")
         if claim.kind not in KINDS:

@@ -59,6 +59,9 @@ class RunSpec:
     plan: object  # maxbench.benchmark.rundir.RunPlan
     roles: dict[str, str] = field(default_factory=dict)  # role -> system name
     baseline: str = ""
+    #: the roles the protocol plans for this run when ``--roles`` generates a piece of it (else empty):
+    #: a cell whose role is not in this piece is partial, not missing
+    planned: tuple = ()
 
     @property
     def run_dir(self) -> Path:
@@ -123,8 +126,9 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
                 if model in sens.get("models", []) and corpus in sens.get("corpora", []):
                     roles |= sensitivity_roles(proto)  # every fold: the settings are judged over folds
                 full = dict(roles)
-                if opts.roles:
-                    roles = {k: v for k, v in roles.items() if k in opts.roles or k.split(SETTING_SEP)[0] in opts.roles}
+                if opts.roles:  # the baseline stays: every comparison of the run is against it
+                    keep = set(opts.roles) | {proto["baseline"]}
+                    roles = {k: v for k, v in roles.items() if k in keep or k.split(SETTING_SEP)[0] in keep}
                 if not roles:
                     continue
                 specs.append((model, corpus, fold, roles, full))
@@ -184,7 +188,8 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
             registry=f"reproduce-{paper.name}",
         )
         names = {role: s.name for role, s in systems.items()}
-        runs.append(RunSpec(model, corpus, fold, plan, names, names[proto["baseline"]]))
+        planned = tuple(full) if set(full) != set(roles) else ()
+        runs.append(RunSpec(model, corpus, fold, plan, names, names[proto["baseline"]], planned))
     return runs
 
 

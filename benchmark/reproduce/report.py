@@ -901,6 +901,15 @@ def flag_cells(paper: Paper, runs: list[RunSpec], data: Runs, cells: list[CellVe
         models = c.model.split("+")
         planned = [r for r in runs if r.model in models and r.corpus == c.corpus and all(x in r.roles for x in roles)]
         why = sorted({f"{r.run_dir.name}: {data.partial_for(r, roles)}" for r in planned if data.partial_for(r, roles)})
+        # a --roles piece: the cell's roles the protocol plans for the run but this piece left out
+        pieces = [r for r in runs if r.model in models and r.corpus == c.corpus and r.planned and r not in planned]
+        why += sorted(
+            {
+                f"{r.run_dir.name}: " + ", ".join(x for x in roles if x not in r.roles) + " not generated in this piece"
+                for r in pieces
+                if all(x in r.planned for x in roles)
+            }
+        )
         if why:
             c.flags.append(f"{FLAG_PARTIAL}: " + "; ".join(why))
         # the method's trained head: its best epoch the untrained one
@@ -1227,7 +1236,8 @@ def headline(paper: Paper, cells: list[CellVerdict]) -> dict:
         "claim_verdicts": {k: {"verdict": v, "cells": w} for k, (v, w) in claims.items()},
         "cells": len(counted),
         "cells_by_verdict": {k: by_cell[k] for k in VERDICTS if k in by_cell},
-        "diagnostic_cells": sum(1 for c in cells if c.diagnostic),
+        "diagnostic_cells": sum(1 for c in cells if c.diagnostic and SETTING_SEP not in c.claim),
+        "sensitivity_cells": sum(1 for c in cells if SETTING_SEP in c.claim),
         "repeated_cells": sum(1 for c in cells if c.same_as),
     }
 
@@ -1421,7 +1431,11 @@ def sections(
         if paper.diagnostics:
             d.paragraphs.append(Para("{}", (paper.diagnostics,)))
         d.tables.append(_cells_table(diag))
-        drows = [r for r in rows if r.diagnostic and r.kind != "convergence" and not r.identical_to]
+        drows = [
+            r
+            for r in rows
+            if r.diagnostic and r.kind != "convergence" and not r.identical_to and SETTING_SEP not in r.claim
+        ]
         if drows:
             d.tables.append(_detail_table(by_id, drows))
         out.append(d)
@@ -1490,10 +1504,19 @@ def sections(
     return out
 
 
+def unadjusted(paper: Paper, c: CellVerdict) -> str:
+    """A cell's verdict on its own interval, before Holm's step (the settings' cells, diagnostics, are
+    judged that way: the sensitivity table compares like with like)."""
+    claim = next((x for x in paper.claims if x.id == c.claim), None)
+    if claim is None or not c.details or c.p_holm is None:
+        return c.verdict
+    return aggregate([(d.baseline, _judge(claim, c, d)) for d in c.details]).verdict
+
+
 def sensitivity_section(paper: Paper, cells: list[CellVerdict]) -> Section | None:
     """The claims of ``[protocol.sensitivity]`` judged again under each setting (another decoding,
     another lambda), and which of their conclusions survive every setting."""
-    settings = list(((paper.protocol.get("sensitivity") or {}).get("settings") or {}))
+    settings = list((paper.protocol.get("sensitivity") or {}).get("settings") or {})
     mine = [c for c in cells if SETTING_SEP in c.claim]
     if not settings:
         return None
@@ -1523,7 +1546,7 @@ def sensitivity_section(paper: Paper, cells: list[CellVerdict]) -> Section | Non
             base = main.get((c.model, c.corpus, c.method.split(SETTING_SEP)[0]))
             if base is None or any(f.startswith(FLAG_PARTIAL) for f in c.flags) or c.verdict == NOT_COMPARABLE:
                 missing.append(setting)
-            elif c.verdict != base.verdict:
+            elif c.verdict != unadjusted(paper, base):
                 changed.append(f"{setting}: {c.verdict}")
         if missing:
             text = f"not yet judged under {', '.join(dict.fromkeys(missing))} (partial or no run)"
@@ -1539,7 +1562,7 @@ def sensitivity_section(paper: Paper, cells: list[CellVerdict]) -> Section | Non
             and corpus in sens.get("corpora", [corpus])
             and method in changed_roles
         ]
-        verdicts = ", ".join(sorted({c.verdict for c in shown})) or "no cell"
+        verdicts = ", ".join(sorted({unadjusted(paper, c) for c in shown})) or "no cell"
         survive.append((Cell(cid), Cell(verdicts), Cell(text)))
     sec.tables.append(Table(("claim", "its verdict", "under the settings"), tuple(survive), align="lll"))
     if mine:
@@ -1622,7 +1645,7 @@ def _plot(cells: list[CellVerdict], path: Path) -> Figure | None:
     # ratio r as r - 1; each competitor of a 'best among' cell on its own line); r is not on it.
     pts = []
     for c in cells:
-        if c.diagnostic or c.kind in ("correlation", "convergence"):
+        if c.diagnostic or c.kind in ("correlation", "convergence") or SETTING_SEP in c.claim:
             continue
         for x in c.details:
             e = x.est
@@ -1664,8 +1687,8 @@ def _plot(cells: list[CellVerdict], path: Path) -> Figure | None:
 def _same_metric(recorded: str, now: str) -> bool:
     """Whether a recorded signature is the installed metric's: equal, or the installed signature with
     the parts a metric appends for the data it scored (attr-acc: the suite, the attribute, the
-    trained classifier)."""
-    return recorded == now or recorded.startswith(now + "|")
+    trained classifier, from ``|suite:`` on)."""
+    return recorded == now or recorded.startswith(now + "|suite:")
 
 
 def signature_warnings(paper: Paper, runs: list[RunSpec]) -> list[str]:

@@ -135,7 +135,12 @@ class NrpLM(torch.nn.Module):
         allowed = torch.cat([red, allowed_green], dim=2)[:, None]
         state.mask = _additive(allowed, torch.float32)
         out = self.base(
-            input_ids=ids, position_ids=positions, use_cache=False, output_hidden_states=True, nrp_state=state
+            input_ids=ids,
+            position_ids=positions,
+            use_cache=False,
+            output_hidden_states=True,
+            logits_to_keep=1,  # the states are what is used: no LM head over every position here
+            nrp_state=state,
         )
         return out.hidden_states[-1]
 
@@ -152,7 +157,9 @@ class NrpLM(torch.nn.Module):
             q = input_ids.shape[1]
             positions = torch.arange(n, n + q, device=input_ids.device)[None].expand(input_ids.shape[0], q)
             with torch.no_grad():
-                self.base(input_ids=input_ids, position_ids=positions, past_key_values=green, use_cache=True)
+                self.base(
+                    input_ids=input_ids, position_ids=positions, past_key_values=green, use_cache=True, logits_to_keep=1
+                )
             allowed = torch.ones((q, n + q), dtype=torch.bool, device=input_ids.device).tril(n)
             hidden = self._yellow(input_ids, positions, state, allowed[None].expand(input_ids.shape[0], q, n + q))
             logits = head(hidden[:, -keep:] if keep else hidden)
@@ -194,11 +201,18 @@ class NrpLM(torch.nn.Module):
             position_ids=red_pos,
             use_cache=True,
             output_hidden_states=True,
+            logits_to_keep=1,
         )
         green_cache = DynamicCache(config=self.config)
         green_pos = torch.arange(lg, device=input_ids.device)[None].expand(bsz, lg)
         with torch.no_grad():
-            self.base(input_ids=green_ids, position_ids=green_pos, past_key_values=green_cache, use_cache=True)
+            self.base(
+                input_ids=green_ids,
+                position_ids=green_pos,
+                past_key_values=green_cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
         state = NrpState(red_out.past_key_values, red_mask, green_cache)
         causal = torch.ones((lg, lg), dtype=torch.bool, device=input_ids.device).tril()
         allowed = causal[None] & green_mask[:, None, :]
