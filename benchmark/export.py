@@ -226,8 +226,9 @@ def _keyed(rows: list[dict], system: str) -> dict[tuple, dict]:
     return {(str(r["prompt_id"]), int(r.get("sample", 0)), r.get("seed")): r for r in rows if r["system"] == system}
 
 
-def _batch(rows: list[dict]):
-    """A TextBatch of rows, as ``scoring.load_run`` makes one per system."""
+def _batch(rows: list[dict], conditions=None, pool=None):
+    """A TextBatch of rows, as ``scoring.load_run`` makes one per system (with its suite's attributes and
+    held-out split: ``scoring.run_conditions``, ``scoring.run_reference_pool``)."""
     from maxbench.benchmark.metrics.base import TextBatch
 
     refs, prompts, ref_lp, vocab = {}, {}, {}, None
@@ -248,6 +249,8 @@ def _batch(rows: list[dict]):
         ref_lp or None,
         vocab,
         strides[-1] if strides else None,
+        conditions,
+        pool,
     )
 
 
@@ -296,7 +299,14 @@ def compare_runs(run_a: Path, run_b: Path, pairs: list[str] | None = None, optio
     """Paired tests of run A's systems against run B's (A minus B), on the (prompt id, sample, seed)
     keys both hold; ``options`` a ``ScoringOptions`` (its metrics, resamples, seed and level)."""
     from maxbench.benchmark.metrics.base import METRICS
-    from maxbench.benchmark.metrics.scoring import ScoringOptions, build_metrics, compare_one, score_batch
+    from maxbench.benchmark.metrics.scoring import (
+        ScoringOptions,
+        build_metrics,
+        compare_one,
+        run_conditions,
+        run_reference_pool,
+        score_batch,
+    )
     from maxbench.benchmark.metrics.stats import TEST_METHOD
 
     run_a, run_b = Path(run_a), Path(run_b)
@@ -325,6 +335,7 @@ def compare_runs(run_a: Path, run_b: Path, pairs: list[str] | None = None, optio
     origins = {m.name: METRICS.origin(m.name) for m in metrics if not METRICS.is_builtin(m.name)}
     if origins:
         doc["metric_origins"] = origins
+    suite_parts = (run_conditions(manifest_a), run_reference_pool(manifest_a))  # one suite: checked above
     for sa, sb in chosen:
         keyed_a, keyed_b = _keyed(rows_a, sa), _keyed(rows_b, sb)
         seeds_b = {(p, s): seed for p, s, seed in keyed_b}
@@ -338,8 +349,10 @@ def compare_runs(run_a: Path, run_b: Path, pairs: list[str] | None = None, optio
         if not common:
             raise MaxbenchError(f"'{sa}' of run A and '{sb}' of run B share no (prompt id, sample, seed)")
         label = sa if sa == sb else f"{sa} vs {sb}"
-        res_a = score_batch(_batch([keyed_a[k] for k in common]), metrics, options, f"A {label}", not_applicable=True)
-        res_b = score_batch(_batch([keyed_b[k] for k in common]), metrics, options, f"B {label}", not_applicable=True)
+        batch_a = _batch([keyed_a[k] for k in common], *suite_parts)
+        batch_b = _batch([keyed_b[k] for k in common], *suite_parts)
+        res_a = score_batch(batch_a, metrics, options, f"A {label}", not_applicable=True)
+        res_b = score_batch(batch_b, metrics, options, f"B {label}", not_applicable=True)
         tests = compare_one(res_a, res_b, options)
         values_a = {n: s.value for r in res_a for n, s in r.scores.items()}
         values_b = {n: s.value for r in res_b for n, s in r.scores.items()}

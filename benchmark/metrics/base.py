@@ -53,6 +53,21 @@ class Conditions:
         }
 
 
+@dataclass(frozen=True)
+class ReferencePool:
+    """Every text of the split a suite's prompts were drawn from (``Suite.heldout``): the references of
+    pool metrics such as heldout-bleu, which compare each text with all of them, as the graphmax papers
+    compare with "the original corpus". ``name`` is the corpus or fold view, ``sha256`` of its texts."""
+
+    name: str
+    sha256: str
+    texts: tuple[str, ...]
+
+    def key(self) -> dict:
+        """What the score cache keys a batch with a pool by, beside its rows."""
+        return {"name": self.name, "sha256": self.sha256, "n": len(self.texts)}
+
+
 @dataclass
 class TextBatch:
     """The texts of one system, with the prompt each came from and that prompt's reference.
@@ -70,6 +85,7 @@ class TextBatch:
     vocab_size: int | None = None  # of the system, for ref-ppl's epsilon-perplexity
     reference_stride: int | None = None  # ref-ppl's sliding-window stride, when a reference did not fit the context
     conditions: Conditions | None = None  # a conditional suite's attributes of each prompt (attr-acc)
+    reference_pool: ReferencePool | None = None  # the held-out split the prompts came from (heldout-bleu)
 
     def __post_init__(self):
         if len(self.texts) != len(self.prompt_ids):
@@ -271,6 +287,7 @@ METRICS: Registry[type[Metric]] = Registry(
     {
         "sacrebleu": "maxbench.benchmark.metrics.reference:SacreBLEU",
         "bleu-n": "maxbench.benchmark.metrics.reference:PoolBLEU",
+        "heldout-bleu": "maxbench.benchmark.metrics.reference:HeldoutBLEU",
         "rouge-l": "maxbench.benchmark.metrics.reference:RougeL",
         "meteor": "maxbench.benchmark.metrics.reference:Meteor",
         "bertscore": "maxbench.benchmark.metrics.reference:BERTScore",

@@ -95,6 +95,7 @@ class PoolBLEU(Metric):
 
     score_prefix = "bleu"  # the scores are <score_prefix>-<n>
     sample_size: int | None = None  # the first this many references (None: all)
+    refs_id = "whole-reference-set"  # the references, as the signature names them
 
     def __init__(self, orders: tuple[int, ...] = (2, 3, 4, 5)):
         self.orders = tuple(orders)
@@ -102,12 +103,12 @@ class PoolBLEU(Metric):
     @property
     def signature(self) -> str:
         return signature(
-            "bleu-n",
+            self.name,
             tok=TOKENIZER_ID,
             n=",".join(map(str, self.orders)),
             weights="uniform(1/n)",
             smooth=SMOOTHING_ID,
-            refs="whole-reference-set",
+            refs=self.refs_id,
             avg="mean-over-texts",
             nltk=package_version("nltk"),
         )
@@ -116,11 +117,43 @@ class PoolBLEU(Metric):
     def score_ranges(self):
         return {f"{self.score_prefix}-{n}": UNIT for n in self.orders}
 
+    def references(self, batch: TextBatch) -> tuple[list[list[str]], str]:
+        """The tokenised references every text is compared with, and a note on them."""
+        return first_items(batch.reference_tokens, self.sample_size, "references")
+
     def _compute(self, batch: TextBatch):
-        refs, note = first_items(batch.reference_tokens, self.sample_size, "references")
+        refs, note = self.references(batch)
         values = pool_bleu(batch.tokens, refs, self.orders)
         scores = [mean_score(batch, name, values[n]) for n, name in zip(self.orders, self.score_ranges)]
         return self.result(scores, notes=note)
+
+
+class HeldoutBLEU(PoolBLEU):
+    name = "heldout-bleu"
+    needs_references = False  # not the prompts' references: the held-out split (``unavailable``)
+    score_prefix = "heldout-bleu"
+    variant = (
+        "BLEU-n of each text against every text of the held-out split its prompt was drawn from (the "
+        "suite's 'heldout' corpus or fold: the graphmax papers' comparison with the original corpus) with "
+        "nltk sentence_bleu, averaged over texts"
+    )
+
+    refs_id = "every-text-of-the-suite's-heldout-split"
+
+    def unavailable(self, batch: TextBatch) -> str | None:
+        if batch.reference_pool is None:
+            return (
+                "needs the held-out split the suite's prompts came from, and this suite names none (a suite "
+                "manifest's 'heldout' key, which maxbench reproduce writes into its fold suites)"
+            )
+        return None
+
+    def references(self, batch: TextBatch) -> tuple[list[list[str]], str]:
+        from maxbench.benchmark.metrics.tokenize import word_tokens
+
+        pool = batch.reference_pool
+        note = f"references: the {len(pool.texts)} texts of {pool.name} (sha256 {pool.sha256[:12]})"
+        return [word_tokens(t) for t in pool.texts], note
 
 
 class RougeL(Metric):

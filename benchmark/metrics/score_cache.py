@@ -86,6 +86,8 @@ def system_key(batch, coverage: dict, signatures: list[str], settings: dict, ver
         rows["reference_stride"] = batch.reference_stride
     if getattr(batch, "conditions", None) is not None:  # a conditional suite's attributes (attr-acc)
         rows["conditions"] = batch.conditions.key()
+    if getattr(batch, "reference_pool", None) is not None:  # the held-out split (heldout-bleu)
+        rows["reference_pool"] = batch.reference_pool.key()
     return _digest(
         {
             "what": "system",

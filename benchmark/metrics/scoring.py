@@ -233,7 +233,7 @@ def load_run(run_dir: Path) -> tuple[dict, dict[str, TextBatch]]:
             g["vocab"] = row.get("vocab_size", g["vocab"])
             if row.get("reference_stride") is not None:
                 g["stride"] = row["reference_stride"]
-    conditions = run_conditions(manifest)
+    conditions, pool = run_conditions(manifest), run_reference_pool(manifest)
     # a suite without references (a TXT file) stores empty ones: scored, they would look like real zeros
     batches = {
         s: TextBatch(
@@ -245,6 +245,7 @@ def load_run(run_dir: Path) -> tuple[dict, dict[str, TextBatch]]:
             g["vocab"],
             g.get("stride"),
             conditions,
+            pool,
         )
         for s, g in groups.items()
     }
@@ -259,14 +260,13 @@ def conditional_scoring(batches) -> bool:
     return any(b.conditions is not None and classified_attribute(b.conditions)[0] for b in batches)
 
 
-def run_conditions(manifest: dict):
-    """The attributes of a run's conditional suite (``TextBatch.conditions``, for attr-acc): None for a
-    suite without attributes, and for one that can no longer be loaded as the run recorded it."""
-    from maxbench.benchmark.metrics.attributes import conditions_of
+def _recorded_suite(manifest: dict):
+    """The suite a run's manifest records, loaded from where the run found it, when it still has the
+    bytes the run recorded; None otherwise (a suite that moved or changed scores without it)."""
     from maxbench.benchmark.suites import builtin_suites, load_suite
 
     suite = manifest.get("suite")
-    if not isinstance(suite, dict) or not isinstance(suite.get("conditional"), dict):
+    if not isinstance(suite, dict):
         return None
     path, name = suite.get("path"), suite.get("name")
     found = path if isinstance(path, str) and Path(path).is_file() else name if name in builtin_suites() else None
@@ -276,7 +276,32 @@ def run_conditions(manifest: dict):
         now = load_suite(found)
     except MaxbenchError:
         return None
-    return conditions_of(now) if now.conditional and now.sha256 == suite.get("sha256") else None
+    return now if now.sha256 == suite.get("sha256") else None
+
+
+def run_reference_pool(manifest: dict):
+    """Every text of the held-out split a run's suite was drawn from (``TextBatch.reference_pool``, for
+    heldout-bleu): None when the suite names none (``Suite.heldout``) or can no longer be loaded."""
+    from maxbench.benchmark.corpora import load_corpus
+    from maxbench.benchmark.metrics.base import ReferencePool
+
+    suite = _recorded_suite(manifest)
+    if suite is None or not suite.heldout:
+        return None
+    texts = tuple(load_corpus(suite.heldout).test)
+    digest = hashlib.sha256("\0".join(texts).encode()).hexdigest()
+    return ReferencePool(suite.heldout, digest, texts)
+
+
+def run_conditions(manifest: dict):
+    """The attributes of a run's conditional suite (``TextBatch.conditions``, for attr-acc): None for a
+    suite without attributes, and for one that can no longer be loaded as the run recorded it."""
+    from maxbench.benchmark.metrics.attributes import conditions_of
+
+    if not isinstance(manifest.get("suite"), dict) or not isinstance(manifest["suite"].get("conditional"), dict):
+        return None
+    now = _recorded_suite(manifest)
+    return conditions_of(now) if now is not None and now.conditional else None
 
 
 # ---------------------------------------------------------------- scoring

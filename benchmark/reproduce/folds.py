@@ -59,9 +59,10 @@ def suite_name(corpus: str, fold: int, k: int, seed: int) -> str:
     return f"{corpus}-fold{fold}of{k}-seed{seed}"
 
 
-def write_suite(items: list[dict], name: str, folder: Path, description: str, corpus: str) -> Path:
+def write_suite(items: list[dict], name: str, folder: Path, description: str, corpus: str, heldout: str) -> Path:
     """Write the suite's JSONL and TOML manifest (with its sha256) into ``folder``; returns the manifest.
-    The same items give the same bytes, so rewriting an existing suite changes nothing."""
+    ``heldout`` is the corpus or fold view whose test split the items came from (the reference pool of
+    heldout-bleu). The same items give the same bytes, so rewriting an existing suite changes nothing."""
     body = "".join(json.dumps(it, ensure_ascii=False) + "\n" for it in items).encode()
     digest = hashlib.sha256(body).hexdigest()
     data, manifest = folder / f"{name}.jsonl", folder / f"{name}.toml"
@@ -69,7 +70,7 @@ def write_suite(items: list[dict], name: str, folder: Path, description: str, co
         atomic_write(data, body)
     text = (
         f'name = "{name}"\nversion = "1"\ndescription = "{description}"\nfile = "{name}.jsonl"\n'
-        f'corpus = "{corpus}"\nsha256 = "{digest}"\n'
+        f'corpus = "{corpus}"\nheldout = "{heldout}"\nsha256 = "{digest}"\n'
     )
     if not manifest.exists() or manifest.read_text() != text:
         atomic_write(manifest, text)

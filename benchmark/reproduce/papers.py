@@ -180,13 +180,21 @@ def all_roles(protocol: dict) -> dict[str, str]:
 
 #: a sensitivity setting's role: the claim's role, "@", the setting (e.g. "graphmax@greedy")
 SETTING_SEP = "@"
+#: the key of a sensitivity setting that replaces scores instead of systems (the same texts, other
+#: references: ``{ scores = { "texygen-bleu-4" = "heldout-bleu-4" } }``)
+SCORES_KEY = "scores"
 
 
 def sensitivity_roles(protocol: dict) -> dict[str, str]:
     """The roles the sensitivity settings add (``ROLE@SETTING`` -> its system), on the base models and
     corpora of ``[protocol.sensitivity]``."""
     settings = (protocol.get("sensitivity") or {}).get("settings") or {}
-    return {f"{role}{SETTING_SEP}{name}": system for name, subs in settings.items() for role, system in subs.items()}
+    return {
+        f"{role}{SETTING_SEP}{name}": system
+        for name, subs in settings.items()
+        for role, system in subs.items()
+        if role != SCORES_KEY
+    }
 
 
 def sensitivity_claims(paper: Paper) -> list[tuple[str, Claim]]:
@@ -202,12 +210,21 @@ def sensitivity_claims(paper: Paper) -> list[tuple[str, Claim]]:
         for cid in sens.get("claims", []):
             claim = next(c for c in paper.claims if c.id == cid)
 
-            def sub(role: str, name: str = name, subs: dict = subs) -> str:
-                return f"{role}{SETTING_SEP}{name}" if role in subs else role
+            roles = {r: v for r, v in subs.items() if r != SCORES_KEY}
+            rescored = dict(subs.get(SCORES_KEY) or {})
+
+            def sub(role: str, name: str = name, roles: dict = roles) -> str:
+                return f"{role}{SETTING_SEP}{name}" if role in roles else role
 
             corpora = tuple(c for c in claim.corpora if c in sens.get("corpora", claim.corpora))
-            methods = tuple(sub(r) for r in claim.methods if r in subs)  # the methods the setting changes
-            if not methods or not corpora:
+            # the methods the setting changes; a setting of scores only keeps every method but the diagnostic ones
+            diagnostic = set(paper.protocol.get("diagnostic_roles", []))
+            methods = (
+                tuple(sub(r) for r in claim.methods if r in roles)
+                if roles
+                else tuple(r for r in claim.methods if r not in diagnostic)
+            )
+            if not methods or not corpora or (rescored and not set(claim.scores) & set(rescored)):
                 continue
             out.append(
                 (
@@ -217,6 +234,8 @@ def sensitivity_claims(paper: Paper) -> list[tuple[str, Claim]]:
                         id=f"{cid}{SETTING_SEP}{name}",
                         methods=methods,
                         baselines=tuple(sub(r) for r in claim.baselines),
+                        scores=tuple(rescored.get(x, x) for x in claim.scores),
+                        also=() if rescored else claim.also,
                         corpora=corpora,
                         models=tuple(sens.get("models", ())) or claim.models,
                         diagnostic=True,
@@ -246,12 +265,25 @@ def _check_sensitivity(protocol: dict, claims: list, path) -> None:
         if cid not in ids:
             raise MaxbenchError(f"{what}: {unknown_name('claim', str(cid), ids)} (a runnable difference claim)")
     roles = all_roles(protocol)
+    metrics = [str(m) for m in protocol.get("metrics", [])]
     for name, subs in (sens.get("settings") or {}).items():
         if not isinstance(subs, dict) or not subs:
             raise MaxbenchError(
                 f"{what}: setting '{name}' must map roles to systems, e.g. {{ softmax = \"softmax/greedy\" }}"
             )
-        for role in subs:
+        rescored = subs.get(SCORES_KEY, {})
+        if not isinstance(rescored, dict) or not all(isinstance(v, str) for v in rescored.values()):
+            raise MaxbenchError(
+                f"{what}: setting '{name}': '{SCORES_KEY}' must map scores to scores, e.g. "
+                '{ "texygen-bleu-4" = "heldout-bleu-4" }'
+            )
+        for score in rescored.values():
+            if not any(score == m or score.startswith(f"{m}-") for m in metrics):
+                raise MaxbenchError(
+                    f"{what}: setting '{name}': score '{score}' is not one of the protocol's metrics "
+                    f"({', '.join(metrics)}); add its metric to [protocol] metrics"
+                )
+        for role in (r for r in subs if r != SCORES_KEY):
             if role not in roles:
                 raise MaxbenchError(f"{what}: setting '{name}': {unknown_name('system role', role, roles)}")
 

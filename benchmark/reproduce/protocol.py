@@ -110,6 +110,7 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
     first_only = _setting(paper, opts, "first_fold_only")
     first_only = True if first_only is None else first_only
     seed = proto.get("seed", 1)
+    from maxbench.benchmark.corpora import fold_view
     from maxbench.benchmark.reproduce.papers import SETTING_SEP, all_roles, sensitivity_roles
 
     if opts.roles:
@@ -143,7 +144,16 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
         for (corpus, fold), items in suites.items():
             name = f"{suite_name(corpus, fold, k, seed)}-n{len(items)}"  # the size too: --full writes its own
             suites[(corpus, fold)] = load_suite(
-                str(write_suite(items, name, folder, f"fold {fold} of {k} of {corpus} (seed {seed})", corpus))
+                str(
+                    write_suite(
+                        items,
+                        name,
+                        folder,
+                        f"fold {fold} of {k} of {corpus} (seed {seed})",
+                        corpus,
+                        fold_view(corpus, fold, k, seed),
+                    )
+                )
             )
     if not k:  # a fixed held-out split: a built-in suite, or one built from the corpus's test split
         for corpus in corpora:
@@ -155,12 +165,12 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
                 name = f"{corpus}-heldout-n{len(suites[(corpus, None)])}"
                 folder = out / "suites"
                 folder.mkdir(parents=True, exist_ok=True)
-                manifest = write_suite(suites[(corpus, None)], name, folder, f"held-out split of {corpus}", corpus)
+                manifest = write_suite(
+                    suites[(corpus, None)], name, folder, f"held-out split of {corpus}", corpus, corpus
+                )
                 suites[(corpus, None)] = load_suite(str(manifest))
     runs = []
     for model, corpus, fold, roles, full in specs:
-        from maxbench.benchmark.corpora import fold_view
-
         if fold is None:
             suite = suites.get((corpus, None)) or load_suite(proto["suites"][corpus])
             fit_corpus, run_id = corpus, f"{model}-{corpus}"

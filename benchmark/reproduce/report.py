@@ -37,7 +37,7 @@ from pathlib import Path
 from maxbench.benchmark.reproduce.controls import check as check_controls
 from maxbench.benchmark.reproduce.controls import sections as control_sections
 from maxbench.benchmark.reproduce.controls import summary as control_summary
-from maxbench.benchmark.reproduce.papers import SETTING_SEP, Claim, Paper, sensitivity_claims
+from maxbench.benchmark.reproduce.papers import SCORES_KEY, SETTING_SEP, Claim, Paper, sensitivity_claims
 from maxbench.benchmark.reproduce.protocol import RunSpec
 from maxbench.benchmark.reproduce.verdicts import (
     ALPHA,
@@ -1520,13 +1520,13 @@ def sensitivity_section(paper: Paper, cells: list[CellVerdict]) -> Section | Non
     mine = [c for c in cells if SETTING_SEP in c.claim]
     if not settings:
         return None
-    sec = Section("Sensitivity: decoding and lambda", level=2)
     sens = paper.protocol.get("sensitivity") or {}
+    sec = Section(str(sens.get("title") or "Sensitivity"), level=2)
     sec.paragraphs.append(
         Para(
             "{} Each setting replaces some roles of the claims {} with other systems (the rest keep the protocol's), "
-            "on {} x {}, over every fold; each cell is judged by the same rules on its own interval, outside the "
-            "counts and Holm's step.",
+            "or some of their scores with others of the same texts, on {} x {}, over every fold; each cell is "
+            "judged by the same rules on its own interval, outside the counts and Holm's step.",
             (
                 str(sens.get("description", "")),
                 ", ".join(sens.get("claims", [])),
@@ -1536,25 +1536,30 @@ def sensitivity_section(paper: Paper, cells: list[CellVerdict]) -> Section | Non
         )
     )
     for name, subs in (sens.get("settings") or {}).items():
-        sec.bullets.append(Para("{}: {}", (name, "; ".join(f"{r} = {v}" for r, v in subs.items()))))
+        parts = [f"{r} = {v}" for r, v in subs.items() if r != SCORES_KEY]
+        parts += [f"{a} → {b}" for a, b in (subs.get(SCORES_KEY) or {}).items()]
+        sec.bullets.append(Para("{}: {}", (name, "; ".join(parts))))
     survive = []
     for cid in sens.get("claims", []):
         main = {(c.model, c.corpus, c.method): c for c in cells if c.claim == cid}
         changed, missing = [], []
-        for c in (x for x in mine if x.claim.split(SETTING_SEP)[0] == cid):
+        judged = [x for x in mine if x.claim.split(SETTING_SEP)[0] == cid]
+        for c in judged:
             setting = c.claim.split(SETTING_SEP, 1)[1]
             base = main.get((c.model, c.corpus, c.method.split(SETTING_SEP)[0]))
             if base is None or any(f.startswith(FLAG_PARTIAL) for f in c.flags) or c.verdict == NOT_COMPARABLE:
                 missing.append(setting)
             elif c.verdict != unadjusted(paper, base):
                 changed.append(f"{setting}: {c.verdict}")
-        if missing:
+        if not judged:
+            text = "not yet judged (no run)"
+        elif missing:
             text = f"not yet judged under {', '.join(dict.fromkeys(missing))} (partial or no run)"
         elif changed:
             text = "changes under " + "; ".join(changed)
-        else:
-            text = f"survives every setting ({len(settings)})"
-        changed_roles = {r for subs in (sens.get("settings") or {}).values() for r in subs}
+        else:  # the settings that apply to this claim (a setting of scores only to the claims with them)
+            text = f"survives every setting ({len({c.claim.split(SETTING_SEP, 1)[1] for c in judged})})"
+        changed_roles = {c.method.split(SETTING_SEP)[0] for c in judged}
         shown = [
             c
             for (model, corpus, method), c in main.items()
