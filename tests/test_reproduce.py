@@ -500,6 +500,25 @@ def test_heldout_bleu_compares_each_text_with_every_text_of_its_fold(clean, monk
         assert entry["scores"]["heldout-bleu-4"]["value"] == pytest.approx(want, rel=1e-9)
 
 
+def test_the_estimate_counts_what_is_left(clean, monkeypatch, tmp_path):
+    """--estimate gives the whole protocol and what is not yet generated: all of it for a fresh folder,
+    nothing once every run is complete, and the rest of a run that has some rows."""
+    from maxbench.benchmark.reproduce.protocol import Options, estimate_seconds, plan_runs
+
+    monkeypatch.setenv("MAXBENCH_HOME", str(clean / "home"))
+    paper = load_paper(str(clean / "toy.toml"))
+    done = plan_runs(paper, Options(), clean / "clean")
+    assert estimate_seconds(done) > 0 and estimate_seconds(done, remaining=True) == 0
+    fresh = plan_runs(paper, Options(), tmp_path / "fresh")
+    assert estimate_seconds(fresh, remaining=True) == estimate_seconds(fresh) == estimate_seconds(done)
+    part = tmp_path / "part"
+    half = plan_runs(paper, Options(), part)
+    rows = (clean / "clean" / "runs" / RUNS[0] / "generations.jsonl").read_text().splitlines()
+    (part / "runs" / RUNS[0]).mkdir(parents=True)
+    (part / "runs" / RUNS[0] / "generations.jsonl").write_text("\n".join(rows[:2]) + "\n")
+    assert 0 < estimate_seconds(half, remaining=True) < estimate_seconds(half)
+
+
 def test_heldout_bleu_without_a_heldout_split_is_one_line():
     from maxbench.benchmark.metrics.base import TextBatch, get_metric
 

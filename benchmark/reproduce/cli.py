@@ -97,10 +97,11 @@ def cmd_reproduce(args) -> int:
 
         check_seed_controls(paper, out)  # the [[controls]] files: one line, exit 2, before anything is written
     every = runs + [f.flipped for f in flips]
-    est = estimate_seconds(every)
+    est, left = estimate_seconds(every), estimate_seconds(every, remaining=True)
     print(
         f"{paper.name}: {len(every)} runs, {sum(len(r.plan.suite.items) * len(r.plan.systems) for r in every)} "
-        f"generations; estimate about {est / 60:.0f} min on one CPU thread (less for cached fits)",
+        f"generations; estimate about {est / 60:.0f} min on one CPU thread, of which about {left / 60:.0f} min "
+        "not yet done (less for cached fits)",
         file=sys.stderr,
     )
     if args.estimate:

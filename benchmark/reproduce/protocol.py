@@ -28,6 +28,7 @@ SECONDS_PER_PROMPT = {
     "graphmax-paper": 1.8,
     "kerbs": 1.1,
     "posg": 1.5,
+    "posg-tag-topk": 5.7,  # top-k POS sampling (POSG's protocol: tag_topk=20; 2,189 CPU s for 192 x 128 tokens)
 }
 GEMMA_FACTOR = 3.6
 SCORE_S = 0.6
@@ -257,21 +258,48 @@ def check_controls(paper: Paper, out: Path) -> None:
                 )
 
 
-def estimate_seconds(runs: list[RunSpec]) -> float:
+def _rows_done(run_dir: Path) -> dict[str, int]:
+    """How many rows each system already has in a run (its generations file and shard files)."""
+    from collections import Counter
+
+    from maxbench.benchmark.rundir import GENERATIONS, SHARD_GLOB, read_run_rows
+
+    done: Counter = Counter()
+    for path in [run_dir / GENERATIONS, *sorted(run_dir.glob(SHARD_GLOB))]:
+        if path.is_file():
+            try:
+                done.update(row.get("system") for _, row in read_run_rows(path))
+            except MaxbenchError:
+                continue  # a damaged file: the run itself says so when it resumes
+    return dict(done)
+
+
+def estimate_seconds(runs: list[RunSpec], remaining: bool = False) -> float:
     """A rough wall-time estimate on one thread (see SECONDS_PER_PROMPT): generation, reference
-    perplexity and scoring of every system, plus one fit per (model, fitting corpus, layer)."""
+    perplexity and scoring of every system, plus one fit per (model, fitting corpus, layer) and one
+    training per adapter. ``remaining``: only the rows a run does not have yet (and the fits and
+    training of systems without any row), for resuming a long protocol."""
     total, fitted = 0.0, set()
     for run in runs:
         gemma = GEMMA_FACTOR if "gemma" in run.model else 1.0
-        n = len(run.plan.suite.items)
+        n = len(run.plan.suite.items) * run.plan.samples
+        done = _rows_done(run.run_dir) if remaining else {}
         for system in run.plan.systems:
-            layer = "graphmax-paper" if system.layer == "graphmax" and "solver=paper" in system.name else system.layer
+            todo = max(n - done.get(system.name, 0), 0)
+            if not todo:
+                continue
+            layer = system.layer
+            if layer == "graphmax" and "solver=paper" in system.name:
+                layer = "graphmax-paper"
+            elif layer == "posg" and "tag_topk" in system.name:
+                layer = "posg-tag-topk"
             per = SECONDS_PER_PROMPT.get(layer, 1.2) * system.decoding.max_new_tokens / 64
-            total += n * (per * gemma + SCORE_S)
-            if system.layer in FIT_S and (run.model, run.plan.corpus, system.layer) not in fitted:
+            total += todo * (per * gemma + SCORE_S)
+            started = todo < n  # its head or adapter exists already
+            if system.layer in FIT_S and (run.model, run.plan.corpus, system.layer) not in fitted and not started:
                 fitted.add((run.model, run.plan.corpus, system.layer))
                 total += FIT_S[system.layer][1 if gemma > 1 else 0]
-            if system.adapter and (run.plan.corpus, system.model_key) not in fitted:
+            if system.adapter and (run.plan.corpus, system.model_key) not in fitted and not started:
                 fitted.add((run.plan.corpus, system.model_key))
                 steps = dict(system.adapter_params).get("steps", 50)
                 total += ADAPTER_S * gemma * steps / 50
