@@ -22,6 +22,24 @@ def cli(capsys):
     return lambda *argv: run_cli(argv, capsys)
 
 
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A fresh, empty MAXBENCH_HOME for the test."""
+    monkeypatch.setenv("MAXBENCH_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def no_plugins():
+    """No plugin registered before or after the test (a module asks for it with
+    ``pytestmark = pytest.mark.usefixtures("no_plugins")``)."""
+    from maxbench import plugins
+
+    plugins.forget()
+    yield
+    plugins.forget()
+
+
 @pytest.fixture(scope="session")
 def smollm2():
     """The real embedded model, loaded once per test session."""

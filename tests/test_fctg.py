@@ -11,7 +11,6 @@ import random
 import pytest
 import torch
 
-from maxbench import plugins
 from maxbench.errors import MaxbenchError
 from maxbench.systems.adapters import ADAPTERS, AdapterFitContext, TrainingExample
 from maxbench.systems.adapters.fctg import (
@@ -30,18 +29,7 @@ ATTRIBUTES = {"score": {"kind": "categorical", "values": ["great", "other"]}}
 PROMPTS = ["Rating: 5 stars. Review:", "Rating: 1 to 4 stars. Review: the tea", "Rating: 5 stars. Review: good"]
 SMALL = {"r": 0, "steps": 3, "batch": 4, "max_len": 40}
 
-
-@pytest.fixture(autouse=True)
-def no_plugins():
-    plugins.forget()
-    yield
-    plugins.forget()
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("MAXBENCH_HOME", str(tmp_path / "home"))
-    return tmp_path / "home"
+pytestmark = pytest.mark.usefixtures("no_plugins")  # home and no_plugins: tests/conftest.py
 
 
 def examples(n=24, values=("great", "other"), seed=0):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from maxbench import plugins
 from maxbench.errors import MaxbenchError
 from maxbench.systems.adapters import ADAPTERS
 from maxbench.systems.adapters.nrp import NrpAdapter
@@ -17,18 +16,7 @@ from tests.test_fctg import ctx, examples, fresh, generate_on_tiny_attrs
 PROMPTS = ["Rating: 5 stars. Review:", "Rating: 1 to 4 stars. Review:", "Rating: 5 stars. Review:"]
 SMALL = {"r": 2, "steps": 3, "batch": 4, "max_len": 40}
 
-
-@pytest.fixture(autouse=True)
-def no_plugins():
-    plugins.forget()
-    yield
-    plugins.forget()
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("MAXBENCH_HOME", str(tmp_path / "home"))
-    return tmp_path / "home"
+pytestmark = pytest.mark.usefixtures("no_plugins")  # home and no_plugins: tests/conftest.py
 
 
 def trained(scale=50.0):

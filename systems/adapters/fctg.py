@@ -36,16 +36,14 @@ reference perplexities (prompt and reference in one call).
 from __future__ import annotations
 
 import json
-import math
 import sys
-import time
 import warnings
 
 import torch
 import torch.nn.functional as F
 
 from maxbench.errors import MaxbenchError
-from maxbench.systems.adapters.base import Adapter, AdapterFitContext, TrainingExample, training_order
+from maxbench.systems.adapters.base import Adapter, AdapterFitContext, TrainingExample
 
 #: loss weights (lambda_F, lambda_M, lambda_A of the slides)
 WEIGHTS = {"lm": 1.0, "mam": 0.1, "alm": 0.1}
@@ -388,28 +386,37 @@ class FctgAdapter(Adapter):
             )
         return marker
 
+    def _conditional_examples(self, lm, ctx: AdapterFitContext) -> tuple[str, list[TrainingExample], list[int]]:
+        """(the adapter's name in messages, the training examples with a prompt and attributes, the
+        marker where their attribute part ends); an error when there are none."""
+        what = self.suffix()[1:]
+        examples = [e for e in ctx.examples if e.prompt and e.attributes]
+        if not examples:
+            raise MaxbenchError(
+                f"{what}: no training text with attributes ({self.name.upper()} learns a conditional suite's corpus)"
+            )
+        return what, examples, self._marker(lm, examples)
+
     # ------------------------------------------------------------------ train and apply
     def train(self, lm, ctx: AdapterFitContext) -> tuple[dict, dict]:
         from peft import get_peft_model_state_dict
 
-        from maxbench.systems.adapters.training import batches, collate, encode_examples
-        from maxbench.systems.hidden_cache import progress_bar
+        from maxbench.systems.adapters.training import collate, encode_examples, tenth_mean, train_loop, training_rows
 
         o = self.options
-        what = self.suffix()[1:]
-        examples = [e for e in ctx.examples if e.prompt and e.attributes]
-        if not examples:
-            raise MaxbenchError(f"{what}: no training text with attributes (FCTG learns a conditional suite's corpus)")
-        marker = self._marker(lm, examples)
-        ordered = [examples[i] for i in training_order(examples)][: o["steps"] * o["batch"]]
-        groups: dict[str, int] = {}
-        encoded = []
-        for e in ordered:
-            enc = encode_examples(lm.tokenizer, [e], o["max_len"])
-            if enc:
-                encoded.append((*enc[0], groups.setdefault(_group_key(e.attributes), len(groups))))
-        if o["steps"] and not encoded:
-            raise MaxbenchError(f"{what}: no training text (the fitting split is empty)")
+        what, examples, marker = self._conditional_examples(lm, ctx)
+
+        def encode(tok, ordered: list[TrainingExample], max_len: int) -> list:
+            """``encode_examples``' rows, each with the group of its attributes (ALM's negatives)."""
+            groups: dict[str, int] = {}
+            out = []
+            for e in ordered:
+                enc = encode_examples(tok, [e], max_len)
+                if enc:
+                    out.append((*enc[0], groups.setdefault(_group_key(e.attributes), len(groups))))
+            return out
+
+        encoded = training_rows(lm, examples, o, what, encode)
         config = lm.model.config
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(o["seed"])
@@ -432,64 +439,48 @@ class FctgAdapter(Adapter):
         mask_id = mask_id if mask_id is not None else lm.tokenizer.pad_token_id
         head = lm.model.get_output_embeddings()
         gen = torch.Generator().manual_seed(int(o["seed"]) + 1)
-        losses: list[float] = []
-        step_cpu: list[float] = []  # CPU seconds of each step (the training-time claim's replicates)
         parts = {"lm": [], "mam": [], "alm": []}
-        t0, c0 = time.perf_counter(), time.process_time()
+
+        def loss(rows) -> torch.Tensor:
+            """One step's ``L = 1 * LM + 0.1 * MAM + 0.1 * ALM``; each part's value kept in ``parts``."""
+            batch = collate([(x, y) for x, y, _ in rows], lm.tokenizer.pad_token_id, lm.device)
+            group = torch.tensor([g for _, _, g in rows], device=lm.device)
+            attr = attribute_positions(batch["input_ids"], batch["attention_mask"], marker)
+            ids = batch["input_ids"]
+            masked = mam_positions(attr, len(marker), gen) if o["mam"] != "none" else None
+            if masked is not None:
+                ids = ids.masked_fill(masked, mask_id)
+            out = model(
+                input_ids=ids,
+                attention_mask=batch["attention_mask"],
+                labels=batch["labels"],
+                attributes=attr,
+                use_cache=False,
+                output_hidden_states=True,
+            )
+            total = WEIGHTS["lm"] * out.loss
+            parts["lm"].append(out.loss.item())
+            top = out.hidden_states[-1]
+            valid = batch["attention_mask"].bool()
+            text = (valid & ~attr).to(top.dtype)[..., None]
+            v_text = (top * text).sum(1) / text.sum(1).clamp_min(1.0)
+            if masked is not None and bool(masked.any()):
+                logits = head(mam_head(v_text)).float()  # (batch, vocabulary)
+                rows_m, cols_m = masked.nonzero(as_tuple=True)
+                mam = F.cross_entropy(logits[rows_m], batch["input_ids"][rows_m, cols_m])
+                total = total + WEIGHTS["mam"] * mam
+                parts["mam"].append(mam.item())
+            if o["alm"] != "none":
+                a = attr.to(top.dtype)[..., None]
+                v_attr = (top * a).sum(1) / a.sum(1).clamp_min(1.0)
+                alm = alm_loss(o["alm"], proj_a(v_attr), proj_t(v_text), group)
+                total = total + WEIGHTS["alm"] * alm
+                parts["alm"].append(alm.item())
+            return total
+
         try:
-            if o["steps"]:
-                optim = torch.optim.AdamW(params, lr=o["lr"], weight_decay=0.0)
-                model.eval()
-                bar = progress_bar(o["steps"], f"training {what}", ctx.options.get("progress", True), unit="step")
-                with torch.enable_grad():
-                    c_step = time.process_time()
-                    for rows in batches(encoded, o["batch"], o["steps"], o["seed"]):
-                        batch = collate([(x, y) for x, y, _ in rows], lm.tokenizer.pad_token_id, lm.device)
-                        group = torch.tensor([g for _, _, g in rows], device=lm.device)
-                        attr = attribute_positions(batch["input_ids"], batch["attention_mask"], marker)
-                        ids = batch["input_ids"]
-                        masked = mam_positions(attr, len(marker), gen) if o["mam"] != "none" else None
-                        if masked is not None:
-                            ids = ids.masked_fill(masked, mask_id)
-                        out = model(
-                            input_ids=ids,
-                            attention_mask=batch["attention_mask"],
-                            labels=batch["labels"],
-                            attributes=attr,
-                            use_cache=False,
-                            output_hidden_states=True,
-                        )
-                        loss = WEIGHTS["lm"] * out.loss
-                        parts["lm"].append(out.loss.item())
-                        top = out.hidden_states[-1]
-                        valid = batch["attention_mask"].bool()
-                        text = (valid & ~attr).to(top.dtype)[..., None]
-                        v_text = (top * text).sum(1) / text.sum(1).clamp_min(1.0)
-                        if masked is not None and bool(masked.any()):
-                            logits = head(mam_head(v_text)).float()  # (batch, vocabulary)
-                            rows_m, cols_m = masked.nonzero(as_tuple=True)
-                            mam = F.cross_entropy(logits[rows_m], batch["input_ids"][rows_m, cols_m])
-                            loss = loss + WEIGHTS["mam"] * mam
-                            parts["mam"].append(mam.item())
-                        if o["alm"] != "none":
-                            a = attr.to(top.dtype)[..., None]
-                            v_attr = (top * a).sum(1) / a.sum(1).clamp_min(1.0)
-                            alm = alm_loss(o["alm"], proj_a(v_attr), proj_t(v_text), group)
-                            loss = loss + WEIGHTS["alm"] * alm
-                            parts["alm"].append(alm.item())
-                        value = loss.item()
-                        if not math.isfinite(value):
-                            raise MaxbenchError(f"{what}: the training loss became {value}; lower lr")
-                        optim.zero_grad(set_to_none=True)
-                        loss.backward()
-                        optim.step()
-                        losses.append(value)
-                        c_now = time.process_time()
-                        step_cpu.append(c_now - c_step)
-                        c_step = c_now
-                        bar.update(1)
-                        bar.set_postfix(loss=f"{value:.3f}")
-                bar.close()
+            progress = ctx.options.get("progress", True)
+            trained = train_loop(model, lm, examples, o, what, progress, params=params, encoded=encoded, loss=loss)
             tensors = {"marker": torch.tensor(marker, dtype=torch.long)}
             if gates is not None:
                 for i, g in enumerate(gates):
@@ -504,26 +495,23 @@ class FctgAdapter(Adapter):
                 peft_model.unload()
             for p in lm.model.parameters():
                 p.requires_grad_(False)
-
-        def mean(xs, last):
-            tenth = max(1, len(xs) // 10)
-            part = xs[-tenth:] if last else xs[:tenth]
-            return round(sum(part) / len(part), 4) if xs else None
-
+        # the loop's summary with each part's last loss after the total's (the order it is recorded in)
+        timing = ("train_seconds", "train_cpu_seconds", "step_cpu_seconds")
         measured = {
-            "steps": o["steps"],
-            "examples": len(encoded),
-            "trainable_parameters": sum(p.numel() for p in params),
-            "loss_first": mean(losses, False),
-            "loss_last": mean(losses, True),
-            **{f"{k}_loss_last": mean(v, True) for k, v in parts.items()},
-            "train_seconds": round(time.perf_counter() - t0, 1),
-            "train_cpu_seconds": round(time.process_time() - c0, 1),
-            "step_cpu_seconds": [round(x, 4) for x in step_cpu],
+            **{k: v for k, v in trained.items() if k not in timing},
+            **{f"{k}_loss_last": tenth_mean(v, last=True) for k, v in parts.items()},
+            **{k: trained[k] for k in timing},
+            **self._seen(lm, marker, ctx),
+        }
+        return tensors, measured
+
+    def _seen(self, lm, marker: list[int], ctx: AdapterFitContext) -> dict:
+        """What a conditional adapter records besides its training: its marker and the attribute
+        values its training examples carry."""
+        return {
             "marker": lm.tokenizer.decode(marker),
             "attribute_values": self.seen_values(ctx.examples, ctx.data.get("attributes")),
         }
-        return tensors, measured
 
     def apply(self, lm, tensors: dict):
         """The base model (LoRA merged into it when ``r`` > 0) with MVA, for maxbench's loop."""

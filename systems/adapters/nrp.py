@@ -33,16 +33,14 @@ prompt embeddings beyond RoPE's relative positions. docs/conditional.md#nrp says
 from __future__ import annotations
 
 import copy
-import math
 import sys
-import time
 import warnings
 
 import torch
 import torch.nn.functional as F
 
 from maxbench.errors import MaxbenchError
-from maxbench.systems.adapters.base import Adapter, AdapterFitContext, training_order
+from maxbench.systems.adapters.base import Adapter, AdapterFitContext
 from maxbench.systems.adapters.fctg import FctgAdapter, attribute_positions
 
 _PREFIX = "nrp_"
@@ -263,6 +261,8 @@ class NrpAdapter(Adapter):
     seen_values = staticmethod(FctgAdapter.seen_values)
     check_attribute_values = FctgAdapter.check_attribute_values
     _marker = FctgAdapter._marker
+    _conditional_examples = FctgAdapter._conditional_examples
+    _seen = FctgAdapter._seen
 
     def _prompt_model(self, lm):
         from peft import LoraConfig, get_peft_model
@@ -281,69 +281,29 @@ class NrpAdapter(Adapter):
     def train(self, lm, ctx: AdapterFitContext) -> tuple[dict, dict]:
         from peft import get_peft_model_state_dict
 
-        from maxbench.systems.adapters.training import batches, collate, encode_examples
-        from maxbench.systems.hidden_cache import progress_bar
+        from maxbench.systems.adapters.training import collate, train_loop, training_rows
 
         o = self.options
-        what = self.suffix()[1:]
-        examples = [e for e in ctx.examples if e.prompt and e.attributes]
-        if not examples:
-            raise MaxbenchError(f"{what}: no training text with attributes (NRP learns a conditional suite's corpus)")
-        marker = self._marker(lm, examples)
-        ordered = [examples[i] for i in training_order(examples)][: o["steps"] * o["batch"]]
-        encoded = encode_examples(lm.tokenizer, ordered, o["max_len"])
-        if o["steps"] and not encoded:
-            raise MaxbenchError(f"{what}: no training text (the fitting split is empty)")
+        what, examples, marker = self._conditional_examples(lm, ctx)
+        encoded = training_rows(lm, examples, o, what)
         for p in lm.model.parameters():
             p.requires_grad_(False)
         prompt = self._prompt_model(lm)
         model = NrpLM(lm.model, prompt, marker)
         params = [p for p in prompt.parameters() if p.requires_grad]
-        losses: list[float] = []
-        step_cpu: list[float] = []  # CPU seconds of each step (the training-time claim's replicates)
-        t0, c0 = time.perf_counter(), time.process_time()
+
+        def loss(rows) -> torch.Tensor:
+            return model(**collate(rows, lm.tokenizer.pad_token_id, lm.device), use_cache=False).loss
+
         try:
-            if o["steps"]:
-                optim = torch.optim.AdamW(params, lr=o["lr"], weight_decay=0.0)
-                model.eval()
-                bar = progress_bar(o["steps"], f"training {what}", ctx.options.get("progress", True), unit="step")
-                with torch.enable_grad():
-                    c_step = time.process_time()
-                    for rows in batches(encoded, o["batch"], o["steps"], o["seed"]):
-                        batch = collate(rows, lm.tokenizer.pad_token_id, lm.device)
-                        out = model(**batch, use_cache=False)
-                        value = out.loss.item()
-                        if not math.isfinite(value):
-                            raise MaxbenchError(f"{what}: the training loss became {value}; lower lr")
-                        optim.zero_grad(set_to_none=True)
-                        out.loss.backward()
-                        optim.step()
-                        losses.append(value)
-                        c_now = time.process_time()
-                        step_cpu.append(c_now - c_step)
-                        c_step = c_now
-                        bar.update(1)
-                        bar.set_postfix(loss=f"{value:.3f}")
-                bar.close()
+            progress = ctx.options.get("progress", True)
+            measured = train_loop(model, lm, examples, o, what, progress, params=params, encoded=encoded, loss=loss)
             tensors = {"marker": torch.tensor(marker, dtype=torch.long)}
             for k, v in get_peft_model_state_dict(prompt).items():
                 tensors[f"lora.{k}"] = v.detach().clone()
         finally:
             model.uninstall()
-        tenth = max(1, len(losses) // 10)
-        measured = {
-            "steps": o["steps"],
-            "examples": len(encoded),
-            "trainable_parameters": sum(p.numel() for p in params),
-            "loss_first": round(sum(losses[:tenth]) / tenth, 4) if losses else None,
-            "loss_last": round(sum(losses[-tenth:]) / tenth, 4) if losses else None,
-            "train_seconds": round(time.perf_counter() - t0, 1),
-            "train_cpu_seconds": round(time.process_time() - c0, 1),
-            "step_cpu_seconds": [round(x, 4) for x in step_cpu],
-            "marker": lm.tokenizer.decode(marker),
-            "attribute_values": self.seen_values(ctx.examples, ctx.data.get("attributes")),
-        }
-        return tensors, measured
+        return tensors, {**measured, **self._seen(lm, marker, ctx)}
 
     def apply(self, lm, tensors: dict):
         """The frozen base model with the trained prompt model (its LoRA merged), for maxbench's loop."""

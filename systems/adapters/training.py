@@ -8,6 +8,9 @@ text's tokens and EOS are targets. Sequences are cut at ``max_len`` tokens and r
 within a batch. The first ``steps x batch`` examples in a fixed order (``training_order``) are
 used, permuted by a generator seeded with the adapter's seed (passed over again when there are fewer); the model stays in eval mode (no dropout), so a
 training interrupted and run again ends with the same tensors on the same machine and threads.
+An adapter with more to learn (FCTG's extra modules and losses, NRP's prompt model) passes
+``train_loop`` its own rows, parameters and loss; the loop, its timing and its summary are the same
+for every adapter.
 """
 
 from __future__ import annotations
@@ -65,18 +68,56 @@ def collate(rows: list, pad: int, device) -> dict:
     return {"input_ids": ids.to(device), "attention_mask": mask.to(device), "labels": labels.to(device)}
 
 
-def train_loop(model, lm, examples: list[TrainingExample], opts: dict, what: str, progress: bool = True) -> dict:
-    """Train ``model``'s parameters that require gradients for ``opts['steps']`` AdamW steps of
-    ``opts['batch']`` examples at learning rate ``opts['lr']``; returns what training measured."""
-    from maxbench.systems.hidden_cache import progress_bar
-
+def training_rows(lm, examples: list[TrainingExample], opts: dict, what: str, encode=encode_examples) -> list:
+    """The rows training reads: the first ``opts['steps'] x opts['batch']`` examples in the fixed order
+    (``training_order``), encoded by ``encode(tokenizer, examples, max_len)`` (``encode_examples``'
+    form; an adapter may add its own fields to each row); an error when steps are asked for and no
+    row is left."""
     steps = int(opts["steps"])
     # one pass over at most steps x batch examples, taken in the fixed order
     ordered = [examples[i] for i in training_order(examples)][: steps * int(opts["batch"])]
-    encoded = encode_examples(lm.tokenizer, ordered, int(opts["max_len"]))
+    encoded = encode(lm.tokenizer, ordered, int(opts["max_len"]))
     if steps and not encoded:
         raise MaxbenchError(f"{what}: no training text (the fitting split is empty)")
-    params = [p for p in model.parameters() if p.requires_grad]
+    return encoded
+
+
+def tenth_mean(xs: list[float], last: bool) -> float | None:
+    """The mean of the first (or, ``last``, the last) tenth of ``xs`` (at least one), to 4 places;
+    None when empty."""
+    tenth = max(1, len(xs) // 10)
+    return round(sum(xs[-tenth:] if last else xs[:tenth]) / tenth, 4) if xs else None
+
+
+def train_loop(
+    model,
+    lm,
+    examples: list[TrainingExample],
+    opts: dict,
+    what: str,
+    progress: bool = True,
+    *,
+    params: list | None = None,
+    encoded: list | None = None,
+    loss=None,
+) -> dict:
+    """Train for ``opts['steps']`` AdamW steps of ``opts['batch']`` examples at learning rate
+    ``opts['lr']``; returns what training measured. ``params``: what it trains (default: ``model``'s
+    parameters that require gradients); ``encoded``: the rows (default: ``training_rows`` of
+    ``examples``); ``loss(rows)``: one step's loss tensor (default: ``model``'s next-token loss on the
+    collated rows)."""
+    from maxbench.systems.hidden_cache import progress_bar
+
+    steps = int(opts["steps"])
+    if encoded is None:
+        encoded = training_rows(lm, examples, opts, what)
+    if params is None:
+        params = [p for p in model.parameters() if p.requires_grad]
+
+    def next_token_loss(rows):
+        return model(**collate(rows, lm.tokenizer.pad_token_id, lm.device)).loss
+
+    loss = next_token_loss if loss is None else loss
     t0, c0 = time.perf_counter(), time.process_time()
     losses: list[float] = []
     step_cpu: list[float] = []  # CPU seconds of each step (the training-time claim's replicates)
@@ -87,13 +128,12 @@ def train_loop(model, lm, examples: list[TrainingExample], opts: dict, what: str
         with torch.enable_grad():
             c_step = time.process_time()
             for rows in batches(encoded, int(opts["batch"]), steps, int(opts["seed"])):
-                out = model(**collate(rows, lm.tokenizer.pad_token_id, lm.device))
-                loss = out.loss
-                value = loss.item()
+                step_loss = loss(rows)
+                value = step_loss.item()
                 if not math.isfinite(value):
                     raise MaxbenchError(f"{what}: the training loss became {value}; lower lr")
                 optim.zero_grad(set_to_none=True)
-                loss.backward()
+                step_loss.backward()
                 optim.step()
                 losses.append(value)
                 c_now = time.process_time()
@@ -102,13 +142,12 @@ def train_loop(model, lm, examples: list[TrainingExample], opts: dict, what: str
                 bar.update(1)
                 bar.set_postfix(loss=f"{value:.3f}")
         bar.close()
-    tenth = max(1, len(losses) // 10)
     return {
         "steps": steps,
         "examples": len(encoded),
         "trainable_parameters": sum(p.numel() for p in params),
-        "loss_first": round(sum(losses[:tenth]) / tenth, 4) if losses else None,
-        "loss_last": round(sum(losses[-tenth:]) / tenth, 4) if losses else None,
+        "loss_first": tenth_mean(losses, last=False),
+        "loss_last": tenth_mean(losses, last=True),
         "train_seconds": round(time.perf_counter() - t0, 1),
         "train_cpu_seconds": round(time.process_time() - c0, 1),
         "step_cpu_seconds": [round(x, 4) for x in step_cpu],
