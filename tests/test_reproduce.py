@@ -367,7 +367,9 @@ def test_bad_input_is_one_line_exit_2(cli, home, paper_file):
 
 
 def test_a_missing_metric_is_one_line_before_anything_is_written(cli, home, tmp_path, paper_file):
-    paper_file.write_text(PAPER.replace('metrics = ["bleu-n", "ref-ppl"]', 'metrics = ["no-such-metric"]'))
+    bad = PAPER.replace('metrics = ["bleu-n", "heldout-bleu", "ref-ppl"]', 'metrics = ["no-such-metric"]')
+    assert bad != PAPER  # the toy paper's metrics line, as written above
+    paper_file.write_text(bad)
     rc, _, err = cli("reproduce", paper_file, "--out", tmp_path / "out")
     assert rc == 2 and "needs metric 'no-such-metric'" in err and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
@@ -487,7 +489,9 @@ def test_heldout_bleu_compares_each_text_with_every_text_of_its_fold(clean, monk
 
     monkeypatch.setenv("MAXBENCH_HOME", str(clean / "home"))
     out = clean / "clean"
-    assert 'heldout = "food-reviews@fold=0/2,seed=3"' in (out / "suites/food-reviews-fold0of2-seed3-n3.toml").read_text()
+    assert (
+        'heldout = "food-reviews@fold=0/2,seed=3"' in (out / "suites/food-reviews-fold0of2-seed3-n3.toml").read_text()
+    )
     pool = [word_tokens(t) for t in load_corpus(fold_view("food-reviews", 0, 2, 3)).test]
     assert len(pool) > 3  # the whole fold, not the three prompts
     doc = json.loads((out / "runs" / RUNS[0] / "scores.json").read_text())
