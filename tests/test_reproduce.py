@@ -636,6 +636,27 @@ def test_a_correlation_claim_is_pearson_r_over_every_system_and_the_human_refere
     assert "the same for every" in pearson([(str(i), 0.5, i) for i in range(5)])[3]
 
 
+def test_a_sensitivity_settings_system_is_no_text_source_of_a_counted_correlation(clean, monkeypatch):
+    """A correlation claim's points are the protocol's systems: a ``ROLE@SETTING`` system of the same
+    run (POSG's head ablations) would otherwise change the counted claim's evidence."""
+    from dataclasses import replace
+
+    from maxbench.benchmark.reproduce.protocol import Options, plan_runs
+    from maxbench.benchmark.reproduce.report import PairCache, Runs, correlation_points
+
+    monkeypatch.setenv("MAXBENCH_HOME", str(clean / "home"))
+    paper = load_paper(str(clean / "toy.toml"))
+    runs = plan_runs(paper, Options(), clean / "clean")
+    claim = next(c for c in paper.claims if c.id == "corr")
+    before = correlation_points(claim, runs, "food-reviews", 0, PairCache(200), Runs(runs))
+    assert len(before) == 7
+    # the same scored system under a setting's role (and under a plain new role, which does count)
+    setting = [replace(r, roles=r.roles | {"graphmax@greedy": r.roles["softmax"]}) for r in runs]
+    assert correlation_points(claim, setting, "food-reviews", 0, PairCache(200), Runs(setting)) == before
+    plain = [replace(r, roles=r.roles | {"other": r.roles["softmax"]}) for r in runs]
+    assert len(correlation_points(claim, plain, "food-reviews", 0, PairCache(200), Runs(plain))) == 9
+
+
 def test_a_correlation_claim_needs_its_against_scores(tmp_path):
     p = tmp_path / "bad.toml"
     p.write_text(PAPER.replace('against = ["bleu-2"]\n', ""))

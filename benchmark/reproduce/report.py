@@ -14,9 +14,9 @@ systems, the metric's signature as the run's ``scores.json`` records it and the 
 report re-rendered from the same scored runs computes nothing again. A time ratio (Table 3 of
 graphmax) comes from the runs' ``timings.jsonl`` and the tokens generated; a convergence claim
 (Figure 2 of graphmax) from the iterations each decoding step took, which the generations record.
-A correlation claim (Table 3 of POSG) is Pearson's r over the text sources: every system of every
-run of a corpus, and the human references, scored here with the same metric (and kept in
-``pairs.json`` too); its interval is Fisher's z interval (scipy).
+A correlation claim (Table 3 of POSG) is Pearson's r over the text sources: every protocol system
+(not a sensitivity setting's) of every run of a corpus, and the human references, scored here with
+the same metric (and kept in ``pairs.json`` too); its interval is Fisher's z interval (scipy).
 
 A cell resting on a run that is not scored, whose ``scores.json`` scores other generations, that
 covers part of its suite, or on fewer folds than the protocol plans, is labelled partial, and the
@@ -554,7 +554,9 @@ def correlation_points(
     claim: Claim, runs: list[RunSpec], corpus: str, i: int, pairs: PairCache, data: Runs | None = None
 ) -> list[tuple[str, float, float]]:
     """(text source, x, y) for score ``i`` of a correlation claim: x = ``against[i]``, y = ``scores[i]``
-    of every system of every scored run of ``corpus``, then the human references of each suite."""
+    of every protocol system of every scored run of ``corpus`` (not the sensitivity settings'
+    ``ROLE@SETTING`` systems, which would change a counted claim's evidence), then the human
+    references of each suite."""
     data = data or Runs(runs)
     x_score, y_score = claim.against[i], claim.scores[i]
     points, suites = [], []
@@ -564,6 +566,8 @@ def correlation_points(
             continue
         where = run.model + ("" if run.fold is None else f" fold {run.fold}")
         for role, system in run.roles.items():
+            if SETTING_SEP in role:  # a sensitivity setting's system: outside the counted claims' evidence
+                continue
             entry = doc["systems"].get(system, {}).get("scores", {})
             x, y = (entry.get(x_score) or {}).get("value"), (entry.get(y_score) or {}).get("value")
             if x is not None and y is not None:
