@@ -636,6 +636,21 @@ def test_a_correlation_claim_is_pearson_r_over_every_system_and_the_human_refere
     assert "the same for every" in pearson([(str(i), 0.5, i) for i in range(5)])[3]
 
 
+def test_the_report_states_each_runs_wall_time(clean):
+    """Runs used: each run's wall time is every phase of its timings.jsonl; the total is their sum."""
+    doc = json.loads((clean / "clean" / "report.json").read_text())
+    md = (clean / "clean" / "report.md").read_text()
+    assert "| run | fitting corpus | prompts | systems | wall time (min) |" in md
+    total = 0.0
+    for run in doc["runs"]:
+        lines = (clean / "clean" / "runs" / run["run"] / "timings.jsonl").read_text().splitlines()
+        want = sum(json.loads(line)["seconds"] for line in lines if line.strip())
+        assert want > 0 and run["wall_seconds"] == pytest.approx(want, abs=0.05)
+        assert f"| `{run['run']}` | `{run['corpus']}` | 3 | {run['systems']} | {want / 60:.1f} |" in md
+        total += want
+    assert f"Total wall time of its runs: {total / 60:.1f} min" in md
+
+
 def test_a_sensitivity_settings_system_is_no_text_source_of_a_counted_correlation(clean, monkeypatch):
     """A correlation claim's points are the protocol's systems: a ``ROLE@SETTING`` system of the same
     run (POSG's head ablations) would otherwise change the counted claim's evidence."""

@@ -1047,8 +1047,8 @@ FILES = (("manifest", "manifest.json"), ("generations", "generations.jsonl"), ("
 
 
 def run_table(runs: list[RunSpec]) -> list[dict]:
-    """Every run the report used: its folder, suite, fitting corpus and the sha256 of its manifest,
-    generations and scores (absent files are empty)."""
+    """Every run the report used: its folder, suite, fitting corpus, wall seconds (``run_wall_seconds``)
+    and the sha256 of its manifest, generations and scores (absent files are empty)."""
     out = []
     for r in runs:
         out.append(
@@ -1060,20 +1060,24 @@ def run_table(runs: list[RunSpec]) -> list[dict]:
                 "suite": r.plan.suite.name,
                 "prompts": len(r.plan.suite.items),
                 "systems": len(r.plan.systems),
+                "wall_seconds": round(run_wall_seconds(r), 1),
                 **{f"{n}_sha256": _sha(r.run_dir / f) for n, f in FILES},
             }
         )
     return out
 
 
+def run_wall_seconds(run: RunSpec) -> float:
+    """The wall time every invocation spent on one run (all phases of its timings.jsonl; 0 if none)."""
+    path = run.run_dir / "timings.jsonl"
+    if not path.exists():
+        return 0.0
+    return sum(json.loads(line)["seconds"] for line in path.read_text().splitlines() if line.strip())
+
+
 def total_wall_seconds(runs: list[RunSpec]) -> float:
     """The wall time every invocation spent on these runs (all phases of their timings.jsonl)."""
-    total = 0.0
-    for r in runs:
-        path = r.run_dir / "timings.jsonl"
-        if path.exists():
-            total += sum(json.loads(line)["seconds"] for line in path.read_text().splitlines() if line.strip())
-    return total
+    return sum(run_wall_seconds(r) for r in runs)
 
 
 def _paper_cell(c: CellVerdict) -> str:
@@ -1488,20 +1492,30 @@ def sections(
     rt = run_table(runs)
     runs_s.tables.append(
         Table(
-            ("run", "fitting corpus", "prompts", "systems", "manifest sha256", "generations sha256", "status"),
+            (
+                "run",
+                "fitting corpus",
+                "prompts",
+                "systems",
+                "wall time (min)",
+                "manifest sha256",
+                "generations sha256",
+                "status",
+            ),
             tuple(
                 (
                     Cell(x["run"], code=True),
                     Cell(x["corpus"], code=True),
                     num(str(x["prompts"])),
                     num(str(x["systems"])),
+                    num(f"{x['wall_seconds'] / 60:.1f}" if x["wall_seconds"] else "(not run)"),
                     num(x["manifest_sha256"][:16] or "(not run)"),
                     num(x["generations_sha256"][:16] or "(not run)"),
                     Cell(data.partial(r) or "complete"),
                 )
                 for x, r in zip(rt, runs)
             ),
-            align="llrrlll",
+            align="llrrrlll",
         )
     )
     out.append(runs_s)
