@@ -35,7 +35,7 @@ def add_model_args_option(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub) -> None:
-    from maxbench.benchmark.rundir import add_drop_option
+    from maxbench.rundir import add_drop_option
 
     register_assets(sub)
     register_run(sub)
@@ -167,9 +167,9 @@ def generate_systems(args) -> list:
 
 
 def cmd_generate(args) -> int:
-    from maxbench.benchmark.rundir import RunPlan, drop_damaged, parse_shard
     from maxbench.benchmark.runner import generate_run
     from maxbench.benchmark.suites import load_suite
+    from maxbench.rundir import RunPlan, drop_damaged, parse_shard
     from maxbench.systems.models import parse_model_args
 
     if args.samples < 1 or args.batch_size < 1:
@@ -279,7 +279,7 @@ def _extract_corpora(names: list[str]) -> None:
 
 def register_run(sub) -> None:
     from maxbench.benchmark.metrics.cli import add_evaluator_option
-    from maxbench.benchmark.rundir import add_drop_option
+    from maxbench.rundir import add_drop_option
 
     p = sub.add_parser(
         "run",
@@ -361,7 +361,7 @@ def register_run(sub) -> None:
 def _shard_arg(text):
     import os
 
-    from maxbench.benchmark.rundir import parse_shard
+    from maxbench.rundir import parse_shard
 
     if text == "auto":
         if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
@@ -379,10 +379,10 @@ def cmd_run(args) -> int:
     from maxbench.benchmark.lineup import load_lineup
     from maxbench.benchmark.metrics.base import parse_metric_list
     from maxbench.benchmark.metrics.scoring import ScoringOptions, score_run
-    from maxbench.benchmark.rundir import RunPlan, drop_damaged
     from maxbench.benchmark.runner import INVOCATION_ENV, PhaseTimer, generate_run, new_invocation, preflight
     from maxbench.benchmark.suites import load_suite
     from maxbench.benchmark.workers import WORKER_THREADS, default_workers, parse_workers, run_workers
+    from maxbench.rundir import RunPlan, drop_damaged
     from maxbench.systems.models import parse_model_args
 
     if args.n_resamples < 0:

@@ -41,44 +41,6 @@ COMPARE_FORMAT = "maxbench-compare/1"
 # ---------------------------------------------------------------- reading a run
 
 
-def read_manifest(run_dir: Path) -> dict:
-    from maxbench.benchmark.rundir import MANIFEST
-
-    path = Path(run_dir) / MANIFEST
-    if not Path(run_dir).is_dir():
-        raise MaxbenchError(f"{run_dir} is not a directory; give a run directory (results/runs/<run-id>)")
-    if not path.exists():
-        return {}
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise MaxbenchError(f"{path} is unreadable; this run directory is damaged") from None
-    return doc if isinstance(doc, dict) else {}
-
-
-def read_generations(run_dir: Path) -> list[dict]:
-    from maxbench.benchmark.rundir import GENERATIONS, read_rows
-
-    path = Path(run_dir) / GENERATIONS
-    if not path.exists():
-        raise MaxbenchError(f"{run_dir} has no {GENERATIONS}; generate first (maxbench generate / run)")
-    return read_rows(path)
-
-
-def read_scores(run_dir: Path) -> dict:
-    """The run's ``scores.json``; a run that has none is refused with what to run."""
-    path = Path(run_dir) / "scores.json"
-    if not path.exists():
-        raise MaxbenchError(f"{run_dir} has no scores.json; run `maxbench score {run_dir}` first")
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise MaxbenchError(f"{path} is unreadable; score the run again (maxbench score {run_dir})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("systems"), dict):
-        raise MaxbenchError(f"{path} is not a maxbench scores file; score the run again (maxbench score {run_dir})")
-    return doc
-
-
 # ---------------------------------------------------------------- the tidy table
 
 
@@ -107,9 +69,12 @@ def _row(system, prompt_id, sample, seed, metric, value, signature) -> dict:
 
 
 def run_table(run_dir: Path) -> list[dict]:
-    run_dir = Path(run_dir)
+    """The tidy rows of a run: its fresh scores (stale ones are refused, as the leaderboard refuses
+    them) with its rows, both read by the run folder's owner."""
+    from maxbench.rundir import read_generations, read_scores
+
     scores = read_scores(run_dir)
-    return tidy_rows(scores, read_generations(run_dir))
+    return tidy_rows(scores.to_dict(), read_generations(run_dir))
 
 
 def to_frame(rows: list[dict]):
@@ -257,9 +222,10 @@ def _batch(rows: list[dict], conditions=None, pool=None):
 def default_metrics(run_a: Path, run_b: Path) -> list[str]:
     """The metrics both runs' ``scores.json`` name (in A's order), else the scorer's defaults."""
     from maxbench.benchmark.metrics.cli import DEFAULT_METRICS
+    from maxbench.rundir import read_scores
 
-    try:
-        names_a, names_b = (list(read_scores(r).get("metrics", {})) for r in (run_a, run_b))
+    try:  # only the names of the metrics, never a number: stale scores name them as well
+        names_a, names_b = (list(read_scores(r, fresh=False).metrics or {}) for r in (run_a, run_b))
     except MaxbenchError:
         return list(DEFAULT_METRICS)
     both = [m for m in names_a if m in names_b]
@@ -273,14 +239,15 @@ def check_metric_code(names: list[str], run_a: Path, run_b: Path) -> None:
     saying where its code came from and how to bring it (docs/plugins.md)."""
     from maxbench.benchmark.metrics.base import METRICS
     from maxbench.registry import describe_origin, is_plugin_origin
+    from maxbench.rundir import read_scores
 
     for name in names:
         if name in METRICS:
             continue
         for run in (run_a, run_b):
-            try:
-                entry = read_scores(run).get("metrics", {}).get(name)
-            except (MaxbenchError, AttributeError):
+            try:  # where the metric's code came from, not its numbers: stale scores record it as well
+                entry = (read_scores(run, fresh=False).metrics or {}).get(name)
+            except MaxbenchError:
                 continue
             origin = entry.get("origin") if isinstance(entry, dict) else None
             if not is_plugin_origin(origin):
@@ -308,9 +275,10 @@ def compare_runs(run_a: Path, run_b: Path, pairs: list[str] | None = None, optio
         score_batch,
     )
     from maxbench.benchmark.metrics.stats import TEST_METHOD
+    from maxbench.rundir import read_generations, read_manifest
 
     run_a, run_b = Path(run_a), Path(run_b)
-    manifest_a, manifest_b = read_manifest(run_a), read_manifest(run_b)
+    manifest_a, manifest_b = read_manifest(run_a, required=True), read_manifest(run_b, required=True)
     check_comparable(manifest_a, manifest_b, run_a, run_b)
     rows_a, rows_b = read_generations(run_a), read_generations(run_b)
     systems_a = list(dict.fromkeys(str(r["system"]) for r in rows_a))

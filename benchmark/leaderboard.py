@@ -171,121 +171,33 @@ def _label_lifts(
     return lifts
 
 
-def _read_json(path: Path, run_dir: Path) -> dict:
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise MaxbenchError(f"{path} is not valid JSON; rescore the run (maxbench score {run_dir})") from None
-    if not isinstance(doc, dict):
-        raise MaxbenchError(f"{path} is not a maxbench file (expected a JSON object); rescore the run")
-    return doc
-
-
-def _json_type(value) -> str:
-    """The JSON name of a value's type, for messages about a malformed file."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    return "an object"
-
-
-def _scores_shape_problem(doc: dict) -> str | None:
-    """What is wrong, and where, with the shape of a scores.json document (None when nothing is)."""
-    if "systems" not in doc:
-        return "has no 'systems' table of scores"
-    systems = doc["systems"]
-    if not isinstance(systems, dict):
-        return f"'systems' is {_json_type(systems)}, expected an object of system -> entry"
-    for system, entry in systems.items():
-        if not isinstance(entry, dict):
-            return f"systems[{system!r}] is {_json_type(entry)}, expected an object"
-        scores = entry.get("scores", {})
-        if not isinstance(scores, dict):
-            return f"systems[{system!r}]['scores'] is {_json_type(scores)}, expected an object of metric -> result"
-        for metric, value in scores.items():
-            if not isinstance(value, dict):
-                return f"systems[{system!r}]['scores'][{metric!r}] is {_json_type(value)}, expected an object"
-    comparisons = doc.get("comparisons")
-    if comparisons is not None and not isinstance(comparisons, dict):
-        return f"'comparisons' is {_json_type(comparisons)}, expected an object"
-    if isinstance(comparisons, dict):
-        table = comparisons.get("systems")
-        if table is not None and not isinstance(table, dict):
-            return f"comparisons['systems'] is {_json_type(table)}, expected an object"
-        for system, entry in (table or {}).items():
-            if not isinstance(entry, dict):
-                return f"comparisons['systems'][{system!r}] is {_json_type(entry)}, expected an object"
-    return None
-
-
-def check_scored_generations(run_dir: Path, doc: dict) -> None:
-    """``scores.json`` must be the scores of the run's ``generations.jsonl`` as it is now: a scores file
-    of another run, or one left behind after the generations changed, is refused."""
-    import hashlib
-
-    from maxbench.benchmark.rundir import GENERATIONS
-
-    gen = run_dir / GENERATIONS
-    recorded = doc.get("generations_sha256")
-    if not gen.is_file() or not isinstance(recorded, str):
-        return  # scores without their generations, or a hand-made scores file that names none: nothing to compare
-    try:
-        now = hashlib.sha256(gen.read_bytes()).hexdigest()
-    except OSError as exc:
-        raise MaxbenchError(f"cannot read {gen}: {exc.strerror or exc}") from None
-    if recorded != now:
-        raise MaxbenchError(
-            f"{run_dir / 'scores.json'} scored generations with sha256 {recorded}, but {gen} has sha256 {now}: these are "
-            f"not this run's scores; run `maxbench score {run_dir}`"
-        )
-
-
 def load_scored_run(run_dir: Path) -> ScoredRun:
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise MaxbenchError(
-            f"{run_dir} is not a run directory (no such folder); make and score one first (maxbench run), "
-            f"or name a folder under results/runs/"
-        )
-    path = run_dir / "scores.json"
-    if not path.is_file():
-        raise MaxbenchError(f"{run_dir} has no scores.json; score it first (maxbench score {run_dir})")
-    doc = _read_json(path, run_dir)
-    problem = _scores_shape_problem(doc)
-    if problem:
-        raise MaxbenchError(f"{path}: {problem}; rescore the run (maxbench score {run_dir})")
-    systems = doc["systems"]
-    check_scored_generations(run_dir, doc)
-    manifest = _read_json(run_dir / "manifest.json", run_dir) if (run_dir / "manifest.json").is_file() else {}
+    """A scored run as the leaderboard reads it, through the run folder's owner (``maxbench.rundir``):
+    its fresh scores file, its manifest and its rows."""
+    from maxbench.rundir import json_type, read_manifest, read_scores
+
+    scores = read_scores(run_dir)
+    run_dir = scores.run_dir
+    doc = scores.to_dict()
+    systems = scores.systems
+    manifest = read_manifest(run_dir)
     ident = manifest.get("identity") or {}
-    if not isinstance(ident, dict):
-        raise MaxbenchError(
-            f"{run_dir / 'manifest.json'}: 'identity' is {_json_type(ident)}, expected an object; "
-            f"the manifest is damaged: rerun the run (maxbench run) or restore its manifest.json"
-        )
-    suite = ident.get("suite") or manifest.get("suite") or doc.get("suite") or {}
+    suite = ident.get("suite") or manifest.get("suite") or scores.suite or {}
     if not isinstance(suite, dict):
         raise MaxbenchError(
-            f"{run_dir}: the run's 'suite' is {_json_type(suite)}, expected an object with the suite's name; "
+            f"{run_dir}: the run's 'suite' is {json_type(suite)}, expected an object with the suite's name; "
             f"rescore the run (maxbench score {run_dir}) or restore its manifest.json"
         )
     steps, prompts = _from_generations(run_dir)
     return ScoredRun(
         path=run_dir,
-        run_id=manifest.get("run_id") or doc.get("run_id") or run_dir.name,
+        run_id=manifest.get("run_id") or scores.run_id or run_dir.name,
         registry=ident.get("registry"),
         suite=suite,
         seed=ident.get("seed", manifest.get("seed")),
         samples=ident.get("samples", manifest.get("samples")),
         systems=systems,
-        comparisons=doc.get("comparisons") or {},
+        comparisons=scores.comparisons or {},
         steps=steps,
         prompts=prompts,
         plugins=_plugins_of(manifest, doc),
@@ -366,13 +278,11 @@ def _by_base_model(rows: list[Row]) -> list[Row]:
 
 def _from_generations(run_dir: Path, max_steps: int = 64) -> tuple[dict, dict]:
     """Per system: the mean entropy and support size at each decoding step, and the prompts covered."""
-    from maxbench.benchmark.rundir import GENERATIONS, read_rows
+    from maxbench.rundir import read_generations
 
     acc: dict = {}
     prompts: dict = {}
-    for row in read_rows(run_dir / GENERATIONS):
-        if not isinstance(row, dict) or "system" not in row:
-            continue  # not a generated row; the scores, not this file, say what was scored
+    for row in read_generations(run_dir, missing_ok=True):
         prompts.setdefault(row["system"], set()).add(row.get("prompt_id"))
         st = row.get("stats") or {}
         a = acc.setdefault(row["system"], {})

@@ -187,11 +187,11 @@ def _prompt_key(prompt_id: str, sample: int) -> str:
 
 def run_texts(run_dirs: list[Path]) -> dict[tuple[str, str], str]:
     """Every text of the runs by (system, prompt key), read as ``maxbench view`` reads them."""
-    from maxbench.benchmark.rundir import GENERATIONS, read_run_rows
+    from maxbench.rundir import read_generations
 
     texts: dict[tuple[str, str], str] = {}
     for run_dir in run_dirs:
-        for _, g in read_run_rows(Path(run_dir) / GENERATIONS):
+        for g in read_generations(run_dir, missing_ok=True):
             texts[(g["system"], _prompt_key(g["prompt_id"], g.get("sample", 0)))] = g.get("text") or ""
     return texts
 

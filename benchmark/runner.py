@@ -1,7 +1,7 @@
 """Runs systems over a suite into a run directory, resumably: what decodes and what schedules.
 
 The run directory's files (manifest, generations, shard files, their merge) are
-``maxbench.benchmark.rundir``'s; this module fills them. On restart a trailing partial line is
+``maxbench.rundir``'s; this module fills them. On restart a trailing partial line is
 cut off, finished keys are skipped, and a batch with missing rows is decoded again whole
 (batches are fixed by the suite order, so the rows come out identical).
 
@@ -32,11 +32,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from maxbench.benchmark.rundir import (
+from maxbench.errors import MaxbenchError
+from maxbench.fileio import check_output_dir, ensure_dir, free_bytes
+from maxbench.locks import claim, exclusive, held
+from maxbench.provenance import versions
+from maxbench.rundir import (
     CLAIMS,
     REFERENCE_STATES,
-    REMOVED,
-    TIMINGS,
     RowsSeen,
     RunPlan,
     append_rows,
@@ -47,14 +49,12 @@ from maxbench.benchmark.rundir import (
     existing_manifest,
     finished_keys,
     read_rows,
+    removed_path,
     row_key,
     shard_file,
+    timings_path,
     update_manifest,
 )
-from maxbench.errors import MaxbenchError
-from maxbench.fileio import check_output_dir, ensure_dir, free_bytes
-from maxbench.locks import claim, exclusive, held
-from maxbench.provenance import versions
 
 #: set by ``maxbench run --workers`` for its workers, so their phases join the parent's invocation
 INVOCATION_ENV = "MAXBENCH_INVOCATION"
@@ -68,7 +68,7 @@ class PhaseTimer:
     ``maxbench run --workers`` share their parent's invocation id (``INVOCATION_ENV``)."""
 
     def __init__(self, run_dir: Path, shard: tuple[int, int] | None = None, invocation: str | None = None):
-        self.path = Path(run_dir) / TIMINGS
+        self.path = timings_path(run_dir)
         self.invocation = invocation or os.environ.get(INVOCATION_ENV) or new_invocation()
         self.shard = None if shard is None else f"{shard[0]}/{shard[1]}"
         self.phases: list[tuple[str, float]] = []
@@ -119,7 +119,7 @@ def lineup_change_text(plan: RunPlan, changed: dict) -> str:
         parts.append(f"listed again {', '.join(changed['restored'])} (its rows are kept from before)")
     if changed["removed"]:
         parts.append(
-            f"removed {', '.join(changed['removed'])} (rows kept in {plan.run_dir / REMOVED}, neither scored nor shown)"
+            f"removed {', '.join(changed['removed'])} (rows kept in {removed_path(plan.run_dir)}, neither scored nor shown)"
         )
     return f"the lineup of {plan.run_dir} changed: {'; '.join(parts)}"
 

@@ -8,7 +8,7 @@ round-robin, holds a lock on its own shard file, and fits a head or builds a gra
 cache's lock (``maxbench.locks``), so a head is fitted once whichever worker gets there first; odd
 workers walk the lineup backwards so two fits overlap instead of one worker waiting, and a worker
 done with its own batches takes over those another has not reached (``maxbench.benchmark.runner``;
-the shard files and their merge are ``maxbench.benchmark.rundir``'s).
+the shard files and their merge are ``maxbench.rundir``'s).
 
 Workers die with their parent (``PR_SET_PDEATHSIG`` on Linux), and a worker left over would hold its
 shard's lock until it ends, so killing the parent or any worker at any moment (``kill -9``)
@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from maxbench.errors import MaxbenchError
+from maxbench.rundir import shard_lines
 
 #: each worker's torch threads unless --threads says otherwise: two single-threaded processes beat one
 #: process with two threads on a shared machine
@@ -107,19 +108,6 @@ def worker_command(args, run_id: str, shard: tuple[int, int], threads: int, devi
     return cmd
 
 
-def _lines(run_dir: Path) -> int:
-    """Rows in the run's shard files, counted without parsing them (for the progress bar)."""
-    from maxbench.benchmark.rundir import SHARD_GLOB
-
-    count = 0
-    for path in run_dir.glob(SHARD_GLOB):
-        try:
-            count += path.read_bytes().count(b"\n")
-        except OSError:
-            pass
-    return count
-
-
 def thread_env(threads: int) -> dict[str, str]:
     """Each math library's thread count for a worker of ``threads`` threads. numba's pool (the
     graphmax paper solver's CPU kernels) included: with its default of one thread per core, each
@@ -153,7 +141,7 @@ def run_workers(args, plan, n: int, threads: int, device: str | None, invocation
             time.sleep(1.0)
             failed = next((i for i, p in enumerate(procs) if p.returncode not in (None, 0)), None)
             if progress:
-                bar.update(min(total, _lines(plan.run_dir)) - bar.n)
+                bar.update(min(total, shard_lines(plan.run_dir)) - bar.n)
     finally:
         for p in procs:
             if p.poll() is None:

@@ -152,9 +152,9 @@ def loadavg() -> str:
 
 
 def measure(args, lineups: dict, work: Path) -> None:
-    from maxbench.benchmark.rundir import GENERATIONS
     from maxbench.benchmark.workers import thread_env
     from maxbench.errors import MaxbenchError
+    from maxbench.rundir import GENERATIONS
 
     suite = lineups["suite"]
     items = suite.items[: args.prompts] if args.prompts else suite.items
@@ -241,7 +241,7 @@ def _entries(folder: Path) -> dict:
 
 def check_add(run_dir: Path, base_rows: bytes, base_cache: dict, added: str) -> str:
     """What ``add`` did to the run: the old rows, the systems decoded, the score-cache entries reused."""
-    from maxbench.benchmark.rundir import GENERATIONS, TIMINGS, read_rows
+    from maxbench.rundir import GENERATIONS, TIMINGS, read_rows
 
     rows = (run_dir / GENERATIONS).read_bytes()
     old = set(base_rows.splitlines())
@@ -271,7 +271,7 @@ def check_add(run_dir: Path, base_rows: bytes, base_cache: dict, added: str) -> 
 
 def fits(run_dir: Path) -> str:
     """The set-up's fit phases (a cached graph or head loads in seconds, a fit takes minutes)."""
-    from maxbench.benchmark.rundir import TIMINGS, read_rows
+    from maxbench.rundir import TIMINGS, read_rows
 
     rows = read_rows(run_dir / TIMINGS)
     last = rows[-1]["invocation"] if rows else None  # the set-up's own invocation

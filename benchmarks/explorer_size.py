@@ -33,7 +33,7 @@ WORDS = (
 
 
 def synthesise(run: Path, n_prompts: int, n_systems: int, n_tokens: int, seed: int = 0) -> None:
-    from maxbench.benchmark.rundir import GENERATIONS, MANIFEST
+    from maxbench.rundir import GENERATIONS, MANIFEST
 
     rng = random.Random(seed)
     run.mkdir(parents=True)
@@ -122,7 +122,7 @@ def main() -> None:
 def measure(args, tmp: Path, write_explorer) -> None:
     run = tmp / "run"
     synthesise(run, args.prompts, args.systems, args.tokens)
-    from maxbench.benchmark.rundir import GENERATIONS
+    from maxbench.rundir import GENERATIONS
 
     gen = (run / GENERATIONS).stat().st_size
     t0 = time.perf_counter()

@@ -69,9 +69,9 @@ def main() -> None:
 
 
 def measure(args, systems: list[str], work: Path) -> None:
-    from maxbench.benchmark.rundir import GENERATIONS
     from maxbench.benchmark.suites import load_suite
     from maxbench.errors import MaxbenchError
+    from maxbench.rundir import GENERATIONS
 
     items = load_suite("food-reviews").items[: args.prompts]
     (work / "p.jsonl").write_text(

@@ -155,15 +155,17 @@ class RunResult:
 
 
 def load_run(path) -> RunResult:
-    """The run directory ``path`` (manifest, generations and, if scored, scores) as a RunResult."""
+    """The run directory ``path`` (manifest, generations and, if scored, scores) as a RunResult, read
+    by the run folder's owner (``maxbench.rundir``) as every command reads it: scores of other
+    generations than the run's now are refused, as ``leaderboard`` and ``export`` refuse them."""
     from pathlib import Path
 
-    from maxbench.benchmark.export import read_generations, read_manifest, read_scores
+    from maxbench.rundir import has_scores, read_generations, read_manifest, read_scores
 
     path = Path(path)
     manifest = read_manifest(path)
     generations = read_generations(path)
-    scores = read_scores(path) if (path / "scores.json").exists() else None
+    scores = read_scores(path).to_dict() if has_scores(path) else None
     return RunResult(path, manifest, generations, scores)
 
 
@@ -199,9 +201,9 @@ def evaluate(
     from maxbench.benchmark.metrics.base import parse_metric_list
     from maxbench.benchmark.metrics.cli import DEFAULT_METRICS
     from maxbench.benchmark.metrics.scoring import ScoringOptions, score_run
-    from maxbench.benchmark.rundir import RunPlan
     from maxbench.benchmark.runner import generate_run
     from maxbench.benchmark.suites import load_suite
+    from maxbench.rundir import RunPlan
     from maxbench.systems.system_strings import parse_system
 
     if isinstance(systems, str):

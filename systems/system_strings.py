@@ -103,6 +103,20 @@ class SystemSpec:
         layer = self.layer + (f"({','.join(f'{k}={_fmt(v)}' for k, v in self.params)})" if self.params else "")
         return f"{self.model_key}/{layer}/{self.decoding.label}"
 
+    def code(self) -> dict:
+        """Where this system's code comes from (docs/plugins.md): the origins of its layer, its model
+        and its adapter, as a run's manifest records them (``maxbench.rundir.check_code`` compares them)."""
+        from maxbench.registry import builtin_origin
+        from maxbench.systems.models import MODELS
+
+        model = MODELS.origin(self.model) if self.model in MODELS else builtin_origin()
+        code = {"layer": LAYERS.origin(self.layer), "model": model}
+        if self.adapter:
+            from maxbench.systems.adapters import ADAPTERS
+
+            code["adapter"] = ADAPTERS.origin(self.adapter)
+        return code
+
     def build_layer(self) -> OutputLayer:
         cls = layer_class(self.layer)
         try:

@@ -309,9 +309,9 @@ def test_on_a_conditional_suite_adapters_learn_the_rendered_attributes(monkeypat
     """On a conditional suite the training examples are the suite corpus's fitting texts, each with its
     attributes rendered by the suite's template as the prompt and its target as the text."""
     import maxbench.benchmark.corpora as corpora
-    from maxbench.benchmark.rundir import RunPlan
     from maxbench.benchmark.runner import adapter_training_data
     from maxbench.benchmark.suites import load_suite
+    from maxbench.rundir import RunPlan
 
     corpus = tiny_corpus()
     scores = {

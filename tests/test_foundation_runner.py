@@ -8,7 +8,10 @@ import time
 
 import pytest
 
-from maxbench.benchmark.rundir import (
+from maxbench.benchmark.runner import derive_seed, generate_run
+from maxbench.benchmark.suites import load_suite
+from maxbench.locks import exclusive
+from maxbench.rundir import (
     CLAIMS,
     GENERATIONS,
     REFERENCE_STATES,
@@ -18,9 +21,6 @@ from maxbench.benchmark.rundir import (
     read_rows,
     shard_file,
 )
-from maxbench.benchmark.runner import derive_seed, generate_run
-from maxbench.benchmark.suites import load_suite
-from maxbench.locks import exclusive
 from maxbench.systems.system_strings import parse_system
 
 

@@ -232,7 +232,7 @@ def test_cli_errors_for_missing_run_database_and_study(cli, tmp_path):
         "--db",
         f"sqlite:///{tmp_path / 'a.sqlite3'}",
     )
-    assert rc == 2 and "line 1" in err and "'prompt'" in err
+    assert rc == 2 and "generations.jsonl row 1 lacks field 'text'" in err  # the run folder's one rule of a row
     rc, _, err = cli("study", "list", "--db", f"sqlite:///{tmp_path / 'gone.sqlite3'}")
     assert rc == 2 and "no rating database" in err
     assert not (tmp_path / "gone.sqlite3").exists()
@@ -303,9 +303,13 @@ def test_cli_export_to_an_unwritable_place_is_one_line(cli, tmp_path):
 @pytest.mark.parametrize(
     "content,message",
     [
-        (b"\xff\xfe{}\n", "is not UTF-8 text"),
-        (b"[1, 2]\n", "line 1 is not a JSON object"),
-        (b'{"system": "s", "prompt_id": "p", "prompt": "x", "text": "y", "sample": "zero"}\n', "field 'sample'"),
+        (b"\xff\xfe{}\n", "generations.jsonl:1 is not UTF-8"),
+        (b"[1, 2]\n", "row 1 is not a JSON object"),
+        (
+            b'{"system": "s", "prompt_id": "p", "prompt": "x", "text": "y", "reference": "", "sample": "zero"}\n',
+            "row 1 has a 'sample' that is not a whole number",
+        ),
+        (b'{"system": "s", "prompt_id": "p", "text": "y", "reference": ""}\n', "row 1 has no 'prompt'"),
     ],
 )
 def test_cli_study_create_on_a_malformed_run_is_one_line(cli, tmp_path, content, message):

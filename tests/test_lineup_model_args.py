@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from maxbench.benchmark.lineup import load_lineup
-from maxbench.benchmark.rundir import RunPlan
 from maxbench.benchmark.suites import load_suite
 from maxbench.benchmark.workers import cpu_cores
 from maxbench.errors import MaxbenchError
+from maxbench.rundir import RunPlan
 from maxbench.systems.models import folder_identity, model_identity, tiny_random_model
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -182,8 +182,8 @@ def test_model_args_reach_the_command_line_and_an_unknown_key_is_refused(cli):
 
 
 def test_model_args_are_part_of_a_runs_identity(tmp_path):
-    from maxbench.benchmark.rundir import RunPlan
     from maxbench.benchmark.suites import load_suite
+    from maxbench.rundir import RunPlan
 
     suite = load_suite("smoke")
     plain = RunPlan(run_dir=tmp_path, suite=suite, systems=[])

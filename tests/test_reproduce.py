@@ -569,7 +569,7 @@ def test_the_paired_difference_against_another_system_matches_a_direct_test(clea
     """The claim table's difference against a system that is not the run's baseline is the
     paired test of the two systems' scores (the same as scores.json would hold)."""
     from maxbench.benchmark.metrics.base import get_metric
-    from maxbench.benchmark.metrics.scoring import load_run
+    from maxbench.benchmark.metrics.scoring import load_batches
     from maxbench.benchmark.metrics.stats import paired_test
     from maxbench.benchmark.reproduce.protocol import Options, plan_runs
     from maxbench.benchmark.reproduce.report import PairCache, Runs, claim_cells
@@ -579,7 +579,7 @@ def test_the_paired_difference_against_another_system_matches_a_direct_test(clea
     runs = plan_runs(paper, Options(), clean / "clean")
     claim = next(c for c in paper.claims if c.id == "vs-sparsemax")
     (row, _), _ = claim_cells(claim, paper, runs, Runs(runs), PairCache(200))
-    _, batches = load_run(runs[0].run_dir)
+    _, batches = load_batches(runs[0].run_dir)
     m = get_metric("bleu-n")
     a = m.compute(batches[runs[0].roles["graphmax"]]).scores["bleu-2"]
     b = m.compute(batches[runs[0].roles["sparsemax"]]).scores["bleu-2"]

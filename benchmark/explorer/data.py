@@ -195,7 +195,7 @@ def build(run_dirs: list[Path], study: Study | None = None) -> tuple[dict, list[
     """(the index: everything shown at first render, the prompts: one record each, in order)."""
     from maxbench.benchmark.metrics.diversity import repetition_loop
     from maxbench.benchmark.metrics.tokenize import word_tokens
-    from maxbench.benchmark.rundir import GENERATIONS, read_run_rows
+    from maxbench.rundir import generations_path, read_generations
 
     if not run_dirs:
         raise MaxbenchError("give at least one run directory (maxbench view RUN_DIR...)")
@@ -222,7 +222,7 @@ def build(run_dirs: list[Path], study: Study | None = None) -> tuple[dict, list[
     prompts: dict[str, dict] = {}
     steps: dict[str, dict] = {}
     for run in runs:
-        for _, g in read_run_rows(run.path / GENERATIONS):  # the rows score reads, by the same rule
+        for g in read_generations(run.path, missing_ok=True):  # the rows score reads, by the same rule
             if g["system"] not in systems:
                 continue
             pid, sample = g["prompt_id"], g.get("sample", 0)
@@ -271,7 +271,9 @@ def build(run_dirs: list[Path], study: Study | None = None) -> tuple[dict, list[
                         a[i][1] += v
                         a[i][2] += v * v
     if not prompts:
-        raise MaxbenchError(f"{runs[0].path} has no generated texts ({GENERATIONS}); generate the run first")
+        raise MaxbenchError(
+            f"{runs[0].path} has no generated texts ({generations_path(runs[0].path).name}); generate the run first"
+        )
     # per-prompt scores for "difference from the baseline"
     per_prompt = {}
     for row in rows:

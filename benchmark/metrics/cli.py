@@ -88,7 +88,7 @@ def register(sub) -> None:
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N for model-based metrics")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads for model-based metrics")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    from maxbench.benchmark.rundir import add_drop_option
+    from maxbench.rundir import add_drop_option
 
     add_drop_option(p)
     p.set_defaults(func=cmd_score)
@@ -231,8 +231,9 @@ def _score(args) -> int:
         doc = score_files(args.generations, args.references, options)
         print(json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) if args.json else _table(doc["scores"]))
         return 0
-    check_output_file(Path(args.run_dir) / "scores.json", "scores file")  # refused before minutes of scoring
-    from maxbench.benchmark.rundir import drop_damaged
+    from maxbench.rundir import drop_damaged, scores_path
+
+    check_output_file(scores_path(args.run_dir), "scores file")  # refused before minutes of scoring
 
     drop_damaged(Path(args.run_dir), args.drop_damaged_lines)
     doc = score_run(Path(args.run_dir), options, baseline=args.baseline)
@@ -257,5 +258,5 @@ def _score(args) -> int:
                 if v["p_value"] is not None and v["p_value"] < 0.05 and not math.isnan(v["difference"])
             ]
             print(f"  {system}: " + ("; ".join(sig) if sig else "no score differs at p < 0.05"))
-    print(f"wrote {Path(args.run_dir) / 'scores.json'}")
+    print(f"wrote {scores_path(args.run_dir)}")
     return 0

@@ -47,7 +47,6 @@ from maxbench.benchmark.metrics.stats import (
     paired_test,
 )
 from maxbench.errors import MaxbenchError
-from maxbench.fileio import atomic_write
 from maxbench.provenance import versions
 
 FORMAT = "maxbench-scores/1"
@@ -126,16 +125,10 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _manifest_problem(manifest) -> str | None:
-    """What makes a run's manifest unusable for scoring (None when nothing)."""
-    if not isinstance(manifest, dict):
-        return f"is a JSON {type(manifest).__name__}, not an object"
-    for key in ("systems", "suite", "identity"):
-        if key in manifest and not isinstance(manifest[key], dict | None):
-            return f"has '{key}' as a {type(manifest[key]).__name__}, not an object"
+def _system_strings_problem(manifest: dict) -> str | None:
+    """Where a run's manifest contradicts its own system strings (a system's model or layer entry that
+    its name does not hold), None when nowhere: the manifest was edited and cannot say what scored."""
     for name, entry in (manifest.get("systems") or {}).items():
-        if not isinstance(entry, dict):
-            return f"has system '{name}' as a {type(entry).__name__}, not an object"
         model, layer = entry.get("model"), entry.get("layer")
         adapter, adapter_params = entry.get("adapter"), entry.get("adapter_params") or {}
         if isinstance(model, str) and isinstance(adapter, str) and isinstance(adapter_params, dict):
@@ -148,9 +141,6 @@ def _manifest_problem(manifest) -> str | None:
             rest = name[len(model) + 1 :]
             if rest != layer and not rest.startswith((f"{layer}/", f"{layer}(")):  # parameters, e.g. graphmax(lam=1.0)
                 return f"says system '{name}' has layer '{layer}', which its system string contradicts"
-    samples = manifest.get("samples", 1)
-    if not isinstance(samples, int) or isinstance(samples, bool):
-        return f"has 'samples' {json.dumps(samples)}, not a whole number"
     return None
 
 
@@ -158,12 +148,13 @@ def check_suite(run_dir: Path, manifest: dict) -> None:
     """The suite hash the manifest records (and ``scores.json`` copies) must be the suite's: the
     identity's and, when the suite can still be loaded from where the run found it, the file's."""
     from maxbench.benchmark.suites import builtin_suites, load_suite
+    from maxbench.rundir import manifest_path
 
     suite = manifest.get("suite")
     if not isinstance(suite, dict):
         return
     ident = (manifest.get("identity") or {}).get("suite")
-    where = run_dir / "manifest.json"
+    where = manifest_path(run_dir)
     if isinstance(ident, dict):
         differ = [k for k in ("name", "version", "sha256", "n_items") if k in ident and ident[k] != suite.get(k)]
         if differ:
@@ -195,29 +186,19 @@ def check_suite(run_dir: Path, manifest: dict) -> None:
         )
 
 
-def load_run(run_dir: Path) -> tuple[dict, dict[str, TextBatch]]:
-    """The run's manifest and one TextBatch per system (in the order systems first appear)."""
-    from maxbench.benchmark.rundir import GENERATIONS, MANIFEST, read_run_rows, rows_by_key
+def load_batches(run_dir: Path) -> tuple[dict, dict[str, TextBatch]]:
+    """The run's manifest and one TextBatch per system (in the order systems first appear), read by
+    the run folder's owner (``maxbench.rundir``)."""
+    from maxbench.rundir import generations_path, manifest_path, read_generations, read_manifest
 
-    if not run_dir.is_dir():
-        raise MaxbenchError(f"{run_dir} is not a directory; give a run directory (results/runs/<run-id>)")
-    gen_path = run_dir / GENERATIONS
-    if not gen_path.exists():
-        raise MaxbenchError(f"{run_dir} has no {GENERATIONS}; generate first (maxbench generate / run)")
-    manifest = {}
-    if (run_dir / MANIFEST).exists():
-        try:
-            manifest = json.loads(_decode(run_dir / MANIFEST))
-        except json.JSONDecodeError as exc:
-            raise MaxbenchError(f"{run_dir / MANIFEST} is not valid JSON ({exc.msg})") from None
-        why = _manifest_problem(manifest)
+    manifest = read_manifest(run_dir)
+    if manifest:
+        why = _system_strings_problem(manifest)
         if why:
-            raise MaxbenchError(f"{run_dir / MANIFEST} {why}; restore the manifest or regenerate the run")
-        check_suite(run_dir, manifest)
-    numbered = read_run_rows(gen_path)
-    if not numbered:
-        raise MaxbenchError(f"{gen_path} holds no generations")
-    rows_by_key([(gen_path, numbered)], allow_same=False)  # a key twice: refused, naming both lines
+            raise MaxbenchError(f"{manifest_path(run_dir)} {why}; restore the manifest or regenerate the run")
+        check_suite(Path(run_dir), manifest)
+    numbered = read_generations(run_dir, numbered=True)
+    gen_path = generations_path(run_dir)
     groups: dict[str, dict] = {}
     for n, row in numbered:
         system, pid = row["system"], row["prompt_id"]
@@ -510,10 +491,10 @@ def score_run(
     computes everything (the file is the same bytes either way). When nothing but the time would
     differ, the existing ``scores.json`` is kept as it is."""
     from maxbench.benchmark.metrics.score_cache import ScoreCache, comparison_key, system_key
-    from maxbench.benchmark.rundir import GENERATIONS
+    from maxbench.rundir import generations_sha256, scores_path, write_scores
 
     run_dir = Path(run_dir)
-    manifest, batches = load_run(run_dir)
+    manifest, batches = load_batches(run_dir)
     if baseline is not None and baseline not in batches:
         raise MaxbenchError(f"--baseline '{baseline}' is not a system of this run; systems: {', '.join(batches)}")
     baseline, baselines = baselines_of(manifest, list(batches), baseline)
@@ -527,7 +508,7 @@ def score_run(
         "format": FORMAT,
         "run_id": manifest.get("run_id", run_dir.name),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "generations_sha256": _sha256(run_dir / GENERATIONS),
+        "generations_sha256": generations_sha256(run_dir),
         "suite": manifest.get("suite"),
         "bootstrap": _bootstrap_info(options),
         "versions": versions_now,
@@ -615,21 +596,10 @@ def score_run(
         doc["comparisons"] = out
     if use_cache:
         cache.prune()
-    path = run_dir / "scores.json"
-    text = json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
-    try:
-        old = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        old = None
-    if isinstance(old, dict) and isinstance(old.get("created"), str):
-        same = json.dumps(doc | {"created": old["created"]}, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
-        if path.read_text(encoding="utf-8") == same:  # the same scores: the file stays as it is
-            doc["created"], text = old["created"], same
-    if not path.exists() or path.read_text(encoding="utf-8") != text:
-        atomic_write(path, text)
+    doc = write_scores(run_dir, doc)
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise MaxbenchError(f"{errors[0]}{more}; every other score is written to {path}")
+        raise MaxbenchError(f"{errors[0]}{more}; every other score is written to {scores_path(run_dir)}")
     return doc
 
 

@@ -72,7 +72,7 @@ def cmd_reproduce(args) -> int:
         plan_runs,
     )
     from maxbench.benchmark.reproduce.report import write_report
-    from maxbench.benchmark.rundir import parse_shard
+    from maxbench.rundir import parse_shard
 
     paper = load_paper(args.paper)
     if args.n_resamples < 1:

@@ -97,14 +97,15 @@ def flip_rows(specs: list[FlipSpec]) -> list[dict]:
     """Per flipped run and role: the pairs, the three counts with rates and Wilson intervals, or
     why there are none yet (``status``)."""
     from maxbench.benchmark.metrics.attributes import flip_check
-    from maxbench.benchmark.metrics.scoring import load_run
+    from maxbench.benchmark.metrics.scoring import load_batches
+    from maxbench.rundir import has_generations
 
     out = []
     for spec in specs:
         base = {"model": spec.original.model, "corpus": spec.original.corpus, "run": spec.run_dir.name}
-        have = (spec.run_dir / "generations.jsonl").exists() and (spec.original.run_dir / "generations.jsonl").exists()
-        batches_a = load_run(spec.original.run_dir)[1] if have else {}
-        batches_b = load_run(spec.run_dir)[1] if have else {}
+        have = has_generations(spec.run_dir) and has_generations(spec.original.run_dir)
+        batches_a = load_batches(spec.original.run_dir)[1] if have else {}
+        batches_b = load_batches(spec.run_dir)[1] if have else {}
         n_items = len(spec.plan.suite.items) * spec.plan.samples
         for role, system in spec.roles.items():
             row = base | {"role": role, "system": system}

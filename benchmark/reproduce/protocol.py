@@ -11,8 +11,6 @@ protocol's metrics, skipped when ``scores.json`` already scores the same generat
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,7 +55,7 @@ class RunSpec:
     model: str
     corpus: str
     fold: int | None
-    plan: object  # maxbench.benchmark.rundir.RunPlan
+    plan: object  # maxbench.rundir.RunPlan
     roles: dict[str, str] = field(default_factory=dict)  # role -> system name
     baseline: str = ""
     #: the roles the protocol plans for this run when ``--roles`` generates a piece of it (else empty):
@@ -88,8 +86,8 @@ def _subset(given: list[str] | None, known: list[str], what: str) -> list[str]:
 def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
     """Every run of the protocol (checked before anything is written but the fold suites)."""
     from maxbench.benchmark.reproduce.folds import fold_items, heldout_items, suite_name, write_suite
-    from maxbench.benchmark.rundir import RunPlan
     from maxbench.benchmark.suites import load_suite
+    from maxbench.rundir import RunPlan
     from maxbench.systems.system_strings import parse_system
 
     proto = paper.protocol
@@ -206,9 +204,11 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
 
 def _manifest_systems(run_dir: Path) -> list[str]:
     """The systems an existing run's manifest lists ([] for a new run or an unreadable manifest)."""
+    from maxbench.rundir import read_manifest
+
     try:
-        return list(json.loads((run_dir / "manifest.json").read_text()).get("systems", []))
-    except (OSError, ValueError, AttributeError):
+        return list(read_manifest(run_dir).get("systems") or [])
+    except MaxbenchError:
         return []
 
 
@@ -249,9 +249,11 @@ def check_metrics(paper: Paper) -> list[str]:
 
 def check_controls(paper: Paper, out: Path) -> None:
     """Every control run a claim names is a run folder under ``out/runs/`` (one line if not)."""
+    from maxbench.rundir import has_generations
+
     for claim in paper.claims:
         for run in claim.controls:
-            if not (out / "runs" / run / "generations.jsonl").is_file():
+            if not has_generations(out / "runs" / run):
                 raise MaxbenchError(
                     f"paper file {paper.path}, claim '{claim.id}': control run '{run}' is missing "
                     f"({out / 'runs' / run} has no generations.jsonl); run it first or remove it from 'controls'"
@@ -262,10 +264,10 @@ def _rows_done(run_dir: Path) -> dict[str, int]:
     """How many rows each system already has in a run (its generations file and shard files)."""
     from collections import Counter
 
-    from maxbench.benchmark.rundir import GENERATIONS, SHARD_GLOB, read_run_rows
+    from maxbench.rundir import generation_files, read_run_rows
 
     done: Counter = Counter()
-    for path in [run_dir / GENERATIONS, *sorted(run_dir.glob(SHARD_GLOB))]:
+    for path in generation_files(run_dir):
         if path.is_file():
             try:
                 done.update(row.get("system") for _, row in read_run_rows(path))
@@ -307,16 +309,17 @@ def estimate_seconds(runs: list[RunSpec], remaining: bool = False) -> float:
 
 
 def scores_current(run_dir: Path, metrics: list[str]) -> bool:
-    """Whether the run's scores.json scores its present generations with these metrics."""
-    path = run_dir / "scores.json"
-    if not path.exists():
+    """Whether the run's scores.json scores its present generations (``ScoresFile.stale``, the rule
+    every reader of scores keeps) with these metrics."""
+    from maxbench.rundir import has_scores, read_scores
+
+    if not has_scores(run_dir):
         return False
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return False
-    gen = hashlib.sha256((run_dir / "generations.jsonl").read_bytes()).hexdigest()
-    return doc.get("generations_sha256") == gen and set(metrics) <= set(doc.get("metrics", {}))
+        scores = read_scores(run_dir)
+    except MaxbenchError:
+        return False  # stale or damaged: scored again
+    return scores.generations_sha256 is not None and set(metrics) <= set(scores.metrics or {})
 
 
 def execute(

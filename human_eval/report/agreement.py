@@ -1,22 +1,23 @@
 """How well the run's automatic metrics agree with a study's ratings: the rated texts joined to the
-per-prompt scores of the run the study was made from (its ``scores.json``, read as a file), then
+per-prompt scores of the run the study was made from (its ``scores.json``, read by ``maxbench.rundir``), then
 Kendall's tau and Spearman's rho at item and system level with bootstrap intervals
 (``core/rank_correlation.py``, which the explorer shows too), and the report section that shows them."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from maxbench.document import Cell, Para, Section, Table, num
+from maxbench.errors import MaxbenchError
 from maxbench.human_eval.analysis.ratings import Ratings
 from maxbench.human_eval.report.render import fmt
 from maxbench.human_eval.store.models import Item
 from maxbench.human_eval.studies.create import find_study
 from maxbench.rank_correlation import MetricAspect, mean_ratings, metric_rating_table, per_prompt_metrics
+from maxbench.rundir import read_scores, scores_path
 
 
 def study_correlations(
@@ -24,19 +25,18 @@ def study_correlations(
 ) -> tuple[list[MetricAspect], str]:
     """(the table, a sentence saying what it is computed from, or why there is none)."""
     study = find_study(session, study_id)
-    scores_path = Path(study.run_dir) / "scores.json"
-    try:
-        doc = json.loads(scores_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return [], f"No metric correlations: the study's run has no readable scores.json ({scores_path})."
+    try:  # read by the run folder's owner: stale or damaged scores are refused as every command refuses them
+        scores = read_scores(Path(study.run_dir))
+    except MaxbenchError as exc:
+        return [], f"No metric correlations: {exc}."
     prompt_of = {
         code: pid for code, pid in session.execute(select(Item.code, Item.prompt_id).where(Item.study_id == study.id))
     }
     rows = [r for r in ratings.rows if not set(r.flags) & set(exclude_flags) and r.item in prompt_of]
     rated = mean_ratings((prompt_of[r.item], r.system, r.criterion, r.value) for r in rows)
-    metrics, hib = per_prompt_metrics(doc.get("systems") or {})
+    metrics, hib = per_prompt_metrics(scores.systems)
     if not metrics:
-        return [], f"No metric correlations: {scores_path} holds no per-prompt scores."
+        return [], f"No metric correlations: {scores_path(study.run_dir)} holds no per-prompt scores."
     table = metric_rating_table(metrics, rated, hib, n_resamples, seed)
     return table, (
         f"Per-prompt scores of run {study.run_id} ({len(metrics)} scores) against the mean rating of each text; "

@@ -12,7 +12,6 @@ The options are a :class:`~maxbench.human_eval.studies.options.StudyOptions`.
 
 from __future__ import annotations
 
-import json
 import random
 import secrets
 from dataclasses import dataclass
@@ -95,60 +94,39 @@ def resolve_run_dir(run: str | Path) -> Path:
         path = Path("results") / "runs" / str(run)
     if not path.is_dir():
         raise MaxbenchError(f"run directory {run} not found: give a results/runs/<run-id> directory")
-    if not (path / "generations.jsonl").is_file():
-        raise MaxbenchError(f"{path} has no generations.jsonl: generate the run first (maxbench run/generate)")
     return path
 
 
 def read_generations(run_dir: Path) -> list[dict]:
-    path = run_dir / "generations.jsonl"
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.readlines()
-    except OSError as exc:
-        raise MaxbenchError(f"cannot read {path} ({exc.strerror}): check its permissions") from None
-    except UnicodeDecodeError as exc:
-        raise MaxbenchError(
-            f"{path} is not UTF-8 text (byte {exc.start}): give the generations.jsonl a run wrote"
-        ) from None
-    records = []
-    required = {"system": str, "prompt_id": str, "prompt": str, "text": str}
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            # A run killed mid-write may leave a torn last line; the runner resumes past it.
-            if not line.endswith("\n"):
-                continue
-            raise MaxbenchError(f"{path} line {lineno} is not JSON: repair or regenerate the run") from None
-        if not isinstance(rec, dict):
-            raise MaxbenchError(f"{path} line {lineno} is not a JSON object: repair or regenerate the run")
-        for key, typ in required.items():
-            if not isinstance(rec.get(key), typ):
-                raise MaxbenchError(f"{path} line {lineno}: field {key!r} missing or not a {typ.__name__}")
-        rec.setdefault("sample", 0)
-        if not isinstance(rec["sample"], int) or isinstance(rec["sample"], bool) or rec["sample"] < 0:
-            raise MaxbenchError(f"{path} line {lineno}: field 'sample' must be a whole number of 0 or more")
-        records.append(rec)
-    if not records:
-        raise MaxbenchError(f"{run_dir}/generations.jsonl holds no generations")
-    return records
+    """The run's rows, read by the run folder's owner (``maxbench.rundir``: the one rule of a row), each
+    with the prompt a rater reads it after (a row without one cannot be shown)."""
+    from maxbench.rundir import generations_path
+    from maxbench.rundir import read_generations as read_rows
+
+    records = read_rows(run_dir, numbered=True)
+    for n, rec in records:
+        if "prompt" not in rec:
+            raise MaxbenchError(
+                f"{generations_path(run_dir)} row {n} has no 'prompt', which raters read each text after: "
+                "give a run that maxbench run/generate wrote"
+            )
+    return [rec | {"sample": rec.get("sample", 0)} for _, rec in records]
 
 
 def _run_id(run_dir: Path) -> str:
-    try:
-        return str(json.loads((run_dir / "manifest.json").read_text())["run_id"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return run_dir.name
+    from maxbench.rundir import read_manifest
+
+    return str(read_manifest(run_dir).get("run_id") or run_dir.name)
 
 
 def _run_baseline(run_dir: Path, systems: list[str]) -> str | None:
-    """The baseline the run was scored against (its scores.json), when the study rates it."""
+    """The baseline the run was scored against, when the study rates it; None when the run has no
+    scores of its generations as they are now (a study rates texts: it needs no scores)."""
+    from maxbench.rundir import has_scores, read_scores
+
     try:
-        baseline = json.loads((run_dir / "scores.json").read_text())["comparisons"]["baseline"]
-    except (OSError, ValueError, KeyError, TypeError):
+        baseline = (read_scores(run_dir).comparisons or {}).get("baseline") if has_scores(run_dir) else None
+    except MaxbenchError:
         return None
     return baseline if baseline in systems else None
 
@@ -158,12 +136,9 @@ def _run_code(run_dir: Path, systems: list[str]) -> dict[str, dict]:
     the origins of its layer, model and adapter, docs/plugins.md); frozen into the study so that its
     report names the code that made the rated texts, even after the run is regenerated or moved.
     Empty for a run made before origins were recorded."""
-    try:
-        entries = json.loads((run_dir / "manifest.json").read_text())["systems"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
-    if not isinstance(entries, dict):
-        return {}
+    from maxbench.rundir import read_manifest
+
+    entries = read_manifest(run_dir).get("systems") or {}
     code = {s: entries[s].get("code") for s in systems if isinstance(entries.get(s), dict)}
     return {s: c for s, c in code.items() if isinstance(c, dict) and c}
 

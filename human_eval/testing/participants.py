@@ -8,7 +8,6 @@ load benchmark and the tests exercise exactly the same client path.
 from __future__ import annotations
 
 import http.client
-import json
 import os
 import re
 import signal
@@ -19,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit
+
+from maxbench.rundir import write_generations, write_manifest
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: scripts/, and the working folder of a served app
 
@@ -31,28 +32,25 @@ def write_run(
     run_dir.mkdir(parents=True, exist_ok=True)
     text_for = text_for or (lambda s, i: f"Continuation number {i} written by one of the systems.")
     prompt_for = prompt_for or (lambda i: f"Prompt {i}: the food here was")
-    with open(run_dir / "generations.jsonl", "w", encoding="utf-8") as f:
-        for s in systems:
-            for i in range(n_prompts):
-                f.write(
-                    json.dumps(
-                        {
-                            "system": s,
-                            "prompt_id": f"food-{i:04d}",
-                            "sample": 0,
-                            "seed": 1000 + i,
-                            "prompt": prompt_for(i),
-                            "reference": reference_for(i),
-                            "text": text_for(s, i),
-                            "n_tokens": 12,
-                            "token_ids": [],
-                            "finish": "length",
-                            "stats": {},
-                        }
-                    )
-                    + "\n"
-                )
-    (run_dir / "manifest.json").write_text(json.dumps({"run_id": run_dir.name, "systems": {s: {} for s in systems}}))
+    rows = [
+        {
+            "system": s,
+            "prompt_id": f"food-{i:04d}",
+            "sample": 0,
+            "seed": 1000 + i,
+            "prompt": prompt_for(i),
+            "reference": reference_for(i),
+            "text": text_for(s, i),
+            "n_tokens": 12,
+            "token_ids": [],
+            "finish": "length",
+            "stats": {},
+        }
+        for s in systems
+        for i in range(n_prompts)
+    ]
+    write_generations(run_dir, rows)
+    write_manifest(run_dir, {"run_id": run_dir.name, "systems": {s: {} for s in systems}})
     return run_dir
 
 
