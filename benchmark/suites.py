@@ -692,13 +692,14 @@ def suite_files(suite: Suite, file: str | None = None, extra: dict | None = None
     return body, text
 
 
-def save_suite(suite: Suite, folder: str | Path) -> Path:
-    """Write ``suite`` as ``<folder>/<name>.jsonl`` and ``.toml`` (atomically) and return the manifest's
-    path: a derived suite (``flipped_suite``) becomes a file that runs name and ``load_suite`` reads."""
+def save_suite(suite: Suite, folder: str | Path, extra: dict | None = None) -> Path:
+    """Write ``suite`` as ``<folder>/<name>.jsonl`` and ``.toml`` (atomically; ``extra``: informational
+    keys of the manifest) and return the manifest's path: the one writer of suite files, for the
+    built-in suites (``build_suites``) and a derived suite (``flipped_suite``) alike."""
     from maxbench.fileio import atomic_write, ensure_dir
 
     folder = ensure_dir(Path(folder), "suite folder")
-    body, manifest = suite_files(suite)
+    body, manifest = suite_files(suite, extra=extra)
     atomic_write(folder / f"{suite.name}.jsonl", body)
     atomic_write(folder / f"{suite.name}.toml", manifest)
     return folder / f"{suite.name}.toml"
@@ -759,7 +760,6 @@ def _build_one(name: str, out_dir: Path) -> int:
     import random
 
     from maxbench.benchmark.corpora import load_attributes, load_corpus
-    from maxbench.fileio import atomic_write
 
     if name in CONDITIONAL_BUILD:
         cfg = CONDITIONAL_BUILD[name]
@@ -786,23 +786,24 @@ def _build_one(name: str, out_dir: Path) -> int:
             f"{cfg['per_value']} for each "
             f"value of {cfg['attribute']}, the values interleaved, in the order of a seeded shuffle"
         )
-        body, manifest = suite_files(suite, extra={"split": "test", "selection": selection})
-        atomic_write(out_dir / f"{name}.jsonl", body)
-        atomic_write(out_dir / f"{name}.toml", manifest)
+        save_suite(suite, out_dir, extra={"split": "test", "selection": selection})
         return len(items)
     corpus_name, builder, n, description = BUILD[name]
     corpus = load_corpus(corpus_name)
     texts = list(corpus.test)
     random.Random(f"maxbench-suite-{name}").shuffle(texts)  # fixed order independent of the source
     items = builder(texts, name, n)
-    body = "".join(json.dumps(it, ensure_ascii=False) + "\n" for it in items).encode()
-    atomic_write(out_dir / f"{name}.jsonl", body)
-    atomic_write(
-        out_dir / f"{name}.toml",
-        f'name = "{name}"\nversion = "1"\ndescription = "{description}"\nfile = "{name}.jsonl"\n'
-        f'corpus = "{corpus_name}"\ncorpus_sha256 = "{corpus.sha256}"\nsplit = "test"\n'
-        f'sha256 = "{hashlib.sha256(body).hexdigest()}"\n',
+    suite = Suite(
+        name=name,
+        version="1",
+        items=[SuiteItem(it["id"], it["prompt"], it["reference"]) for it in items],
+        sha256="",
+        path=out_dir / f"{name}.toml",
+        description=description,
+        corpus=corpus_name,
+        corpus_sha256=corpus.sha256,
     )
+    save_suite(suite, out_dir, extra={"split": "test"})
     return len(items)
 
 
