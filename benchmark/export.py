@@ -71,10 +71,10 @@ def _row(system, prompt_id, sample, seed, metric, value, signature) -> dict:
 def run_table(run_dir: Path) -> list[dict]:
     """The tidy rows of a run: its fresh scores (stale ones are refused, as the leaderboard refuses
     them) with its rows, both read by the run folder's owner."""
-    from maxbench.rundir import read_generations, read_scores
+    from maxbench.rundir import read_run
 
-    scores = read_scores(run_dir)
-    return tidy_rows(scores.to_dict(), read_generations(run_dir))
+    run = read_run(run_dir, scored=True)
+    return tidy_rows(run.scores.to_dict(), run.rows)
 
 
 def to_frame(rows: list[dict]):

@@ -174,13 +174,12 @@ def _label_lifts(
 def load_scored_run(run_dir: Path) -> ScoredRun:
     """A scored run as the leaderboard reads it, through the run folder's owner (``maxbench.rundir``):
     its fresh scores file, its manifest and its rows."""
-    from maxbench.rundir import json_type, read_manifest, read_scores
+    from maxbench.rundir import json_type, read_run
 
-    scores = read_scores(run_dir)
-    run_dir = scores.run_dir
+    run = read_run(run_dir, scored=True, rows_missing_ok=True)
+    run_dir, scores, manifest = run.run_dir, run.scores, run.manifest
     doc = scores.to_dict()
     systems = scores.systems
-    manifest = read_manifest(run_dir)
     ident = manifest.get("identity") or {}
     suite = ident.get("suite") or manifest.get("suite") or scores.suite or {}
     if not isinstance(suite, dict):
@@ -188,7 +187,7 @@ def load_scored_run(run_dir: Path) -> ScoredRun:
             f"{run_dir}: the run's 'suite' is {json_type(suite)}, expected an object with the suite's name; "
             f"rescore the run (maxbench score {run_dir}) or restore its manifest.json"
         )
-    steps, prompts = _from_generations(run_dir)
+    steps, prompts = _from_generations(run.rows)
     return ScoredRun(
         path=run_dir,
         run_id=manifest.get("run_id") or scores.run_id or run_dir.name,
@@ -276,13 +275,11 @@ def _by_base_model(rows: list[Row]) -> list[Row]:
     return sorted(rows, key=lambda row: (order[row.model], row.layer != "softmax"))
 
 
-def _from_generations(run_dir: Path, max_steps: int = 64) -> tuple[dict, dict]:
+def _from_generations(rows: list[dict], max_steps: int = 64) -> tuple[dict, dict]:
     """Per system: the mean entropy and support size at each decoding step, and the prompts covered."""
-    from maxbench.rundir import read_generations
-
     acc: dict = {}
     prompts: dict = {}
-    for row in read_generations(run_dir, missing_ok=True):
+    for row in rows:
         prompts.setdefault(row["system"], set()).add(row.get("prompt_id"))
         st = row.get("stats") or {}
         a = acc.setdefault(row["system"], {})

@@ -160,13 +160,10 @@ def load_run(path) -> RunResult:
     generations than the run's now are refused, as ``leaderboard`` and ``export`` refuse them."""
     from pathlib import Path
 
-    from maxbench.rundir import has_scores, read_generations, read_manifest, read_scores
+    from maxbench.rundir import read_run
 
-    path = Path(path)
-    manifest = read_manifest(path)
-    generations = read_generations(path)
-    scores = read_scores(path).to_dict() if has_scores(path) else None
-    return RunResult(path, manifest, generations, scores)
+    run = read_run(Path(path))
+    return RunResult(run.run_dir, run.manifest, run.rows, run.scores.to_dict() if run.scores else None)
 
 
 def evaluate(

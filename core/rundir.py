@@ -977,3 +977,31 @@ def write_scores(run_dir: Path, doc: dict) -> dict:
     if old_text != text:
         atomic_write(path, text)
     return doc
+
+
+# ---------------------------------------------------------------- a run as its readers see it
+
+
+@dataclass
+class RunFiles:
+    """What a run folder holds for its readers, each part read and checked here (``read_run``)."""
+
+    #: the run directory
+    run_dir: Path
+    #: its manifest ({} for a folder without one)
+    manifest: dict
+    #: its rows (``read_generations``)
+    rows: list[dict]
+    #: its scores, fresh (``ScoresFile.stale``); None for a run that is not scored
+    scores: ScoresFile | None
+
+
+def read_run(run_dir: Path, scored: bool = False, rows_missing_ok: bool = False) -> RunFiles:
+    """A run folder as every reader reads it: the manifest, the scores when there are some (``scored``:
+    a run without them is refused) and the rows, each refused in one line when damaged, and scores of
+    other generations refused as stale. ``rows_missing_ok``: scores kept without their generations."""
+    run_dir = check_run_dir(run_dir)
+    manifest = read_manifest(run_dir)
+    scores = read_scores(run_dir) if scored or has_scores(run_dir) else None
+    rows = read_generations(run_dir, missing_ok=rows_missing_ok)
+    return RunFiles(run_dir, manifest, rows, scores)

@@ -226,7 +226,7 @@ def test_missing_model_or_data_names_the_metric(tmp_path, capsys, monkeypatch):
 
 def test_bad_run_directories(tmp_path, capsys):
     assert main(["score", str(tmp_path / "nope"), "--metrics", "rep"]) == 2
-    assert "is not a directory" in error_line(capsys)
+    assert "is not a run directory" in error_line(capsys)
     run = write_run(tmp_path)
     with open(run / "generations.jsonl", "a") as f:
         f.write(json.dumps({"system": "s", "prompt_id": "x", "reference": "r"}) + "\n")

@@ -134,7 +134,8 @@ def _scored_run(
     doc = {"suite": ident["suite"], "systems": entries, "comparisons": {"baseline": systems[0], "systems": {}}}
     (d / "scores.json").write_text(json.dumps(doc))
     rows = [
-        {"system": s, "prompt_id": f"p{i:02d}", "sample": 0, "stats": {"entropy": [1.0, 2.0], "support": [3, 2]}}
+        {"system": s, "prompt_id": f"p{i:02d}", "sample": 0, "prompt": "P", "reference": "R", "text": "T"}
+        | {"stats": {"entropy": [1.0, 2.0], "support": [3, 2]}}
         for s in systems
         for i in range(covered)
     ]

@@ -23,10 +23,12 @@ def make_run(folder: Path, baseline: str | None) -> Path:
     with open(folder / "generations.jsonl", "w") as f:
         for system in SYSTEMS:
             for p in range(6):
-                rec = {"system": system, "prompt_id": f"p{p}", "sample": 0, "prompt": f"P{p}", "text": f"{p} {system}"}
+                rec = {"system": system, "prompt_id": f"p{p}", "sample": 0, "prompt": f"P{p}", "reference": ""}
+                rec["text"] = f"{p} {system}"
                 f.write(json.dumps(rec) + "\n")
     if baseline is not None:  # what benchmark's scoring writes, reduced to the part a study reads
-        (folder / "scores.json").write_text(json.dumps({"comparisons": {"baseline": baseline, "systems": {}}}))
+        doc = {"systems": {}, "comparisons": {"baseline": baseline, "systems": {}}}
+        (folder / "scores.json").write_text(json.dumps(doc))
     return folder
 
 

@@ -233,6 +233,11 @@ def load_batches(run_dir: Path) -> tuple[dict, dict[str, TextBatch]]:
     return manifest, batches
 
 
+#: the old name of ``load_batches``, which ``benchmark/reproduce/report.py`` still imports until it is
+#: split by job; ``maxbench.load_run`` (the Python API) is the one ``load_run``
+load_run = load_batches
+
+
 def conditional_scoring(batches) -> bool:
     """Whether attr-acc joins a run's metrics by itself: its suite is conditional, with a categorical
     attribute that its corpus labels (``maxbench.benchmark.metrics.attributes.classified_attribute``)."""
