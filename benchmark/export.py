@@ -192,7 +192,7 @@ def _keyed(rows: list[dict], system: str) -> dict[tuple, dict]:
 
 
 def _batch(rows: list[dict], conditions=None, pool=None):
-    """A TextBatch of rows, as ``scoring.load_run`` makes one per system (with its suite's attributes and
+    """A TextBatch of rows, as ``scoring.load_batches`` makes one per system (with its suite's attributes and
     held-out split: ``scoring.run_conditions``, ``scoring.run_reference_pool``)."""
     from maxbench.benchmark.metrics.base import TextBatch
 

@@ -245,5 +245,7 @@ def test_an_adapted_system_agrees_with_its_system_string():
     entry = {"model": "smollm2-135m", "layer": "softmax", "adapter": "lora", "adapter_params": {}}
     assert _system_strings_problem({"systems": {"smollm2-135m+lora/softmax/top_k=40": entry}}) is None
     with_params = entry | {"adapter": "fctg", "adapter_params": {"mu": 0.5, "alm": "cn"}}
-    assert _system_strings_problem({"systems": {"smollm2-135m+fctg(mu=0.5,alm=cn)/softmax/top_k=40": with_params}}) is None
+    assert (
+        _system_strings_problem({"systems": {"smollm2-135m+fctg(mu=0.5,alm=cn)/softmax/top_k=40": with_params}}) is None
+    )
     assert "contradicts" in _system_strings_problem({"systems": {"smollm2-135m+prefix/softmax/top_k=40": entry}})

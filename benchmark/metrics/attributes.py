@@ -401,7 +401,7 @@ class FlipResult:
 def flip_check(original: TextBatch, flipped: TextBatch, attribute: str | None = None) -> FlipResult:
     """Count how often attr-acc's classifier follows a flipped attribute. ``original`` holds one system's
     texts on a conditional suite, ``flipped`` the same system's texts on its ``flipped_suite`` (both with
-    their ``conditions``, as ``load_run`` gives them); the k-th text of a prompt id in one is paired with
+    their ``conditions``, as ``scoring.load_batches`` gives them); the k-th text of a prompt id in one is paired with
     the k-th text of that id in the other (prompts only one batch has are left out). A pair whose
     attribute was not flipped is an error: the two batches are not a suite and its flipped suite."""
     for batch, what in ((original, "original"), (flipped, "flipped")):
