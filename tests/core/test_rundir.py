@@ -285,6 +285,34 @@ def test_stale_scores_are_refused_alike_by_leaderboard_view_export_and_the_api(d
     assert not (tmp_path / "lb").exists()
 
 
+def test_a_study_of_a_run_with_stale_scores_takes_no_baseline_nor_correlations_from_them(dropped_run, tmp_path):
+    """Study creation and the study report's metric agreement read scores through the owner too: stale
+    ones name no baseline and give no correlations, and the report says why in the owner's words."""
+    from maxbench.human_eval.analysis.ratings import Ratings
+    from maxbench.human_eval.report.agreement import study_correlations
+    from maxbench.human_eval.store.db import dispose_engines, session_for
+    from maxbench.human_eval.store.models import Study
+    from maxbench.human_eval.studies.create import create_study
+    from maxbench.human_eval.studies.options import StudyOptions
+    from maxbench.human_eval.studies.rubrics import load_rubric
+
+    run, why = dropped_run
+    doc = json.loads((run / SCORES).read_text()) | {"comparisons": {"baseline": SMOKE_A, "systems": {}}}
+    (run / SCORES).write_text(json.dumps(doc))
+    options = StudyOptions(items_per_system=2, raters_per_item=1, attention_rate=0)
+    try:
+        with session_for(f"sqlite:///{tmp_path / 'ratings.sqlite3'}", create=True) as session:
+            slug = create_study(session, run, load_rubric("fluency"), options).slug
+            assert session.query(Study).filter_by(slug=slug).one().design["baseline"] is None
+            table, note = study_correlations(session, slug, Ratings((), "db", "", ""), (), 10, 0)
+            (run / SCORES).write_text(json.dumps(doc | {"generations_sha256": generations_sha256(run)}))
+            fresh = create_study(session, run, load_rubric("fluency"), options).slug
+            assert session.query(Study).filter_by(slug=fresh).one().design["baseline"] == SMOKE_A
+    finally:
+        dispose_engines()
+    assert table == [] and note == f"No metric correlations: {why}."
+
+
 def test_the_protocol_scores_a_run_again_whose_scores_are_stale(dropped_run):
     from maxbench.benchmark.reproduce.protocol import scores_current
 
