@@ -23,7 +23,7 @@ so the processes of a run can see each other's rows. Besides these the folder ho
 (``maxbench.benchmark.metrics.scoring``), and while a run is generating the lock files of its batch
 claims and the reference states its workers share.
 
-Nothing here decodes or schedules; ``maxbench.benchmark.runner`` does, over this format.
+Nothing here decodes or schedules; ``maxbench.benchmark.run.runner`` does, over this format.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ REMOVED = "generations.removed.jsonl"
 TIMINGS = "timings.jsonl"
 #: the run directory's folder of batch claims (lock files only; see ``maxbench.locks.claim``)
 CLAIMS = ".claims"
-#: the run directory's folder of reference states its workers share (``maxbench.benchmark.runner.ReferenceStateCache``)
+#: the run directory's folder of reference states its workers share (``maxbench.benchmark.run.runner.ReferenceStateCache``)
 REFERENCE_STATES = ".reference-states"
 #: the shard files of a run (``shard_file``), for ``Path.glob``
 SHARD_GLOB = "generations.shard-*.jsonl"
@@ -220,7 +220,7 @@ class RunPlan:
     """Everything that defines a run's content (what the manifest pins)."""
 
     run_dir: Path
-    suite: object  # maxbench.benchmark.suites.Suite
+    suite: object  # maxbench.benchmark.data.suites.Suite
     systems: list  # [SystemSpec]
     samples: int = 1
     seed: int = 1234

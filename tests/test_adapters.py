@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from maxbench import plugins
-from maxbench.benchmark.corpora import Corpus
+from maxbench.benchmark.data.corpora import Corpus
 from maxbench.errors import MaxbenchError
 from maxbench.systems.adapters import ADAPTERS, AdapterFitContext, TrainingExample
 from maxbench.systems.adapters.lora import LoraAdapter
@@ -215,7 +215,7 @@ def test_lora_untrained_is_the_base_model_and_trained_is_deterministic(home):
 
 # --------------------------------------------------------------------------- adapted systems in a run
 def test_adapted_and_base_systems_in_one_run_never_share_rows(cli, tmp_path, home, monkeypatch):
-    import maxbench.benchmark.corpora as corpora
+    import maxbench.benchmark.data.corpora as corpora
 
     monkeypatch.setattr(corpora, "load_corpus", lambda name: tiny_corpus())
     monkeypatch.setattr(corpora, "check_corpus", lambda name: name)
@@ -308,10 +308,10 @@ def test_adapter_needing_attributes_on_a_suite_without_them_is_refused_before_lo
 def test_on_a_conditional_suite_adapters_learn_the_rendered_attributes(monkeypatch, tmp_path):
     """On a conditional suite the training examples are the suite corpus's fitting texts, each with its
     attributes rendered by the suite's template as the prompt and its target as the text."""
-    import maxbench.benchmark.corpora as corpora
+    import maxbench.benchmark.data.corpora as corpora
+    from maxbench.benchmark.data.suites import load_suite
+    from maxbench.benchmark.run.runner import adapter_training_data
     from maxbench.benchmark.rundir import RunPlan
-    from maxbench.benchmark.runner import adapter_training_data
-    from maxbench.benchmark.suites import load_suite
 
     corpus = tiny_corpus()
     scores = {
@@ -340,7 +340,7 @@ def test_on_a_conditional_suite_adapters_learn_the_rendered_attributes(monkeypat
 GENERATE_WITH_TINY_CORPUS = """
 import sys
 sys.path.insert(0, {tests!r})
-import maxbench.benchmark.corpora as corpora
+import maxbench.benchmark.data.corpora as corpora
 from test_adapters import tiny_corpus
 corpora.load_corpus = lambda name: tiny_corpus()
 corpora.check_corpus = lambda name: name

@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-from maxbench.benchmark.corpora import Corpus
+from maxbench.benchmark.data.corpora import Corpus
 from maxbench.errors import MaxbenchError
 from maxbench.systems import hidden_cache as hc
 from maxbench.systems.decoding import DecodingSetting, decode
@@ -298,11 +298,11 @@ def test_too_many_senses_is_a_clear_error(tiny, home):
     ],
 )
 def test_cli_bad_input_exits_2(cli, home, monkeypatch, argv, message):
-    import maxbench.benchmark.corpora
+    import maxbench.benchmark.data.corpora
 
-    real = maxbench.benchmark.corpora.load_corpus
+    real = maxbench.benchmark.data.corpora.load_corpus
     monkeypatch.setattr(
-        maxbench.benchmark.corpora,
+        maxbench.benchmark.data.corpora,
         "load_corpus",
         lambda name: tiny_corpus(n_fit=30, n_test=5) if name == "tiny" else real(name),
     )
@@ -313,9 +313,9 @@ def test_cli_bad_input_exits_2(cli, home, monkeypatch, argv, message):
 
 
 def test_cli_fit_prints_perplexities_and_path(cli, home, monkeypatch):
-    import maxbench.benchmark.corpora
+    import maxbench.benchmark.data.corpora
 
-    monkeypatch.setattr(maxbench.benchmark.corpora, "load_corpus", lambda name: tiny_corpus())
+    monkeypatch.setattr(maxbench.benchmark.data.corpora, "load_corpus", lambda name: tiny_corpus())
     argv = [
         "fit",
         "--model",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from maxbench.benchmark.corpora import fold_of, fold_view, load_corpus
+from maxbench.benchmark.data.corpora import fold_of, fold_view, load_corpus
 from maxbench.benchmark.reproduce.papers import load_paper, paper_names
 from maxbench.benchmark.reproduce.verdicts import NOT_COMPARABLE, VERDICTS, ratio_interval
 from maxbench.errors import MaxbenchError
@@ -31,7 +31,7 @@ def tiny_texts(n=60, seed=0):
 
 def write_corpus(home: Path, name: str, texts: list[str]) -> None:
     """A corpus in load_corpus's cache format, so no registry is needed (also in a subprocess)."""
-    from maxbench.benchmark.corpora import CORPUS_VERSION, is_test
+    from maxbench.benchmark.data.corpora import CORPUS_VERSION, is_test
 
     root = home / "corpora"
     root.mkdir(parents=True, exist_ok=True)
@@ -178,7 +178,7 @@ def test_fold_views_have_their_own_identity_and_leave_the_corpus_alone(home):
     ],
 )
 def test_bad_fold_views_are_one_line(name, message):
-    from maxbench.benchmark.corpora import check_corpus
+    from maxbench.benchmark.data.corpora import check_corpus
     from maxbench.errors import MaxbenchError
 
     with pytest.raises(MaxbenchError, match=message):
@@ -683,15 +683,15 @@ def test_a_correlation_claim_needs_its_against_scores(tmp_path):
 
 
 def test_window_items_cut_consecutive_50_plus_100_word_windows():
-    from maxbench.benchmark.suites import _window_items
+    from maxbench.benchmark.data.suite_build import window_items
 
     text = " ".join(f"w{i}" for i in range(320))  # two whole windows, 20 words left over
-    items = _window_items([text, "too short"], "wiki", 10)
+    items = window_items([text, "too short"], "wiki", 10)
     assert len(items) == 2
     assert items[0]["prompt"].split() == [f"w{i}" for i in range(50)]
     assert items[0]["reference"].split() == [f"w{i}" for i in range(50, 150)]
     assert items[1]["prompt"].split()[0] == "w150" and items[1]["reference"].split()[-1] == "w299"
-    assert len(_window_items([text], "wiki", 1)) == 1
+    assert len(window_items([text], "wiki", 1)) == 1
 
 
 WIKI_ARTICLE = """{{Infobox animal|name=Cat}}
@@ -713,7 +713,7 @@ WIKI_XML = f"""<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/">
 def test_wikipedia_articles_lose_their_markup_and_only_articles_are_kept(tmp_path, monkeypatch):
     import bz2
 
-    import maxbench.benchmark.corpora as corpora
+    import maxbench.benchmark.data.corpora as corpora
 
     path = tmp_path / "wiki.xml.bz2"
     path.write_bytes(bz2.compress(WIKI_XML.encode()))
@@ -731,7 +731,7 @@ def _namespaced_links(code):
 def test_removing_through_one_walk_of_the_page_is_mwparserfromhells_remove():
     import mwparserfromhell
 
-    from maxbench.benchmark.corpora import _holders, _remove
+    from maxbench.benchmark.data.corpora import _holders, _remove
 
     page = (
         WIKI_ARTICLE + "\n<ref>[[File:b.png|thumb]] ''x''</ref> and [[Category:y]] {{t|[[File:c.png]]|k=[[Image:d]]}}"

@@ -1,4 +1,4 @@
-"""A paper's protocol as ordinary runs of ``benchmark/runner.py``, and running them.
+"""A paper's protocol as ordinary runs of ``benchmark/run/runner.py``, and running them.
 
 Each (base model, corpus, fold) is one run directory under ``<out>/runs/`` (committable: not
 under the git-ignored ``results/runs/``): its suite (a fold suite written to ``<out>/suites/`` or
@@ -87,9 +87,9 @@ def _subset(given: list[str] | None, known: list[str], what: str) -> list[str]:
 
 def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
     """Every run of the protocol (checked before anything is written but the fold suites)."""
+    from maxbench.benchmark.data.suites import load_suite
     from maxbench.benchmark.reproduce.folds import fold_items, heldout_items, suite_name, write_suite
     from maxbench.benchmark.rundir import RunPlan
-    from maxbench.benchmark.suites import load_suite
     from maxbench.systems.system_strings import parse_system
 
     proto = paper.protocol
@@ -111,7 +111,7 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
     first_only = _setting(paper, opts, "first_fold_only")
     first_only = True if first_only is None else first_only
     seed = proto.get("seed", 1)
-    from maxbench.benchmark.corpora import fold_view
+    from maxbench.benchmark.data.corpora import fold_view
     from maxbench.benchmark.reproduce.papers import SETTING_SEP, all_roles, sensitivity_roles
 
     if opts.roles:
@@ -330,7 +330,7 @@ def execute(
 ) -> None:
     """Generate every missing row of every run (or of one shard), then score what is not scored."""
     from maxbench.benchmark.metrics.scoring import ScoringOptions, score_run
-    from maxbench.benchmark.runner import PhaseTimer, generate_run
+    from maxbench.benchmark.run.runner import PhaseTimer, generate_run
 
     for run in runs:
         generate_run(run.plan, device=device, threads=threads, shard=shard, progress=progress)

@@ -327,7 +327,7 @@ def _signature(doc: dict, metric: str | None) -> str:
 
 def _head_meta(layer: str, sha256: str) -> dict | None:
     """The meta.json of the cached ``layer`` head with these weights (as the manifest records them)."""
-    from maxbench.systems.assets import maxbench_home
+    from maxbench.fileio import maxbench_home
 
     if not sha256:
         return None

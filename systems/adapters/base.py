@@ -191,7 +191,7 @@ class Adapter:
 
 
 def adapter_directory(name: str, key: str):
-    from maxbench.systems.assets import maxbench_home
+    from maxbench.fileio import maxbench_home
 
     return maxbench_home() / "adapters" / name / key
 

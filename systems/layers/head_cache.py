@@ -149,7 +149,7 @@ def find_head(layer: str, sha256: str) -> dict | None:
     it), with ``path``, ``best_epoch`` and ``untrained_best``; None when no cached head has it."""
     import json
 
-    from maxbench.systems.assets import maxbench_home
+    from maxbench.fileio import maxbench_home
 
     for meta_file in sorted((maxbench_home() / "heads" / layer).glob("*/meta.json")):
         try:

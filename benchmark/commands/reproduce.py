@@ -12,7 +12,7 @@ DEFAULT_OUT = Path("results") / "reproductions"
 
 
 def register(sub) -> None:
-    from maxbench.benchmark.commands import add_model_options
+    from maxbench.benchmark.commands.options import add_model_options
 
     p = sub.add_parser(
         "reproduce",
