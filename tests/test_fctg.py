@@ -13,12 +13,8 @@ import torch
 
 from maxbench.errors import MaxbenchError
 from maxbench.systems.adapters import ADAPTERS, AdapterFitContext, TrainingExample
-from maxbench.systems.adapters.fctg import (
-    FctgAdapter,
-    alm_loss,
-    attribute_positions,
-    common_suffix,
-)
+from maxbench.systems.adapters.conditional import attribute_positions, common_suffix
+from maxbench.systems.adapters.fctg import FctgAdapter, alm_loss
 from maxbench.systems.decoding import DecodingSetting, decode
 from maxbench.systems.layers.softmax import SoftmaxLayer
 from maxbench.systems.system_strings import parse_system

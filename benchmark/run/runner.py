@@ -377,8 +377,7 @@ def check_adapters(plan: RunPlan, adapters: dict) -> None:
             )
         if adapter.needs_attributes:
             require_attributes(plan.suite, next(s.name for s in plan.systems if s.model_key == key))
-            if hasattr(adapter, "check_attribute_values"):  # a categorical value it never learnt (FCTG)
-                adapter.check_attribute_values(plan.suite, adapter_training_data(plan)[0])
+            adapter.check_attribute_values(plan.suite, adapter_training_data(plan)[0] if adapter.trains else [])
 
 
 def adapter_training_data(plan: RunPlan) -> tuple[list, dict]:
