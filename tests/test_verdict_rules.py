@@ -439,3 +439,52 @@ def test_a_ratio_of_step_costs_has_a_t_interval_on_the_log_scale():
     same = step_ratio_interval(a, a)
     assert same.estimate == pytest.approx(1.0) and same.low < 1.0 < same.high
     assert step_ratio_interval([2.0], b).low is None and step_ratio_interval([], b).estimate is None
+
+
+# ---------------------------------------------------------------- claim kinds: one module each
+
+
+def test_every_claim_kind_is_one_module_of_claims_and_the_kinds_a_paper_file_may_name():
+    import pkgutil
+
+    from maxbench.benchmark.reproduce import claims
+    from maxbench.benchmark.reproduce.papers import kinds
+
+    modules = sorted(m.name for m in pkgutil.iter_modules(claims.__path__))
+    assert modules == sorted(claims.KINDS) == sorted(kinds())
+    for name, kind in claims.KINDS.items():
+        assert type(kind).__module__ == f"{claims.__name__}.{name}" and kind.name == name
+
+
+def test_a_new_claim_kind_is_one_registered_class_that_a_paper_file_can_name(tmp_path, monkeypatch):
+    """Registering a ClaimKind is all a new kind needs: the paper file may name it, its check refuses
+    a malformed claim in one line, its cells are the claim's, and the judge decides them on its scale."""
+    from maxbench.benchmark.reproduce import claims
+    from maxbench.benchmark.reproduce.claims import ClaimKind, claim_cells, register
+    from maxbench.benchmark.reproduce.evidence import Evidence, Pairs
+
+    monkeypatch.setattr(claims, "KINDS", dict(claims.KINDS))
+
+    @register
+    class Share(ClaimKind):
+        name = "share"
+        scale = "r"  # judged on the number itself
+
+        def check(self, claim):
+            return "a share claim needs one score" if len(claim.scores) != 1 else ""
+
+        def cells(self, claim, paper, evidence):
+            est = Estimate(0.5, 0.4, 0.6, 0.05, None, 1)
+            cell = CellVerdict(claim=claim.id, model="m1", corpus="c", kind=self.name, est=est, n_prompts=64)
+            cell.details = [Comparison(baseline="", est=est, paper=claim.paper_relative(0))]
+            return [], [cell]
+
+    text = CLAIM.format(id="a").replace('direction = "higher"', 'direction = "higher"\nkind = "share"')
+    paper = _paper(tmp_path, text)
+    assert paper.claims[0].kind == "share" and paper.claims[0].paper_relative(0) == pytest.approx(0.1)
+    rows, cells = claim_cells(paper.claims[0], paper, Evidence.of([], Pairs()))
+    decide_cells(paper, cells)
+    assert rows == [] and cells[0].verdict == REPRODUCED and "+0.1" in cells[0].why  # the paper's effect on r
+    with pytest.raises(MaxbenchError, match="a share claim needs one score") as err:
+        _paper(tmp_path, text.replace('["bleu-2"]', '["bleu-2", "bleu-3"]'))
+    assert "\n" not in str(err.value)

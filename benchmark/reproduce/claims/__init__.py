@@ -41,6 +41,32 @@ class ClaimKind:
     plotted: bool = True
     #: whether its rows join the table of rows in the diagnostics section
     in_rows_table: bool = True
+    #: whether its scores are scores of the protocol's metrics (checked before anything runs)
+    reads_scores: bool = True
+
+    # -- what a paper file says
+
+    def check(self, claim: Claim) -> str:
+        """What is wrong with a runnable claim of this kind in its paper file ('' if nothing)."""
+        return "a correlation claim (and only one) needs 'against', one per score" if claim.against else ""
+
+    def paper_relative(self, claim: Claim, i: int) -> float | None:
+        """The paper's effect on score ``i`` on the verdict's scale: (method - baseline) / baseline;
+        None where the paper prints no number."""
+        m, b = claim.paper_method, claim.paper_baseline
+        return self.relative(b[i], m[i]) if i < len(m) and i < len(b) and b[i] else None
+
+    def relative(self, baseline: float, method: float) -> float:
+        """A pair of the paper's numbers on the verdict's scale."""
+        return (method - baseline) / baseline
+
+    def paper_difference(self, claim: Claim, i: int) -> float | None:
+        """The paper's method - baseline on score ``i`` (its ``paper_effect`` where it gives one)."""
+        if claim.paper_effect is not None:
+            return claim.paper_effect
+        if i < len(claim.paper_method) and i < len(claim.paper_baseline):
+            return claim.paper_method[i] - claim.paper_baseline[i]
+        return None
 
     def cells(self, claim: Claim, paper: Paper, evidence: Evidence) -> tuple[list[Row], list[CellVerdict]]:
         """Every row of a runnable claim and its cells, before Holm's step (cells with comparisons

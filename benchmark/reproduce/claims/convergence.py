@@ -45,6 +45,12 @@ class Convergence(ClaimKind):
     name = "convergence"
     plotted = False
     in_rows_table = False
+    reads_scores = False
+
+    def check(self, claim: Claim) -> str:
+        if len(claim.methods) != 1 or len(claim.paper_method) != 1:
+            return "a convergence claim needs one method and the paper's T in 'paper_method'"
+        return super().check(claim)
 
     def cells(self, claim: Claim, paper: Paper, evidence: Evidence) -> tuple[list[Row], list[CellVerdict]]:
         T = int(claim.paper_method[0])

@@ -86,6 +86,18 @@ class Correlation(ClaimKind):
     band = NEGLIGIBLE_R
     plotted = False
 
+    def check(self, claim: Claim) -> str:
+        if not claim.against or len(claim.against) != len(claim.scores):
+            return "a correlation claim (and only one) needs 'against', one per score"
+        return ""
+
+    def paper_relative(self, claim: Claim, i: int) -> float | None:
+        """The paper's r."""
+        return claim.paper_method[i] if i < len(claim.paper_method) else None
+
+    def paper_difference(self, claim: Claim, i: int) -> float | None:
+        return self.paper_relative(claim, i)
+
     def cells(self, claim: Claim, paper: Paper, evidence: Evidence) -> tuple[list[Row], list[CellVerdict]]:
         rows, cells = [], []
         runs = evidence.runs

@@ -21,6 +21,13 @@ from maxbench.benchmark.reproduce.verdicts import Estimate, ratio_interval, step
 @register
 class Ratio(Difference):
     name = "ratio"
+    reads_scores = False
+
+    def paper_relative(self, claim: Claim, i: int) -> float | None:
+        return None if claim.paper_effect is None else claim.paper_effect - 1
+
+    def relative(self, baseline: float, method: float) -> float:
+        return method / baseline - 1
 
     def measure(self, row: Row, claim: Claim, docs: list[tuple[RunSpec, dict]], evidence: Evidence) -> None:
         training = claim.measure == "training"
