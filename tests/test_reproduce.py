@@ -959,3 +959,25 @@ def test_a_piece_keeps_the_baseline_and_marks_the_roles_it_left_out(tmp_path):
     )
     with pytest.raises(MaxbenchError, match="paper_values.fctg: unknown corpus 'food-review'"):
         load_paper(str(bad))
+
+
+def test_the_committed_kerbs_report_renders_again_byte_identical_from_the_repository(tmp_path, monkeypatch):
+    """The report's modules (evidence, claims, judge, render, exports) give the committed report back
+    byte for byte from the committed runs and pairs.json, with no cache (--report-only's path)."""
+    import shutil
+
+    from maxbench.benchmark.reproduce.evidence import PAIRS
+    from maxbench.benchmark.reproduce.protocol import Options, plan_runs
+    from maxbench.benchmark.reproduce.report import write_report
+
+    monkeypatch.setenv("MAXBENCH_HOME", str(tmp_path / "home"))  # no cached heads: the manifests' records
+    committed = Path(__file__).parents[1] / "results" / "reproductions" / "kerbs"
+    out = tmp_path / "kerbs"
+    shutil.copytree(committed, out)
+    paper = load_paper("kerbs")
+    command = json.loads((committed / "report.json").read_text())["command"]
+    written = write_report(paper, plan_runs(paper, Options(), out), out, command)
+    names = sorted(p.name for p in written)
+    assert names == sorted(["report.md", "report.html", "report.csv", "report.json", "differences.png", PAIRS])
+    for name in names:
+        assert (out / name).read_bytes() == (committed / name).read_bytes(), name
