@@ -48,9 +48,9 @@ class Difference(ClaimKind):
                     for baseline in claim.baselines:
                         found = runs_of(runs, model, corpus, (method, baseline))
                         mine, also = [], []
+                        where = {"model": model, "corpus": corpus, "method": method, "baseline": baseline}
                         for variant, scores, into in (("paper", claim.scores, mine), ("maxbench", claim.also, also)):
                             for i, score in enumerate(scores):
-                                where = dict(model=model, corpus=corpus, method=method, baseline=baseline)
                                 row = self.row(claim, i, score, variant, where, found, evidence)
                                 row.diagnostic = diagnostic
                                 into.append(row)
@@ -62,7 +62,8 @@ class Difference(ClaimKind):
     def row(
         self, claim: Claim, i: int, score: str, variant: str, where: dict, found: list[RunSpec], evidence: Evidence
     ) -> Row:
-        """Row ``i`` of the claim (score ``score``) for one comparison over the runs ``found``."""
+        """Row ``i`` of the claim (score ``score``, of the paper's or maxbench's ``variant``) for one
+        comparison (``where``: model, corpus, method and baseline) over the runs ``found``."""
         method, baseline, corpus = where["method"], where["baseline"], where["corpus"]
         docs = [(r, evidence.scores.doc(r)) for r in found]
         docs = [(r, d) for r, d in docs if d is not None]
