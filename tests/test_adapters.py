@@ -343,8 +343,8 @@ def test_a_plugin_adapters_check_attribute_values_is_called_in_preflight_with_th
     """The runner calls the hook of the adapter contract (``Adapter.check_attribute_values``) on every
     adapter that needs attributes, a plugin's as FCTG's: its own override, or ``ConditionalAdapter``'s
     refusal of a value the training data never carries, before anything loads or trains."""
-    import maxbench.benchmark.corpora as corpora
-    from maxbench.benchmark.suites import load_suite
+    import maxbench.benchmark.data.corpora as corpora
+    from maxbench.benchmark.data.suites import load_suite
 
     suite = load_suite("food-attrs")
     assert PrefixAdapter().check_attribute_values(suite, []) is None  # the contract's default accepts

@@ -223,6 +223,7 @@ def check_metrics(paper: Paper) -> list[str]:
     them (a ratio or convergence claim reads the runs' timings or generations instead); a missing
     metric or an unknown score is one line."""
     from maxbench.benchmark.metrics.base import METRICS, get_metric
+    from maxbench.benchmark.reproduce.kinds import kind_of
     from maxbench.registry import unknown_name
 
     metrics = list(paper.protocol.get("metrics", []))
@@ -236,7 +237,7 @@ def check_metrics(paper: Paper) -> list[str]:
     # log-probabilities (score_run), which every reproduction run does
     computed = {score: m for m in [*metrics, "ref-ppl"] for score in get_metric(m).score_ranges}
     for claim in paper.claims:
-        if not claim.runnable or claim.kind in ("ratio", "convergence"):
+        if not claim.runnable or not kind_of(claim.kind).reads_scores:
             continue
         for score in claim.scores + claim.also + claim.against:
             if score not in computed:
