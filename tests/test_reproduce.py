@@ -259,6 +259,75 @@ def test_the_fctg_paper_has_numbers_per_baseline_and_corpus_and_roles_per_corpus
         plan_runs(f, Options(roles=["fctgg"]), tmp_path / "out")
 
 
+def test_model_systems_add_roles_on_one_base_model_and_leave_the_seed_0_heads_as_they_were(tmp_path):
+    """KerBS's protocol measures the fine-tuned-softmax control in every cell and seeds 1-2 of both heads
+    on SmolLM2 only (model_systems); seed 0 keeps the system name, hence the head, each run has; each
+    seed is its own fit in the estimate; a model_systems key that is not a protocol model is one line."""
+    from maxbench.benchmark.reproduce.protocol import Options, estimate_seconds, plan_runs
+
+    k = load_paper("kerbs")
+    runs = {(r.model, r.corpus): r for r in plan_runs(k, Options(), tmp_path / "out")}
+    assert len(runs) == 6
+    for (model, _corpus), run in runs.items():
+        assert run.roles["kerbs"] == f"{model}/kerbs/greedy,max_new_tokens=1"
+        assert run.roles["ft-softmax"] == f"{model}/ft-softmax/greedy,max_new_tokens=1"
+        seeds = ["kerbs-seed1", "kerbs-seed2", "ft-softmax-seed1", "ft-softmax-seed2"]
+        assert all((r in run.roles) == (model == "smollm2-135m") for r in seeds)
+    assert runs[("smollm2-135m", "news")].roles["ft-softmax-seed2"] == (
+        "smollm2-135m/ft-softmax(seed=2)/greedy,max_new_tokens=1"
+    )
+    (one,) = plan_runs(k, Options(models=["smollm2-135m"], corpora=["news"]), tmp_path / "out")
+    (two,) = plan_runs(
+        k, Options(models=["smollm2-135m"], corpora=["news"], roles=["kerbs", "kerbs-seed1"]), tmp_path / "out"
+    )
+    # five fits more with seeds 1-2 of each head than with seed 0 of KerBS alone
+    fits = estimate_seconds([one]) - estimate_seconds([two])
+    assert fits > 4 * 300
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        PAPER.replace(
+            "[protocol.first_fold_systems]",
+            '[protocol.model_systems.gemma]\nx = "softmax/greedy"\n[protocol.first_fold_systems]',
+        )
+    )
+    with pytest.raises(MaxbenchError, match="model_systems: model 'gemma' is not one of the protocol's models"):
+        load_paper(str(bad))
+
+
+def test_a_runs_trained_heads_leave_their_fit_meta_beside_the_runs(home, tmp_path):
+    """After generation each head a run's manifest records is copied from the head cache (found by its
+    sha256) to heads/<run>/<layer>[-options].json without the machine's cache path; a head that is not in
+    the cache is a warning line naming it, nothing is written for it."""
+    from maxbench.benchmark.reproduce.protocol import Options, head_meta_file, plan_runs, record_heads
+
+    k = load_paper("kerbs")
+    (run,) = plan_runs(k, Options(models=["smollm2-135m"], corpora=["food-reviews"]), tmp_path / "out")
+    names = run.roles
+    history = [{"epoch": 0, "valid_ppl": 55.0}, {"epoch": 1, "train_loss": 4.0, "valid_ppl": 49.0}]
+    for layer, sha in (("kerbs", "1" * 64), ("ft-softmax", "2" * 64)):
+        d = home / "heads" / layer / f"key-{layer}"
+        d.mkdir(parents=True)
+        (d / "meta.json").write_text(json.dumps({"layer": layer, "sha256": sha, "training": {"history": history}}))
+    run.run_dir.mkdir(parents=True)
+    resources = {
+        names["kerbs-seed1"]: {"kerbs_head": "1" * 64},
+        names["ft-softmax"]: {"ft_softmax_head": "2" * 64},
+        names["kerbs"]: {"kerbs_head": "3" * 64},
+    }
+    (run.run_dir / "manifest.json").write_text(json.dumps({"resources": resources}))
+    warnings = record_heads(run)
+    assert len(warnings) == 1 and names["kerbs"] in warnings[0] and "333333333333" in warnings[0]
+    by = {s.name: s for s in run.plan.systems}
+    seed1 = head_meta_file(tmp_path / "out", run.run_dir.name, by[names["kerbs-seed1"]])
+    assert seed1 == tmp_path / "out" / "heads" / "smollm2-135m-food-reviews" / "kerbs-seed1.json"
+    doc = json.loads(seed1.read_text())
+    assert doc["sha256"] == "1" * 64 and doc["still_improving"] is True and "path" not in doc
+    assert doc["training"]["history"][1]["train_loss"] == 4.0
+    control = head_meta_file(tmp_path / "out", run.run_dir.name, by[names["ft-softmax"]])
+    assert control.name == "ft-softmax.json" and json.loads(control.read_text())["sha256"] == "2" * 64
+    assert not head_meta_file(tmp_path / "out", run.run_dir.name, by[names["kerbs"]]).exists()
+
+
 def test_the_flipped_attribute_runs_mirror_each_conditional_run(tmp_path):
     """Each conditional run gets a '-flipped' twin: the same systems of the protocol's flipped roles,
     seed and batches, on the suite with each prompt's attribute set to the opposite, without references."""

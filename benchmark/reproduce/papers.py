@@ -157,10 +157,12 @@ class Paper:
 
 
 def all_roles(protocol: dict) -> dict[str, str]:
-    """Every role of a protocol: ``systems``, ``first_fold_systems`` and each corpus's ``corpus_systems``
-    (not the sensitivity settings' roles: ``sensitivity_roles``)."""
+    """Every role of a protocol: ``systems``, ``first_fold_systems``, each corpus's ``corpus_systems``
+    and each base model's ``model_systems`` (not the sensitivity settings' roles: ``sensitivity_roles``)."""
     roles = dict(protocol.get("systems", {})) | dict(protocol.get("first_fold_systems", {}))
     for extra in (protocol.get("corpus_systems") or {}).values():
+        roles |= dict(extra)
+    for extra in (protocol.get("model_systems") or {}).values():
         roles |= dict(extra)
     return roles
 
@@ -331,6 +333,11 @@ def load_paper(name: str, path: Path | None = None) -> Paper:
         if corpus not in protocol.get("corpora", []):
             raise MaxbenchError(
                 f"paper file {path}: corpus_systems: corpus '{corpus}' is not one of the protocol's corpora"
+            )
+    for model in protocol.get("model_systems") or {}:
+        if model not in protocol.get("models", []):
+            raise MaxbenchError(
+                f"paper file {path}: model_systems: model '{model}' is not one of the protocol's models"
             )
     claims = []
     for raw in spec.get("claims", []):
