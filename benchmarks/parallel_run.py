@@ -69,7 +69,7 @@ def main() -> None:
 
 
 def measure(args, systems: list[str], work: Path) -> None:
-    from maxbench.benchmark.suites import load_suite
+    from maxbench.benchmark.data.suites import load_suite
     from maxbench.errors import MaxbenchError
     from maxbench.rundir import GENERATIONS
 

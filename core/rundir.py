@@ -27,7 +27,7 @@ This module is the folder's one owner: every command, the rating app's study cre
 API open a run's rows, manifest, shards and scores through it (``read_generations``,
 ``read_manifest``, ``read_scores``, ``write_scores``, ...), so a valid row (``row_problem``), a fresh
 scores file (``ScoresFile.stale``) and the one-line refusal of a damaged folder are defined once.
-Nothing here decodes, schedules or scores; ``maxbench.benchmark.runner`` generates and
+Nothing here decodes, schedules or scores; ``maxbench.benchmark.run.runner`` generates and
 ``maxbench.benchmark.metrics.scoring`` scores, over this format.
 """
 
@@ -54,7 +54,7 @@ REMOVED = "generations.removed.jsonl"
 TIMINGS = "timings.jsonl"
 #: the run directory's folder of batch claims (lock files only; see ``maxbench.locks.claim``)
 CLAIMS = ".claims"
-#: the run directory's folder of reference states its workers share (``maxbench.benchmark.runner.ReferenceStateCache``)
+#: the run directory's folder of reference states its workers share (``maxbench.benchmark.run.runner.ReferenceStateCache``)
 REFERENCE_STATES = ".reference-states"
 #: the shard files of a run (``shard_file``), for ``Path.glob``
 SHARD_GLOB = "generations.shard-*.jsonl"
@@ -390,7 +390,7 @@ class RunPlan:
     """Everything that defines a run's content (what the manifest pins)."""
 
     run_dir: Path
-    suite: object  # maxbench.benchmark.suites.Suite
+    suite: object  # maxbench.benchmark.data.suites.Suite
     systems: list  # [SystemSpec]
     samples: int = 1
     seed: int = 1234

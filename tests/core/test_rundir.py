@@ -38,9 +38,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_FOLDERS = ("core", "benchmark", "systems", "human_eval")
 OWNER = "core/rundir.py"
 #: modules still to be routed through the owner, each of which must still break the rule (so that a
-#: routed one leaves this list): the reproduction report, which is being split into modules by job,
-#: and the names it imports from the old place of the format
-NOT_YET_ROUTED = {"benchmark/reproduce/report.py", "benchmark/rundir.py"}
+#: routed one leaves this list): the reproduction report's evidence (it reads scores, manifests,
+#: generations and timings itself) and the convergence claim (the rows' per-step statistics)
+NOT_YET_ROUTED = {"benchmark/reproduce/evidence.py", "benchmark/reproduce/claims/convergence.py"}
 #: a run's files, by name; the shard files' names start with "generations.shard-"
 RUN_FILES = {GENERATIONS, MANIFEST, SCORES, REMOVED, SHARD_GLOB}
 #: the owner's names of those files: a module that imports one joins it to a run folder itself
@@ -73,7 +73,7 @@ def run_file_uses(source: str) -> list[str]:
             name = text.rsplit("/", 1)[-1]
             if name in RUN_FILES or name.startswith("generations.shard-"):
                 found.append(f"line {node.lineno}: {node.value!r}")
-        if isinstance(node, ast.ImportFrom) and node.module in ("maxbench.rundir", "maxbench.benchmark.rundir"):
+        if isinstance(node, ast.ImportFrom) and node.module == "maxbench.rundir":
             for alias in node.names:
                 if alias.name in FILE_NAME_CONSTANTS:
                     found.append(f"line {node.lineno}: imports {alias.name} from {node.module}")
@@ -245,7 +245,7 @@ def test_write_scores_keeps_the_file_when_only_its_time_would_change(tmp_path):
 
 
 def _plan(run_dir: Path, systems: list[str]) -> RunPlan:
-    from maxbench.benchmark.suites import load_suite
+    from maxbench.benchmark.data.suites import load_suite
     from maxbench.systems.system_strings import parse_system
 
     return RunPlan(run_dir=run_dir, suite=load_suite("smoke"), systems=[parse_system(s) for s in systems])
@@ -358,25 +358,41 @@ def committed_runs() -> list[Path]:
 @pytest.mark.parametrize("run", committed_runs(), ids=lambda p: str(p.relative_to(ROOT / "results")))
 def test_a_committed_run_reads_as_its_files_hold_it(run):
     """A run folder written before the owner moved gives the same rows and numbers: its rows are the
-    file's lines, its scores file the document, fresh; the API's tidy table is made of exactly those."""
-    from maxbench.benchmark.export import tidy_rows
-
+    file's lines, its scores file the document, and it is stale exactly when the hash it records is
+    not its generations' (a run still generating, committed as it lands, may be)."""
     lines = (run / GENERATIONS).read_text(encoding="utf-8").splitlines()
-    raw_rows = [json.loads(line) for line in lines if line.strip()]
     raw_scores = json.loads((run / SCORES).read_text(encoding="utf-8"))
-    assert read_generations(run) == raw_rows
-    scores = read_scores(run)
+    assert read_generations(run) == [json.loads(line) for line in lines if line.strip()]
+    scores = read_scores(run, fresh=False)
     assert scores.to_dict() == raw_scores and list(scores.to_dict()) == list(raw_scores)
-    assert raw_scores["generations_sha256"] == hashlib.sha256((run / GENERATIONS).read_bytes()).hexdigest()
+    now = hashlib.sha256((run / GENERATIONS).read_bytes()).hexdigest()
+    assert (scores.stale() is None) == (raw_scores["generations_sha256"] == now)
+
+
+#: finished committed runs (no lineup of theirs is still generating)
+FINISHED = [
+    "base-lms/runs/base-lms-food-reviews",
+    "decoding-baselines/runs/decoding-baselines-food-reviews",
+    "reproductions/graphmax/runs/smollm2-135m-food-reviews-fold3of5-n16",
+]
+
+
+@pytest.mark.parametrize("name", FINISHED)
+def test_a_finished_committed_run_loads_through_the_api_with_the_numbers_of_its_files(name):
+    from maxbench.benchmark.present.export import tidy_rows
+
+    run = ROOT / "results" / name
+    raw_rows = [json.loads(line) for line in (run / GENERATIONS).read_text(encoding="utf-8").splitlines()]
+    raw_scores = json.loads((run / SCORES).read_text(encoding="utf-8"))
     loaded = maxbench.load_run(run)
     assert loaded.generations == raw_rows and loaded.scores == raw_scores
-    assert loaded.rows() == tidy_rows(raw_scores, raw_rows)
+    assert loaded.rows() == tidy_rows(raw_scores, raw_rows) and len(loaded.rows()) > len(raw_rows)
 
 
-def test_a_committed_sharded_run_resumes_with_nothing_left_to_generate(tmp_path):
-    """The base-lms run (written before the move, with its two shard files) resumes under the new owner:
+def test_a_committed_run_resumes_with_nothing_left_to_generate(tmp_path):
+    """The base-lms run (written before the move; its shards merged) resumes under the new owner:
     its manifest is this plan's, and every row of the plan is found already written."""
-    from maxbench.benchmark.suites import load_suite
+    from maxbench.benchmark.data.suites import load_suite
     from maxbench.systems.system_strings import parse_system
 
     run = tmp_path / "base-lms-food-reviews"
