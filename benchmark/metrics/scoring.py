@@ -171,10 +171,12 @@ def check_suite(run_dir: Path, manifest: dict) -> None:
                 f"{where} records two suites (its 'suite' and its identity's differ in {', '.join(differ)}); "
                 "the manifest was edited: restore it or regenerate the run"
             )
+    from maxbench.benchmark.rundir import recorded_file
+
     recorded, path = suite.get("sha256"), suite.get("path")
     found = None
-    if isinstance(path, str) and Path(path).is_file():
-        found = path
+    if isinstance(path, str) and recorded_file(path).is_file():
+        found = str(recorded_file(path))
     elif suite.get("name") in builtin_suites():
         found = suite["name"]
     if not isinstance(recorded, str) or found is None:
@@ -263,13 +265,15 @@ def conditional_scoring(batches) -> bool:
 def _recorded_suite(manifest: dict):
     """The suite a run's manifest records, loaded from where the run found it, when it still has the
     bytes the run recorded; None otherwise (a suite that moved or changed scores without it)."""
+    from maxbench.benchmark.rundir import recorded_file
     from maxbench.benchmark.suites import builtin_suites, load_suite
 
     suite = manifest.get("suite")
     if not isinstance(suite, dict):
         return None
     path, name = suite.get("path"), suite.get("name")
-    found = path if isinstance(path, str) and Path(path).is_file() else name if name in builtin_suites() else None
+    on_disk = isinstance(path, str) and recorded_file(path).is_file()
+    found = str(recorded_file(path)) if on_disk else name if name in builtin_suites() else None
     if found is None:
         return None
     try:
