@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from maxbench.benchmark.metrics.scoring import _recorded_suite, check_suite
-from maxbench.benchmark.rundir import RunPlan, check_or_write_manifest, repository_root
+from maxbench.benchmark.rundir import RunPlan, check_or_write_manifest, recorded_path, repository_root
 from maxbench.benchmark.suites import load_suite
 from maxbench.errors import MaxbenchError
 
@@ -55,3 +55,11 @@ def test_a_suite_recorded_by_another_machines_absolute_path_falls_back_to_the_bu
     smoke = load_suite("smoke")
     elsewhere = {"name": "smoke", "version": smoke.version, "sha256": smoke.sha256, "path": "/elsewhere/smoke.toml"}
     assert _recorded_suite({"suite": elsewhere}).sha256 == smoke.sha256
+
+
+def test_a_folder_inside_the_repository_is_recorded_relative_however_it_was_given(tmp_path, monkeypatch):
+    run = ROOT / "results" / "base-lms" / "runs" / "base-lms-food-reviews"  # scripted.json's run
+    assert recorded_path(run) == "results/base-lms/runs/base-lms-food-reviews"
+    monkeypatch.chdir(ROOT / "results")
+    assert recorded_path("base-lms/runs/base-lms-food-reviews") == "results/base-lms/runs/base-lms-food-reviews"
+    assert recorded_path(tmp_path / "run") == str(tmp_path / "run") and recorded_path(None) is None
