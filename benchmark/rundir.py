@@ -23,7 +23,7 @@ so the processes of a run can see each other's rows. Besides these the folder ho
 (``maxbench.benchmark.metrics.scoring``), and while a run is generating the lock files of its batch
 claims and the reference states its workers share.
 
-Nothing here decodes or schedules; ``maxbench.benchmark.runner`` does, over this format.
+Nothing here decodes or schedules; ``maxbench.benchmark.run.runner`` does, over this format.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ REMOVED = "generations.removed.jsonl"
 TIMINGS = "timings.jsonl"
 #: the run directory's folder of batch claims (lock files only; see ``maxbench.locks.claim``)
 CLAIMS = ".claims"
-#: the run directory's folder of reference states its workers share (``maxbench.benchmark.runner.ReferenceStateCache``)
+#: the run directory's folder of reference states its workers share (``maxbench.benchmark.run.runner.ReferenceStateCache``)
 REFERENCE_STATES = ".reference-states"
 #: the shard files of a run (``shard_file``), for ``Path.glob``
 SHARD_GLOB = "generations.shard-*.jsonl"
@@ -220,7 +220,7 @@ class RunPlan:
     """Everything that defines a run's content (what the manifest pins)."""
 
     run_dir: Path
-    suite: object  # maxbench.benchmark.suites.Suite
+    suite: object  # maxbench.benchmark.data.suites.Suite
     systems: list  # [SystemSpec]
     samples: int = 1
     seed: int = 1234
@@ -356,9 +356,9 @@ def check_code(plan: RunPlan, manifest: dict) -> None:
 def repository_root() -> Path | None:
     """The source checkout maxbench runs from (the folder holding ``pyproject.toml`` above the
     package), or None for an installed package."""
-    import maxbench
+    from maxbench import fileio  # the shared base: its folder is the package's top, core/ in a checkout
 
-    root = Path(maxbench.__file__).resolve().parent.parent
+    root = Path(fileio.__file__).resolve().parent.parent
     return root if (root / "pyproject.toml").is_file() else None
 
 

@@ -82,8 +82,8 @@ def main() -> None:
 def lineup_texts(args) -> dict:
     """The two lineups as TOML (``base``: the lineup as given, cut and rewritten by the options;
     ``added``: the same plus ``--add``), with the suite and what the report names."""
-    from maxbench.benchmark.lineup import load_lineup
-    from maxbench.benchmark.suites import load_suite
+    from maxbench.benchmark.data.suites import load_suite
+    from maxbench.benchmark.run.lineup import load_lineup
     from maxbench.errors import MaxbenchError
     from maxbench.systems.models import check_model
     from maxbench.systems.system_strings import parse_system
@@ -152,8 +152,8 @@ def loadavg() -> str:
 
 
 def measure(args, lineups: dict, work: Path) -> None:
+    from maxbench.benchmark.run.workers import thread_env
     from maxbench.benchmark.rundir import GENERATIONS
-    from maxbench.benchmark.workers import thread_env
     from maxbench.errors import MaxbenchError
 
     suite = lineups["suite"]

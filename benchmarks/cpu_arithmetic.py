@@ -35,8 +35,8 @@ def child(args) -> None:
 
     import torch
 
-    from maxbench.benchmark.corpora import load_corpus
-    from maxbench.benchmark.suites import load_suite
+    from maxbench.benchmark.data.corpora import load_corpus
+    from maxbench.benchmark.data.suites import load_suite
     from maxbench.systems.decoding import DecodingSetting, decode
     from maxbench.systems.layers.base import FitContext
     from maxbench.systems.models import load_model

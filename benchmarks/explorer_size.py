@@ -107,7 +107,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.systems > 8:
         ap.error(f"--systems: at most 8 synthetic systems, got {args.systems}")
-    from maxbench.benchmark.explorer import write_explorer
+    from maxbench.benchmark.present.explorer import write_explorer
     from maxbench.errors import MaxbenchError
 
     if not Path(CHROMIUM).exists():

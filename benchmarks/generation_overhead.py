@@ -28,7 +28,7 @@ def main() -> None:
     args = ap.parse_args()
     check_inputs(args.model, suites=[args.suite])
 
-    from maxbench.benchmark.suites import load_suite
+    from maxbench.benchmark.data.suites import load_suite
     from maxbench.systems.decoding import DecodingSetting, decode
     from maxbench.systems.models import load_model
 

@@ -38,7 +38,7 @@ def main() -> None:
     args = ap.parse_args()
     check_inputs(args.model, args.corpora)
 
-    from maxbench.benchmark.corpora import load_corpus
+    from maxbench.benchmark.data.corpora import load_corpus
     from maxbench.systems.graph import get_graph
     from maxbench.systems.layers.graphmax.graph_operator import GraphOperator
     from maxbench.systems.models import load_model

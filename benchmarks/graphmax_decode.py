@@ -106,8 +106,8 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown layer {unknown[0]!r}; choose from {', '.join(LAYERS)}")
 
-    from maxbench.benchmark.corpora import load_corpus
-    from maxbench.benchmark.suites import load_suite
+    from maxbench.benchmark.data.corpora import load_corpus
+    from maxbench.benchmark.data.suites import load_suite
     from maxbench.systems.decoding import DecodingSetting, decode
     from maxbench.systems.graph import get_graph
     from maxbench.systems.layers.graphmax.layer import GraphmaxLayer

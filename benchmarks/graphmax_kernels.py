@@ -83,8 +83,8 @@ def main() -> None:
 
     import numba
 
-    from maxbench.benchmark.corpora import load_corpus
-    from maxbench.benchmark.suites import load_suite
+    from maxbench.benchmark.data.corpora import load_corpus
+    from maxbench.benchmark.data.suites import load_suite
     from maxbench.systems.decoding import DecodingSetting, decode
     from maxbench.systems.graph import get_graph
     from maxbench.systems.layers.graphmax import paper as graphmax_paper

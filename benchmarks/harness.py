@@ -75,8 +75,8 @@ def names(text: str) -> list[str]:
 
 def check_inputs(model: str | None = None, corpora=(), suites=()) -> None:
     """Refuse an unknown model, corpus or suite (a MaxbenchError naming it) before anything loads."""
-    from maxbench.benchmark.corpora import check_corpus
-    from maxbench.benchmark.suites import load_suite
+    from maxbench.benchmark.data.corpora import check_corpus
+    from maxbench.benchmark.data.suites import load_suite
     from maxbench.systems.models import check_model
 
     if model is not None:

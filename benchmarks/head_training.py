@@ -122,7 +122,7 @@ def main() -> int:
 
     import numpy as np
 
-    from maxbench.benchmark.corpora import load_corpus
+    from maxbench.benchmark.data.corpora import load_corpus
     from maxbench.systems import hidden_cache as hc
     from maxbench.systems.layers.kerbs import fit as kerbs_fit
     from maxbench.systems.layers.posg import fit as posg_fit

@@ -69,8 +69,8 @@ def main() -> None:
 
 
 def measure(args, systems: list[str], work: Path) -> None:
+    from maxbench.benchmark.data.suites import load_suite
     from maxbench.benchmark.rundir import GENERATIONS
-    from maxbench.benchmark.suites import load_suite
     from maxbench.errors import MaxbenchError
 
     items = load_suite("food-reviews").items[: args.prompts]

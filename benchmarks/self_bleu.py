@@ -20,7 +20,7 @@ from harness import load_average, positive_int, run
 
 
 def real_texts(n: int, length: int) -> list[list[str]]:
-    from maxbench.benchmark.corpora import load_corpus
+    from maxbench.benchmark.data.corpora import load_corpus
     from maxbench.benchmark.metrics.tokenize import word_tokens
 
     texts = []

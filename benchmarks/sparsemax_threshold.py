@@ -30,8 +30,8 @@ def sparsemax_by_sorting(z: torch.Tensor) -> torch.Tensor:
 
 
 def inputs(batch_size: int) -> dict[str, list[torch.Tensor]]:
-    from maxbench.benchmark.corpora import load_corpus
-    from maxbench.benchmark.suites import load_suite
+    from maxbench.benchmark.data.corpora import load_corpus
+    from maxbench.benchmark.data.suites import load_suite
     from maxbench.systems.graph import get_graph
     from maxbench.systems.layers.graphmax import paper as graphmax_paper
     from maxbench.systems.layers.graphmax.graph_operator import GraphOperator

@@ -30,7 +30,7 @@ def probabilities(text: str) -> list[float]:
 
 
 def inputs(batch_size: int) -> dict[str, torch.Tensor]:
-    from maxbench.benchmark.suites import load_suite
+    from maxbench.benchmark.data.suites import load_suite
     from maxbench.systems.models import load_model
 
     lm = load_model("smollm2-135m", device="cpu")

@@ -1,5 +1,5 @@
 """Stripping the wikipedia corpus's markup: mwparserfromhell's own ``remove`` against maxbench's
-removal through one walk of the page (maxbench.benchmark.corpora._remove), side by side.
+removal through one walk of the page (maxbench.benchmark.data.corpora._remove), side by side.
 
 Extracting the ``wikipedia`` corpus (part of the set-up, in the process beside the model's
 conversion) parses each of the gensim sample's 106 articles and removes its headings, file and
@@ -25,7 +25,7 @@ def main() -> int:
     ap.add_argument("--articles", type=positive_int, default=106, help="the first N articles (106 in all)")
     ap.add_argument("--repeats", type=positive_int, default=1)
     args = ap.parse_args()
-    from maxbench.benchmark import corpora
+    from maxbench.benchmark.data import corpora
 
     bodies = list(itertools.islice(corpora.wiki_articles(), args.articles))
     print(f"{len(bodies)} articles, {sum(map(len, bodies)):,} characters of markup; {load_average()}")

@@ -85,7 +85,7 @@ def register_model(name: str, loader: Callable[[], tuple]) -> Callable[[], tuple
 # ---------------------------------------------------------------- runs from Python (evaluate, load_run)
 # The same functions as the commands: ``maxbench generate`` (runner.generate_run over a RunPlan),
 # ``maxbench score`` (scoring.score_run), ``maxbench export`` and ``maxbench compare``
-# (benchmark/export.py). Nothing heavy is imported before a function is called.
+# (benchmark/present/export.py). Nothing heavy is imported before a function is called.
 
 DEFAULT_RUNS_DIR = "results/runs"
 
@@ -106,8 +106,8 @@ class RunResult:
         return f"RunResult({str(self.path)!r}, {len(self.generations)} generations, {scored}, systems={systems})"
 
     def rows(self) -> list[dict]:
-        """The tidy rows of ``maxbench export`` (benchmark/export.py: ``tidy_rows``)."""
-        from maxbench.benchmark.export import tidy_rows
+        """The tidy rows of ``maxbench export`` (benchmark/present/export.py: ``tidy_rows``)."""
+        from maxbench.benchmark.present.export import tidy_rows
 
         if self.scores is None:
             raise MaxbenchError(f"{self.path} has no scores.json; run `maxbench score {self.path}` first")
@@ -116,7 +116,7 @@ class RunResult:
     def to_pandas(self):
         """The tidy table of ``maxbench export`` as a pandas DataFrame: one row per (system, prompt id,
         sample, metric) with columns system, prompt_id, sample, seed, metric, value, signature."""
-        from maxbench.benchmark.export import to_frame
+        from maxbench.benchmark.present.export import to_frame
 
         return to_frame(self.rows())
 
@@ -135,7 +135,7 @@ class RunResult:
         """Paired tests of this run's systems against ``other``'s (this minus other), as
         ``maxbench compare``: ``systems`` are names both hold or ``"A_SYSTEM=B_SYSTEM"`` pairs,
         ``metrics`` default to those both runs' scores name. Returns the JSON of ``compare --out``."""
-        from maxbench.benchmark.export import compare_runs, default_metrics
+        from maxbench.benchmark.metrics.compare import compare_runs, default_metrics
         from maxbench.benchmark.metrics.scoring import ScoringOptions
 
         other_path = other.path if isinstance(other, RunResult) else other
@@ -158,7 +158,7 @@ def load_run(path) -> RunResult:
     """The run directory ``path`` (manifest, generations and, if scored, scores) as a RunResult."""
     from pathlib import Path
 
-    from maxbench.benchmark.export import read_generations, read_manifest, read_scores
+    from maxbench.benchmark.present.export import read_generations, read_manifest, read_scores
 
     path = Path(path)
     manifest = read_manifest(path)
@@ -195,13 +195,13 @@ def evaluate(
     recorded (a model whose context cannot hold a suite's prompt and reference needs that)."""
     from pathlib import Path
 
-    from maxbench.benchmark.commands import run_id as make_run_id
+    from maxbench.benchmark.commands.options import run_id as make_run_id
+    from maxbench.benchmark.data.suites import load_suite
     from maxbench.benchmark.metrics.base import parse_metric_list
-    from maxbench.benchmark.metrics.cli import DEFAULT_METRICS
+    from maxbench.benchmark.metrics.names import DEFAULT_METRICS
     from maxbench.benchmark.metrics.scoring import ScoringOptions, score_run
+    from maxbench.benchmark.run.runner import generate_run
     from maxbench.benchmark.rundir import RunPlan
-    from maxbench.benchmark.runner import generate_run
-    from maxbench.benchmark.suites import load_suite
     from maxbench.systems.system_strings import parse_system
 
     if isinstance(systems, str):

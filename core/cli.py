@@ -14,26 +14,44 @@ from __future__ import annotations
 import argparse
 import sys
 
-from maxbench.benchmark import commands, graph_cli, heads_cli, results_cli
-from maxbench.benchmark.explorer import cli as explorer_cli
-from maxbench.benchmark.metrics import cli as metrics_cli
-from maxbench.benchmark.reproduce import cli as reproduce_cli
+from maxbench.benchmark.commands import (
+    assets,
+    compare,
+    export,
+    fit,
+    generate,
+    graph,
+    leaderboard,
+    plugins,
+    reproduce,
+    run,
+    score,
+    suites,
+    view,
+)
 from maxbench.errors import MaxbenchError
 from maxbench.fileio import os_error
 from maxbench.human_eval import cli as human_eval_cli
 from maxbench.human_eval.report import cli as report_cli
 from maxbench.plugins import add_include_option, include_all
 
+# the order of ``maxbench --help``'s list
 COMMAND_MODULES = [
-    commands,
+    assets,
+    run,
+    leaderboard,
+    suites,
+    generate,
+    plugins,
     report_cli,
     human_eval_cli,
-    graph_cli,
-    metrics_cli,
-    heads_cli,
-    reproduce_cli,
-    explorer_cli,
-    results_cli,
+    graph,
+    score,
+    fit,
+    reproduce,
+    view,
+    export,
+    compare,
 ]
 
 #: the commands that build systems or score, which take ``--include PATH`` (docs/plugins.md)

@@ -65,19 +65,21 @@ def _reason(exc: OSError) -> str:
     }.get(exc.errno, exc.strerror or type(exc).__name__)
 
 
-#: the environment variable that names maxbench's cache folder (``maxbench.systems.assets.maxbench_home``)
+#: the environment variable that names maxbench's cache folder (``maxbench.fileio.maxbench_home``)
 HOME_ENV = "MAXBENCH_HOME"
 
 
-def cache_home() -> Path:
-    """The cache root: ``$MAXBENCH_HOME`` or ``~/.cache/maxbench``."""
+def maxbench_home() -> Path:
+    """The cache root: ``$MAXBENCH_HOME`` or ``~/.cache/maxbench``. A write that fails because the
+    root itself is unusable (mistyped, read-only) is reported naming ``MAXBENCH_HOME``
+    (``cache_home_problem``)."""
     home = os.environ.get(HOME_ENV)
     return Path(home).expanduser() if home else Path.home() / ".cache" / "maxbench"
 
 
 def _home_named() -> str:
     value = os.environ.get(HOME_ENV)
-    return f"{HOME_ENV}={value}" if value else f"the cache folder {cache_home()} ({HOME_ENV} is unset)"
+    return f"{HOME_ENV}={value}" if value else f"the cache folder {maxbench_home()} ({HOME_ENV} is unset)"
 
 
 def cache_home_problem(path: str | Path | None = None) -> MaxbenchError | None:
@@ -85,7 +87,7 @@ def cache_home_problem(path: str | Path | None = None) -> MaxbenchError | None:
     mistyped path whose parents cannot be made, a file in its place, a read-only or foreign folder),
     else None. With ``path``, only when ``path`` lies in the cache root (or is a folder on the way to
     one that does not exist yet), so a failure below a usable root keeps its own message."""
-    home = Path(os.path.abspath(cache_home()))
+    home = Path(os.path.abspath(maxbench_home()))
     if path is not None:
         p = Path(os.path.abspath(path))
         inside = p == home or home in p.parents

@@ -6,7 +6,7 @@ nothing and ``maxbench --help`` stays fast. Base models (``systems/models.py``),
 (``systems/system_strings.py``) and metrics (``benchmark/metrics/base.py``) are registries;
 a name that is not registered is a ``MaxbenchError`` of one line naming it, the closest
 known name and all known names (``unknown_name``, which the lineup files of
-``benchmark/lineup.py`` use too).
+``benchmark/run/lineup.py`` use too).
 
 Plugins (docs/plugins.md): a registry with an entry-point ``group`` adds that group's entry points
 on first use, and ``add_plugin`` adds a plugin registered from an included file or a session.

@@ -143,7 +143,7 @@ def lineup_run(
 ) -> None:
     """Generation only of lineup ``name`` (and the ``extra`` systems) on the first ``n`` prompts of its
     suite, in one run ``gpu-<name>``; prints every system's tokens/s beside the baseline's."""
-    from maxbench.benchmark.lineup import load_lineup
+    from maxbench.benchmark.run.lineup import load_lineup
 
     lineup = load_lineup(name)
     suite_dir = out / "suite"

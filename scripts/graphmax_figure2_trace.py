@@ -29,7 +29,7 @@ ALPHA, STOP, LOG_FLOOR, LAM, STEPS = 1e-4, 1e-4, 1e-10, 1.0, 20
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from maxbench.benchmark.corpora import fold_view, load_corpus
+    from maxbench.benchmark.data.corpora import fold_view, load_corpus
     from maxbench.systems.graph import get_graph
     from maxbench.systems.layers.graphmax import paper
     from maxbench.systems.layers.graphmax.graph_operator import GraphOperator

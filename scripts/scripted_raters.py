@@ -160,7 +160,7 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed of biases and noise (default: %(default)s)")
     args = p.parse_args(argv)
     try:
-        from maxbench.benchmark.corpora import load_corpus
+        from maxbench.benchmark.data.corpora import load_corpus
 
         links, rubric = read_links(args.links), load_rubric(args.rubric)
         lexicon = lexicon_of(load_corpus(args.lexicon_corpus).fit)

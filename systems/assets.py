@@ -28,13 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from maxbench.errors import MaxbenchError
-from maxbench.fileio import atomic_dir, cache_home, cache_home_problem, free_bytes, os_error
-
-
-def maxbench_home() -> Path:
-    """The cache root: ``$MAXBENCH_HOME`` or ``~/.cache/maxbench``. A write that fails because the
-    root itself is unusable (mistyped, read-only) is reported naming ``MAXBENCH_HOME`` (``os_error``)."""
-    return cache_home()
+from maxbench.fileio import atomic_dir, cache_home_problem, free_bytes, maxbench_home, os_error
 
 
 def cache_dir(path: Path) -> Path:

@@ -34,9 +34,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from maxbench.errors import MaxbenchError
-from maxbench.fileio import atomic_open
+from maxbench.fileio import atomic_open, maxbench_home
 from maxbench.locks import exclusive
-from maxbench.systems.assets import maxbench_home
 
 GRAPH_FORMAT = 1
 DEFAULT_EPS = 1e-6

@@ -45,9 +45,9 @@ from pathlib import Path
 import numpy as np
 
 from maxbench.errors import MaxbenchError
-from maxbench.fileio import atomic_dir
+from maxbench.fileio import atomic_dir, maxbench_home
 from maxbench.locks import exclusive
-from maxbench.systems.assets import maxbench_home, sha256_file
+from maxbench.systems.assets import sha256_file
 
 CACHE_VERSION = "2"  # 2: the test part is budget // 10 positions (was // 5)
 #: Sized for the main command's 15-minute cold budget on 2 CPU cores (smollm2-135m,

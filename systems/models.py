@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from maxbench.errors import MaxbenchError
-from maxbench.fileio import atomic_dir, free_bytes, os_error
+from maxbench.fileio import atomic_dir, free_bytes, maxbench_home, os_error
 from maxbench.registry import Registry, unknown_name
-from maxbench.systems.assets import ASSETS, fetch, maxbench_home, sha256_file
+from maxbench.systems.assets import ASSETS, fetch, sha256_file
 
 #: built-in base models: name -> function building (model, tokenizer, weights hash) on the CPU
 MODELS: Registry[Callable[[], tuple]] = Registry(

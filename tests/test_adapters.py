@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from maxbench import plugins
-from maxbench.benchmark.corpora import Corpus
+from maxbench.benchmark.data.corpora import Corpus
 from maxbench.errors import MaxbenchError
 from maxbench.systems.adapters import ADAPTERS, AdapterFitContext, TrainingExample
 from maxbench.systems.adapters.lora import LoraAdapter
@@ -215,7 +215,7 @@ def test_lora_untrained_is_the_base_model_and_trained_is_deterministic(home):
 
 # --------------------------------------------------------------------------- adapted systems in a run
 def test_adapted_and_base_systems_in_one_run_never_share_rows(cli, tmp_path, home, monkeypatch):
-    import maxbench.benchmark.corpora as corpora
+    import maxbench.benchmark.data.corpora as corpora
 
     monkeypatch.setattr(corpora, "load_corpus", lambda name: tiny_corpus())
     monkeypatch.setattr(corpora, "check_corpus", lambda name: name)
@@ -305,13 +305,69 @@ def test_adapter_needing_attributes_on_a_suite_without_them_is_refused_before_lo
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "runs").exists() and not home.exists()
 
 
+PICKY = """
+    import maxbench
+    from maxbench.errors import MaxbenchError
+    from maxbench.systems.adapters.base import Adapter
+    from maxbench.systems.adapters.conditional import ConditionalAdapter
+
+
+    class Picky(Adapter):
+        name = "picky"
+        needs_attributes = True
+
+        def check_attribute_values(self, suite, examples):
+            seen = sorted({e.attributes["score"] for e in examples})
+            raise MaxbenchError(f"adapter 'picky' refuses suite '{suite.name}' ({len(suite.items)} items; saw {seen})")
+
+
+    class Learner(ConditionalAdapter):
+        name = "learner"
+
+
+    maxbench.register_adapter(Picky)
+    maxbench.register_adapter(Learner)
+"""
+
+
+@pytest.mark.parametrize(
+    "adapter, message",
+    [
+        ("picky", "adapter 'picky' refuses suite 'food-attrs' ({n} items; saw ['great'])"),
+        ("learner", "adapter 'learner' never saw score='other' (suite 'food-attrs', item"),
+    ],
+)
+def test_a_plugin_adapters_check_attribute_values_is_called_in_preflight_with_the_training_data(
+    cli, tmp_path, home, monkeypatch, adapter, message
+):
+    """The runner calls the hook of the adapter contract (``Adapter.check_attribute_values``) on every
+    adapter that needs attributes, a plugin's as FCTG's: its own override, or ``ConditionalAdapter``'s
+    refusal of a value the training data never carries, before anything loads or trains."""
+    import maxbench.benchmark.data.corpora as corpora
+    from maxbench.benchmark.data.suites import load_suite
+
+    suite = load_suite("food-attrs")
+    assert PrefixAdapter().check_attribute_values(suite, []) is None  # the contract's default accepts
+    corpus = tiny_corpus()
+    only_great = {t: corpora.AttributedText(t, t, {"score": "great"}) for t in corpus.fit}
+    monkeypatch.setattr(corpora, "load_corpus", lambda name: corpus)
+    monkeypatch.setattr(corpora, "load_attributes", lambda name: only_great)
+    monkeypatch.setattr(corpora, "check_corpus", lambda name: name)
+    path = tmp_path / "picky.py"
+    path.write_text(textwrap.dedent(PICKY))
+    argv = ["generate", "--system", f"tiny-random+{adapter}/softmax/greedy", "--suite", "food-attrs"]
+    rc, _, err = cli(*argv, "--corpus", "food-reviews", "--runs-dir", tmp_path / "runs", "--include", path)
+    assert rc == 2 and message.format(n=len(suite.items)) in err, err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "runs").exists() and not home.exists()
+
+
 def test_on_a_conditional_suite_adapters_learn_the_rendered_attributes(monkeypatch, tmp_path):
     """On a conditional suite the training examples are the suite corpus's fitting texts, each with its
     attributes rendered by the suite's template as the prompt and its target as the text."""
-    import maxbench.benchmark.corpora as corpora
+    import maxbench.benchmark.data.corpora as corpora
+    from maxbench.benchmark.data.suites import load_suite
+    from maxbench.benchmark.run.runner import adapter_training_data
     from maxbench.benchmark.rundir import RunPlan
-    from maxbench.benchmark.runner import adapter_training_data
-    from maxbench.benchmark.suites import load_suite
 
     corpus = tiny_corpus()
     scores = {
@@ -340,7 +396,7 @@ def test_on_a_conditional_suite_adapters_learn_the_rendered_attributes(monkeypat
 GENERATE_WITH_TINY_CORPUS = """
 import sys
 sys.path.insert(0, {tests!r})
-import maxbench.benchmark.corpora as corpora
+import maxbench.benchmark.data.corpora as corpora
 from test_adapters import tiny_corpus
 corpora.load_corpus = lambda name: tiny_corpus()
 corpora.check_corpus = lambda name: name

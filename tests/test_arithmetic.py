@@ -73,7 +73,7 @@ def test_a_maxbench_process_computes_with_the_avx2_kernels():
 
 
 def test_the_run_manifest_records_the_arithmetic():
-    from maxbench.benchmark.runner import machine
+    from maxbench.benchmark.run.runner import machine
 
     rec = machine("cpu")["arithmetic"]
     assert rec["cpu"] and rec["torch_cpu_capability"]

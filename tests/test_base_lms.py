@@ -145,7 +145,7 @@ def test_a_lineups_evaluator_scores_its_run_and_the_flag_overrides_it(tmp_path, 
 
 
 def test_the_base_lms_lineup_has_both_models_every_layer_and_one_evaluator():
-    from maxbench.benchmark.lineup import load_lineup
+    from maxbench.benchmark.run.lineup import load_lineup
 
     reg = load_lineup("base-lms")
     assert reg.evaluator == SMOL and reg.baseline is None and reg.suite == reg.corpus == "food-reviews"

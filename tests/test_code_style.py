@@ -48,15 +48,15 @@ def _copy_tree(dest: Path) -> None:
     [
         (
             "systems/decoding.py",
-            "import maxbench.benchmark.runner",
-            "maxbench.systems.decoding -> maxbench.benchmark.runner",
+            "import maxbench.benchmark.run.runner",
+            "maxbench.systems.decoding -> maxbench.benchmark.run.runner",
         ),
         ("core/errors.py", "import maxbench.systems.models", "maxbench.errors -> maxbench.systems.models"),
-        ("benchmark/commands.py", "import maxbench.cli", "maxbench.benchmark.commands -> maxbench.cli"),
+        ("benchmark/commands/run.py", "import maxbench.cli", "maxbench.benchmark.commands.run -> maxbench.cli"),
         (
-            "benchmark/leaderboard.py",
+            "benchmark/present/leaderboard.py",
             "import maxbench.human_eval.analysis.ratings",
-            "maxbench.benchmark.leaderboard -> maxbench.human_eval.analysis.ratings",
+            "maxbench.benchmark.present.leaderboard -> maxbench.human_eval.analysis.ratings",
         ),
         (
             "human_eval/analysis/ratings.py",
@@ -83,7 +83,11 @@ def _copy_tree(dest: Path) -> None:
             "import maxbench.systems.layers.graphmax.operator",
             "maxbench.systems.layers.sparsemax.operator -> maxbench.systems.layers.graphmax.operator",
         ),
-        ("benchmark/corpora.py", "import maxbench.benchmark.runner", "No cycles are allowed in maxbench.benchmark."),
+        (
+            "benchmark/data/corpora.py",
+            "import maxbench.benchmark.run.runner",
+            "No cycles are allowed in maxbench.benchmark.",
+        ),
     ],
 )
 def test_a_wrong_import_breaks_a_contract(tmp_path, module, bad_import, reported):

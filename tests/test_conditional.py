@@ -15,9 +15,9 @@ import tomllib
 import numpy as np
 import pytest
 
-from maxbench.benchmark import corpora
-from maxbench.benchmark.suites import (
-    CONDITIONAL_BUILD,
+from maxbench.benchmark.data import corpora
+from maxbench.benchmark.data.suite_build import CONDITIONAL_BUILD
+from maxbench.benchmark.data.suites import (
     CONDITIONAL_SUITES,
     SUITE_DIR,
     builtin_suites,
@@ -165,7 +165,7 @@ def test_builtin_conditional_suites_are_balanced_rendered_and_state_their_genera
 
 def _corpora_here(*names: str) -> bool:
     """Whether corpora ``names`` are extracted and their assets (where the attributes are read) unpacked."""
-    from maxbench.systems.assets import maxbench_home
+    from maxbench.fileio import maxbench_home
 
     assets = maxbench_home() / "assets"
     return all(corpora.is_extracted(n) and (assets / corpora.CORPORA[n][1]).exists() for n in names)
@@ -199,7 +199,7 @@ def test_conditional_suites_hold_held_out_texts_only():
 @pytest.mark.slow
 @needs_corpora
 def test_the_builder_regenerates_the_committed_suites_byte_identically(tmp_path):
-    from maxbench.benchmark.suites import main
+    from maxbench.benchmark.data.suite_build import main
 
     assert main(["build", *CONDITIONAL_SUITES, "--out", str(tmp_path)]) == 0
     for name in CONDITIONAL_SUITES:
@@ -288,7 +288,7 @@ def toy(tmp_path, monkeypatch):
 
 def _toy_suite(tmp_path, corpus, n=20):
     """A conditional suite of the toy corpus's held-out texts, written as files."""
-    from maxbench.benchmark.suites import AttributeSpec, Suite, SuiteItem
+    from maxbench.benchmark.data.suites import AttributeSpec, Suite, SuiteItem
 
     labelled = corpora.load_attributes("toy")
     schema = {"mood": AttributeSpec("mood", ("bad", "good"))}

@@ -6,8 +6,8 @@ import json
 import pytest
 from explorer_fixtures import HOSTILE, SYSTEMS, make_scored_run, make_study_export
 
-from maxbench.benchmark.explorer import script_json, write_explorer
-from maxbench.benchmark.explorer.data import quantise
+from maxbench.benchmark.present.explorer import script_json, write_explorer
+from maxbench.benchmark.present.explorer.data import quantise
 
 
 @pytest.fixture(scope="module")

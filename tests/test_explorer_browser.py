@@ -7,7 +7,7 @@ import os
 import pytest
 from explorer_fixtures import SYSTEMS, make_scored_run, make_study_export
 
-from maxbench.benchmark.explorer import write_explorer
+from maxbench.benchmark.present.explorer import write_explorer
 
 CHROMIUM = "/usr/bin/chromium"
 LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]

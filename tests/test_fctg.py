@@ -13,12 +13,8 @@ import torch
 
 from maxbench.errors import MaxbenchError
 from maxbench.systems.adapters import ADAPTERS, AdapterFitContext, TrainingExample
-from maxbench.systems.adapters.fctg import (
-    FctgAdapter,
-    alm_loss,
-    attribute_positions,
-    common_suffix,
-)
+from maxbench.systems.adapters.conditional import attribute_positions, common_suffix
+from maxbench.systems.adapters.fctg import FctgAdapter, alm_loss
 from maxbench.systems.decoding import DecodingSetting, decode
 from maxbench.systems.layers.softmax import SoftmaxLayer
 from maxbench.systems.system_strings import parse_system
@@ -211,8 +207,8 @@ def test_prepared_fctg_is_cached_by_identity_and_records_what_it_saw(home):
 
 # --------------------------------------------------------------------------- unseen values
 def test_a_categorical_value_the_adapter_never_saw_is_refused_in_one_line(cli, tmp_path, home, monkeypatch):
-    import maxbench.benchmark.corpora as corpora
-    from maxbench.benchmark.corpora import Corpus
+    import maxbench.benchmark.data.corpora as corpora
+    from maxbench.benchmark.data.corpora import Corpus
 
     fit = [e.text for e in examples()]
     corpus = Corpus("food-reviews", fit, fit[:2], {"sha256": "0" * 64})
@@ -229,7 +225,7 @@ def test_a_categorical_value_the_adapter_never_saw_is_refused_in_one_line(cli, t
 def test_free_text_attributes_are_open():
     from types import SimpleNamespace
 
-    from maxbench.benchmark.suites import AttributeSpec, SuiteItem
+    from maxbench.benchmark.data.suites import AttributeSpec, SuiteItem
 
     suite = SimpleNamespace(
         name="s",
@@ -249,8 +245,8 @@ def generate_on_tiny_attrs(cli, tmp_path, monkeypatch, system: str):
     returns (run folder, manifest, rows)."""
     import json
 
-    import maxbench.benchmark.corpora as corpora
-    from maxbench.benchmark.corpora import Corpus
+    import maxbench.benchmark.data.corpora as corpora
+    from maxbench.benchmark.data.corpora import Corpus
 
     exs = examples()
     fit = [e.text for e in exs]

@@ -233,7 +233,7 @@ def test_reference_logprobs_mark_zero_probability_as_none(tiny):
 def test_reference_states_are_computed_once_per_model_and_give_the_same_logprobs(tiny):
     from types import SimpleNamespace
 
-    from maxbench.benchmark.runner import ReferenceStateCache
+    from maxbench.benchmark.run.runner import ReferenceStateCache
     from maxbench.systems.decoding import reference_logprobs
     from maxbench.systems.layers.sparsemax.layer import SparsemaxLayer
 
@@ -255,7 +255,7 @@ def test_workers_share_reference_states_through_the_run_folder(tiny, tmp_path, m
     from types import SimpleNamespace
 
     import maxbench.systems.decoding
-    from maxbench.benchmark.runner import ReferenceStateCache
+    from maxbench.benchmark.run.runner import ReferenceStateCache
 
     computed = []
     real = maxbench.systems.decoding.reference_states

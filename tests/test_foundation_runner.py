@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from maxbench.benchmark.data.suites import load_suite
+from maxbench.benchmark.run.runner import derive_seed, generate_run
 from maxbench.benchmark.rundir import (
     CLAIMS,
     GENERATIONS,
@@ -18,8 +20,6 @@ from maxbench.benchmark.rundir import (
     read_rows,
     shard_file,
 )
-from maxbench.benchmark.runner import derive_seed, generate_run
-from maxbench.benchmark.suites import load_suite
 from maxbench.locks import exclusive
 from maxbench.systems.system_strings import parse_system
 
@@ -131,7 +131,8 @@ def test_a_batch_whose_layer_another_worker_is_fitting_is_left_for_later(tmp_pat
     """Worker 1 reaches a system whose head worker 0 is fitting (it holds the system's fit claim): rather
     than wait on the head's lock, it leaves the batch for later and goes on; with ``wait`` (when nothing
     else is left) it fits, i.e. waits for the cache and loads it."""
-    from maxbench.benchmark import corpora, runner
+    from maxbench.benchmark.data import corpora
+    from maxbench.benchmark.run import runner
 
     class Layer:
         needs_fit = True

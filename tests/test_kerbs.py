@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-from maxbench.benchmark.corpora import Corpus
+from maxbench.benchmark.data.corpora import Corpus
 from maxbench.errors import MaxbenchError
 from maxbench.systems import hidden_cache as hc
 from maxbench.systems.decoding import DecodingSetting, decode
@@ -242,6 +242,17 @@ def test_fit_trains_caches_and_loads_bit_identically(tiny, home):
     assert out[0]["n_tokens"] >= 1
 
 
+def test_every_trained_epoch_records_its_training_loss_and_the_meta_whether_validation_still_improved(tiny, home):
+    """The fit meta's history gives each trained epoch its mean training loss (nats per position) beside
+    its validation perplexity, and ``still_improving`` says whether the last epoch lowered the latter."""
+    _, meta = fit_kerbs(tiny, tiny_corpus(), 1500, KerBSConfig(**CFG), progress=False)
+    hist = meta["training"]["history"]
+    assert "train_loss" not in hist[0] and len(hist) == 3
+    for h in hist[1:]:
+        assert math.isfinite(h["train_loss"]) and 0 < h["train_loss"] < math.log(tiny.vocab_size) + 5
+    assert meta["still_improving"] == (hist[-1]["valid_ppl"] < hist[-2]["valid_ppl"])
+
+
 def test_head_for_another_model_is_refused(tiny, home):
     _, meta = fit_kerbs(tiny, tiny_corpus(), 1500, KerBSConfig(**CFG), progress=False)
     other = dataclasses.replace(tiny, hash="f" * 64)
@@ -298,11 +309,11 @@ def test_too_many_senses_is_a_clear_error(tiny, home):
     ],
 )
 def test_cli_bad_input_exits_2(cli, home, monkeypatch, argv, message):
-    import maxbench.benchmark.corpora
+    import maxbench.benchmark.data.corpora
 
-    real = maxbench.benchmark.corpora.load_corpus
+    real = maxbench.benchmark.data.corpora.load_corpus
     monkeypatch.setattr(
-        maxbench.benchmark.corpora,
+        maxbench.benchmark.data.corpora,
         "load_corpus",
         lambda name: tiny_corpus(n_fit=30, n_test=5) if name == "tiny" else real(name),
     )
@@ -313,9 +324,9 @@ def test_cli_bad_input_exits_2(cli, home, monkeypatch, argv, message):
 
 
 def test_cli_fit_prints_perplexities_and_path(cli, home, monkeypatch):
-    import maxbench.benchmark.corpora
+    import maxbench.benchmark.data.corpora
 
-    monkeypatch.setattr(maxbench.benchmark.corpora, "load_corpus", lambda name: tiny_corpus())
+    monkeypatch.setattr(maxbench.benchmark.data.corpora, "load_corpus", lambda name: tiny_corpus())
     argv = [
         "fit",
         "--model",

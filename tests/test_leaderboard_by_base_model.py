@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import json
 
-from maxbench.benchmark.leaderboard import render
+from maxbench.benchmark.present.leaderboard import render
 
 SMOL, GEMMA = "smollm2-135m", "gemma3-270m"
 # interleaved, softmax not first: the order a hand-written lineup may have

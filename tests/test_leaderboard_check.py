@@ -13,7 +13,7 @@ import shutil
 import pytest
 from explorer_fixtures import make_scored_run
 
-from maxbench.benchmark import leaderboard_check as lc
+from maxbench.benchmark.present import check as lc
 
 HEADER = "system,bleu-4,bleu-4_ci_low,bleu-4_ci_high,bleu-4_p_vs_baseline,ref-eps-ppl,ref-eps-ppl_ci_low,ref-eps-ppl_ci_high,ref-eps-ppl_p_vs_baseline\n"
 ROWS = {

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from maxbench.benchmark.leaderboard import COMPACT, PREFERRED, render
+from maxbench.benchmark.present.leaderboard import COMPACT, PREFERRED, render
 
 SYSTEMS = ("smollm2-135m/softmax/top_p=0.9", "smollm2-135m/sparsemax/top_p=0.9")
 # every compact column but rouge-l-f, and others around them, in an order of their own
@@ -78,7 +78,7 @@ def test_markdown_leads_with_the_compact_table_then_the_full_one(tmp_path):
 
 
 def test_explorer_compact_view_shows_the_same_columns(tmp_path):
-    from maxbench.benchmark.explorer import write_explorer
+    from maxbench.benchmark.present.explorer import write_explorer
 
     run = _run(tmp_path)
     _generations(run)
@@ -113,7 +113,7 @@ ATTR = {"attr-acc": ["attr-acc", "attr-acc-ceiling"]}
 def test_attr_acc_leads_the_compact_table_when_the_run_scored_it(tmp_path):
     """attr-acc declares itself for the compact table (AttributeAccuracy.compact_scores): a conditional
     run's leaderboard and explorer lead with it and its ceiling, then the design card's columns."""
-    from maxbench.benchmark.explorer import write_explorer
+    from maxbench.benchmark.present.explorer import write_explorer
 
     run = _run(tmp_path, (*SCORES, "attr-acc-ceiling", "attr-acc"), METRICS | ATTR)
     _generations(run)

@@ -171,7 +171,7 @@ def test_run_dir_of_another_registry_is_refused(tmp_path, cli):
 
 
 def test_builtin_lineups_are_valid():
-    from maxbench.benchmark.lineup import builtin_lineups, load_lineup
+    from maxbench.benchmark.run.lineup import builtin_lineups, load_lineup
 
     assert list(builtin_lineups()) == ["base-lms", "conditional", "decoding-baselines", "default", "lambda-sweep"]
     conditional = load_lineup("conditional")

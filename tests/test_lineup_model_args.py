@@ -1,4 +1,4 @@
-"""Model options per model in a lineup (``[model_args."MODEL"]``, benchmark/lineup.py): checked on loading,
+"""Model options per model in a lineup (``[model_args."MODEL"]``, benchmark/run/lineup.py): checked on loading,
 given to that model only (the command line's ``--model-args`` over them), and part of the run's and the
 model's identity; a lineup without them keeps the identity runs had before."""
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from maxbench.benchmark.lineup import load_lineup
+from maxbench.benchmark.data.suites import load_suite
+from maxbench.benchmark.run.lineup import load_lineup
+from maxbench.benchmark.run.workers import cpu_cores
 from maxbench.benchmark.rundir import RunPlan
-from maxbench.benchmark.suites import load_suite
-from maxbench.benchmark.workers import cpu_cores
 from maxbench.errors import MaxbenchError
 from maxbench.systems.models import folder_identity, model_identity, tiny_random_model
 
@@ -143,7 +143,7 @@ def test_each_model_is_checked_at_its_own_revision_and_the_command_line_wins(tmp
 
     monkeypatch.setattr(models, "check_model_reachable", reachable)
     monkeypatch.setattr(models, "load_model", load)
-    from maxbench.benchmark.runner import preflight
+    from maxbench.benchmark.run.runner import preflight
 
     with pytest.raises(MaxbenchError, match="stop"):
         preflight(_plan(lineup, tmp_path), device="cpu", progress=False)

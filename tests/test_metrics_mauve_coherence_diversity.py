@@ -178,12 +178,12 @@ def test_a_run_scored_with_mauve_and_diversity_gets_their_columns_and_plot(tmp_p
 def test_plot_labels_of_close_points_are_lifted_apart_and_far_ones_stay():
     """The MAUVE-diversity plot's labels: points that sit together (the truncation samplers do) get
     labels at least one line apart; a point far from the others keeps its label next to it."""
-    from maxbench.benchmark.leaderboard import _label_lifts
+    from maxbench.benchmark.present.plots import label_lifts
 
     xy = [(95.0, 32.0), (94.9, 31.8), (86.2, 32.0), (76.0, 34.7), (30.1, 20.1), (96.9, 10.9)]
-    lifts = _label_lifts(xy, x_span=80.0, y_span=90.0, height_pt=300.0)
+    lifts = label_lifts(xy, x_span=80.0, y_span=90.0, height_pt=300.0)
     assert lifts[4] == 0.0 and lifts[5] == 0.0
     line = 11.0 / 300.0 * 90.0  # one label line in data units
     tops = sorted(xy[i][1] + lifts[i] / 11.0 * line for i in range(4))
     assert all(b - a >= line - 1e-9 for a, b in zip(tops, tops[1:])), lifts
-    assert _label_lifts([], 1.0, 1.0, 300.0) == [] and _label_lifts([(1.0, 1.0)], 1.0, 1.0, 300.0) == [0.0]
+    assert label_lifts([], 1.0, 1.0, 300.0) == [] and label_lifts([(1.0, 1.0)], 1.0, 1.0, 300.0) == [0.0]

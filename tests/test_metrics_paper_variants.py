@@ -16,7 +16,7 @@ import pytest
 from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 
 from maxbench.benchmark.metrics.base import METRICS, TextBatch, get_metric
-from maxbench.benchmark.metrics.cli import PAPER_METRICS
+from maxbench.benchmark.metrics.names import PAPER_METRICS
 from maxbench.benchmark.metrics.sentence_bleu import paired_bleu, self_bleu
 from maxbench.benchmark.metrics.stats import bootstrap_ci
 from maxbench.benchmark.metrics.tokenize import word_tokens

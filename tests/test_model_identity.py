@@ -8,8 +8,9 @@ from types import SimpleNamespace
 import pytest
 
 from maxbench.errors import MaxbenchError
+from maxbench.fileio import maxbench_home
 from maxbench.systems import hidden_cache as hc
-from maxbench.systems.assets import maxbench_home, sha256_file
+from maxbench.systems.assets import sha256_file
 from maxbench.systems.layers.head_cache import head_identity
 from maxbench.systems.layers.kerbs import fit as kerbs_fit
 from maxbench.systems.models import (
@@ -182,8 +183,8 @@ def test_model_args_reach_the_command_line_and_an_unknown_key_is_refused(cli):
 
 
 def test_model_args_are_part_of_a_runs_identity(tmp_path):
+    from maxbench.benchmark.data.suites import load_suite
     from maxbench.benchmark.rundir import RunPlan
-    from maxbench.benchmark.suites import load_suite
 
     suite = load_suite("smoke")
     plain = RunPlan(run_dir=tmp_path, suite=suite, systems=[])

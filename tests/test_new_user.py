@@ -289,7 +289,7 @@ def _committed_run(tmp_path, folder: Path) -> Path:
 
 @pytest.mark.parametrize("folder", ["results", "results/lambda-sweep"])
 def test_committed_leaderboards_render_byte_identically_through_the_document_model(tmp_path, monkeypatch, folder):
-    from maxbench.benchmark.leaderboard import render
+    from maxbench.benchmark.present.leaderboard import render
 
     committed = ROOT / folder
     monkeypatch.chdir(tmp_path)  # the md names its source as given: results/runs/<run>
@@ -385,7 +385,7 @@ def test_run_id_that_is_not_one_plain_folder_name_is_refused(tmp_path, cli, comm
 
 
 def test_derived_run_ids_stay_one_plain_name():
-    from maxbench.benchmark.commands import run_id
+    from maxbench.benchmark.commands.options import run_id
 
     assert run_id(None, "smoke", "tiny-random/softmax/top_p=0.9") == "smoke-tiny_random_softmax_top_p=0.9"
     long = run_id(
@@ -396,9 +396,9 @@ def test_derived_run_ids_stay_one_plain_name():
 
 
 def test_free_disk_space_is_checked_before_the_first_token(tmp_path, cli, monkeypatch):
-    import maxbench.benchmark.runner
+    import maxbench.benchmark.run.runner
 
-    monkeypatch.setattr(maxbench.benchmark.runner, "free_bytes", lambda path: 1 << 20)
+    monkeypatch.setattr(maxbench.benchmark.run.runner, "free_bytes", lambda path: 1 << 20)
     lineup = _lineup(tmp_path, [TINY])
     _one_line_exit_2(_run(cli, tmp_path, lineup), "MiB are free there")
     assert not (tmp_path / "runs").exists()
@@ -522,18 +522,18 @@ def test_model_that_is_not_a_valid_hub_id_is_one_line(tmp_path, cli, model):
 
 
 def test_an_operating_system_error_no_command_expected_is_one_line(cli, monkeypatch):
-    import maxbench.benchmark.commands
+    import maxbench.benchmark.commands.suites
 
     def refused(args):
         raise PermissionError(13, "Permission denied", "/some/where")
 
-    monkeypatch.setattr(maxbench.benchmark.commands, "cmd_suites", refused)
+    monkeypatch.setattr(maxbench.benchmark.commands.suites, "cmd_suites", refused)
     _one_line_exit_2(cli("suites"), "cannot use /some/where: permission denied")
 
 
 def test_run_directory_names_are_those_earlier_versions_gave():
     # Resuming an existing run, and the README's examples, depend on these names staying put.
-    from maxbench.benchmark.commands import lineup_run_id, run_id
+    from maxbench.benchmark.commands.options import lineup_run_id, run_id
 
     assert lineup_run_id(None, "default", "food-reviews") == "default-food-reviews"
     assert run_id(None, "food-reviews", "smollm2-135m/softmax/top_p=0.9") == (

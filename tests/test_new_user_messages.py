@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from maxbench.errors import MaxbenchError
+from maxbench.fileio import maxbench_home
 
 ROOT = Path(__file__).resolve().parents[1]
-STATIC = ROOT / "benchmark" / "explorer" / "static"
+STATIC = ROOT / "benchmark" / "present" / "explorer" / "static"
 RLO = "\u202e"
 
 
@@ -27,7 +28,7 @@ def test_a_home_below_a_file_names_maxbench_home_and_its_value(tmp_path, monkeyp
     home = tmp_path / "f" / "x"
     monkeypatch.setenv("MAXBENCH_HOME", str(home))
     with pytest.raises(MaxbenchError) as err:
-        assets.cache_dir(assets.maxbench_home() / "assets")
+        assets.cache_dir(maxbench_home() / "assets")
     msg = str(err.value)
     assert msg.startswith(f"MAXBENCH_HOME={home}: cannot create it")
     assert "set MAXBENCH_HOME to a writable folder or unset it" in msg and "assets" not in msg
@@ -55,7 +56,7 @@ def test_a_read_only_home_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv("MAXBENCH_HOME", str(home))
     try:
         with pytest.raises(MaxbenchError, match=r"^MAXBENCH_HOME=.*ro: this user cannot write in it"):
-            assets.cache_dir(assets.maxbench_home() / "corpora")
+            assets.cache_dir(maxbench_home() / "corpora")
     finally:
         home.chmod(0o755)
 
@@ -102,7 +103,7 @@ def _scored(tmp_path, systems, **extra) -> Path:
     ],
 )
 def test_a_wrongly_typed_scores_value_is_reported_where_it_is(tmp_path, systems, extra, expected):
-    from maxbench.benchmark.leaderboard import load_scored_run
+    from maxbench.benchmark.present.leaderboard import load_scored_run
 
     with pytest.raises(MaxbenchError) as err:
         load_scored_run(_scored(tmp_path, systems, **extra))
@@ -110,7 +111,7 @@ def test_a_wrongly_typed_scores_value_is_reported_where_it_is(tmp_path, systems,
 
 
 def test_missing_systems_is_still_reported_as_missing(tmp_path):
-    from maxbench.benchmark.leaderboard import load_scored_run
+    from maxbench.benchmark.present.leaderboard import load_scored_run
 
     run = tmp_path / "run"
     run.mkdir()
@@ -120,7 +121,7 @@ def test_missing_systems_is_still_reported_as_missing(tmp_path):
 
 
 def test_a_string_identity_in_the_manifest_is_reported(tmp_path):
-    from maxbench.benchmark.leaderboard import load_scored_run
+    from maxbench.benchmark.present.leaderboard import load_scored_run
 
     run = _scored(tmp_path, {"s": {"scores": {}}})
     (run / "manifest.json").write_text(json.dumps({"identity": "x"}))
@@ -195,7 +196,7 @@ def test_the_explorer_js_wraps_each_untrusted_text():
 def test_explorers_written_now_carry_the_isolating_static_files(tmp_path):
     import shutil
 
-    from maxbench.benchmark import explorer
+    from maxbench.benchmark.present import explorer
 
     static = Path(explorer.__file__).parent / "static"
     assert (static / "explorer.css").read_bytes() == (STATIC / "explorer.css").read_bytes()
@@ -213,7 +214,7 @@ def test_an_open_right_to_left_override_in_a_prompt_keeps_its_labels_in_order(tm
     from explorer_fixtures import make_scored_run
     from playwright.sync_api import sync_playwright
 
-    from maxbench.benchmark.explorer import write_explorer
+    from maxbench.benchmark.present.explorer import write_explorer
 
     run = make_scored_run(tmp_path)
     gen = run / "generations.jsonl"

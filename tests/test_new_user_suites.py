@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
+from maxbench.benchmark.data.suites import load_suite
 from maxbench.benchmark.metrics.base import TextBatch
 from maxbench.benchmark.metrics.perplexity import ReferencePPL
-from maxbench.benchmark.suites import load_suite
 from maxbench.errors import MaxbenchError
 from maxbench.systems.decoding import reference_logprobs, reference_states, reference_windows
 from maxbench.systems.layers.softmax import SoftmaxLayer

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_leaderboard_run import _registry  # the same 3-system tiny-random lineup, 12 prompts x 2 samples
 
-from maxbench.benchmark.workers import cpu_cores
+from maxbench.benchmark.run.workers import cpu_cores
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="worker processes are tested on Linux")
 
@@ -211,7 +211,7 @@ def test_workers_with_shard_is_refused(tmp_path, cli):
 def test_workers_get_every_library_s_thread_count():
     """numba's pool too: with its default (a thread per core) a 1-thread worker kept a second
     thread spinning between the paper solver's kernels, and two workers ran 2-8x slower."""
-    from maxbench.benchmark.workers import thread_env
+    from maxbench.benchmark.run.workers import thread_env
 
     assert thread_env(1) == {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
     assert thread_env(3)["NUMBA_NUM_THREADS"] == "3"

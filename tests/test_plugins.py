@@ -281,7 +281,7 @@ def test_plugins_command_lists_included_plugins(cli, tmp_path):
 
 
 def test_lineup_includes_files_relative_to_itself(tmp_path):
-    from maxbench.benchmark.lineup import load_lineup
+    from maxbench.benchmark.run.lineup import load_lineup
 
     _file(tmp_path, SOFTMAX2.format(extra=""), "layers.py")
     lineup = tmp_path / "mine.toml"

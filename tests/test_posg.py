@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from maxbench.benchmark.corpora import Corpus
+from maxbench.benchmark.data.corpora import Corpus
 from maxbench.errors import MaxbenchError
 from maxbench.systems.decoding import DecodingSetting, decode
 from maxbench.systems.layers.base import FitContext
@@ -335,7 +335,7 @@ def test_held_out_figures_are_computed_by_the_ref_ppl_metrics_own_function():
 
 
 def test_missing_tagger_is_a_clear_error(monkeypatch, cli, home):
-    import maxbench.benchmark.corpora
+    import maxbench.benchmark.data.corpora
     import maxbench.systems.assets
 
     def missing(name):
@@ -344,7 +344,7 @@ def test_missing_tagger_is_a_clear_error(monkeypatch, cli, home):
     monkeypatch.setattr(maxbench.systems.assets, "fetch", missing)
     with pytest.raises(MaxbenchError, match="POS tagger"):
         load_tagger()
-    monkeypatch.setattr(maxbench.benchmark.corpora, "load_corpus", lambda name: tagged_corpus())
+    monkeypatch.setattr(maxbench.benchmark.data.corpora, "load_corpus", lambda name: tagged_corpus())
     rc, out, err = cli("fit", "--model", "tiny-random", "--layer", "posg", "--corpus", "tinypos")
     assert rc == 2 and err.startswith("maxbench: error: the POS tagger") and len(err.strip().splitlines()) == 1
 

@@ -103,7 +103,7 @@ def test_every_registered_layer_and_metric_is_the_class_of_that_name():
         assert layer_class(name).name == name
     for name in METRICS:
         assert get_metric(name).name == name
-    from maxbench.benchmark.metrics.cli import DEFAULT_METRICS, PAPER_METRICS  # kept apart: --help imports no scipy
+    from maxbench.benchmark.metrics.names import DEFAULT_METRICS, PAPER_METRICS  # kept apart: --help imports no scipy
 
     # ref-ppl and attr-acc join a run's metrics by themselves (reference log-probabilities, a conditional
     # suite); heldout-bleu is scored when named, on a suite that names its held-out split

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from maxbench.benchmark.corpora import fold_of, fold_view, load_corpus
+from maxbench.benchmark.data.corpora import fold_of, fold_view, load_corpus
 from maxbench.benchmark.reproduce.papers import load_paper, paper_names
 from maxbench.benchmark.reproduce.verdicts import NOT_COMPARABLE, VERDICTS, ratio_interval
 from maxbench.errors import MaxbenchError
@@ -31,7 +31,7 @@ def tiny_texts(n=60, seed=0):
 
 def write_corpus(home: Path, name: str, texts: list[str]) -> None:
     """A corpus in load_corpus's cache format, so no registry is needed (also in a subprocess)."""
-    from maxbench.benchmark.corpora import CORPUS_VERSION, is_test
+    from maxbench.benchmark.data.corpora import CORPUS_VERSION, is_test
 
     root = home / "corpora"
     root.mkdir(parents=True, exist_ok=True)
@@ -178,7 +178,7 @@ def test_fold_views_have_their_own_identity_and_leave_the_corpus_alone(home):
     ],
 )
 def test_bad_fold_views_are_one_line(name, message):
-    from maxbench.benchmark.corpora import check_corpus
+    from maxbench.benchmark.data.corpora import check_corpus
     from maxbench.errors import MaxbenchError
 
     with pytest.raises(MaxbenchError, match=message):
@@ -259,6 +259,75 @@ def test_the_fctg_paper_has_numbers_per_baseline_and_corpus_and_roles_per_corpus
         plan_runs(f, Options(roles=["fctgg"]), tmp_path / "out")
 
 
+def test_model_systems_add_roles_on_one_base_model_and_leave_the_seed_0_heads_as_they_were(tmp_path):
+    """KerBS's protocol measures the fine-tuned-softmax control in every cell and seeds 1-2 of both heads
+    on SmolLM2 only (model_systems); seed 0 keeps the system name, hence the head, each run has; each
+    seed is its own fit in the estimate; a model_systems key that is not a protocol model is one line."""
+    from maxbench.benchmark.reproduce.protocol import Options, estimate_seconds, plan_runs
+
+    k = load_paper("kerbs")
+    runs = {(r.model, r.corpus): r for r in plan_runs(k, Options(), tmp_path / "out")}
+    assert len(runs) == 6
+    for (model, _corpus), run in runs.items():
+        assert run.roles["kerbs"] == f"{model}/kerbs/greedy,max_new_tokens=1"
+        assert run.roles["ft-softmax"] == f"{model}/ft-softmax/greedy,max_new_tokens=1"
+        seeds = ["kerbs-seed1", "kerbs-seed2", "ft-softmax-seed1", "ft-softmax-seed2"]
+        assert all((r in run.roles) == (model == "smollm2-135m") for r in seeds)
+    assert runs[("smollm2-135m", "news")].roles["ft-softmax-seed2"] == (
+        "smollm2-135m/ft-softmax(seed=2)/greedy,max_new_tokens=1"
+    )
+    (one,) = plan_runs(k, Options(models=["smollm2-135m"], corpora=["news"]), tmp_path / "out")
+    (two,) = plan_runs(
+        k, Options(models=["smollm2-135m"], corpora=["news"], roles=["kerbs", "kerbs-seed1"]), tmp_path / "out"
+    )
+    # five fits more with seeds 1-2 of each head than with seed 0 of KerBS alone
+    fits = estimate_seconds([one]) - estimate_seconds([two])
+    assert fits > 4 * 300
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        PAPER.replace(
+            "[protocol.first_fold_systems]",
+            '[protocol.model_systems.gemma]\nx = "softmax/greedy"\n[protocol.first_fold_systems]',
+        )
+    )
+    with pytest.raises(MaxbenchError, match="model_systems: model 'gemma' is not one of the protocol's models"):
+        load_paper(str(bad))
+
+
+def test_a_runs_trained_heads_leave_their_fit_meta_beside_the_runs(home, tmp_path):
+    """After generation each head a run's manifest records is copied from the head cache (found by its
+    sha256) to heads/<run>/<layer>[-options].json without the machine's cache path; a head that is not in
+    the cache is a warning line naming it, nothing is written for it."""
+    from maxbench.benchmark.reproduce.protocol import Options, head_meta_file, plan_runs, record_heads
+
+    k = load_paper("kerbs")
+    (run,) = plan_runs(k, Options(models=["smollm2-135m"], corpora=["food-reviews"]), tmp_path / "out")
+    names = run.roles
+    history = [{"epoch": 0, "valid_ppl": 55.0}, {"epoch": 1, "train_loss": 4.0, "valid_ppl": 49.0}]
+    for layer, sha in (("kerbs", "1" * 64), ("ft-softmax", "2" * 64)):
+        d = home / "heads" / layer / f"key-{layer}"
+        d.mkdir(parents=True)
+        (d / "meta.json").write_text(json.dumps({"layer": layer, "sha256": sha, "training": {"history": history}}))
+    run.run_dir.mkdir(parents=True)
+    resources = {
+        names["kerbs-seed1"]: {"kerbs_head": "1" * 64},
+        names["ft-softmax"]: {"ft_softmax_head": "2" * 64},
+        names["kerbs"]: {"kerbs_head": "3" * 64},
+    }
+    (run.run_dir / "manifest.json").write_text(json.dumps({"resources": resources}))
+    warnings = record_heads(run)
+    assert len(warnings) == 1 and names["kerbs"] in warnings[0] and "333333333333" in warnings[0]
+    by = {s.name: s for s in run.plan.systems}
+    seed1 = head_meta_file(tmp_path / "out", run.run_dir.name, by[names["kerbs-seed1"]])
+    assert seed1 == tmp_path / "out" / "heads" / "smollm2-135m-food-reviews" / "kerbs-seed1.json"
+    doc = json.loads(seed1.read_text())
+    assert doc["sha256"] == "1" * 64 and doc["still_improving"] is True and "path" not in doc
+    assert doc["training"]["history"][1]["train_loss"] == 4.0
+    control = head_meta_file(tmp_path / "out", run.run_dir.name, by[names["ft-softmax"]])
+    assert control.name == "ft-softmax.json" and json.loads(control.read_text())["sha256"] == "2" * 64
+    assert not head_meta_file(tmp_path / "out", run.run_dir.name, by[names["kerbs"]]).exists()
+
+
 def test_the_flipped_attribute_runs_mirror_each_conditional_run(tmp_path):
     """Each conditional run gets a '-flipped' twin: the same systems of the protocol's flipped roles,
     seed and batches, on the suite with each prompt's attribute set to the opposite, without references."""
@@ -309,7 +378,7 @@ def test_training_seconds_are_cpu_seconds_when_every_adapter_has_them(tmp_path):
     them, else wall seconds for all (never one kind against the other)."""
     from types import SimpleNamespace
 
-    from maxbench.benchmark.reproduce.report import training_seconds
+    from maxbench.benchmark.reproduce.evidence import training_seconds
     from maxbench.systems.system_strings import parse_system
 
     systems = [
@@ -327,7 +396,7 @@ def test_training_seconds_are_cpu_seconds_when_every_adapter_has_them(tmp_path):
         "tiny-random+lora/softmax/greedy": 600.0,
         "tiny-random+prefix/softmax/greedy": 300.0,
     }
-    from maxbench.benchmark.reproduce.report import training_steps
+    from maxbench.benchmark.reproduce.evidence import training_steps
 
     assert training_steps(run) == {}
     rows[0]["step_cpu_seconds"] = [11.0, 12.0]
@@ -469,9 +538,9 @@ def test_the_report_has_a_verdict_per_cell_the_rows_behind_them_and_provenance(c
     assert "give the same numbers as the paper's here (bleu-2 = bleu-4)" in md
     assert "0.5 -> 0.6 (+20%)" in md and "Claims: 7" in md
     assert "Shown under bleu (the same rows): graphmax vs softmax bleu-4" in md
-    from maxbench.benchmark.reproduce.report import _pct
+    from maxbench.benchmark.reproduce.fmt import pct
 
-    assert _pct(bleu["relative"]) in md
+    assert pct(bleu["relative"]) in md
     html = (out / "report.html").read_text()
     assert "<table" in html and "data:image/png;base64," in html
     # report.csv: one line per cell; pairs.json keeps the comparisons with sparsemax
@@ -532,16 +601,17 @@ def test_heldout_bleu_without_a_heldout_split_is_one_line():
 
 
 def test_a_report_renders_again_from_pairs_json_without_computing(clean, monkeypatch):
-    from maxbench.benchmark.reproduce import report as rep
+    from maxbench.benchmark.reproduce.evidence import Pairs
     from maxbench.benchmark.reproduce.protocol import Options, plan_runs
+    from maxbench.benchmark.reproduce.report import build
 
     monkeypatch.setenv("MAXBENCH_HOME", str(clean / "home"))
     paper = load_paper(str(clean / "toy.toml"))
     runs = plan_runs(paper, Options(), clean / "clean")
-    pairs = rep.PairCache(200, clean / "clean" / "pairs.json")
+    pairs = Pairs(200, clean / "clean" / "pairs.json")
     assert pairs.stored  # written by the reproduction
-    rows, cells, _ = rep.build(paper, runs, pairs)
-    assert pairs.computed == 0 and cells and set(pairs.used) == set(pairs.stored)
+    built = build(paper, runs, pairs)
+    assert pairs.computed == 0 and built.cells and set(pairs.used) == set(pairs.stored)
 
 
 def test_a_partial_run_makes_its_cells_say_so(clean, monkeypatch, tmp_path):
@@ -571,21 +641,22 @@ def test_the_paired_difference_against_another_system_matches_a_direct_test(clea
     from maxbench.benchmark.metrics.base import get_metric
     from maxbench.benchmark.metrics.scoring import load_run
     from maxbench.benchmark.metrics.stats import paired_test
+    from maxbench.benchmark.reproduce.claims import claim_cells
+    from maxbench.benchmark.reproduce.evidence import Evidence, Pairs
     from maxbench.benchmark.reproduce.protocol import Options, plan_runs
-    from maxbench.benchmark.reproduce.report import PairCache, Runs, claim_cells
 
     monkeypatch.setenv("MAXBENCH_HOME", str(clean / "home"))
     paper = load_paper(str(clean / "toy.toml"))
     runs = plan_runs(paper, Options(), clean / "clean")
     claim = next(c for c in paper.claims if c.id == "vs-sparsemax")
-    (row, _), _ = claim_cells(claim, paper, runs, Runs(runs), PairCache(200))
+    (row, _), _ = claim_cells(claim, paper, Evidence.of(runs, Pairs(200)))
     _, batches = load_run(runs[0].run_dir)
     m = get_metric("bleu-n")
     a = m.compute(batches[runs[0].roles["graphmax"]]).scores["bleu-2"]
     b = m.compute(batches[runs[0].roles["sparsemax"]]).scores["bleu-2"]
     c = paired_test(a.stats, b.stats, 200)
-    assert row.difference == pytest.approx(c.difference)
-    assert (row.ci_low, row.ci_high) == pytest.approx(tuple(c.confidence_interval))
+    assert row.diff.estimate == pytest.approx(c.difference)
+    assert (row.diff.low, row.diff.high) == pytest.approx(tuple(c.confidence_interval))
     assert row.method_mean == pytest.approx(a.value) and row.baseline_mean == pytest.approx(b.value)
 
 
@@ -595,8 +666,8 @@ def test_a_correlation_claim_is_pearson_r_over_every_system_and_the_human_refere
     from scipy.stats import pearsonr
 
     from maxbench.benchmark.metrics.base import TextBatch, get_metric
+    from maxbench.benchmark.reproduce.claims.correlation import pearson
     from maxbench.benchmark.reproduce.protocol import Options, plan_runs
-    from maxbench.benchmark.reproduce.report import pearson
 
     monkeypatch.setenv("MAXBENCH_HOME", str(clean / "home"))
     paper = load_paper(str(clean / "toy.toml"))
@@ -656,20 +727,21 @@ def test_a_sensitivity_settings_system_is_no_text_source_of_a_counted_correlatio
     run (POSG's head ablations) would otherwise change the counted claim's evidence."""
     from dataclasses import replace
 
+    from maxbench.benchmark.reproduce.claims.correlation import correlation_points
+    from maxbench.benchmark.reproduce.evidence import Evidence, Pairs
     from maxbench.benchmark.reproduce.protocol import Options, plan_runs
-    from maxbench.benchmark.reproduce.report import PairCache, Runs, correlation_points
 
     monkeypatch.setenv("MAXBENCH_HOME", str(clean / "home"))
     paper = load_paper(str(clean / "toy.toml"))
     runs = plan_runs(paper, Options(), clean / "clean")
     claim = next(c for c in paper.claims if c.id == "corr")
-    before = correlation_points(claim, runs, "food-reviews", 0, PairCache(200), Runs(runs))
+    before = correlation_points(claim, "food-reviews", 0, Evidence.of(runs, Pairs(200)))
     assert len(before) == 7
     # the same scored system under a setting's role (and under a plain new role, which does count)
     setting = [replace(r, roles=r.roles | {"graphmax@greedy": r.roles["softmax"]}) for r in runs]
-    assert correlation_points(claim, setting, "food-reviews", 0, PairCache(200), Runs(setting)) == before
+    assert correlation_points(claim, "food-reviews", 0, Evidence.of(setting, Pairs(200))) == before
     plain = [replace(r, roles=r.roles | {"other": r.roles["softmax"]}) for r in runs]
-    assert len(correlation_points(claim, plain, "food-reviews", 0, PairCache(200), Runs(plain))) == 9
+    assert len(correlation_points(claim, "food-reviews", 0, Evidence.of(plain, Pairs(200)))) == 9
 
 
 def test_a_correlation_claim_needs_its_against_scores(tmp_path):
@@ -683,15 +755,15 @@ def test_a_correlation_claim_needs_its_against_scores(tmp_path):
 
 
 def test_window_items_cut_consecutive_50_plus_100_word_windows():
-    from maxbench.benchmark.suites import _window_items
+    from maxbench.benchmark.data.suite_build import window_items
 
     text = " ".join(f"w{i}" for i in range(320))  # two whole windows, 20 words left over
-    items = _window_items([text, "too short"], "wiki", 10)
+    items = window_items([text, "too short"], "wiki", 10)
     assert len(items) == 2
     assert items[0]["prompt"].split() == [f"w{i}" for i in range(50)]
     assert items[0]["reference"].split() == [f"w{i}" for i in range(50, 150)]
     assert items[1]["prompt"].split()[0] == "w150" and items[1]["reference"].split()[-1] == "w299"
-    assert len(_window_items([text], "wiki", 1)) == 1
+    assert len(window_items([text], "wiki", 1)) == 1
 
 
 WIKI_ARTICLE = """{{Infobox animal|name=Cat}}
@@ -713,7 +785,7 @@ WIKI_XML = f"""<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/">
 def test_wikipedia_articles_lose_their_markup_and_only_articles_are_kept(tmp_path, monkeypatch):
     import bz2
 
-    import maxbench.benchmark.corpora as corpora
+    import maxbench.benchmark.data.corpora as corpora
 
     path = tmp_path / "wiki.xml.bz2"
     path.write_bytes(bz2.compress(WIKI_XML.encode()))
@@ -731,7 +803,7 @@ def _namespaced_links(code):
 def test_removing_through_one_walk_of_the_page_is_mwparserfromhells_remove():
     import mwparserfromhell
 
-    from maxbench.benchmark.corpora import _holders, _remove
+    from maxbench.benchmark.data.corpora import _holders, _remove
 
     page = (
         WIKI_ARTICLE + "\n<ref>[[File:b.png|thumb]] ''x''</ref> and [[Category:y]] {{t|[[File:c.png]]|k=[[Image:d]]}}"
@@ -754,7 +826,8 @@ def test_removing_through_one_walk_of_the_page_is_mwparserfromhells_remove():
 
 
 def test_time_per_token_counts_cpu_seconds_per_generated_token(tmp_path):
-    from maxbench.benchmark.reproduce.report import _pct, time_per_token
+    from maxbench.benchmark.reproduce.evidence import time_per_token
+    from maxbench.benchmark.reproduce.fmt import pct
 
     timings = [
         {"phase": "generate a", "seconds": 100.0, "cpu_seconds": 10.0},  # wall stretched by other processes
@@ -766,7 +839,7 @@ def test_time_per_token_counts_cpu_seconds_per_generated_token(tmp_path):
     rows = [{"system": "a", "n_tokens": 4}, {"system": "a", "n_tokens": 2}, {"system": "b", "n_tokens": 6}]
     (tmp_path / "generations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert time_per_token(tmp_path) == {"a": 2.0, "b": 0.5}
-    assert [_pct(v) for v in (None, -0.000015, 0.2, -1.0, 11.656)] == ["", "-0.0015%", "+20%", "-100%", "+1,166%"]
+    assert [pct(v) for v in (None, -0.000015, 0.2, -1.0, 11.656)] == ["", "-0.0015%", "+20%", "-100%", "+1,166%"]
 
 
 def test_the_differences_plot_turns_symmetric_log_when_one_claim_dwarfs_the_others(tmp_path, monkeypatch):
@@ -774,41 +847,48 @@ def test_the_differences_plot_turns_symmetric_log_when_one_claim_dwarfs_the_othe
     SYMLOG_ABOVE_PERCENT the axis is symmetric-logarithmic (linear near 0), and says so."""
     import matplotlib.axes
 
-    from maxbench.benchmark.reproduce import report
-    from maxbench.benchmark.reproduce.report import CellVerdict, Comparison
+    from maxbench.benchmark.reproduce import exports
+    from maxbench.benchmark.reproduce.cells import CellVerdict, Comparison
     from maxbench.benchmark.reproduce.verdicts import REPRODUCED, Estimate
 
     def row(difference, baseline=10.0):
         rel = difference / baseline
         est = Estimate(rel, rel - 0.1, rel + 0.1, 0.05, None, 1)
         return CellVerdict(
-            *("c", "", "m", "k", "graphmax", "softmax", "ppl", "difference"),
-            *(None, rel, rel - 0.1, rel + 0.1, 0.05, None, None, None, 1, 64),
-            REPRODUCED,
-            "",
-            details=[Comparison("softmax", est, None)],
+            claim="c",
+            model="m",
+            corpus="k",
+            method="graphmax",
+            baselines="softmax",
+            scores="ppl",
+            kind="difference",
+            est=est,
+            n_folds=1,
+            n_prompts=64,
+            verdict=REPRODUCED,
+            details=[Comparison(baseline="softmax", est=est)],
         )
 
     scales, labels = [], []
     monkeypatch.setattr(matplotlib.axes.Axes, "set_xscale", lambda ax, v, **kw: scales.append((v, kw)), raising=True)
     real_label = matplotlib.axes.Axes.set_xlabel
     monkeypatch.setattr(matplotlib.axes.Axes, "set_xlabel", lambda ax, t, **kw: labels.append(t) or real_label(ax, t))
-    assert report._plot([row(5.0), row(-3.0)], tmp_path / "narrow.png") is not None
+    assert exports.plot([row(5.0), row(-3.0)], tmp_path / "narrow.png") is not None
     assert scales == [] and "logarithmic" not in labels[-1]
-    assert report._plot([row(5.0), row(9_000.0)], tmp_path / "wide.png") is not None  # +90,000% of 10
-    assert scales == [("symlog", {"linthresh": report.SYMLOG_LINEAR_PERCENT})]
-    assert f"linear within ±{report.SYMLOG_LINEAR_PERCENT}%, logarithmic beyond" in labels[-1]
+    assert exports.plot([row(5.0), row(9_000.0)], tmp_path / "wide.png") is not None  # +90,000% of 10
+    assert scales == [("symlog", {"linthresh": exports.SYMLOG_LINEAR_PERCENT})]
+    assert f"linear within ±{exports.SYMLOG_LINEAR_PERCENT}%, logarithmic beyond" in labels[-1]
     assert (tmp_path / "wide.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_a_signature_with_the_data_it_scored_appended_is_the_installed_metrics():
     """attr-acc appends the suite, attribute and classifier it scored to its signature: not stale."""
-    from maxbench.benchmark.reproduce.report import _same_metric
+    from maxbench.benchmark.reproduce.evidence import same_metric
 
     now = "attr-acc|classifier:x|sklearn:1.9.1"
-    assert _same_metric(now, now) and _same_metric(now + "|suite:food-attrs@4d58|attribute:score", now)
-    assert not _same_metric("attr-acc|classifier:y|sklearn:1.9.1", now)
-    assert not _same_metric(now + "0", now) and not _same_metric(now + "|smooth:floor", now)
+    assert same_metric(now, now) and same_metric(now + "|suite:food-attrs@4d58|attribute:score", now)
+    assert not same_metric("attr-acc|classifier:y|sklearn:1.9.1", now)
+    assert not same_metric(now + "0", now) and not same_metric(now + "|smooth:floor", now)
 
 
 def test_a_piece_keeps_the_systems_a_run_already_has(tmp_path):
@@ -893,7 +973,8 @@ def test_bad_sensitivity_settings_are_one_line(tmp_path, old, new, message):
 def test_the_sensitivity_section_says_which_conclusions_survive_every_setting():
     """A claim whose verdict holds under every setting survives; one that changes names the setting and
     its verdict; a setting whose cell is partial is 'not yet judged'."""
-    from maxbench.benchmark.reproduce.report import CellVerdict, sensitivity_section
+    from maxbench.benchmark.reproduce.cells import CellVerdict
+    from maxbench.benchmark.reproduce.render import sensitivity_section
     from maxbench.document import render_markdown
 
     g = load_paper("graphmax")
@@ -901,9 +982,18 @@ def test_the_sensitivity_section_says_which_conclusions_survive_every_setting():
 
     def cell(claim, method, verdict, flags=()):
         return CellVerdict(
-            claim, "", "smollm2-135m", "food-reviews", method, "softmax", "x", "difference",
-            None, None, None, None, None, None, None, None, 5, 80, verdict, "", flags=list(flags),
-        )  # fmt: skip
+            claim=claim,
+            model="smollm2-135m",
+            corpus="food-reviews",
+            method=method,
+            baselines="softmax",
+            scores="x",
+            kind="difference",
+            n_folds=5,
+            n_prompts=80,
+            verdict=verdict,
+            flags=list(flags),
+        )
 
     cells = [cell("table2-bleu", "graphmax", "not reproduced"), cell("figure3-ppl", "graphmax", "not reproduced")]
     roles = [n for n in names if "scores" not in g.protocol["sensitivity"]["settings"][n]]
@@ -938,3 +1028,25 @@ def test_a_piece_keeps_the_baseline_and_marks_the_roles_it_left_out(tmp_path):
     )
     with pytest.raises(MaxbenchError, match="paper_values.fctg: unknown corpus 'food-review'"):
         load_paper(str(bad))
+
+
+def test_the_committed_kerbs_report_renders_again_byte_identical_from_the_repository(tmp_path, monkeypatch):
+    """The report's modules (evidence, claims, judge, render, exports) give the committed report back
+    byte for byte from the committed runs and pairs.json, with no cache (--report-only's path)."""
+    import shutil
+
+    from maxbench.benchmark.reproduce.evidence import PAIRS
+    from maxbench.benchmark.reproduce.protocol import Options, plan_runs
+    from maxbench.benchmark.reproduce.report import write_report
+
+    monkeypatch.setenv("MAXBENCH_HOME", str(tmp_path / "home"))  # no cached heads: the manifests' records
+    committed = Path(__file__).parents[1] / "results" / "reproductions" / "kerbs"
+    out = tmp_path / "kerbs"
+    shutil.copytree(committed, out)
+    paper = load_paper("kerbs")
+    command = json.loads((committed / "report.json").read_text())["command"]
+    written = write_report(paper, plan_runs(paper, Options(), out), out, command)
+    names = sorted(p.name for p in written)
+    assert names == sorted(["report.md", "report.html", "report.csv", "report.json", "differences.png", PAIRS])
+    for name in names:
+        assert (out / name).read_bytes() == (committed / name).read_bytes(), name

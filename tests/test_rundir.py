@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
+from maxbench.benchmark.data.suites import load_suite
 from maxbench.benchmark.metrics.scoring import _recorded_suite, check_suite
 from maxbench.benchmark.rundir import RunPlan, check_or_write_manifest, recorded_path, repository_root
-from maxbench.benchmark.suites import load_suite
 from maxbench.errors import MaxbenchError
 
 ROOT = repository_root()

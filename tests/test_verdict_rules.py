@@ -4,27 +4,18 @@ but excludes the paper's effect), Holm's step, the random-effects fold combinati
 hand-worked examples, identical rows and cells counted once, the flagged untrained head, and the
 bad input that is one line. No model, no corpus: constructed numbers and folders only."""
 
+import copy
 import json
 import math
 from types import SimpleNamespace
 
 import pytest
 
+from maxbench.benchmark.reproduce.cells import CellVerdict, Comparison, Row
+from maxbench.benchmark.reproduce.evidence import RunScores, head_training, trained_heads
+from maxbench.benchmark.reproduce.judge import claim_verdict, decide_cells, flag_cells, headline, mark_identical
 from maxbench.benchmark.reproduce.papers import load_paper
 from maxbench.benchmark.reproduce.protocol import RunSpec, check_controls, check_metrics
-from maxbench.benchmark.reproduce.report import (
-    CellVerdict,
-    Comparison,
-    Row,
-    Runs,
-    claim_verdict,
-    decide_cells,
-    flag_cells,
-    head_training,
-    headline,
-    mark_identical,
-    trained_heads,
-)
 from maxbench.benchmark.reproduce.verdicts import (
     INCONCLUSIVE,
     NOT_COMPARABLE,
@@ -182,9 +173,20 @@ paper_method = [0.55]
 def _cell(claim, low, high, se, paper=0.1, model="m1", counted=True):
     est = Estimate((low + high) / 2, low, high, se, None, 1)
     return CellVerdict(
-        claim, "", model, "c", "graphmax", "softmax", "bleu-2", "difference", paper, est.estimate, low, high,
-        se, None, None, None, 1, 64, "", "", counted=counted, details=[Comparison("softmax", est, paper)],
-    )  # fmt: skip
+        claim=claim,
+        model=model,
+        corpus="c",
+        method="graphmax",
+        baselines="softmax",
+        scores="bleu-2",
+        kind="difference",
+        paper_relative=paper,
+        est=est,
+        n_folds=1,
+        n_prompts=64,
+        counted=counted,
+        details=[Comparison(baseline="softmax", est=est, paper=paper)],
+    )
 
 
 def test_holm_over_a_papers_cells_holds_back_the_weak_ones(tmp_path):
@@ -201,7 +203,7 @@ def test_holm_over_a_papers_cells_holds_back_the_weak_ones(tmp_path):
     assert strong.verdict == REPRODUCED
     # alone each weak cell would be 'reproduced, smaller than claimed'; after Holm's step it counts as
     # containing 0 and, lying below the paper's +10%, shows no effect of the claimed size
-    assert decide("higher", weak.rel_low, weak.rel_high, 0.1).verdict == SMALLER
+    assert decide("higher", weak.est.low, weak.est.high, 0.1).verdict == SMALLER
     for c in (weak, weak2):
         assert c.verdict == NOT_REPRODUCED and "not after Holm's step" in c.why and "claimed size" in c.why
 
@@ -255,9 +257,24 @@ def test_correlated_scores_summarise_to_the_mean_with_the_mean_se():
 def _row(claim, score, variant, numbers, peer=""):
     d, lo, hi = numbers
     return Row(
-        claim, "m1", "c", "graphmax", "softmax", score, variant, "difference", 0.5, 0.55, 0.1,
-        0.3, None, 0.4, None, d, lo, hi, d / 0.4, lo / 0.4, hi / 0.4, 0.01, None, 5, 80, "", peer=peer,
-    )  # fmt: skip
+        claim=claim,
+        model="m1",
+        corpus="c",
+        method="graphmax",
+        baseline="softmax",
+        score=score,
+        variant=variant,
+        kind="difference",
+        paper_baseline=0.5,
+        paper_method=0.55,
+        paper_relative=0.1,
+        method_mean=0.3,
+        baseline_mean=0.4,
+        diff=Estimate(d, lo, hi, None, None, 5),
+        rel=Estimate(d / 0.4, lo / 0.4, hi / 0.4, 0.01, None, 5),
+        n_prompts=80,
+        peer=peer,
+    )
 
 
 def test_identical_rows_are_shown_once():
@@ -278,7 +295,7 @@ def test_a_cell_repeating_another_cells_evidence_is_counted_once(tmp_path):
     paper = _paper(tmp_path, CLAIM.format(id="a") + CLAIM.format(id="b"))
     cells = [_cell("a", 0.16, 0.24, 0.02), _cell("b", 0.16, 0.24, 0.02), _cell("a", 0.16, 0.24, 0.02, model="m2")]
     decide_cells(paper, cells)
-    flag_cells(paper, [], Runs([]), cells, {})
+    flag_cells(paper, [], RunScores([]), cells, {})
     assert [c.counted for c in cells] == [True, False, True]
     assert cells[1].same_as == "a" and "counted once" in "; ".join(cells[1].flags)
     h = headline(paper, cells)
@@ -299,7 +316,7 @@ def test_few_prompts_are_labelled(tmp_path):
     cell = _cell("a", 0.16, 0.24, 0.02)
     cell.n_prompts = 16
     decide_cells(paper, [cell])
-    flag_cells(paper, [], Runs([]), [cell], {})
+    flag_cells(paper, [], RunScores([]), [cell], {})
     assert "few prompts (16)" in cell.flags
 
 
@@ -336,7 +353,7 @@ def test_a_head_whose_best_epoch_is_0_is_flagged_and_never_reproduced(tmp_path, 
     decide_cells(paper, [cell])
     assert cell.verdict == REPRODUCED
     heads = trained_heads([run])
-    flag_cells(paper, [run], Runs([run]), [cell], heads)
+    flag_cells(paper, [run], RunScores([run]), [cell], heads)
     assert cell.verdict == INCONCLUSIVE and "never counted as reproduced" in cell.why
     assert any(f.startswith("untrained head") and "best validation epoch is 0" in f for f in cell.flags)
 
@@ -356,7 +373,7 @@ def test_the_manifests_untrained_mark_flags_too_and_a_trained_head_is_not_flagge
     paper = _paper(tmp_path, CLAIM.format(id="a"))
     cell = _cell("a", 0.16, 0.24, 0.02)
     decide_cells(paper, [cell])
-    flag_cells(paper, [run2], Runs([run2]), [cell], trained_heads([run2]))
+    flag_cells(paper, [run2], RunScores([run2]), [cell], trained_heads([run2]))
     assert cell.verdict == REPRODUCED and not any("untrained" in f for f in cell.flags)
 
 
@@ -423,3 +440,55 @@ def test_a_ratio_of_step_costs_has_a_t_interval_on_the_log_scale():
     same = step_ratio_interval(a, a)
     assert same.estimate == pytest.approx(1.0) and same.low < 1.0 < same.high
     assert step_ratio_interval([2.0], b).low is None and step_ratio_interval([], b).estimate is None
+
+
+# ---------------------------------------------------------------- claim kinds: one module each
+
+
+def test_every_claim_kind_is_one_module_of_claims_and_the_kinds_a_paper_file_may_name():
+    import pkgutil
+
+    from maxbench.benchmark.reproduce import claims
+    from maxbench.benchmark.reproduce.kinds import kind_of, kinds
+
+    modules = sorted(m.name for m in pkgutil.iter_modules(claims.__path__))
+    assert modules == sorted(kinds())
+    for name in kinds():
+        kind = kind_of(name)
+        assert isinstance(kind, claims.ClaimKind) and type(kind).__module__ == f"{claims.__name__}.{name}"
+        assert kind.name == name
+
+
+def test_a_new_claim_kind_is_one_registered_class_that_a_paper_file_can_name(tmp_path, monkeypatch):
+    """Registering a ClaimKind is all a new kind needs: the paper file may name it, its check refuses
+    a malformed claim in one line, its cells are the claim's, and the judge decides them on its scale."""
+    from maxbench.benchmark.reproduce import kinds
+    from maxbench.benchmark.reproduce.claims import ClaimKind, claim_cells
+    from maxbench.benchmark.reproduce.evidence import Evidence, Pairs
+
+    monkeypatch.setattr(kinds, "CLAIM_KINDS", copy.deepcopy(kinds.CLAIM_KINDS))
+    monkeypatch.setattr(kinds, "_INSTANCES", {})
+
+    @kinds.CLAIM_KINDS.register("share")
+    class Share(ClaimKind):
+        name = "share"
+        scale = "r"  # judged on the number itself
+
+        def check(self, claim):
+            return "a share claim needs one score" if len(claim.scores) != 1 else ""
+
+        def cells(self, claim, paper, evidence):
+            est = Estimate(0.5, 0.4, 0.6, 0.05, None, 1)
+            cell = CellVerdict(claim=claim.id, model="m1", corpus="c", kind=self.name, est=est, n_prompts=64)
+            cell.details = [Comparison(baseline="", est=est, paper=claim.paper_relative(0))]
+            return [], [cell]
+
+    text = CLAIM.format(id="a").replace('direction = "higher"', 'direction = "higher"\nkind = "share"')
+    paper = _paper(tmp_path, text)
+    assert paper.claims[0].kind == "share" and paper.claims[0].paper_relative(0) == pytest.approx(0.1)
+    rows, cells = claim_cells(paper.claims[0], paper, Evidence.of([], Pairs()))
+    decide_cells(paper, cells)
+    assert rows == [] and cells[0].verdict == REPRODUCED and "+0.1" in cells[0].why  # the paper's effect on r
+    with pytest.raises(MaxbenchError, match="a share claim needs one score") as err:
+        _paper(tmp_path, text.replace('["bleu-2"]', '["bleu-2", "bleu-3"]'))
+    assert "\n" not in str(err.value)

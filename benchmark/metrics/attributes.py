@@ -16,7 +16,7 @@ their prompt asked for (an empty text counts as wrong), and ``attr-acc-ceiling``
 accuracy on the suite's references cut to the suite's generation length in words (what the judge
 can see in a text that does carry the attribute): the same for every system, so it has an interval
 but no paired test. ``flip_check`` is the flipped-attribute check: texts generated from a suite with
-the attribute set to its opposite (``maxbench.benchmark.suites.flipped_suite``) against the originals.
+the attribute set to its opposite (``maxbench.benchmark.data.suites.flipped_suite``) against the originals.
 """
 
 from __future__ import annotations
@@ -100,7 +100,8 @@ def classifier_identity(corpus, attribute: str, values: Sequence[str]) -> str:
 
 
 def _cache_path(corpus_name: str, attribute: str, identity: str) -> Path:
-    from maxbench.systems.assets import cache_dir, maxbench_home
+    from maxbench.fileio import maxbench_home
+    from maxbench.systems.assets import cache_dir
 
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in corpus_name)
     return cache_dir(maxbench_home() / "classifiers") / f"{safe}-{attribute}-{identity[:16]}.npz"
@@ -112,7 +113,7 @@ def train_classifier(corpus, attribute: str) -> AttributeClassifier:
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
 
-    from maxbench.benchmark.corpora import attribute_schema, load_attributes
+    from maxbench.benchmark.data.corpora import attribute_schema, load_attributes
 
     values = attribute_schema(corpus.name).get(attribute)
     if values is None:
@@ -197,7 +198,7 @@ def get_classifier(corpus_name: str, attribute: str, rebuild: bool = False) -> A
     """The classifier of ``attribute`` for corpus ``corpus_name`` (or a fold view of it): from this
     process, from the cache, or trained and cached (under the cache file's lock: a second process
     waits for the first one's classifier instead of training it too)."""
-    from maxbench.benchmark.corpora import attribute_schema, load_corpus
+    from maxbench.benchmark.data.corpora import attribute_schema, load_corpus
     from maxbench.locks import exclusive
 
     values = attribute_schema(corpus_name).get(attribute)
@@ -227,7 +228,7 @@ def get_classifier(corpus_name: str, attribute: str, rebuild: bool = False) -> A
 
 # ---------------------------------------------------------------- conditions of a suite
 def conditions_of(suite) -> Conditions:
-    """The ``Conditions`` of a conditional suite (``maxbench.benchmark.suites.Suite``), for a TextBatch."""
+    """The ``Conditions`` of a conditional suite (``maxbench.benchmark.data.suites.Suite``), for a TextBatch."""
     if not suite.conditional:
         raise MaxbenchError(f"suite '{suite.name}' has no attributes")
     return Conditions(
@@ -243,7 +244,7 @@ def conditions_of(suite) -> Conditions:
 def classified_attribute(conditions: Conditions) -> tuple[str | None, str | None]:
     """(the attribute attr-acc classifies, None) or (None, why it cannot): the suite's one categorical
     attribute, which its corpus must carry with the same values."""
-    from maxbench.benchmark.corpora import ATTRIBUTES, parse_view
+    from maxbench.benchmark.data.corpora import ATTRIBUTES, parse_view
 
     categorical = [k for k, v in conditions.schema.items() if v is not None]
     if len(categorical) != 1:
@@ -362,7 +363,7 @@ class AttributeAccuracy(Metric):
 def _in_fitting_split(corpus_name: str, references: Sequence[str]) -> int:
     """How many references are (the end of) a text of the corpus's fitting split: none for suites drawn
     from its test split, as the built-in ones are."""
-    from maxbench.benchmark.corpora import load_corpus
+    from maxbench.benchmark.data.corpora import load_corpus
 
     fit = load_corpus(corpus_name).fit
     exact = set(fit)

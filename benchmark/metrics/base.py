@@ -30,7 +30,7 @@ from maxbench.registry import Registry
 
 @dataclass(frozen=True)
 class Conditions:
-    """What a conditional suite asked each prompt for (``maxbench.benchmark.suites``, docs/conditional.md):
+    """What a conditional suite asked each prompt for (``maxbench.benchmark.data.suites``, docs/conditional.md):
     each prompt's attributes, each attribute's categorical values (None: free text), the corpus the
     suite was drawn from and its generation length in words (attr-acc's ceiling cuts references to it)."""
 
@@ -208,7 +208,7 @@ class Metric:
     needs_prompts: bool = False
     #: scores of this metric that belong in the leaderboard's compact table (the head of leaderboard.md)
     #: and the explorer's compact view whenever a run scored them, ahead of the design card's columns
-    #: (``maxbench.benchmark.leaderboard.COMPACT``); empty: only in the table of every score
+    #: (``maxbench.benchmark.present.leaderboard.COMPACT``); empty: only in the table of every score
     compact_scores: tuple[str, ...] = ()
 
     @property

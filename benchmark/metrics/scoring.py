@@ -157,7 +157,6 @@ def _manifest_problem(manifest) -> str | None:
 def check_suite(run_dir: Path, manifest: dict) -> None:
     """The suite hash the manifest records (and ``scores.json`` copies) must be the suite's: the
     identity's and, when the suite can still be loaded from where the run found it, the file's."""
-    from maxbench.benchmark.suites import builtin_suites, load_suite
 
     suite = manifest.get("suite")
     if not isinstance(suite, dict):
@@ -171,20 +170,10 @@ def check_suite(run_dir: Path, manifest: dict) -> None:
                 f"{where} records two suites (its 'suite' and its identity's differ in {', '.join(differ)}); "
                 "the manifest was edited: restore it or regenerate the run"
             )
-    from maxbench.benchmark.rundir import recorded_file
-
-    recorded, path = suite.get("sha256"), suite.get("path")
-    found = None
-    if isinstance(path, str) and recorded_file(path).is_file():
-        found = str(recorded_file(path))
-    elif suite.get("name") in builtin_suites():
-        found = suite["name"]
-    if not isinstance(recorded, str) or found is None:
+    recorded = suite.get("sha256")
+    now = _load_recorded(suite) if isinstance(recorded, str) else None
+    if now is None:
         return  # nothing to check against
-    try:
-        now = load_suite(found)
-    except MaxbenchError:
-        return
     if now.name == suite.get("name") and now.version == suite.get("version", now.version) and now.sha256 != recorded:
         raise MaxbenchError(
             f"{where} records suite '{now.name}' with sha256 {recorded[:12]}..., but the suite ({now.path}) has "
@@ -262,31 +251,35 @@ def conditional_scoring(batches) -> bool:
     return any(b.conditions is not None and classified_attribute(b.conditions)[0] for b in batches)
 
 
-def _recorded_suite(manifest: dict):
-    """The suite a run's manifest records, loaded from where the run found it, when it still has the
-    bytes the run recorded; None otherwise (a suite that moved or changed scores without it)."""
+def _load_recorded(suite: dict):
+    """The suite a manifest's ``suite`` entry names, loaded from where the run found it (its path, else
+    the built-in of its name); None when it can no longer be found or loaded."""
+    from maxbench.benchmark.data.suites import builtin_suites, load_suite
     from maxbench.benchmark.rundir import recorded_file
-    from maxbench.benchmark.suites import builtin_suites, load_suite
 
-    suite = manifest.get("suite")
-    if not isinstance(suite, dict):
-        return None
     path, name = suite.get("path"), suite.get("name")
     on_disk = isinstance(path, str) and recorded_file(path).is_file()
     found = str(recorded_file(path)) if on_disk else name if name in builtin_suites() else None
     if found is None:
         return None
     try:
-        now = load_suite(found)
+        return load_suite(found)
     except MaxbenchError:
         return None
-    return now if now.sha256 == suite.get("sha256") else None
+
+
+def _recorded_suite(manifest: dict):
+    """The suite a run's manifest records, loaded from where the run found it, when it still has the
+    bytes the run recorded; None otherwise (a suite that moved or changed scores without it)."""
+    suite = manifest.get("suite")
+    now = _load_recorded(suite) if isinstance(suite, dict) else None
+    return now if now is not None and now.sha256 == suite.get("sha256") else None
 
 
 def run_reference_pool(manifest: dict):
     """Every text of the held-out split a run's suite was drawn from (``TextBatch.reference_pool``, for
     heldout-bleu): None when the suite names none (``Suite.heldout``) or can no longer be loaded."""
-    from maxbench.benchmark.corpora import load_corpus
+    from maxbench.benchmark.data.corpora import load_corpus
     from maxbench.benchmark.metrics.base import ReferencePool
 
     suite = _recorded_suite(manifest)
@@ -322,7 +315,9 @@ def build_metrics(options: ScoringOptions) -> list:
 
 def check_score_names(metrics: Sequence[Metric]) -> None:
     """Two metrics that give a score of one name would overwrite each other in scores.json: refused,
-    naming both (a plugin metric that subclasses a built-in must name its scores anew)."""
+    naming both (a plugin metric that subclasses a built-in must name its scores anew). Checked once,
+    on the declared names, where the metrics are built (``build_metrics``): ``Metric.result`` holds a
+    metric to the names it declares."""
     owner: dict[str, str] = {}
     for metric in metrics:
         for score in metric.score_ranges:
@@ -370,11 +365,6 @@ def _score_entries(results: list[MetricResult], options: ScoringOptions) -> dict
     out = {}
     for res in results:
         for name, score in res.scores.items():
-            if name in out and out[name]["metric"] != res.metric:
-                raise MaxbenchError(
-                    f"metrics '{out[name]['metric']}' and '{res.metric}' both gave a score named '{name}'; "
-                    f"rename the scores of '{res.metric}' or leave one out"
-                )
             entry = {
                 "metric": res.metric,
                 "value": score.value,
@@ -526,6 +516,7 @@ def score_run(
         metrics.append(get_metric("ref-ppl"))
     if "attr-acc" not in options.metrics and conditional_scoring(batches.values()):
         metrics.append(get_metric("attr-acc"))  # a conditional suite's run: whether texts keep to its attributes
+    check_score_names(metrics)  # the metrics that joined by themselves too
     versions_now = score_versions()
     doc = {
         "format": FORMAT,

@@ -47,7 +47,7 @@ def plan_flipped(paper: Paper, runs: list[RunSpec], out: Path) -> list[FlipSpec]
     when the protocol names no ``flipped`` roles). An unknown role is one line."""
     from dataclasses import replace
 
-    from maxbench.benchmark.suites import flipped_suite, load_suite, save_suite
+    from maxbench.benchmark.data.suites import flipped_suite, load_suite, save_suite
     from maxbench.registry import unknown_name
 
     wanted = list(paper.protocol.get("flipped", []))
@@ -76,7 +76,7 @@ def plan_flipped(paper: Paper, runs: list[RunSpec], out: Path) -> list[FlipSpec]
 
 
 def execute_flipped(specs: list[FlipSpec], device=None, threads=None, shard=None, progress: bool = True) -> None:
-    from maxbench.benchmark.runner import generate_run
+    from maxbench.benchmark.run.runner import generate_run
 
     for spec in specs:
         generate_run(spec.plan, device=device, threads=threads, shard=shard, progress=progress)

@@ -1,9 +1,9 @@
 """Cross-validation suites: prompts and references from the held-out fold of a corpus.
 
-Fold ``i`` of ``k`` of a corpus is the fold view ``NAME@fold=i/k,seed=S`` (``benchmark/corpora.py``):
+Fold ``i`` of ``k`` of a corpus is the fold view ``NAME@fold=i/k,seed=S`` (``benchmark/data/corpora.py``):
 its fitting split (the other k-1 folds) builds the graph and trains the heads, and its test split
 gives the prompts. The fold's texts are shuffled by a seeded generator and turned into items by
-the same builders as the built-in suites (``maxbench.benchmark.suites``): review prompts (opening words,
+the same builders as the built-in suites (``maxbench.benchmark.data.suites``): review prompts (opening words,
 reference the rest of the review) or POSG-style prefixes. The suite file is written once and
 hashed like any user suite, so a run directory pins exactly which prompts it used.
 """
@@ -18,19 +18,20 @@ from pathlib import Path
 from maxbench.errors import MaxbenchError
 from maxbench.fileio import atomic_write
 
-BUILDERS = {"review": "_review_items", "prefix": "_prefix_items", "windows": "_window_items"}
+#: a protocol's suite kind -> the built-in suites' builder of items (``suite_build``)
+BUILDERS = {"review": "review_items", "prefix": "prefix_items", "windows": "window_items"}
 
 
 def fold_items(corpus: str, fold: int, k: int, seed: int, n_prompts: int, kind: str) -> list[dict]:
     """The first ``n_prompts`` items of fold ``fold`` of ``k`` (all usable texts when ``n_prompts``
     is 0); a fold with fewer usable texts is one line naming the corpus and fold."""
-    from maxbench.benchmark import suites
-    from maxbench.benchmark.corpora import fold_view, load_corpus
+    from maxbench.benchmark.data import suite_build
+    from maxbench.benchmark.data.corpora import fold_view, load_corpus
 
     view = load_corpus(fold_view(corpus, fold, k, seed))
     texts = list(view.test)
     random.Random(f"maxbench-fold-suite-{view.name}").shuffle(texts)
-    builder = getattr(suites, BUILDERS[kind])
+    builder = getattr(suite_build, BUILDERS[kind])
     items = builder(texts, suite_name(corpus, fold, k, seed), n_prompts or len(texts))
     if len(items) < max(n_prompts, 1):
         raise MaxbenchError(
@@ -43,11 +44,11 @@ def fold_items(corpus: str, fold: int, k: int, seed: int, n_prompts: int, kind: 
 def heldout_items(corpus: str, n_prompts: int, kind: str) -> list[dict]:
     """The first ``n_prompts`` items (all when 0) of the corpus's own test split, in the corpus's
     order: for protocols with a fixed held-out split (POSG's test prefixes)."""
-    from maxbench.benchmark import suites
-    from maxbench.benchmark.corpora import load_corpus
+    from maxbench.benchmark.data import suite_build
+    from maxbench.benchmark.data.corpora import load_corpus
 
     texts = load_corpus(corpus).test
-    items = getattr(suites, BUILDERS[kind])(texts, f"{corpus}-heldout-{kind}", n_prompts or 10**9)
+    items = getattr(suite_build, BUILDERS[kind])(texts, f"{corpus}-heldout-{kind}", n_prompts or 10**9)
     if len(items) < max(n_prompts, 1):
         raise MaxbenchError(
             f"corpus '{corpus}' is too small for {n_prompts} prompts: its test split gives {len(items)}; ask for fewer"

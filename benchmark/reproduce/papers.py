@@ -5,14 +5,14 @@ A claim compares one or more ``methods`` with a ``baseline`` (roles of the proto
 baselines: the method is claimed best among them) on ``scores`` in a ``direction`` ("higher" or
 "lower" for the method); ``paper_baseline`` and ``paper_method`` are the paper's numbers for its
 ``paper_model``, score by score, and the verdict holds maxbench's relative difference against the
-paper's relative effect (``verdicts.py``). A ``kind = "ratio"`` claim compares a ratio measured
-per fold (``paper_effect``: the paper's ratio); ``hardware = true`` marks a quantity that depends on
-hardware and implementation (not comparable: shown, never judged). A ``kind = "correlation"`` claim
-correlates each of ``scores`` with the score of ``against`` at the same position over the text
-sources (every system of every run, and the human references), with the paper's r in
-``paper_method``. A ``kind = "convergence"`` claim (graphmax's Figure 2) reads the solver's
-iterations per decoding step from the generations, with the paper's step budget T in
-``paper_method``. ``models`` restricts a claim to some of the protocol's base models; ``controls``
+paper's relative effect (``verdicts.py``). ``kind`` names the claim's kind, one module of
+``claims/`` each, which says what the claim reads and on which scale it is judged: ``difference``
+(the default); ``ratio``, a ratio measured per fold (``paper_effect``: the paper's ratio;
+``measure``: of what); ``correlation``, each of ``scores`` correlated with the score of ``against``
+at the same position over the text sources, the paper's r in ``paper_method``; ``convergence``, the
+solver's iterations per decoding step against the paper's step budget T in ``paper_method``.
+``hardware = true`` marks a quantity that depends on hardware and implementation (not comparable:
+shown, never judged). ``models`` restricts a claim to some of the protocol's base models; ``controls``
 names control runs (folders under the reproduction's ``runs/``) whose scores the report shows
 beside the claim. A claim with ``runnable = false`` cannot be run offline and gives its
 ``reason``; ``diagnostic = true`` keeps a claim out of the counts.
@@ -40,12 +40,12 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from maxbench.benchmark.reproduce.kinds import kind_of, kinds
 from maxbench.errors import MaxbenchError
 from maxbench.registry import unknown_name
 
 PAPER_DIR = Path(__file__).parent / "papers"
 DIRECTIONS = ("higher", "lower")
-KINDS = ("difference", "ratio", "correlation", "convergence")
 #: what a ratio claim's ratio is of: generation CPU time per token, or an adapter's training CPU time
 MEASURES = ("time-per-token", "training")
 
@@ -97,36 +97,23 @@ class Claim:
         return b, m
 
     def relative_for(self, i: int, method: str, baseline: str, corpus: str) -> float | None:
-        """``paper_relative`` for these roles on this corpus (a ratio claim: method / baseline - 1)."""
+        """``paper_relative`` for these roles on this corpus (``paper_values``, where given)."""
         if not self.paper_values:
             return self.paper_relative(i)
         b, m = self.numbers(i, method, baseline, corpus)
         if b is None or m is None or not b:
             return None
-        return m / b - 1 if self.kind == "ratio" else (m - b) / b
+        return kind_of(self.kind).relative(b, m)
 
     def paper_difference(self, i: int) -> float | None:
-        """The paper's method - baseline on score ``i`` (its effect for a ratio claim, its r for a
-        correlation claim)."""
-        if self.kind == "correlation":
-            return self.paper_method[i] if i < len(self.paper_method) else None
-        if self.paper_effect is not None:
-            return self.paper_effect
-        if i < len(self.paper_method) and i < len(self.paper_baseline):
-            return self.paper_method[i] - self.paper_baseline[i]
-        return None
+        """The paper's method - baseline on score ``i`` (in its kind's terms: ``ClaimKind.paper_difference``)."""
+        return kind_of(self.kind).paper_difference(self, i)
 
     def paper_relative(self, i: int) -> float | None:
-        """The paper's effect on score ``i`` on the verdict's scale: (method - baseline) / baseline;
-        ratio - 1 for a ratio claim; r for a correlation claim; None where the paper prints no
-        number."""
-        if self.kind == "correlation":
-            return self.paper_method[i] if i < len(self.paper_method) else None
-        if self.kind == "ratio":
-            return None if self.paper_effect is None else self.paper_effect - 1
-        if i < len(self.paper_method) and i < len(self.paper_baseline) and self.paper_baseline[i]:
-            return (self.paper_method[i] - self.paper_baseline[i]) / self.paper_baseline[i]
-        return None
+        """The paper's effect on score ``i`` on the verdict's scale (``ClaimKind.paper_relative``: (method -
+        baseline) / baseline; ratio - 1 for a ratio claim; r for a correlation claim); None where the
+        paper prints no number."""
+        return kind_of(self.kind).paper_relative(self, i)
 
 
 @dataclass(frozen=True)
@@ -170,10 +157,12 @@ class Paper:
 
 
 def all_roles(protocol: dict) -> dict[str, str]:
-    """Every role of a protocol: ``systems``, ``first_fold_systems`` and each corpus's ``corpus_systems``
-    (not the sensitivity settings' roles: ``sensitivity_roles``)."""
+    """Every role of a protocol: ``systems``, ``first_fold_systems``, each corpus's ``corpus_systems``
+    and each base model's ``model_systems`` (not the sensitivity settings' roles: ``sensitivity_roles``)."""
     roles = dict(protocol.get("systems", {})) | dict(protocol.get("first_fold_systems", {}))
     for extra in (protocol.get("corpus_systems") or {}).values():
+        roles |= dict(extra)
+    for extra in (protocol.get("model_systems") or {}).values():
         roles |= dict(extra)
     return roles
 
@@ -345,6 +334,11 @@ def load_paper(name: str, path: Path | None = None) -> Paper:
             raise MaxbenchError(
                 f"paper file {path}: corpus_systems: corpus '{corpus}' is not one of the protocol's corpora"
             )
+    for model in protocol.get("model_systems") or {}:
+        if model not in protocol.get("models", []):
+            raise MaxbenchError(
+                f"paper file {path}: model_systems: model '{model}' is not one of the protocol's models"
+            )
     claims = []
     for raw in spec.get("claims", []):
         cid = raw.get("id", "?")
@@ -391,8 +385,8 @@ def load_paper(name: str, path: Path | None = None) -> Paper:
                     )
         if claim.direction not in DIRECTIONS:
             raise MaxbenchError(f"{what}: {unknown_name('direction', str(claim.direction), DIRECTIONS)}")
-        if claim.kind not in KINDS:
-            raise MaxbenchError(f"{what}: {unknown_name('claim kind', str(claim.kind), KINDS)}")
+        if claim.kind not in kinds():
+            raise MaxbenchError(f"{what}: {unknown_name('claim kind', str(claim.kind), kinds())}")
         for model in claim.models:
             if model not in protocol.get("models", []):
                 raise MaxbenchError(f"{what}: {unknown_name('base model', str(model), protocol.get('models', []))}")
@@ -405,12 +399,9 @@ def load_paper(name: str, path: Path | None = None) -> Paper:
                     raise MaxbenchError(f"{what}: {unknown_name('system role', role, roles)}")
             if not claim.scores or (claim.also and len(claim.also) != len(claim.scores)):
                 raise MaxbenchError(f"{what}: needs 'scores', and 'also' (if given) of the same length")
-            if (claim.kind == "correlation") != bool(claim.against) or (
-                claim.against and len(claim.against) != len(claim.scores)
-            ):
-                raise MaxbenchError(f"{what}: a correlation claim (and only one) needs 'against', one per score")
-            if claim.kind == "convergence" and (len(claim.methods) != 1 or len(claim.paper_method) != 1):
-                raise MaxbenchError(f"{what}: a convergence claim needs one method and the paper's T in 'paper_method'")
+            wrong = kind_of(claim.kind).check(claim)
+            if wrong:
+                raise MaxbenchError(f"{what}: {wrong}")
             for corpus in claim.corpora:
                 if corpus not in protocol.get("corpora", []):
                     raise MaxbenchError(f"{what}: corpus '{corpus}' is not one of the protocol's corpora")

@@ -1,4 +1,4 @@
-"""A paper's protocol as ordinary runs of ``benchmark/runner.py``, and running them.
+"""A paper's protocol as ordinary runs of ``benchmark/run/runner.py``, and running them.
 
 Each (base model, corpus, fold) is one run directory under ``<out>/runs/`` (committable: not
 under the git-ignored ``results/runs/``): its suite (a fold suite written to ``<out>/suites/`` or
@@ -7,12 +7,15 @@ a built-in one), its fitting corpus (the fold view, or the corpus itself), the p
 the runner's: resumable after any interruption, byte-identical when finished, and sharded with
 ``--shard i/n`` (each run's batches are split the same way). Scoring is ``score_run`` with the
 protocol's metrics, skipped when ``scores.json`` already scores the same generations and metrics.
+The fit meta of every trained head a run uses (its training history among it) is copied beside the
+runs, to ``<out>/heads/<run>/`` (``record_heads``): the heads stay in the cache, too large to commit.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,8 +36,10 @@ SECONDS_PER_PROMPT = {
 }
 GEMMA_FACTOR = 3.6
 SCORE_S = 0.6
-#: one-off fitting per (model, fitting corpus): graph, KerBS head, POS head (SmolLM2; Gemma in brackets)
-FIT_S = {"graphmax": (30, 60), "kerbs": (210, 900), "posg": (90, 600)}
+#: one-off fitting per (model, fitting corpus, layer options): graph, KerBS head, its fine-tuned-softmax
+#: control, POS head (SmolLM2, Gemma); KerBS and ft-softmax are CPU seconds of one fit on one thread
+#: (hidden-state preparation, training, held-out evaluation), measured for issue 51
+FIT_S = {"graphmax": (30, 60), "kerbs": (450, 1100), "ft-softmax": (380, 1000), "posg": (90, 600)}
 #: training an adapter (lora, prefix, fctg, nrp) for 50 steps of 8 texts of at most 128 tokens, SmolLM2,
 #: about 10 CPU minutes (measured for issue 40); scaled by its ``steps``
 ADAPTER_S = 600
@@ -88,9 +93,9 @@ def _subset(given: list[str] | None, known: list[str], what: str) -> list[str]:
 
 def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
     """Every run of the protocol (checked before anything is written but the fold suites)."""
+    from maxbench.benchmark.data.suites import load_suite
     from maxbench.benchmark.reproduce.folds import fold_items, heldout_items, suite_name, write_suite
     from maxbench.benchmark.rundir import RunPlan
-    from maxbench.benchmark.suites import load_suite
     from maxbench.systems.system_strings import parse_system
 
     proto = paper.protocol
@@ -112,7 +117,7 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
     first_only = _setting(paper, opts, "first_fold_only")
     first_only = True if first_only is None else first_only
     seed = proto.get("seed", 1)
-    from maxbench.benchmark.corpora import fold_view
+    from maxbench.benchmark.data.corpora import fold_view
     from maxbench.benchmark.reproduce.papers import SETTING_SEP, all_roles, sensitivity_roles
 
     if opts.roles:
@@ -123,6 +128,7 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
         for corpus in corpora:
             for fold in range(n_run) if k else [None]:
                 roles = dict(proto["systems"]) | dict((proto.get("corpus_systems") or {}).get(corpus, {}))
+                roles |= dict((proto.get("model_systems") or {}).get(model, {}))
                 if fold in (0, None) or not first_only:
                     roles |= dict(proto.get("first_fold_systems", {}))
                 sens = proto.get("sensitivity") or {}
@@ -224,6 +230,7 @@ def check_metrics(paper: Paper) -> list[str]:
     them (a ratio or convergence claim reads the runs' timings or generations instead); a missing
     metric or an unknown score is one line."""
     from maxbench.benchmark.metrics.base import METRICS, get_metric
+    from maxbench.benchmark.reproduce.kinds import kind_of
     from maxbench.registry import unknown_name
 
     metrics = list(paper.protocol.get("metrics", []))
@@ -237,7 +244,7 @@ def check_metrics(paper: Paper) -> list[str]:
     # log-probabilities (score_run), which every reproduction run does
     computed = {score: m for m in [*metrics, "ref-ppl"] for score in get_metric(m).score_ranges}
     for claim in paper.claims:
-        if not claim.runnable or claim.kind in ("ratio", "convergence"):
+        if not claim.runnable or not kind_of(claim.kind).reads_scores:
             continue
         for score in claim.scores + claim.also + claim.against:
             if score not in computed:
@@ -297,14 +304,65 @@ def estimate_seconds(runs: list[RunSpec], remaining: bool = False) -> float:
             per = SECONDS_PER_PROMPT.get(layer, 1.2) * system.decoding.max_new_tokens / 64
             total += todo * (per * gemma + SCORE_S)
             started = todo < n  # its head or adapter exists already
-            if system.layer in FIT_S and (run.model, run.plan.corpus, system.layer) not in fitted and not started:
-                fitted.add((run.model, run.plan.corpus, system.layer))
+            fit_key = (run.model, run.plan.corpus, system.layer, tuple(system.params))
+            if system.layer in FIT_S and fit_key not in fitted and not started:
+                fitted.add(fit_key)  # each seed or option of a layer is its own fit
                 total += FIT_S[system.layer][1 if gemma > 1 else 0]
             if system.adapter and (run.plan.corpus, system.model_key) not in fitted and not started:
                 fitted.add((run.plan.corpus, system.model_key))
                 steps = dict(system.adapter_params).get("steps", 50)
                 total += ADAPTER_S * gemma * steps / 50
     return total
+
+
+#: the folder, beside ``runs/``, that keeps each run's trained heads' fit meta
+HEADS = "heads"
+#: meta fields that describe this machine's cache rather than the head
+_LOCAL_META = ("path", "loaded_from_cache")
+
+
+def head_meta_file(out: Path, run_id: str, system) -> Path:
+    """Where a run's head of ``system`` keeps its fit meta: ``<out>/heads/<run>/<layer>[-<key><value>...].json``
+    (``kerbs.json``, ``kerbs-seed1.json``, ``ft-softmax-seed2.json``; options at their defaults are not
+    in the system's name, so not in the file's)."""
+    name = system.layer + "".join(f"-{k}{v}" for k, v in system.params)
+    return out / HEADS / run_id / f"{name}.json"
+
+
+def record_heads(run: RunSpec) -> list[str]:
+    """Copy the fit meta (identity, training history, held-out perplexities, times) of every trained
+    head the run's manifest records (``resources``: ``<layer>_head`` -> sha256) from the head cache to
+    ``<out>/heads/<run>/`` (:func:`head_meta_file`), so the history of each head behind the run's rows is
+    committed beside them; the heads themselves stay in the cache. Returns one warning line per
+    recorded head that is not in this machine's cache (and has no file yet): its meta cannot be copied."""
+    from maxbench.fileio import atomic_write
+    from maxbench.systems.layers.head_cache import find_head
+
+    try:
+        resources = json.loads((run.run_dir / "manifest.json").read_text()).get("resources") or {}
+    except (OSError, ValueError):
+        return []
+    out, warnings = run.run_dir.parent.parent, []
+    for system in run.plan.systems:
+        sha = (resources.get(system.name) or {}).get(f"{system.layer.replace('-', '_')}_head")
+        if not sha:
+            continue
+        path = head_meta_file(out, run.run_dir.name, system)
+        try:
+            if json.loads(path.read_text()).get("sha256") == sha:
+                continue
+        except (OSError, ValueError):
+            pass
+        meta = find_head(system.layer, sha)
+        if meta is None:
+            warnings.append(
+                f"warning: the {system.layer} head of {system.name} in run {run.run_dir.name} (sha256 {sha[:12]}...) "
+                f"is not in this machine's head cache: its fit meta is not recorded in {path.parent}"
+            )
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, json.dumps({k: v for k, v in meta.items() if k not in _LOCAL_META}, indent=1) + "\n")
+    return warnings
 
 
 def scores_current(run_dir: Path, metrics: list[str]) -> bool:
@@ -331,10 +389,12 @@ def execute(
 ) -> None:
     """Generate every missing row of every run (or of one shard), then score what is not scored."""
     from maxbench.benchmark.metrics.scoring import ScoringOptions, score_run
-    from maxbench.benchmark.runner import PhaseTimer, generate_run
+    from maxbench.benchmark.run.runner import PhaseTimer, generate_run
 
     for run in runs:
         generate_run(run.plan, device=device, threads=threads, shard=shard, progress=progress)
+        for line in record_heads(run):
+            print(f"maxbench: {line}", file=sys.stderr, flush=True)
     if shard is not None:
         return
     for run in runs:

@@ -1,36 +1,13 @@
 """Verdict rules of a reproduction, the combination of folds, the summary of a claim's correlated
-scores and the multiplicity step. The rules are stated once, in ``RULES`` (which every report
-prints and docs/reproductions.md repeats):
+scores and the multiplicity step.
 
-Absolute numbers of GPT-2-, GRU- or Transformer-LM-class models cannot be held against SmolLM2's or
-Gemma's, so a claim is judged on the **relative scale**: maxbench's paired difference (method -
-baseline) in % of maxbench's baseline, against the paper's (method - baseline) / baseline. Each
-claim x base model x corpus is one **cell** with one verdict, on the 95% interval of its relative
-difference:
-
-- **reproduced**: the interval excludes 0 on the paper's side and reaches the paper's effect;
-- **reproduced, smaller than claimed**: it excludes 0 on the paper's side but lies below the paper's
-  effect;
-- **not reproduced**: it excludes 0 on the other side; or it lies inside the negligible band
-  (``NEGLIGIBLE``: +-1% of the baseline); or it contains 0 but excludes the paper's effect (no
-  effect of the claimed size);
-- **inconclusive**: it contains both 0 and the paper's effect;
-- **not comparable**: the protocol cannot run here, or the quantity depends on things outside the
-  method (hardware, implementation: a CPU time against a K80's).
-
-Where the paper's own effect lies inside the band, or the paper gives no size (a figure without
-numbers), the sign alone is judged: the interval on the paper's side is "reproduced".
-
-Folds are combined by a random-effects meta-analysis (``combine_folds``: DerSimonian-Laird
-between-fold variance, Hartung-Knapp-Sidik-Jonkman interval with t on K - 1 degrees of freedom,
-its variance never below the fixed-effect one); one fold keeps its own bootstrap interval.
-Correlated scores of one claim (BLEU-2..5, Distinct-1..3) are summarised into one estimate
-(``summarise``: the mean relative difference, with the mean of their standard errors, a bound
-that holds whatever their correlation), not counted one by one. A cell comparing a method with
-several competitors ("best among") is reproduced only against every one of them (an
-intersection-union test: no correction within the cell). Across a paper's counted cells,
-Holm's step-down correction (``maxbench.multiple_testing.holm``) controls the family-wise error:
-a cell whose adjusted p-value is not below ``ALPHA`` is judged as if its interval contained 0.
+The rules are stated once, in ``RULES``, which every report prints in its "Verdict rules" section;
+every other place (docs/reproductions.md, the report's modules) points there. ``decide`` is those
+rules for one interval, ``aggregate`` for a cell with several competitors (an intersection-union
+test), ``deciding_p`` and ``holm_step`` the multiplicity step, ``combine_folds``, ``summarise``,
+``ratio_interval`` and ``step_ratio_interval`` the estimates the rules judge (each docstring gives
+its math), ``best_epoch`` which epoch a trained head keeps. ``judge.py`` applies them to a paper's
+cells; each claim kind (``claims/``) says on which scale its intervals are judged.
 """
 
 from __future__ import annotations
@@ -58,6 +35,7 @@ ALPHA = 0.05
 #: a cell resting on fewer prompts than this (over all its folds) is labelled "few prompts"
 FEW_PROMPTS = 30
 
+#: the verdict rules, stated once: every report prints them, and everything else points here
 RULES = (
     "Each claim x base model x corpus is one cell with one verdict, decided on the 95% interval "
     "of maxbench's paired difference (method - baseline) in % of maxbench's baseline (each fold's baseline value "
@@ -277,7 +255,7 @@ def decide(
     reason: str = "",
     scale: str = "%",
 ) -> Verdict:
-    """The verdict of one interval (see the module docstring), on the relative scale (``scale``
+    """The verdict of one interval (the rules of ``RULES``), on the relative scale (``scale``
     "%": fractions of the baseline; "r": a correlation). ``paper_effect`` is the paper's effect on
     the same scale (None: the paper gives no size); ``significant=False`` (Holm's step did not
     reject 'no difference') judges the interval as if it contained 0."""

@@ -29,6 +29,7 @@ from flask import Flask, request
 from flask_wtf.csrf import CSRFProtect
 
 from maxbench.errors import MaxbenchError
+from maxbench.fileio import maxbench_home
 from maxbench.human_eval.app import errors as error_pages
 from maxbench.human_eval.app.admin import bp as admin_bp
 from maxbench.human_eval.app.annotator import bp as annotator_bp
@@ -36,7 +37,6 @@ from maxbench.human_eval.app.enrolment import PROLIFIC_ORIGIN
 from maxbench.human_eval.app.enrolment import bp as enrolment_bp
 from maxbench.human_eval.store import db
 from maxbench.human_eval.store.db import database_url
-from maxbench.systems.assets import maxbench_home
 
 csrf = CSRFProtect()
 

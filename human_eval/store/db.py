@@ -48,10 +48,10 @@ from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from maxbench.errors import MaxbenchError
+from maxbench.fileio import maxbench_home
 from maxbench.human_eval.logs import log
 from maxbench.human_eval.store import migrate
 from maxbench.human_eval.store.models import Base
-from maxbench.systems.assets import maxbench_home
 
 DEFAULT_BUSY_TIMEOUT_MS = 5000
 _SYNCHRONOUS_MODES = {"FULL", "NORMAL", "EXTRA"}

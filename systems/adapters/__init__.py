@@ -7,13 +7,16 @@ subclasses ``Adapter`` (``systems/adapters/base.py``) and joins it through an en
 
 - ``prefix``: prefix-tuning through ``peft``, decoded by maxbench's own loop (``prefix.py``);
 - ``lora``: a LoRA fine-tune through ``peft``, merged into the weights (``lora.py``);
-- ``fctg``: FCTG (issue 40; ``needs_attributes``): multi-view attention through transformers'
-  ``AttentionInterface`` (two masks mixed by a gate), trained with masked attribute modelling and
-  attribute-linguistic matching beside the LM loss (``fctg.py``);
-- ``nrp``: non-residual prompting rebuilt (issue 40; ``needs_attributes``): a LoRA prompt model whose
-  states the frozen model's text attends to in a separate, non-residual stream (``nrp.py``);
+- ``fctg``: FCTG (issue 40): multi-view attention (two masks mixed by a gate), trained with masked
+  attribute modelling and attribute-linguistic matching beside the LM loss (``fctg.py``);
+- ``nrp``: non-residual prompting rebuilt (issue 40): a LoRA prompt model whose states the frozen
+  model's text attends to in a separate, non-residual stream (``nrp.py``);
 - ``peft``: a PEFT adapter the user already has (``path=``, the folder ``save_pretrained`` wrote),
   loaded without training: merged into the weights, or a prefix decoded as ``prefix`` (``pretrained.py``).
+
+``fctg`` and ``nrp`` condition on a suite item's attributes: they subclass ``ConditionalAdapter``
+(``conditional.py``: the attribute part, the values seen, their LoRA, and the one helper that
+installs an attention function through transformers' ``AttentionInterface``).
 
 ``split_adapter`` and ``canonical_adapter`` are the grammar of the model part of a system string.
 """

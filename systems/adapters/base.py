@@ -8,8 +8,10 @@ A system string names an adapter after its base model, ``MODEL[@revision][+ADAPT
   (options at their default are left out of the name); ``CHOICES`` the allowed values of a
   categorical option; ``check()`` the ranges of the others. An unknown option is a one-line
   error with the closest known option, before anything is loaded;
-- ``needs_attributes``: it conditions on a suite item's attributes (FCTG); run on a suite
-  without attributes, it is refused before any training;
+- ``needs_attributes``: it conditions on a suite item's attributes (FCTG, NRP: they subclass
+  ``ConditionalAdapter``, ``systems/adapters/conditional.py``); run on a suite without attributes,
+  it is refused before any training; on one with them, ``check_attribute_values(suite, examples)``
+  may refuse the suite's items against the training data (a no-op here);
 - ``version``: the format of what ``train`` makes; raising it retrains every cached adapter of that kind;
 - ``train(lm, ctx)``: the trained state (tensors) for the frozen base model ``lm`` on the examples
   of ``ctx`` (a corpus's or a suite's fitting split), deterministic for its ``seed`` option;
@@ -129,6 +131,13 @@ class Adapter:
         reads from outside (files), one line (``MaxbenchError``). Not called to read a system string,
         so a recorded run's names still read where those files are gone."""
 
+    def check_attribute_values(self, suite, examples: list[TrainingExample]) -> None:
+        """Before any model loads, in a run's preflight, for an adapter that ``needs_attributes`` on a
+        suite that has them: refuse, one line (``MaxbenchError``), a suite item whose attributes the
+        adapter cannot condition on given ``examples``, what it trains on (its training data; empty
+        for an adapter that does not train). Accepts every suite here; ``ConditionalAdapter``
+        refuses a categorical value the examples never carry."""
+
     def train(self, lm, ctx: AdapterFitContext) -> tuple[dict, dict]:
         """Train on ``ctx.examples`` for the frozen base model ``lm``; returns (tensors, measurements),
         the tensors being everything ``apply`` needs."""
@@ -191,7 +200,7 @@ class Adapter:
 
 
 def adapter_directory(name: str, key: str):
-    from maxbench.systems.assets import maxbench_home
+    from maxbench.fileio import maxbench_home
 
     return maxbench_home() / "adapters" / name / key
 

@@ -26,24 +26,29 @@ The pretrained model itself is fine-tuned through LoRA of rank ``r`` (the attent
 projections, as the ``lora`` adapter; ``r=0``: frozen, only the gates learn), merged after
 training. docs/conditional.md#fctg says which parts follow the slides and which are readings.
 
-Where the attribute part ends: the longest token sequence every training prompt ends with (for
-``food-attrs``, `` stars. Review:``) is FCTG's ``[EOA]``; the attribute part of an input is
-everything up to and including its first occurrence (the whole first call when it does not occur).
-The same rule serves training, decoding (the KV cache keeps which positions are attributes) and
-reference perplexities (prompt and reference in one call).
+FCTG's ``[EOA]`` is the marker every conditional adapter finds (``systems/adapters/conditional.py``:
+the longest token sequence every training prompt ends with, `` stars. Review:`` for ``food-attrs``),
+one rule for training, decoding (the KV cache keeps which positions are attributes) and reference
+perplexities (prompt and reference in one call). The refusal of unseen attribute values, the LoRA
+and the installation of the attention function are that module's too.
 """
 
 from __future__ import annotations
 
 import json
-import sys
-import warnings
 
 import torch
 import torch.nn.functional as F
 
 from maxbench.errors import MaxbenchError
-from maxbench.systems.adapters.base import Adapter, AdapterFitContext, TrainingExample
+from maxbench.systems.adapters.base import AdapterFitContext, TrainingExample
+from maxbench.systems.adapters.conditional import (
+    ConditionalAdapter,
+    ConditionalLM,
+    attribute_positions,
+    install_attention,
+    own_attention,
+)
 
 #: loss weights (lambda_F, lambda_M, lambda_A of the slides)
 WEIGHTS = {"lm": 1.0, "mam": 0.1, "alm": 0.1}
@@ -56,41 +61,6 @@ ALM_DIM = 128
 #: the gate's bias at initialisation: sigmoid(-4) = 0.018, nearly the base model
 GATE_BIAS = -4.0
 _PREFIX = "fctg_mva_"
-
-
-# --------------------------------------------------------------------------- the attribute part
-def common_suffix(seqs: list[list[int]]) -> list[int]:
-    """The longest token sequence that ends every one of ``seqs``."""
-    if not seqs:
-        return []
-    out = list(seqs[0])
-    for s in seqs[1:]:
-        n = 0
-        while n < min(len(out), len(s)) and out[-1 - n] == s[-1 - n]:
-            n += 1
-        out = out[len(out) - n :]
-    return out
-
-
-def attribute_positions(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, marker: list[int]):
-    """(batch, length) bool: the attribute tokens of each row, its real tokens up to and including the
-    first occurrence of ``marker``, or all its real tokens when it has none."""
-    bsz, n = input_ids.shape
-    valid = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
-    out = torch.zeros((bsz, n), dtype=torch.bool, device=input_ids.device)
-    ids, ok = input_ids.tolist(), valid.tolist()
-    m = len(marker)
-    for b in range(bsz):
-        where = [i for i in range(n) if ok[b][i]]
-        toks = [ids[b][i] for i in where]
-        end = len(toks)
-        for i in range(len(toks) - m + 1):
-            if m and toks[i : i + m] == marker:
-                end = i + m
-                break
-        for i in where[:end]:
-            out[b, i] = True
-    return out
 
 
 # --------------------------------------------------------------------------- MVA
@@ -110,7 +80,7 @@ def mva_attention(module, query, key, value, attention_mask, scaling=None, dropo
     """The attention function registered as ``fctg_mva_<impl>``: the model's own attention (the self
     view, ``M_s``) mixed by the gate with attention to the attribute tokens only (``M_c``)."""
     state = kwargs.pop("fctg_state", None)
-    own = module._fctg_own
+    own = own_attention(module)
     out_s, weights = own(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
     if state is None or state.gates is None:
         return out_s, weights
@@ -140,10 +110,6 @@ def mva_attention(module, query, key, value, attention_mask, scaling=None, dropo
     return g * out_c + (1 - g) * out_s, weights
 
 
-def _attention_modules(model):
-    return [m for m in model.modules() if hasattr(m, "layer_idx") and hasattr(m, "q_proj")]
-
-
 def _keep_hidden(module, args, kwargs):
     state = kwargs.get("fctg_state")
     if state is not None and state.gates is not None:
@@ -151,60 +117,19 @@ def _keep_hidden(module, args, kwargs):
 
 
 def install(model) -> callable:
-    """Make ``model`` call ``mva_attention`` (registered through transformers' ``AttentionInterface``)
-    and keep each layer's attention input for the gate; returns the function that undoes it. Without
-    an ``fctg_state`` in the call, the model computes what it computed before."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    config = model.config
-    own_name = config._attn_implementation
-    if own_name.startswith(_PREFIX):
-        raise MaxbenchError("adapter 'fctg': this model carries MVA already")
-    name = _PREFIX + own_name
-    AttentionInterface.register(name, mva_attention)
-    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[own_name])
-    handles = []
-    modules = _attention_modules(model)
-    for m in modules:
-        eager = getattr(sys.modules[type(m).__module__], "eager_attention_forward", None)
-        m._fctg_own = ALL_ATTENTION_FUNCTIONS.get_interface(own_name, eager)
-        handles.append(m.register_forward_pre_hook(_keep_hidden, with_kwargs=True))
-    config._attn_implementation = name
-
-    def undo():
-        config._attn_implementation = own_name
-        for h in handles:
-            h.remove()
-        for m in modules:
-            del m._fctg_own
-
-    return undo
+    """Make ``model`` call ``mva_attention`` and keep each layer's attention input for the gate;
+    returns the function that undoes it. Without an ``fctg_state`` in the call, the model computes
+    what it computed before."""
+    return install_attention(model, "fctg", _PREFIX, mva_attention, pre_hook=_keep_hidden)
 
 
-class FctgLM(torch.nn.Module):
+class FctgLM(ConditionalLM):
     """The base model with MVA, called as maxbench's loop calls a model. ``gates`` None: no MVA."""
 
     def __init__(self, base, gates, marker: list[int], mu: float):
-        super().__init__()
-        self.base = base
+        super().__init__(base, marker, install(base) if gates is not None else None)
         self.gates = gates
-        self.marker = list(marker)
         self.mu = float(mu)
-        self.config = base.config
-        self._undo = install(base) if gates is not None else None
-
-    def get_output_embeddings(self):
-        return self.base.get_output_embeddings()
-
-    def get_input_embeddings(self):
-        return self.base.get_input_embeddings()
-
-    def uninstall(self) -> None:
-        if self._undo is not None:
-            self._undo()
-            self._undo = None
 
     def forward(self, input_ids, attention_mask=None, past_key_values=None, use_cache=None, attributes=None, **kwargs):
         """``attributes``: (batch, length) bool, the attribute tokens, when the caller knows them
@@ -293,7 +218,7 @@ def _group_key(attributes: dict | None) -> str:
 
 
 # --------------------------------------------------------------------------- the adapter
-class FctgAdapter(Adapter):
+class FctgAdapter(ConditionalAdapter):
     """``fctg(mu=0,mam=ce,alm=tr)``: FCTG on the conditional suite's fitting split."""
 
     name = "fctg"
@@ -311,7 +236,6 @@ class FctgAdapter(Adapter):
         "seed": 0,
     }
     CHOICES = {"mam": ("ce", "none"), "alm": ("cn", "tr", "mtr", "none")}
-    needs_attributes = True
     version = "1"
 
     def check(self) -> None:
@@ -329,31 +253,6 @@ class FctgAdapter(Adapter):
         if not o["mva"] and o["r"] == 0:
             raise MaxbenchError("adapter 'fctg': mva=false with r=0 leaves nothing to train; give r >= 1")
 
-    # ------------------------------------------------------------------ the attributes it saw
-    @staticmethod
-    def seen_values(examples: list[TrainingExample], attributes: dict | None) -> dict:
-        """The values of each categorical attribute (``attributes``: name -> spec or its ``describe()``)
-        that ``examples`` carry."""
-        out: dict[str, set] = {}
-        for name, spec in (attributes or {}).items():
-            categorical = spec.get("kind") == "categorical" if isinstance(spec, dict) else spec.categorical
-            if categorical:
-                out[name] = {str(e.attributes[name]) for e in examples if e.attributes and name in e.attributes}
-        return {k: sorted(v) for k, v in out.items()}
-
-    def check_attribute_values(self, suite, examples: list[TrainingExample]) -> None:
-        """A suite item whose categorical attribute has a value the training examples never carry is
-        one line (free-text attributes are open)."""
-        seen = self.seen_values(examples, getattr(suite, "attributes", None))
-        for item in suite.items:
-            for name, values in seen.items():
-                value = (item.attributes or {}).get(name)
-                if value is not None and str(value) not in values:
-                    raise MaxbenchError(
-                        f"adapter '{self.name}' never saw {name}='{value}' (suite '{suite.name}', item '{item.id}'): "
-                        f"its training data has {name} in {', '.join(values) or 'no value'}"
-                    )
-
     # ------------------------------------------------------------------ the parts
     def _gates(self, config):
         layers = config.num_hidden_layers
@@ -365,46 +264,12 @@ class FctgAdapter(Adapter):
                 g.bias.fill_(GATE_BIAS)
         return gates
 
-    def _lora(self, lm):
-        from peft import LoraConfig, get_peft_model
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            cfg = LoraConfig(
-                task_type="CAUSAL_LM", r=self.options["r"], lora_alpha=self.options["alpha"], lora_dropout=0.0
-            )
-            return get_peft_model(lm.model, cfg)
-
-    def _marker(self, lm, examples) -> list[int]:
-        tok = lm.tokenizer
-        prompts = sorted({e.prompt for e in examples if e.prompt})
-        marker = common_suffix([tok(p, add_special_tokens=True)["input_ids"] for p in prompts])
-        if not marker:
-            raise MaxbenchError(
-                f"adapter '{self.name}': its training prompts end in no common text (the template's end, e.g. 'Review:'), "
-                "which marks where the attributes end; use a conditional suite whose template ends in fixed text"
-            )
-        return marker
-
-    def _conditional_examples(self, lm, ctx: AdapterFitContext) -> tuple[str, list[TrainingExample], list[int]]:
-        """(the adapter's name in messages, the training examples with a prompt and attributes, the
-        marker where their attribute part ends); an error when there are none."""
-        what = self.suffix()[1:]
-        examples = [e for e in ctx.examples if e.prompt and e.attributes]
-        if not examples:
-            raise MaxbenchError(
-                f"{what}: no training text with attributes ({self.name.upper()} learns a conditional suite's corpus)"
-            )
-        return what, examples, self._marker(lm, examples)
-
     # ------------------------------------------------------------------ train and apply
     def train(self, lm, ctx: AdapterFitContext) -> tuple[dict, dict]:
-        from peft import get_peft_model_state_dict
-
         from maxbench.systems.adapters.training import collate, encode_examples, tenth_mean, train_loop, training_rows
 
         o = self.options
-        what, examples, marker = self._conditional_examples(lm, ctx)
+        what, examples, marker = self.conditional_examples(lm, ctx)
 
         def encode(tok, ordered: list[TrainingExample], max_len: int) -> list:
             """``encode_examples``' rows, each with the group of its attributes (ALM's negatives)."""
@@ -427,7 +292,7 @@ class FctgAdapter(Adapter):
             with torch.no_grad():
                 mam_head.weight.copy_(torch.eye(config.hidden_size))
                 mam_head.bias.zero_()
-            peft_model = self._lora(lm) if o["r"] else None
+            peft_model = self.lora(lm.model) if o["r"] else None
         extra = torch.nn.ModuleList([m for m in (gates, proj_a, proj_t, mam_head) if m is not None])
         extra.to(lm.device, dtype=lm.model.dtype)
         if peft_model is None:
@@ -487,8 +352,7 @@ class FctgAdapter(Adapter):
                     tensors[f"gate.{i}.weight"] = g.weight.detach().clone()
                     tensors[f"gate.{i}.bias"] = g.bias.detach().clone()
             if peft_model is not None:
-                for k, v in get_peft_model_state_dict(peft_model).items():
-                    tensors[f"lora.{k}"] = v.detach().clone()
+                tensors.update(self.lora_tensors(peft_model))
         finally:
             model.uninstall()
             if peft_model is not None:
@@ -501,31 +365,16 @@ class FctgAdapter(Adapter):
             **{k: v for k, v in trained.items() if k not in timing},
             **{f"{k}_loss_last": tenth_mean(v, last=True) for k, v in parts.items()},
             **{k: trained[k] for k in timing},
-            **self._seen(lm, marker, ctx),
+            **self.recorded_attributes(lm, marker, ctx),
         }
         return tensors, measured
 
-    def _seen(self, lm, marker: list[int], ctx: AdapterFitContext) -> dict:
-        """What a conditional adapter records besides its training: its marker and the attribute
-        values its training examples carry."""
-        return {
-            "marker": lm.tokenizer.decode(marker),
-            "attribute_values": self.seen_values(ctx.examples, ctx.data.get("attributes")),
-        }
-
     def apply(self, lm, tensors: dict):
         """The base model (LoRA merged into it when ``r`` > 0) with MVA, for maxbench's loop."""
-        from peft import set_peft_model_state_dict
-
         o = self.options
-        lora = {k[len("lora.") :]: v.to(lm.device) for k, v in tensors.items() if k.startswith("lora.")}
         base = lm.model
-        if lora:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(o["seed"])
-                model = self._lora(lm)
-            set_peft_model_state_dict(model, lora)
-            base = model.merge_and_unload()
+        if any(k.startswith("lora.") for k in tensors):
+            base = self.merged_lora(base, tensors, lm.device)
         gates = None
         if o["mva"]:
             gates = self._gates(base.config)

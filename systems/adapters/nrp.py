@@ -7,8 +7,8 @@ conditional suite's fitting split like the other adapters, and called what it is
 of states (the FCTG slides' colours):
 
 - **red**, the prompt model's states: a copy of the base model with a LoRA of rank ``r`` (trained)
-  reads the attribute part of the input (everything up to the template's end, FCTG's rule:
-  ``fctg.attribute_positions``) at its own positions 0..L-1;
+  reads the attribute part of the input (everything up to the template's end, every conditional
+  adapter's rule: ``conditional.attribute_positions``) at its own positions 0..L-1;
 - **green**, the text's own states: the frozen base model reads the text alone (from the last
   attribute token on, at positions 0, 1, ...), never the prompt, so its KV cache does not depend on
   the attributes (the "non-residual" property: the prompt never enters the text's residual stream);
@@ -33,15 +33,19 @@ prompt embeddings beyond RoPE's relative positions. docs/conditional.md#nrp says
 from __future__ import annotations
 
 import copy
-import sys
-import warnings
 
 import torch
 import torch.nn.functional as F
 
 from maxbench.errors import MaxbenchError
-from maxbench.systems.adapters.base import Adapter, AdapterFitContext
-from maxbench.systems.adapters.fctg import FctgAdapter, attribute_positions
+from maxbench.systems.adapters.base import AdapterFitContext
+from maxbench.systems.adapters.conditional import (
+    ConditionalAdapter,
+    ConditionalLM,
+    attribute_positions,
+    install_attention,
+    own_attention,
+)
 
 _PREFIX = "nrp_"
 
@@ -61,7 +65,7 @@ def nrp_attention(module, query, key, value, attention_mask, scaling=None, dropo
     yellow stream), the layer's own attention over the red and green keys and values instead of its
     own; without one, the model's own attention, unchanged."""
     state = kwargs.pop("nrp_state", None)
-    own = module._nrp_own
+    own = own_attention(module)
     if state is None:
         return own(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
     layer = module.layer_idx
@@ -73,57 +77,20 @@ def nrp_attention(module, query, key, value, attention_mask, scaling=None, dropo
 
 def install(model) -> callable:
     """Make ``model`` call ``nrp_attention``; returns the function that undoes it."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    config = model.config
-    own_name = config._attn_implementation
-    if own_name.startswith(_PREFIX) or own_name.startswith("fctg_"):
-        raise MaxbenchError("adapter 'nrp': this model carries another adapter's attention already")
-    name = _PREFIX + own_name
-    AttentionInterface.register(name, nrp_attention)
-    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS[own_name])
-    modules = [m for m in model.modules() if hasattr(m, "layer_idx") and hasattr(m, "q_proj")]
-    for m in modules:
-        eager = getattr(sys.modules[type(m).__module__], "eager_attention_forward", None)
-        m._nrp_own = ALL_ATTENTION_FUNCTIONS.get_interface(own_name, eager)
-    config._attn_implementation = name
-
-    def undo():
-        config._attn_implementation = own_name
-        for m in modules:
-            del m._nrp_own
-
-    return undo
+    return install_attention(model, "nrp", _PREFIX, nrp_attention)
 
 
 def _additive(allowed: torch.Tensor, dtype) -> torch.Tensor:
     return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
 
 
-class NrpLM(torch.nn.Module):
+class NrpLM(ConditionalLM):
     """The frozen base model (green and yellow streams) and the prompt model (red), called as
     maxbench's loop calls a model."""
 
     def __init__(self, base, prompt_model, marker: list[int]):
-        super().__init__()
-        self.base = base
+        super().__init__(base, marker, install(base))
         self.prompt_model = prompt_model
-        self.marker = list(marker)
-        self.config = base.config
-        self._undo = install(base)
-
-    def get_output_embeddings(self):
-        return self.base.get_output_embeddings()
-
-    def get_input_embeddings(self):
-        return self.base.get_input_embeddings()
-
-    def uninstall(self) -> None:
-        if self._undo is not None:
-            self._undo()
-            self._undo = None
 
     def _yellow(self, ids: torch.Tensor, positions: torch.Tensor, state: NrpState, allowed_green: torch.Tensor):
         """The yellow stream's final (normed) states for ``ids`` at ``positions``; ``allowed_green``
@@ -239,12 +206,11 @@ class NrpLM(torch.nn.Module):
         )
 
 
-class NrpAdapter(Adapter):
+class NrpAdapter(ConditionalAdapter):
     """``nrp(r=8)``: a non-residual prompt model (LoRA of the base model) trained on the fitting split."""
 
     name = "nrp"
     OPTIONS = {"r": 8, "alpha": 16, "steps": 50, "batch": 8, "lr": 0.001, "max_len": 128, "seed": 0}
-    needs_attributes = True
     version = "1"
 
     def check(self) -> None:
@@ -257,38 +223,25 @@ class NrpAdapter(Adapter):
         if not o["lr"] > 0:
             raise MaxbenchError(f"adapter 'nrp': lr must be > 0, got {o['lr']}")
 
-    # the attributes it saw, and where the attribute part ends: FCTG's rules
-    seen_values = staticmethod(FctgAdapter.seen_values)
-    check_attribute_values = FctgAdapter.check_attribute_values
-    _marker = FctgAdapter._marker
-    _conditional_examples = FctgAdapter._conditional_examples
-    _seen = FctgAdapter._seen
-
-    def _prompt_model(self, lm):
-        from peft import LoraConfig, get_peft_model
-
-        copy_ = copy.deepcopy(lm.model)
-        for p in copy_.parameters():
+    @staticmethod
+    def _frozen_copy(model):
+        """A copy of the base model, its weights frozen: what the prompt model's LoRA wraps."""
+        out = copy.deepcopy(model)
+        for p in out.parameters():
             p.requires_grad_(False)
-        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            torch.manual_seed(self.options["seed"])
-            cfg = LoraConfig(
-                task_type="CAUSAL_LM", r=self.options["r"], lora_alpha=self.options["alpha"], lora_dropout=0.0
-            )
-            return get_peft_model(copy_, cfg)
+        return out
 
     def train(self, lm, ctx: AdapterFitContext) -> tuple[dict, dict]:
-        from peft import get_peft_model_state_dict
-
         from maxbench.systems.adapters.training import collate, train_loop, training_rows
 
         o = self.options
-        what, examples, marker = self._conditional_examples(lm, ctx)
+        what, examples, marker = self.conditional_examples(lm, ctx)
         encoded = training_rows(lm, examples, o, what)
         for p in lm.model.parameters():
             p.requires_grad_(False)
-        prompt = self._prompt_model(lm)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(o["seed"])
+            prompt = self.lora(self._frozen_copy(lm.model))
         model = NrpLM(lm.model, prompt, marker)
         params = [p for p in prompt.parameters() if p.requires_grad]
 
@@ -298,19 +251,12 @@ class NrpAdapter(Adapter):
         try:
             progress = ctx.options.get("progress", True)
             measured = train_loop(model, lm, examples, o, what, progress, params=params, encoded=encoded, loss=loss)
-            tensors = {"marker": torch.tensor(marker, dtype=torch.long)}
-            for k, v in get_peft_model_state_dict(prompt).items():
-                tensors[f"lora.{k}"] = v.detach().clone()
+            tensors = {"marker": torch.tensor(marker, dtype=torch.long), **self.lora_tensors(prompt)}
         finally:
             model.uninstall()
-        return tensors, {**measured, **self._seen(lm, marker, ctx)}
+        return tensors, {**measured, **self.recorded_attributes(lm, marker, ctx)}
 
     def apply(self, lm, tensors: dict):
         """The frozen base model with the trained prompt model (its LoRA merged), for maxbench's loop."""
-        from peft import set_peft_model_state_dict
-
-        prompt = self._prompt_model(lm)
-        lora = {k[len("lora.") :]: v.to(lm.device) for k, v in tensors.items() if k.startswith("lora.")}
-        set_peft_model_state_dict(prompt, lora)
-        prompt = prompt.merge_and_unload().eval()
+        prompt = self.merged_lora(self._frozen_copy(lm.model), tensors, lm.device).eval()
         return NrpLM(lm.model.eval(), prompt, tensors["marker"].tolist()).eval()

@@ -30,7 +30,7 @@ class FitContext:
     """What a layer may need to prepare itself: the loaded base model and a corpus."""
 
     model: Any  # maxbench.systems.models.LoadedModel
-    corpus: Any = None  # maxbench.benchmark.corpora.Corpus (fitting split used)
+    corpus: Any = None  # maxbench.benchmark.data.corpora.Corpus (fitting split used)
     options: dict = field(default_factory=dict)
 
 
@@ -44,7 +44,7 @@ class OutputLayer:
     #: fit() must run before decoding
     needs_fit: bool = False
     #: the layer generates from a conditional suite's attributes: a suite without them is refused
-    #: before anything runs (``maxbench.benchmark.suites.require_attributes``, docs/conditional.md)
+    #: before anything runs (``maxbench.benchmark.data.suites.require_attributes``, docs/conditional.md)
     needs_attributes: bool = False
     #: options of fitting that the system string may set, name -> default (KerBS's ``seed``, POSG's
     #: ``lm_prior``): each is a keyword of ``__init__``, and one given at its default is dropped from

@@ -11,7 +11,8 @@ from its default, so the heads trained before it existed keep their keys.
 
 Every head's meta says which validation epoch it kept (``best_epoch``; epoch 0 is the untrained
 head) and flags ``untrained_best`` when that is epoch 0: training never beat the starting point, so
-the head is its initialisation, not a trained head (:func:`with_best_epoch`).
+the head is its initialisation, not a trained head; ``still_improving`` says whether the last epoch
+trained lowered the validation perplexity, so more epochs might have gained (:func:`with_best_epoch`).
 """
 
 from __future__ import annotations
@@ -123,14 +124,20 @@ def best_epoch(history: list[dict]) -> int:
     return int(history[best]["epoch"])
 
 
+def still_improving(history: list[dict]) -> bool:
+    """Whether the last epoch trained lowered the validation perplexity below the epoch before it
+    (False for a history without a trained epoch)."""
+    return len(history) >= 2 and history[-1]["valid_ppl"] < history[-2]["valid_ppl"]
+
+
 def with_best_epoch(meta: dict) -> dict:
-    """``meta`` with ``best_epoch`` and ``untrained_best`` (best epoch 0) from its validation
-    history; heads cached before these were recorded get them on loading."""
+    """``meta`` with ``best_epoch``, ``untrained_best`` (best epoch 0) and ``still_improving`` from its
+    validation history; heads cached before these were recorded get them on loading."""
     history = (meta.get("training") or {}).get("history")
     if not history:
         return meta
     epoch = best_epoch(history)
-    return dict(meta, best_epoch=epoch, untrained_best=epoch == 0)
+    return dict(meta, best_epoch=epoch, untrained_best=epoch == 0, still_improving=still_improving(history))
 
 
 def untrained_best_warning(layer: str, meta: dict) -> str:
@@ -149,7 +156,7 @@ def find_head(layer: str, sha256: str) -> dict | None:
     it), with ``path``, ``best_epoch`` and ``untrained_best``; None when no cached head has it."""
     import json
 
-    from maxbench.systems.assets import maxbench_home
+    from maxbench.fileio import maxbench_home
 
     for meta_file in sorted((maxbench_home() / "heads" / layer).glob("*/meta.json")):
         try:

@@ -260,7 +260,9 @@ def train_head(
     Returns
     -------
     dict
-        ``history`` (validation perplexity and senses moved per epoch, epoch 0 = untrained),
+        ``history`` (per epoch: ``train_loss``, the mean training loss in nats per position over the
+        epoch's batches as the parameters moved; ``valid_ppl``, the validation perplexity at its end;
+        senses ``moved``; epoch 0 = untrained, validation only),
         ``best_valid_ppl``, ``steps``, ``moves`` and ``train_seconds``. The head ends at the
         epoch with the best validation perplexity.
     """
@@ -280,7 +282,7 @@ def train_head(
     bar = hc.progress_bar(cfg.epochs * steps_per_epoch, "kerbs", progress, unit="step")
     try:
         for epoch in range(1, cfg.epochs + 1):
-            moved, running = 0, 0.0
+            moved, running, loss_sum = 0, 0.0, 0.0
             for idx in _batches(n, cfg.batch_size, gen):
                 h = train.hidden[idx].to(dev).float()
                 tgt = train.target_active[idx].to(dev)
@@ -295,11 +297,21 @@ def train_head(
                 step += 1
                 if step % cfg.realloc_every == 0:
                     moved += realloc.reallocate(opt)
-                running = 0.98 * running + 0.02 * float(loss.detach()) if running else float(loss.detach())
+                batch_loss = float(loss.detach())
+                loss_sum += batch_loss * len(idx)
+                running = 0.98 * running + 0.02 * batch_loss if running else batch_loss
                 bar.set_postfix(train_ppl=f"{math.exp(running):.2f}")
                 bar.update(1)
             vppl = math.exp(evaluate_nll(head, valid))
-            history.append({"epoch": epoch, "valid_ppl": vppl, "moved": moved, "seconds": round(time.time() - t0, 1)})
+            history.append(
+                {
+                    "epoch": epoch,
+                    "train_loss": loss_sum / n,
+                    "valid_ppl": vppl,
+                    "moved": moved,
+                    "seconds": round(time.time() - t0, 1),
+                }
+            )
             if log:
                 log(f"epoch {epoch}: validation perplexity {vppl:.3f}, senses moved {moved}")
             if vppl < best[0]:

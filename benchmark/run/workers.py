@@ -7,7 +7,7 @@ multi-GPU job and a job on a few CPU cores go through one code path, and their m
 round-robin, holds a lock on its own shard file, and fits a head or builds a graph under that
 cache's lock (``maxbench.locks``), so a head is fitted once whichever worker gets there first; odd
 workers walk the lineup backwards so two fits overlap instead of one worker waiting, and a worker
-done with its own batches takes over those another has not reached (``maxbench.benchmark.runner``;
+done with its own batches takes over those another has not reached (``maxbench.benchmark.run.runner``;
 the shard files and their merge are ``maxbench.benchmark.rundir``'s).
 
 Workers die with their parent (``PR_SET_PDEATHSIG`` on Linux), and a worker left over would hold its
@@ -133,7 +133,7 @@ def run_workers(args, plan, n: int, threads: int, device: str | None, invocation
     others and ends in one line (every row written so far is kept for the rerun)."""
     from tqdm import tqdm
 
-    from maxbench.benchmark.runner import INVOCATION_ENV
+    from maxbench.benchmark.run.runner import INVOCATION_ENV
 
     env = os.environ | {INVOCATION_ENV: invocation} | thread_env(threads)
     procs = [

@@ -20,9 +20,9 @@ import warnings
 from dataclasses import dataclass, field
 
 from maxbench.errors import MaxbenchError
-from maxbench.fileio import atomic_write
+from maxbench.fileio import atomic_write, maxbench_home
 from maxbench.registry import closest
-from maxbench.systems.assets import ASSETS, fetch, maxbench_home
+from maxbench.systems.assets import ASSETS, fetch
 
 CORPUS_VERSION = "1"
 _TAG = re.compile(r"<[^>]{0,200}>")

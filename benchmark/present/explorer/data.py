@@ -2,7 +2,7 @@
 families, per-step curves with intervals, and per prompt every system's text with its token
 pieces, quantised per-token probabilities and entropies, and flags.
 
-Runs are read as the leaderboard reads them (``benchmark/leaderboard.py``: ``scores.json``, the
+Runs are read as the leaderboard reads them (``benchmark/present/leaderboard.py``: ``scores.json``, the
 manifest, rows grouped by base model) and their ``generations.jsonl`` once more for the texts. A
 study's ratings come from the file ``maxbench study export ID --format explorer`` writes (the
 rating app lives in ``human_eval``, which this package does not import): rated texts keyed by the
@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from maxbench.benchmark.leaderboard import (
+from maxbench.benchmark.present.leaderboard import (
     best_rows,
     compact_columns,
     comparable_rows,

@@ -246,7 +246,7 @@ def check(
 ) -> int:
     """Print the comparison of the runs' leaderboard and texts with ``folder``'s; 0 when the contract
     holds, 1 when it is broken (a MaxbenchError, exit 2, for input that cannot be compared)."""
-    from maxbench.benchmark.leaderboard import leaderboard_csv
+    from maxbench.benchmark.present.leaderboard import leaderboard_csv
 
     _check_tolerance("--rtol", rtol)
     _check_tolerance("--ppl-rtol", ppl_rtol)

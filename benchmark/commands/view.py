@@ -25,7 +25,7 @@ def register(sub) -> None:
 
 
 def cmd_view(args) -> int:
-    from maxbench.benchmark.explorer import write_explorer
+    from maxbench.benchmark.present.explorer import write_explorer
 
     path = write_explorer([Path(r) for r in args.run_dirs], Path(args.out), study=args.study)
     print(f"wrote {path} (open it in a browser)")

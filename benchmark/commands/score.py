@@ -10,43 +10,9 @@ import signal
 import sys
 import threading
 
+from maxbench.benchmark.metrics.names import DEFAULT_METRICS, PAPER_METRICS
 from maxbench.errors import MaxbenchError
 from maxbench.fileio import check_output_file
-
-# The command-line metric names, in the order results are listed; ref-ppl joins by itself
-# when a run's rows carry the systems' reference log-probabilities, and attr-acc when the run's suite
-# is a conditional one whose corpus labels its attribute (docs/conditional.md).
-DEFAULT_METRICS = (
-    "sacrebleu",
-    "bleu-n",
-    "rouge-l",
-    "meteor",
-    "bertscore",
-    "mauve",
-    "coherence",
-    "ppl",
-    "self-bleu",
-    "rep",
-    "seq-rep",
-    "distinct",
-    "diversity",
-    "uniq",
-    "kld",
-    "ms-jaccard",
-)
-# The papers' own definitions (benchmark/metrics/paper_variants.py): scored only when named in
-# --metrics, as `maxbench reproduce` does, beside the defaults above.
-PAPER_METRICS = (
-    "texygen-bleu",
-    "texygen-self-bleu",
-    "posg-bleu",
-    "posg-self-bleu",
-    "posg-kld",
-    "posg-ms-jaccard",
-    "posg-distinct",
-    "posg-distinct-pos",
-    "posg-rep",
-)
 
 
 def register(sub) -> None:

@@ -12,7 +12,7 @@ DEFAULT_OUT = Path("results") / "reproductions"
 
 
 def register(sub) -> None:
-    from maxbench.benchmark.commands import add_model_options
+    from maxbench.benchmark.commands.options import add_model_options
 
     p = sub.add_parser(
         "reproduce",
@@ -20,11 +20,11 @@ def register(sub) -> None:
         description="Run the protocol of a method paper (graphmax, posg, kerbs, fctg: folds, systems, decoding and "
         "metrics from benchmark/reproduce/papers/PAPER.toml) as ordinary resumable runs under "
         "results/reproductions/PAPER/runs/, score them, and write results/reproductions/PAPER/report.{md,html,csv,json}: "
-        "one verdict per claim x base model x corpus on the relative scale (docs/reproductions.md states the rules), "
+        "one verdict per claim x base model x corpus on the relative scale (by the rules every report prints), "
         "the rows behind each, the deviations from the paper and the diagnostics. Prints a wall-time estimate first. "
         "--report-only renders the report from the runs' scores.json as they are, without generating or rescoring "
-        "(comparisons between two systems that are not the baseline are computed once from the generations and "
-        "kept in pairs.json beside the report).",
+        "(comparisons between two systems that are not the baseline, and the human references' scores, are "
+        "computed once from the generations and kept in pairs.json, the report's evidence beside it).",
     )
     p.add_argument("paper", help="graphmax, posg, kerbs or fctg (or a paper .toml file in their format)")
     p.add_argument("--folds", type=int, default=None, help="cross-validation folds (default: the paper's)")

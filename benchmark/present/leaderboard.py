@@ -1,5 +1,5 @@
 """The leaderboard rendered from scored runs (the lineups of systems they ran are
-``benchmark/lineup.py``'s).
+``benchmark/run/lineup.py``'s).
 
 The leaderboard reads ``scores.json`` (and the generations, for per-step statistics) of one or
 more run directories and writes ``leaderboard.md``, ``.csv``, ``.html`` and PNG plots; it
@@ -33,7 +33,7 @@ from pathlib import Path
 
 from maxbench.document import Cell, Code, Figure, Para, Section, Table, num, render_html, render_markdown
 from maxbench.errors import MaxbenchError
-from maxbench.fileio import atomic_open, atomic_write, ensure_dir
+from maxbench.fileio import atomic_write, ensure_dir
 
 #: score columns in display order; scores not listed follow in their own order
 PREFERRED = [
@@ -69,10 +69,9 @@ PREFERRED = [
     "uniq",
 ]
 #: the design card's metrics, in this order: the compact table that leads ``leaderboard.md`` and the
-#: explorer's compact view (``maxbench.benchmark.explorer.data``) show these columns (those present),
+#: explorer's compact view (``maxbench.benchmark.present.explorer.data``) show these columns (those present),
 #: after the scores a run's metrics declare for it (``compact_columns``)
 COMPACT = ("bleu-4", "rouge-l-f", "meteor", "ppl", "self-bleu-4", "rep", "ms-jaccard-3")
-PLOT_FILES = ("tradeoff.png", "mauve-diversity.png", "lambda.png", "steps.png")
 
 
 # ---------------------------------------------------------------- reading runs
@@ -146,29 +145,6 @@ class Row:
     def partial(self) -> bool:
         covered, of = self.coverage
         return bool(self.entry.get("partial", covered is not None and of is not None and covered < of))
-
-
-def _label_lifts(
-    xy: list[tuple[float, float]], x_span: float, y_span: float, height_pt: float, line_pt: float = 11.0
-) -> list[float]:
-    """Vertical offsets (points) that keep point labels from printing over each other: walking the
-    points from the bottom up, a label whose point lies close to one already placed (within 30% of
-    the x axis, about a label's width, and one label line) is lifted one line above it. ``x_span`` and
-    ``y_span`` are the axes' data ranges and ``height_pt`` their height in points."""
-    line = line_pt / height_pt * y_span  # one label line in data units
-    lifts = [0.0] * len(xy)
-    placed: list[tuple[float, float]] = []  # (x, the label's y in data units)
-    for i in sorted(range(len(xy)), key=lambda i: (xy[i][1], xy[i][0])):
-        x, y = xy[i]
-        top, moved = y, True
-        while moved:  # each lift may meet another label placed earlier: repeat until none is hit
-            moved = False
-            for px, py in placed:
-                if abs(px - x) < 0.3 * x_span and py - line < top < py + line:
-                    top, moved = py + line, True
-        lifts[i] = (top - y) / line * line_pt
-        placed.append((x, top))
-    return lifts
 
 
 def _read_json(path: Path, run_dir: Path) -> dict:
@@ -580,6 +556,8 @@ def _table(rows: list[Row], layout: _Layout, cols: list[str], best: dict[str, se
 
 def render(run_dirs: list[Path], out_dir: Path, mixed: bool = False) -> list[Path]:
     """Write leaderboard.md, .csv, .html and plots/ for ``run_dirs`` into ``out_dir``; returns the files."""
+    from maxbench.benchmark.present.plots import write_plots
+
     if not run_dirs:
         raise MaxbenchError("give at least one scored run directory")
     runs = [load_scored_run(Path(r)) for r in run_dirs]
@@ -588,7 +566,7 @@ def render(run_dirs: list[Path], out_dir: Path, mixed: bool = False) -> list[Pat
         raise MaxbenchError("the runs hold no scored systems; score them first (maxbench score RUN_DIR)")
     out_dir = Path(out_dir)
     ensure_dir(out_dir / "plots", "--out")
-    plots = _plots(rows, out_dir / "plots")
+    plots = write_plots(rows, out_dir / "plots")
     figures = [Figure(f"plots/{p.name}", p.read_bytes(), p.stem) for p in plots]
     sections = build_sections(runs, rows, figures)
     written = [out_dir / "leaderboard.md", out_dir / "leaderboard.csv", out_dir / "leaderboard.html"]
@@ -600,7 +578,7 @@ def render(run_dirs: list[Path], out_dir: Path, mixed: bool = False) -> list[Pat
 
 def leaderboard_csv(run_dirs: list[Path], mixed: bool = False) -> str:
     """The ``leaderboard.csv`` that ``render`` would write for ``run_dirs``, without writing anything
-    (``maxbench leaderboard --check``: maxbench.benchmark.leaderboard_check)."""
+    (``maxbench leaderboard --check``: maxbench.benchmark.present.check)."""
     if not run_dirs:
         raise MaxbenchError("give at least one scored run directory")
     runs = [load_scored_run(Path(r)) for r in run_dirs]
@@ -637,123 +615,3 @@ def _num(v) -> str:
     # 12 significant digits: corpus-level n-gram scores sum floats in hash order, so their last
     # bits can differ between processes; 12 digits are far below any interval's width.
     return "" if v is None else f"{float(v):.12g}"
-
-
-def _plots(rows: list[Row], plot_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from maxbench.systems.system_strings import parse_system
-
-    scores = {row.label: row.scores for row in rows}
-    system_of = {row.label: row.system for row in rows}
-    label_of = {(row.run, row.system): row.label for row in rows}
-    steps: dict = {}
-    for run in dict.fromkeys(row.run for row in rows):
-        for system, st in run.steps.items():
-            steps.setdefault(label_of.get((run, system), system), st)
-    plt.rcParams.update({"svg.hashsalt": "maxbench", "figure.dpi": 100})
-    meta = {"Software": None}  # no version string or date: the same data gives the same bytes
-    written = []
-    for stale in PLOT_FILES:
-        (plot_dir / stale).unlink(missing_ok=True)
-
-    def save(fig, name):
-        path = plot_dir / name
-        with atomic_open(path) as f:
-            fig.savefig(f, format="png", metadata=meta, bbox_inches="tight")
-        plt.close(fig)
-        written.append(path)
-
-    decodings = {parse_system(row.system).decoding.label for row in rows}
-
-    def short(label):
-        system = system_of.get(label, label)
-        spec = parse_system(system)
-        name = spec.layer + (f"({','.join(f'{k}={v}' for k, v in spec.params)})" if spec.params else "")
-        name += f" {spec.decoding.label}" if len(decodings) > 1 else ""  # rows that differ in decoding say how
-        return name + label[len(system) :]  # a row's run, where one system appears in several runs
-
-    pts = [
-        (s, e["bleu-4"]["value"], e["self-bleu-4"]["value"])
-        for s, e in scores.items()
-        if e.get("bleu-4", {}).get("value") is not None and e.get("self-bleu-4", {}).get("value") is not None
-    ]
-    if pts:
-        fig, ax = plt.subplots(figsize=(6, 4.5))
-        for s, b, sb in pts:
-            ax.scatter(-100 * sb, 100 * b)
-            ax.annotate(short(s), (-100 * sb, 100 * b), fontsize=8, xytext=(4, 4), textcoords="offset points")
-        ax.set_xlabel("negative Self-BLEU-4 (diversity, higher is more diverse)")
-        ax.set_ylabel("BLEU-4 vs the reference set (quality)")
-        ax.set_title("Quality-diversity trade-off")
-        ax.grid(alpha=0.3)
-        save(fig, "tradeoff.png")
-    pts = [
-        (s, e["diversity"], e["mauve"])
-        for s, e in scores.items()
-        if e.get("diversity", {}).get("value") is not None and e.get("mauve", {}).get("value") is not None
-    ]
-    if pts:
-        fig, ax = plt.subplots(figsize=(6, 4.5))
-
-        def bar(e):  # the interval around the value, as matplotlib's error bar lengths (x100)
-            low, high = e.get("ci_low"), e.get("ci_high")
-            return [[0.0], [0.0]] if low is None else [[100 * (e["value"] - low)], [100 * (high - e["value"])]]
-
-        xy = [(100 * div["value"], 100 * mv["value"]) for _, div, mv in pts]
-        colours = []
-        for (_, div, mv), (x, y) in zip(pts, xy):
-            colours.append(ax.errorbar(x, y, xerr=bar(div), yerr=bar(mv), fmt="o", capsize=3)[0].get_color())
-        (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
-        height_pt = ax.get_position().height * fig.get_figheight() * 72
-        lifts = _label_lifts(xy, x1 - x0, y1 - y0, height_pt)
-        for (s, _, _), (x, y), dy, colour in zip(pts, xy, lifts, colours):  # a lifted label: its point's colour
-            ax.annotate(short(s), (x, y), fontsize=8, xytext=(4, 4 + dy), textcoords="offset points", color=colour)
-        ax.set_xlabel("diversity (Su et al.: prod of 1 - rep-n, n = 2..4; x100)")
-        ax.set_ylabel("MAUVE vs the references (x100)")
-        ax.set_title("MAUVE against diversity [95% intervals]")
-        ax.grid(alpha=0.3)
-        save(fig, "mauve-diversity.png")
-    sweep = []
-    for s, e in scores.items():
-        spec = parse_system(system_of[s])
-        lam = dict(spec.params).get("lam") if spec.layer == "graphmax" else None
-        if lam is not None and dict(spec.params).get("solver", "exact") == "exact":
-            sweep.append((float(lam), e))
-    if len({lam for lam, _ in sweep}) >= 2:
-        sweep.sort(key=lambda x: x[0])
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
-        lams = [lam for lam, _ in sweep]
-        for n in (2, 3, 4, 5):
-            ys = [100 * (e.get(f"bleu-{n}", {}).get("value") or float("nan")) for _, e in sweep]
-            a1.plot(lams, ys, marker="o", label=f"BLEU-{n}")
-        a2.plot(lams, [e.get("ppl", {}).get("value") or float("nan") for _, e in sweep], marker="o", color="C4")
-        for ax in (a1, a2):
-            ax.set_xscale("log")
-            ax.set_xlabel("lambda")
-            ax.grid(alpha=0.3)
-        a1.set_ylabel("BLEU (x100)")
-        a1.legend()
-        a2.set_ylabel("PPL of generations (evaluator LM)")
-        fig.suptitle("graphmax: lambda sweep")
-        save(fig, "lambda.png")
-    if steps:
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
-        for s, st in steps.items():
-            if st.get("entropy"):
-                a1.plot(st["entropy"], label=short(s))
-            if st.get("support"):
-                a2.plot(st["support"], label=short(s))
-        a1.set_ylabel("mean entropy (nats)")
-        a2.set_ylabel("mean support size (tokens with p > 0)")
-        a2.set_yscale("log")
-        for ax in (a1, a2):
-            ax.set_xlabel("decoding step")
-            ax.grid(alpha=0.3)
-        a1.legend(fontsize=7)
-        fig.suptitle("Per-step distribution statistics")
-        save(fig, "steps.png")
-    return written

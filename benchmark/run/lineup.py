@@ -44,7 +44,7 @@ from maxbench.errors import MaxbenchError
 from maxbench.plugins import include_all
 from maxbench.registry import closest, unknown_name
 
-LINEUP_DIR = Path(__file__).parent / "lineups"
+LINEUP_DIR = Path(__file__).parents[1] / "lineups"  # benchmark/lineups/: the built-in lineups, package data
 KEYS = (
     "name",
     "suite",

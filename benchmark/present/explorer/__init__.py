@@ -45,7 +45,7 @@ def write_explorer(run_dirs, out_dir, study=None) -> Path:
     """Write the explorer of ``run_dirs`` (scored run directories) into ``out_dir``; ``study``: the
     path of a study export (``maxbench study export ID --format explorer``) or None. Returns the
     path of index.html. A folder that is not empty and not an explorer is refused, not replaced."""
-    from maxbench.benchmark.explorer.data import build, load_study
+    from maxbench.benchmark.present.explorer.data import build, load_study
 
     out_dir = Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or (any(out_dir.iterdir()) and not (out_dir / MARKER).exists())):

@@ -36,7 +36,7 @@ def register(sub) -> None:
 def cmd_graph_build(args) -> int:
     import time
 
-    from maxbench.benchmark.corpora import load_corpus
+    from maxbench.benchmark.data.corpora import load_corpus
     from maxbench.systems.graph import DEFAULT_EPS, get_graph
     from maxbench.systems.models import load_model
 

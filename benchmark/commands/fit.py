@@ -93,7 +93,7 @@ def _default_threads() -> int:
 def cmd_fit(args) -> int:
     import time
 
-    from maxbench.benchmark.corpora import load_corpus
+    from maxbench.benchmark.data.corpora import load_corpus
     from maxbench.errors import MaxbenchError
     from maxbench.systems.hidden_cache import MIN_TRAIN_POSITIONS
 
@@ -204,7 +204,7 @@ def _report(layer: str, lm, corpus, meta: dict, elapsed: float) -> None:
     print(f"loaded from cache in {elapsed:.1f} s" if meta.get("loaded_from_cache") else f"trained in {elapsed:.1f} s")
     print(f"sha256: {meta['sha256']}")
     print(f"cache path: {meta['path']}")
-    from maxbench.systems.assets import maxbench_home
+    from maxbench.fileio import maxbench_home
 
     hidden = maxbench_home() / "hidden" / meta["cache_key"]
     built = ""

@@ -282,8 +282,8 @@ def preflight(
     pairs: writable folders, not files or devices), a run directory made by another run, then each
     model with work to do is loaded and every prompt is checked against its context and a batch
     against free memory (``maxbench.systems.decoding.check_limits``), and last the free disk space."""
-    from maxbench.benchmark.corpora import check_corpus
-    from maxbench.benchmark.suites import require_attributes
+    from maxbench.benchmark.data.corpora import check_corpus
+    from maxbench.benchmark.data.suites import require_attributes
     from maxbench.systems.decoding import check_limits
     from maxbench.systems.models import check_model_reachable, load_model, options_for_model
     from maxbench.systems.system_strings import probe_layer
@@ -367,7 +367,7 @@ def check_adapters(plan: RunPlan, adapters: dict) -> None:
     """Before anything is loaded: every adapter's own inputs (``check_inputs``), every adapted system
     that trains has its training data (the fitting corpus),
     and an adapter that conditions on attributes runs on a conditional suite."""
-    from maxbench.benchmark.suites import require_attributes
+    from maxbench.benchmark.data.suites import require_attributes
 
     for key, adapter in adapters.items():
         adapter.check_inputs()  # e.g. a peft adapter's folder and config, before anything loads
@@ -377,8 +377,7 @@ def check_adapters(plan: RunPlan, adapters: dict) -> None:
             )
         if adapter.needs_attributes:
             require_attributes(plan.suite, next(s.name for s in plan.systems if s.model_key == key))
-            if hasattr(adapter, "check_attribute_values"):  # a categorical value it never learnt (FCTG)
-                adapter.check_attribute_values(plan.suite, adapter_training_data(plan)[0])
+            adapter.check_attribute_values(plan.suite, adapter_training_data(plan)[0] if adapter.trains else [])
 
 
 def adapter_training_data(plan: RunPlan) -> tuple[list, dict]:
@@ -386,8 +385,8 @@ def adapter_training_data(plan: RunPlan) -> tuple[list, dict]:
     (docs/conditional.md): the suite corpus's fitting split, each text with its attributes rendered
     as the suite renders them (the prompt) and its target (the text to learn); otherwise the fitting
     split of the run's corpus, plain documents learnt whole."""
-    from maxbench.benchmark.corpora import load_attributes, load_corpus
-    from maxbench.benchmark.suites import render_prompt
+    from maxbench.benchmark.data.corpora import load_attributes, load_corpus
+    from maxbench.benchmark.data.suites import render_prompt
     from maxbench.systems.adapters import TrainingExample
 
     suite = plan.suite
@@ -502,7 +501,7 @@ class _Decoder:
         """Fit (or load) system ``si``'s layer; False, at once, when another process of the run is
         fitting it and ``wait`` is False (with ``wait``, the layer's own cache lock makes this process
         wait for that fit and load it)."""
-        from maxbench.benchmark.corpora import load_corpus
+        from maxbench.benchmark.data.corpora import load_corpus
         from maxbench.systems.layers.base import FitContext
 
         system, layer = self.plan.systems[si], self.pre.layers[si]

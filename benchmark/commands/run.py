@@ -1,0 +1,169 @@
+"""``maxbench run``: a lineup of systems on a suite: fit, generate, score, leaderboard."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from maxbench.benchmark.commands.options import DEFAULT_RUNS, add_model_args_option, add_model_options, lineup_run_id
+from maxbench.errors import MaxbenchError
+
+
+def register(sub) -> None:
+    from maxbench.benchmark.commands.score import add_evaluator_option
+    from maxbench.benchmark.rundir import add_drop_option
+
+    p = sub.add_parser(
+        "run",
+        help="run a lineup of systems on a suite: fit, generate, score, leaderboard",
+        description="Fit what needs fitting (graph, heads; cached), generate every system of the "
+        "lineup on the suite (resuming), score every run, and write the leaderboard "
+        "(md, csv, html, plots). The README's main command runs the default lineup.",
+    )
+    p.add_argument(
+        "--lineup",
+        "--registry",
+        dest="lineup",
+        default="default",
+        help="built-in lineup name or a lineup .toml (--registry: its old name)",
+    )
+    p.add_argument("--suite", default=None, help="override the lineup's suite")
+    p.add_argument("--run-id", default=None, help="run directory name (default: <lineup>-<suite>)")
+    p.add_argument("--runs-dir", default=str(DEFAULT_RUNS))
+    p.add_argument(
+        "--out",
+        default=None,
+        help="leaderboard folder, with the explorer in its explorer/ (default: results/ for the default lineup, "
+        "results/<lineup>/ otherwise)",
+    )
+    p.add_argument(
+        "--shard",
+        default=None,
+        help="i/n: generate only shard i of n and stop; 'auto' reads RANK/WORLD_SIZE (torchrun, "
+        "accelerate launch). Afterwards run once more without --shard to merge, score and render.",
+    )
+    p.add_argument(
+        "--workers",
+        default=None,
+        help="worker processes that generate side by side, each a shard (i/N) of the run with --threads "
+        "threads (default 1 each); default: what fits the machine (its CPU cores, and memory; 1 on a GPU)",
+    )
+    p.add_argument("--metrics", default=None, help="comma-separated metrics (default: the lineup's)")
+    p.add_argument("--n-resamples", type=int, default=1000, help="bootstrap / permutation resamples")
+    add_evaluator_option(p, "the lineup's evaluator, else smollm2-135m")
+    p.add_argument("--no-progress", action="store_true")
+    add_drop_option(p)
+    add_model_options(p)
+    add_model_args_option(p)
+    p.set_defaults(func=cmd_run)
+
+
+def _shard_arg(text):
+    import os
+
+    from maxbench.benchmark.rundir import parse_shard
+
+    if text == "auto":
+        if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+            raise MaxbenchError("--shard auto needs RANK and WORLD_SIZE (set by torchrun or accelerate launch)")
+        text = f"{os.environ['RANK']}/{os.environ['WORLD_SIZE']}"
+    return parse_shard(text)
+
+
+def cmd_run(args) -> int:
+    import os
+    import time
+
+    from maxbench.benchmark.data.suites import load_suite
+    from maxbench.benchmark.metrics.base import parse_metric_list
+    from maxbench.benchmark.metrics.scoring import ScoringOptions, score_run
+    from maxbench.benchmark.present.explorer import write_explorer
+    from maxbench.benchmark.present.leaderboard import render
+    from maxbench.benchmark.run.lineup import load_lineup
+    from maxbench.benchmark.run.runner import INVOCATION_ENV, PhaseTimer, generate_run, new_invocation, preflight
+    from maxbench.benchmark.run.workers import WORKER_THREADS, default_workers, parse_workers, run_workers
+    from maxbench.benchmark.rundir import RunPlan, drop_damaged
+    from maxbench.systems.models import parse_model_args
+
+    if args.n_resamples < 0:
+        raise MaxbenchError(f"--n-resamples must be >= 0 (0: no intervals or tests), got {args.n_resamples}")
+    if args.threads is not None and args.threads < 1:
+        raise MaxbenchError(f"--threads must be >= 1, got {args.threads}")
+    workers = parse_workers(args.workers)
+    if args.shard is not None and workers not in (None, 1):
+        raise MaxbenchError("--workers and --shard exclude each other: a shard is one worker (give one of them)")
+    started = time.perf_counter()
+    reg = load_lineup(args.lineup)
+    suite = load_suite(args.suite or reg.suite)
+    metrics = parse_metric_list(args.metrics or ",".join(reg.metrics) or None)
+    shard = _shard_arg(args.shard)
+    device = args.device
+    if shard is not None and device is None and os.environ.get("LOCAL_RANK") is not None:
+        import torch
+
+        if torch.cuda.is_available():
+            device = f"cuda:{os.environ['LOCAL_RANK']}"
+    run_dir = Path(args.runs_dir) / lineup_run_id(args.run_id, reg.name, suite.name)
+    out_dir = Path(args.out) if args.out else (Path("results") if reg.name == "default" else Path("results") / reg.name)
+    plan = RunPlan(
+        run_dir=run_dir,
+        suite=suite,
+        systems=reg.systems,
+        samples=reg.samples,
+        seed=reg.seed,
+        batch_size=reg.batch_size,
+        corpus=reg.corpus,
+        registry=reg.name,
+        model_args=parse_model_args(args.model_args),
+        per_model_args=reg.model_args,
+    )
+    outputs = () if shard is not None else ((out_dir, "--out"),)
+    invocation = os.environ.get(INVOCATION_ENV) or new_invocation()
+    if os.environ.get(INVOCATION_ENV) is None:  # the workers of a run do not drop lines again
+        drop_damaged(run_dir, args.drop_damaged_lines)
+    timer = PhaseTimer(run_dir, shard, invocation)  # this process's phases and its workers' in one table
+    if shard is None and workers != 1:
+        t0 = time.perf_counter()
+        # every refusal, once (an adapter is trained here, once, and the workers load it)
+        pre = preflight(plan, device=device, threads=args.threads, outputs=outputs, progress=not args.no_progress)
+        if pre.load_seconds:
+            timer.add("preflight (before the workers)", time.perf_counter() - t0)
+        n = workers or default_workers(device, args.threads, pre)
+        n = min(n, sum(len(batches) for batches in pre.todo))
+        del pre  # the workers load their own models
+        if n > 1:
+            threads = args.threads or WORKER_THREADS
+            run_workers(args, plan, n, threads, device, invocation, progress=not args.no_progress)
+            print(f"generated in {n} worker processes x {threads} torch thread(s)")
+    out = generate_run(
+        plan,
+        device=device,
+        threads=args.threads,
+        shard=shard,
+        progress=not args.no_progress,
+        timer=timer,
+        outputs=outputs,
+    )
+    if shard is not None:
+        print(f"wrote {out}; when every shard is done, run the same command without --shard to merge and score")
+        print(timer.summary())
+        return 0
+    with timer.phase("score"):
+        score_run(
+            run_dir,
+            ScoringOptions(
+                metrics=metrics,
+                n_resamples=args.n_resamples,
+                evaluator=args.evaluator or reg.evaluator,
+                device=device,
+                threads=args.threads,
+                progress=not args.no_progress,
+            ),
+            baseline=reg.baseline,
+        )
+    with timer.phase("render"):
+        written = render([run_dir], out_dir)
+        written.append(write_explorer([run_dir], out_dir / "explorer"))
+    for path in written:
+        print(f"wrote {path}")
+    print(timer.summary(wall=time.perf_counter() - started))
+    return 0

@@ -1,0 +1,139 @@
+"""``kind = "difference"``: a method against one or more competitors on some scores of the same
+texts. Per run (fold), each score's paired difference (method - baseline) and its interval, from
+the run's ``scores.json`` against the run's baseline, else from ``pairs.json``; in % of the fold's
+baseline value; folds combined by ``verdicts.combine_folds``; a comparison's correlated scores
+summarised by ``verdicts.summarise``; one cell per base model x corpus x method, with one
+comparison per competitor. The paper's metric comes first; maxbench's variant of it (``also``) is a
+row beside it, outside the verdict."""
+
+from __future__ import annotations
+
+import math
+
+from maxbench.benchmark.reproduce.cells import CellVerdict, Comparison, Row
+from maxbench.benchmark.reproduce.claims import ClaimKind
+from maxbench.benchmark.reproduce.evidence import Evidence, fold_value, metric_of, n_prompts, paired_difference, runs_of
+from maxbench.benchmark.reproduce.papers import Claim, Paper
+from maxbench.benchmark.reproduce.protocol import RunSpec
+from maxbench.benchmark.reproduce.verdicts import Estimate, combine_folds, summarise
+
+
+def mean_sd(values: list[float | None]) -> tuple[float | None, float | None]:
+    """Mean and sd over folds (None if a fold has no value; no sd for one fold)."""
+    vals = [v for v in values if v is not None]
+    if not vals or len(vals) < len(values):
+        return None, None
+    m = sum(vals) / len(vals)
+    sd = math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1)) if len(vals) > 1 else None
+    return m, sd
+
+
+def paper_effect(values: list[float | None]) -> float | None:
+    """The paper's effect of a summarised comparison: the mean of its scores' relative effects."""
+    return sum(values) / len(values) if values and None not in values else None
+
+
+class Difference(ClaimKind):
+    name = "difference"
+
+    def cells(self, claim: Claim, paper: Paper, evidence: Evidence) -> tuple[list[Row], list[CellVerdict]]:
+        rows, cells = [], []
+        runs = evidence.runs
+        for model in claim.models or list(dict.fromkeys(r.model for r in runs)):
+            for corpus in claim.corpora:
+                for method in claim.methods:
+                    diagnostic = claim.diagnostic or method in paper.diagnostic_roles
+                    parts = []
+                    for baseline in claim.baselines:
+                        found = runs_of(runs, model, corpus, (method, baseline))
+                        mine, also = [], []
+                        where = {"model": model, "corpus": corpus, "method": method, "baseline": baseline}
+                        for variant, scores, into in (("paper", claim.scores, mine), ("maxbench", claim.also, also)):
+                            for i, score in enumerate(scores):
+                                row = self.row(claim, i, score, variant, where, found, evidence)
+                                row.diagnostic = diagnostic
+                                into.append(row)
+                        rows += mine + also  # the paper's variants first, then maxbench's (the order shown)
+                        parts.append((baseline, mine))
+                    cells.append(self.cell(claim, model, corpus, method, parts, diagnostic))
+        return rows, cells
+
+    def row(
+        self, claim: Claim, i: int, score: str, variant: str, where: dict, found: list[RunSpec], evidence: Evidence
+    ) -> Row:
+        """Row ``i`` of the claim (score ``score``, of the paper's or maxbench's ``variant``) for one
+        comparison (``where``: model, corpus, method and baseline) over the runs ``found``."""
+        method, baseline, corpus = where["method"], where["baseline"], where["corpus"]
+        docs = [(r, evidence.scores.doc(r)) for r in found]
+        docs = [(r, d) for r, d in docs if d is not None]
+        paper_b, paper_m = claim.numbers(i, method, baseline, corpus)
+        row = Row(
+            claim=claim.id,
+            **where,
+            score=score,
+            variant=variant,
+            kind=claim.kind,
+            paper_baseline=paper_b,
+            paper_method=paper_m,
+            paper_relative=claim.relative_for(i, method, baseline, corpus),
+            n_prompts=sum(n_prompts(r, d, (method, baseline)) for r, d in docs),
+            peer=claim.scores[i] if variant == "maxbench" else "",
+        )
+        self.measure(row, claim, docs, evidence)
+        missing = [role for role in (method, baseline) for r, d in docs if r.roles[role] not in d.get("systems", {})]
+        if missing and not row.note:
+            row.note = f"'{missing[0]}' is not generated in this run yet"
+        if not docs:
+            row.note = "no scored run for this model and corpus yet"
+        return row
+
+    def measure(self, row: Row, claim: Claim, docs: list[tuple[RunSpec, dict]], evidence: Evidence) -> None:
+        """Fill the row's means, difference and relative difference from its runs' scores."""
+        method, baseline, score = row.method, row.baseline, row.score
+        diffs, rels = [], []
+        m_vals = [fold_value(r, d, method, score) for r, d in docs]
+        b_vals = [fold_value(r, d, baseline, score) for r, d in docs]
+        for (r, d), b in zip(docs, b_vals):
+            got = paired_difference(r, d, method, baseline, score, evidence.pairs)
+            diffs.append(got if got is not None else (None, None, None))
+            if got is None or b is None or not b or None in got:
+                rels.append((None, None, None))
+            else:
+                rels.append(tuple(x / abs(b) for x in got))
+        row.diff, row.rel = combine_folds(diffs), combine_folds(rels)
+        row.method_mean, row.method_sd = mean_sd(m_vals)
+        row.baseline_mean, row.baseline_sd = mean_sd(b_vals)
+        if docs and not any(metric_of(d, score) for _, d in docs):
+            row.note = f"score '{score}' is not in the runs' scores.json"
+        elif docs and any(b == 0 for b in b_vals if b is not None):
+            row.note = "the baseline's value is 0: no relative scale"
+
+    def cell(self, claim: Claim, model: str, corpus: str, method: str, parts, diagnostic: bool) -> CellVerdict:
+        """The cell of one method on one base model and corpus against each of its competitors."""
+        details = []
+        for baseline, mine in parts:
+            est = summarise([r.rel for r in mine])
+            reason = next((r.note for r in mine if r.note), "") if not est.defined else ""
+            details.append(
+                Comparison(
+                    baseline=baseline, est=est, paper=paper_effect([r.paper_relative for r in mine]), reason=reason
+                )
+            )
+        one = details[0] if len(details) == 1 else None
+        return CellVerdict(
+            claim=claim.id,
+            where=claim.where,
+            model=model,
+            corpus=corpus,
+            method=method,
+            baselines=", ".join(b for b, _ in parts),
+            scores=", ".join(claim.scores),
+            kind=claim.kind,
+            paper_relative=one.paper if one else None,
+            est=one.est if one else Estimate(None, None, None),
+            n_folds=min((r.n_folds for _, mine in parts for r in mine), default=0),
+            n_prompts=min((r.n_prompts for _, mine in parts for r in mine), default=0),
+            counted=not diagnostic,
+            diagnostic=diagnostic,
+            details=details,
+        )

@@ -1,0 +1,423 @@
+"""What a reproduction report rests on, read from the runs and the report's evidence file: each run's
+``scores.json`` (read once, with why a run is partial), the paired tests and reference scores of
+``pairs.json``, the runs' timings (generation CPU time per token, adapters' training time, wall
+time), the trained heads' training records, and the metric signatures a run was scored with.
+
+``pairs.json`` is part of the report's evidence, committed beside it: the differences between two
+systems of a run when neither is its baseline (a lambda against another, sparsemax, KerBS), and a
+correlation claim's scores of the human references, are computed from the generations by the same
+paired test as ``scores.json``'s (``maxbench.benchmark.metrics.stats.paired_test``), once, and
+kept there keyed by the run, its generations' sha256, the two systems, the metric's signature as
+the run's ``scores.json`` records it and the resamples (the references: by the suite, its sha256,
+the metric and its signature). A report re-rendered from the same scored runs
+(``--report-only``) computes nothing again; an entry whose key no longer matches (the generations
+or the metric changed) is computed afresh, and entries the report did not use are dropped when it
+is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from maxbench.benchmark.reproduce.papers import Paper
+from maxbench.benchmark.reproduce.protocol import RunSpec
+from maxbench.benchmark.reproduce.verdicts import best_epoch
+from maxbench.fileio import atomic_write
+
+#: the report's evidence file, beside report.md
+PAIRS = "pairs.json"
+PAIRS_FORMAT = "maxbench-reproduce-pairs/1"
+#: the files of a run the report records the sha256 of
+FILES = (("manifest", "manifest.json"), ("generations", "generations.jsonl"), ("scores", "scores.json"))
+
+
+# ---------------------------------------------------------------- scores.json
+
+
+def read_scores(run_dir: Path) -> dict | None:
+    path = run_dir / "scores.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def metric_of(doc: dict, score: str) -> str | None:
+    """The metric of a run's ``scores.json`` that computes ``score``."""
+    return next((m for m, e in doc.get("metrics", {}).items() if score in e.get("scores", [])), None)
+
+
+def signature(doc: dict, metric: str | None) -> str:
+    """The signature ``metric`` had when the run was scored ('' if none)."""
+    return ((doc.get("metrics") or {}).get(metric) or {}).get("signature", "") if metric else ""
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else ""
+
+
+class RunScores:
+    """What the report reads of each run's scores, read once: scores.json, the generations' sha256,
+    and why the run is partial (not scored, scored on other generations, part of its suite)."""
+
+    def __init__(self, runs: list[RunSpec]):
+        self.runs = runs
+        self._docs: dict[Path, dict | None] = {}
+        self._partial: dict[Path, str] = {}
+        self._whole: dict[Path, str] = {}  # why no system of the run is complete (not scored, stale)
+        self._short: dict[Path, set] = {}  # the systems that cover part of the suite or none
+        for r in runs:
+            doc = read_scores(r.run_dir)
+            why = ""
+            if doc is None:
+                why = "not scored" if (r.run_dir / "generations.jsonl").exists() else "not run"
+                self._whole[r.run_dir] = why
+            elif doc.get("generations_sha256") != sha256(r.run_dir / "generations.jsonl"):
+                why = "its scores.json scores other generations (rescore it)"
+                self._whole[r.run_dir] = why
+            else:
+                systems = doc.get("systems", {})
+                planned = set(r.roles.values())
+                short = {s for s in planned if s not in systems or (systems.get(s) or {}).get("partial")}
+                self._short[r.run_dir] = short
+                if short:
+                    why = f"{len(short)} of its {len(planned)} systems cover part of the suite or none"
+            self._docs[r.run_dir] = doc  # a partial run's scores are used, and its cells say so
+            if why:
+                self._partial[r.run_dir] = why
+
+    def partial_for(self, run: RunSpec, roles: tuple[str, ...]) -> str:
+        """Why the cell of these roles in ``run`` is partial ('' when its own systems are complete):
+        another system of the run still to generate does not make it partial."""
+        if run.run_dir in self._whole:
+            return self._whole[run.run_dir]
+        short = [run.roles[x] for x in roles if run.roles.get(x) in self._short.get(run.run_dir, set())]
+        return f"{len(short)} of its systems cover part of the suite or none" if short else ""
+
+    def doc(self, run: RunSpec) -> dict | None:
+        return self._docs.get(run.run_dir)
+
+    def partial(self, run: RunSpec) -> str:
+        return self._partial.get(run.run_dir, "")
+
+
+def fold_value(run: RunSpec, doc: dict, role: str, score: str) -> float | None:
+    """The value of ``score`` for the system of ``role`` in the run's scores.json."""
+    entry = doc["systems"].get(run.roles[role], {}).get("scores", {}).get(score) or {}
+    return entry.get("value")
+
+
+def n_prompts(run: RunSpec, doc: dict, roles: tuple[str, ...]) -> int:
+    """The prompts the systems of these roles were scored on (the fewest; the suite's if unrecorded)."""
+    ns = [(doc["systems"].get(run.roles[r]) or {}).get("n_prompts") for r in roles]
+    ns = [n for n in ns if isinstance(n, int)]
+    return min(ns) if ns else len(run.plan.suite.items)
+
+
+def runs_of(runs: list[RunSpec], model: str, corpus: str, roles: tuple[str, ...]) -> list[RunSpec]:
+    """The runs (folds) of one base model and corpus that have every one of these roles."""
+    return [r for r in runs if r.model == model and r.corpus == corpus and all(x in r.roles for x in roles)]
+
+
+# ---------------------------------------------------------------- pairs.json
+
+
+class Pairs:
+    """The report's evidence file ``pairs.json`` (see the module docstring): paired tests between two
+    systems of a run when neither is its baseline, and scores of the human references. An entry is
+    computed only when the file has none under its key; ``save`` writes the entries this report used."""
+
+    def __init__(self, n_resamples: int = 1000, path: Path | None = None):
+        self.n_resamples, self.path = n_resamples, path
+        self.stored: dict = {}
+        self.used: dict = {}
+        self.computed = 0
+        if path is not None and path.exists():
+            try:
+                doc = json.loads(path.read_text())
+                if doc.get("format") == PAIRS_FORMAT:
+                    self.stored = dict(doc.get("entries", {}))
+            except (OSError, ValueError):
+                self.stored = {}
+
+    @staticmethod
+    def _key(*parts) -> str:
+        return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+    def _get(self, key: str, compute):
+        if key not in self.used:
+            if key in self.stored:
+                self.used[key] = self.stored[key]
+            else:
+                self.used[key] = compute()
+                self.computed += 1
+        return self.used[key]
+
+    def compare(self, run_dir: Path, a: str, b: str, metric: str, score: str, signature: str = ""):
+        """(difference, ci_low, ci_high) of ``score`` between systems a and b of the run, or None."""
+
+        def compute():
+            from maxbench.benchmark.metrics.base import get_metric
+            from maxbench.benchmark.metrics.scoring import load_run
+            from maxbench.benchmark.metrics.stats import paired_test
+
+            _, batches = load_run(run_dir)
+            m = get_metric(metric)
+            ra, rb = m.compute(batches[a]), m.compute(batches[b])
+            out = {}
+            for name, sa in ra.scores.items():
+                sb = rb.scores[name]
+                if sa.value is None or sb.value is None:
+                    out[name] = None
+                    continue
+                c = paired_test(sa.stats, sb.stats, self.n_resamples)
+                lo, hi = c.confidence_interval or (None, None)
+                out[name] = [c.difference, lo, hi]
+            return {"run": run_dir.name, "systems": [a, b], "metric": metric, "scores": out}
+
+        gen = sha256(run_dir / "generations.jsonl")
+        key = self._key("pair", run_dir.name, gen, a, b, metric, signature, self.n_resamples)
+        found = self._get(key, compute)["scores"].get(score)
+        return None if found is None else tuple(found)
+
+    def humans(self, run: RunSpec, metric: str, signature: str = "") -> dict:
+        """Every score of ``metric`` on the human references of the run's suite (each reference
+        scored as if a system had written it, itself among the references)."""
+
+        def compute():
+            from maxbench.benchmark.metrics.base import TextBatch, get_metric
+            from maxbench.benchmark.metrics.scoring import load_run
+
+            _, batches = load_run(run.run_dir)
+            first = next(iter(batches.values()))
+            humans = TextBatch(first.reference_list, first.prompt_order, first.references)
+            res = get_metric(metric).compute(humans)
+            return {
+                "suite": run.plan.suite.name,
+                "metric": metric,
+                "scores": {k: s.value for k, s in res.scores.items()},
+            }
+
+        suite = run.plan.suite
+        key = self._key("human", suite.name, getattr(suite, "sha256", ""), metric, signature)
+        return self._get(key, compute)["scores"]
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        body = {"format": PAIRS_FORMAT, "n_resamples": self.n_resamples, "entries": dict(sorted(self.used.items()))}
+        text = json.dumps(body, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+        if not self.path.exists() or self.path.read_text() != text:
+            atomic_write(self.path, text)
+
+
+def paired_difference(run: RunSpec, doc: dict, method: str, baseline: str, score: str, pairs: Pairs):
+    """(difference, ci_low, ci_high) of ``score``, method - baseline, in one run, or None: from its
+    scores.json against the run's baseline, else from ``pairs``."""
+    a, b = run.roles[method], run.roles[baseline]
+    if a not in doc.get("systems", {}) or b not in doc.get("systems", {}):
+        return None  # a system the run has not generated yet (a partial run)
+    if b == run.baseline:
+        c = (doc.get("comparisons", {}).get("systems", {}).get(a) or {}).get(score)
+        return None if c is None else (c["difference"], c["ci_low"], c["ci_high"])
+    metric = metric_of(doc, score)
+    return None if metric is None else pairs.compare(run.run_dir, a, b, metric, score, signature(doc, metric))
+
+
+@dataclass
+class Evidence:
+    """The runs a report covers, their scores read once, and its pairs file."""
+
+    runs: list[RunSpec]
+    scores: RunScores
+    pairs: Pairs
+
+    @classmethod
+    def of(cls, runs: list[RunSpec], pairs: Pairs) -> Evidence:
+        return cls(runs, RunScores(runs), pairs)
+
+
+# ---------------------------------------------------------------- timings
+
+
+def time_per_token(run_dir: Path) -> dict[str, float]:
+    """CPU seconds per generated token of each system, from the run's timings and generations.
+
+    CPU time of the generating process (wall time where a timing row has none): on a shared
+    machine other processes stretch wall time by whatever else runs at that moment, so two
+    systems generated at different times compare fairly only by the CPU time they used."""
+    from maxbench.benchmark.rundir import GENERATIONS, TIMINGS, read_rows
+
+    seconds: dict[str, float] = {}
+    for line in (run_dir / TIMINGS).read_text().splitlines() if (run_dir / TIMINGS).exists() else []:
+        row = json.loads(line)
+        if row["phase"].startswith("generate "):
+            name = row["phase"][len("generate ") :]
+            seconds[name] = seconds.get(name, 0.0) + row.get("cpu_seconds", row["seconds"])
+    tokens: dict[str, int] = {}
+    for row in read_rows(run_dir / GENERATIONS):
+        tokens[row["system"]] = tokens.get(row["system"], 0) + int(row.get("n_tokens", 0))
+    return {s: seconds[s] / tokens[s] for s in seconds if tokens.get(s)}
+
+
+def _train_rows(run: RunSpec) -> list[dict]:
+    from maxbench.benchmark.rundir import TIMINGS, read_rows
+
+    path = run.run_dir / TIMINGS
+    return [r for r in read_rows(path) if r.get("phase", "").startswith("train ")] if path.exists() else []
+
+
+def training_seconds(run: RunSpec) -> dict[str, float]:
+    """Training seconds of each adapted system's adapter, from the run's ``train <model>`` timing rows
+    (``runner.record_training``): CPU seconds where every adapter of the run has them, else wall
+    seconds for all (never one kind against the other)."""
+    rows = _train_rows(run)
+    cpu = bool(rows) and all(r.get("cpu_seconds") is not None for r in rows)
+    per_model = {r["phase"][len("train ") :]: r["cpu_seconds" if cpu else "seconds"] for r in rows}
+    return {s.name: float(per_model[s.model_key]) for s in run.plan.systems if s.model_key in per_model}
+
+
+def training_steps(run: RunSpec) -> dict[str, list[float]]:
+    """CPU seconds of each training step of each adapted system's adapter, where its ``train MODEL``
+    row records them (adapters trained since issue 40's reproduction)."""
+    per_model = {
+        r["phase"][len("train ") :]: r["step_cpu_seconds"] for r in _train_rows(run) if r.get("step_cpu_seconds")
+    }
+    return {s.name: list(per_model[s.model_key]) for s in run.plan.systems if s.model_key in per_model}
+
+
+def run_wall_seconds(run: RunSpec) -> float:
+    """The wall time every invocation spent on one run (all phases of its timings.jsonl; 0 if none)."""
+    path = run.run_dir / "timings.jsonl"
+    if not path.exists():
+        return 0.0
+    return sum(json.loads(line)["seconds"] for line in path.read_text().splitlines() if line.strip())
+
+
+def total_wall_seconds(runs: list[RunSpec]) -> float:
+    """The wall time every invocation spent on these runs (all phases of their timings.jsonl)."""
+    return sum(run_wall_seconds(r) for r in runs)
+
+
+def run_table(runs: list[RunSpec]) -> list[dict]:
+    """Every run the report used: its folder, suite, fitting corpus, wall seconds (``run_wall_seconds``)
+    and the sha256 of its manifest, generations and scores (absent files are empty)."""
+    return [
+        {
+            "run": r.run_dir.name,
+            "model": r.model,
+            "corpus": r.plan.corpus,
+            "fold": r.fold,
+            "suite": r.plan.suite.name,
+            "prompts": len(r.plan.suite.items),
+            "systems": len(r.plan.systems),
+            "wall_seconds": round(run_wall_seconds(r), 1),
+            **{f"{n}_sha256": sha256(r.run_dir / f) for n, f in FILES},
+        }
+        for r in runs
+    ]
+
+
+# ---------------------------------------------------------------- trained heads
+
+
+def _head_meta(layer: str, sha: str) -> dict | None:
+    """The meta.json of the cached ``layer`` head with these weights (as the manifest records them)."""
+    from maxbench.fileio import maxbench_home
+
+    if not sha:
+        return None
+    for meta_file in sorted((maxbench_home() / "heads" / layer).glob("*/meta.json")):
+        try:
+            meta = json.loads(meta_file.read_text())
+        except (OSError, ValueError):
+            continue
+        if meta.get("sha256") == sha:
+            return meta
+    return None
+
+
+def _manifest(run: RunSpec) -> dict | None:
+    try:
+        return json.loads((run.run_dir / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def head_training(run: RunSpec, system: str) -> dict:
+    """What is known of a trained head's training in this run: ``best_epoch`` (None: not recorded),
+    ``untrained`` (best epoch 0), ``history`` ([] when not recorded) and ``source``: the run's
+    manifest, or the head's meta.json in this machine's cache (found by the sha256 the manifest
+    records; a machine without that cache gives what the manifest records)."""
+    res = ((_manifest(run) or {}).get("resources") or {}).get(system) or {}
+    sha = next((v for k, v in res.items() if k.endswith("_head") and isinstance(v, str)), "")
+    layer = next((k[: -len("_head")].replace("_", "-") for k in res if k.endswith("_head")), "")
+    meta = _head_meta(layer, sha) if layer else None
+    history = ((meta or {}).get("training") or {}).get("history") or []
+    epoch = best_epoch(history)
+    if epoch is None and isinstance(res.get("best_epoch"), int):
+        epoch = res["best_epoch"]
+    untrained = bool(res.get("untrained_best")) or epoch == 0
+    source = (
+        "the cached head's meta.json" if history else ("the run's manifest" if epoch is not None or untrained else "")
+    )
+    return {
+        "best_epoch": 0 if untrained and epoch is None else epoch,
+        "untrained": untrained,
+        "history": history,
+        "source": source,
+    }
+
+
+def trained_heads(runs: list[RunSpec]) -> dict[tuple[str, str], dict]:
+    """(run, system) -> the training record (``head_training``) of every system with a trained head."""
+    heads = {}
+    for r in runs:
+        manifest = _manifest(r)
+        if manifest is None:
+            continue
+        for system, res in (manifest.get("resources") or {}).items():
+            if any(k.endswith("_head") for k in res or {}):
+                heads[(r.run_dir.name, system)] = head_training(r, system)
+    return heads
+
+
+# ---------------------------------------------------------------- metric signatures
+
+
+def same_metric(recorded: str, now: str) -> bool:
+    """Whether a recorded signature is the installed metric's: equal, or the installed signature with
+    the parts a metric appends for the data it scored (attr-acc: the suite, the attribute, the
+    trained classifier, from ``|suite:`` on)."""
+    return recorded == now or recorded.startswith(now + "|suite:")
+
+
+def signature_warnings(paper: Paper, runs: list[RunSpec]) -> list[str]:
+    """Where a run's scores.json was computed with another signature of a metric than the
+    installed metric has (an evaluator's weights, which naming needs the model loaded, aside):
+    the report uses the recorded numbers and says so."""
+    from maxbench.benchmark.metrics.base import get_metric
+
+    def norm(sig: str) -> str:
+        return re.sub(r"\|weights:[^|]*", "", sig)
+
+    out = []
+    for m in paper.protocol.get("metrics", []):
+        try:
+            now = norm(get_metric(m).signature)
+        except Exception:  # noqa: BLE001 - a metric that cannot name itself without loading: not checked
+            continue
+        stale = sorted(
+            r.run_dir.name
+            for r in runs
+            if (doc := read_scores(r.run_dir)) is not None
+            and signature(doc, m)
+            and not same_metric(norm(signature(doc, m)), now)
+        )
+        if stale:
+            out.append(
+                f"metric '{m}' now has the signature {now}; {len(stale)} run(s) were scored with another "
+                f"({', '.join(stale)}): their recorded numbers are used; `maxbench score RUN_DIR` rescores a run"
+            )
+    return out

@@ -1,0 +1,239 @@
+"""Judging a paper's cells by the rules of ``verdicts.py`` (``verdicts.RULES`` states them): each
+comparison's verdict on its interval on its claim kind's scale, a cell's from its comparisons,
+Holm's step over the paper's counted cells; then the labels (few prompts, partial, an untrained
+head, the same evidence as an earlier cell), identical rows marked, one verdict per claim, and the
+headline counts."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from maxbench.benchmark.reproduce.cells import CellVerdict, Comparison, Row
+from maxbench.benchmark.reproduce.evidence import RunScores
+from maxbench.benchmark.reproduce.kinds import kind_of
+from maxbench.benchmark.reproduce.papers import SETTING_SEP, Claim, Paper, sensitivity_claims
+from maxbench.benchmark.reproduce.protocol import RunSpec
+from maxbench.benchmark.reproduce.verdicts import (
+    FEW_PROMPTS,
+    INCONCLUSIVE,
+    NOT_COMPARABLE,
+    REPRODUCED,
+    SMALLER,
+    VERDICTS,
+    Verdict,
+    aggregate,
+    decide,
+    deciding_p,
+    holm_step,
+)
+
+#: a KerBS cell whose relative interval lies within +-UNTRAINED_LIKE is indistinguishable from the
+#: untrained head (exactly the base softmax) when the head's training history is not recorded
+UNTRAINED_LIKE = 1e-4
+FLAG_FEW = "few prompts"
+FLAG_PARTIAL = "partial"
+FLAG_UNTRAINED = "untrained head"
+#: a claim whose cells' verdicts differ
+MIXED = "mixed"
+
+
+def with_settings(paper: Paper) -> Paper:
+    """``paper`` with its sensitivity settings' claims (``CLAIM@SETTING``, diagnostic) among its claims."""
+    extra = tuple(c for _, c in sensitivity_claims(paper))
+    return replace(paper, claims=paper.claims + extra) if extra else paper
+
+
+def _claim(paper: Paper, c: CellVerdict) -> Claim:
+    return next(x for x in paper.claims if x.id == c.claim)
+
+
+def judge(claim: Claim, c: CellVerdict, comp: Comparison, significant: bool = True) -> Verdict:
+    """One comparison of a cell on its interval, on its kind's scale."""
+    kind = kind_of(c.kind)
+    lo, hi = kind.interval(comp.est)
+    return decide(
+        claim.direction,
+        lo,
+        hi,
+        comp.paper,
+        band=kind.band,
+        significant=significant,
+        hardware=claim.hardware,
+        reason=comp.reason,
+        scale=kind.scale,
+    )
+
+
+def _aggregate(c: CellVerdict) -> None:
+    v = aggregate([(comp.baseline, comp.verdict) for comp in c.details])
+    c.verdict, c.why = v.verdict, v.why
+
+
+def decide_cells(paper: Paper, cells: list[CellVerdict]) -> None:
+    """The verdict of every cell: each comparison's verdict on its interval, the cell's from its
+    comparisons (``aggregate``), then Holm's step over the paper's counted cells, which judges a
+    cell it does not reject as if its interval contained 0. Diagnostics are decided on their own
+    intervals, outside the family."""
+    family = []
+    for c in cells:
+        if not c.details:
+            continue  # decided where built (a convergence diagnostic, a claim that cannot run)
+        claim = _claim(paper, c)
+        for comp in c.details:
+            comp.verdict = judge(claim, c, comp)
+        c.p_value = deciding_p([(comp.verdict, comp.est.p_value) for comp in c.details])
+        _aggregate(c)
+        if c.counted and c.verdict != NOT_COMPARABLE and c.p_value is not None:
+            family.append((c, claim))
+    adjusted, rejects = holm_step([c.p_value for c, _ in family])
+    for (c, claim), p_adj, significant in zip(family, adjusted, rejects):
+        c.p_holm = p_adj
+        for comp in c.details:
+            comp.verdict = judge(claim, c, comp, significant)
+        _aggregate(c)
+
+
+def unadjusted(paper: Paper, c: CellVerdict) -> str:
+    """A cell's verdict on its own interval, before Holm's step (the settings' cells, diagnostics, are
+    judged that way: the sensitivity table compares like with like)."""
+    claim = next((x for x in paper.claims if x.id == c.claim), None)
+    if claim is None or not c.details or c.p_holm is None:
+        return c.verdict
+    return aggregate([(d.baseline, judge(claim, c, d)) for d in c.details]).verdict
+
+
+def _cell_runs(c: CellVerdict, runs: list[RunSpec]) -> tuple[tuple[str, ...], list[RunSpec]]:
+    """The cell's roles and its runs (every planned fold of the cell is a run here)."""
+    roles = tuple(x for x in (c.method, *c.baselines.split(", ")) if x)
+    models = c.model.split("+")
+    return roles, [r for r in runs if r.model in models and r.corpus == c.corpus and all(x in r.roles for x in roles)]
+
+
+def _partial_why(c: CellVerdict, runs: list[RunSpec], scores: RunScores) -> list[str]:
+    """Why a cell is partial: a run of the cell is partial, or a --roles piece left out a role of
+    the cell that the protocol plans for the run."""
+    roles, planned = _cell_runs(c, runs)
+    models = c.model.split("+")
+    why = sorted({f"{r.run_dir.name}: {scores.partial_for(r, roles)}" for r in planned if scores.partial_for(r, roles)})
+    pieces = [r for r in runs if r.model in models and r.corpus == c.corpus and r.planned and r not in planned]
+    why += sorted(
+        {
+            f"{r.run_dir.name}: " + ", ".join(x for x in roles if x not in r.roles) + " not generated in this piece"
+            for r in pieces
+            if all(x in r.planned for x in roles)
+        }
+    )
+    return why
+
+
+def _untrained(c: CellVerdict, recs: list[dict]) -> str:
+    """Why the cell's trained head is (indistinguishable from) the untrained one, or ''."""
+    untrained = any(x["untrained"] for x in recs)
+    unknown = all(x["best_epoch"] is None for x in recs)
+    tiny = c.est.low is not None and -UNTRAINED_LIKE <= c.est.low and c.est.high <= UNTRAINED_LIKE
+    if untrained:
+        return "the head's best validation epoch is 0: the untrained head, exactly the base softmax"
+    if unknown and tiny:
+        return (
+            "the head's training history is not recorded, and its difference from the base softmax lies "
+            f"within +-{100 * UNTRAINED_LIKE:g}%: indistinguishable from the untrained head, which is exactly "
+            "the base softmax"
+        )
+    return ""
+
+
+def flag_cells(paper: Paper, runs: list[RunSpec], scores: RunScores, cells: list[CellVerdict], heads: dict) -> None:
+    """Labels: few prompts, partial (with why), an untrained trained head (never counted as
+    reproduced), a cell repeating an earlier cell's evidence (counted once)."""
+    seen: dict[tuple, str] = {}
+    for c in cells:
+        if not c.corpus:
+            continue  # a claim that cannot run
+        claim = _claim(paper, c)
+        c.flags.extend(claim.flags)  # the paper file's own labels (e.g. hardware-dependent)
+        if c.n_prompts and c.n_prompts < FEW_PROMPTS:
+            c.flags.append(f"{FLAG_FEW} ({c.n_prompts})")
+        why = _partial_why(c, runs, scores)
+        if why:
+            c.flags.append(f"{FLAG_PARTIAL}: " + "; ".join(why))
+        # the method's trained head: its best epoch the untrained one
+        _, planned = _cell_runs(c, runs)
+        recs = [
+            heads[(r.run_dir.name, r.roles[c.method])]
+            for r in planned
+            if (r.run_dir.name, r.roles.get(c.method)) in heads
+        ]
+        what = _untrained(c, recs) if recs else ""
+        if what:
+            c.flags.append(f"{FLAG_UNTRAINED}: {what}")
+            if c.verdict in (REPRODUCED, SMALLER):
+                c.why = f"never counted as reproduced: {what} (on its interval alone: {c.verdict}, {c.why})"
+                c.verdict = INCONCLUSIVE
+        # the same evidence as an earlier cell (the same comparisons of the same scores)
+        key = (c.model, c.corpus, c.method, c.baselines, c.scores, claim.direction, c.kind, c.diagnostic)
+        if key in seen and c.counted:
+            c.same_as, c.counted = seen[key], False
+            c.flags.append(f"the same evidence as {seen[key]}: counted once")
+        else:
+            seen.setdefault(key, c.claim)
+
+
+def mark_identical(rows: list[Row]) -> None:
+    """A maxbench-variant row with its paper variant's numbers is marked ``identical_to`` it; a row
+    an earlier claim already has (same comparison, score and numbers) is marked ``same_as`` it."""
+    shown: dict[tuple, str] = {}
+    by_cmp: dict[tuple, dict[str, Row]] = {}
+    for r in rows:
+        by_cmp.setdefault((r.claim, r.model, r.corpus, r.method, r.baseline), {})[r.score] = r
+    for r in rows:
+        if r.variant == "maxbench":
+            peers = by_cmp[(r.claim, r.model, r.corpus, r.method, r.baseline)]
+            twin = peers.get(r.peer)
+            twin = twin if twin is not None and twin.variant == "paper" and twin.numbers == r.numbers else None
+            if twin is not None and r.diff.estimate is not None:
+                r.identical_to = twin.score
+                continue
+        key = (r.model, r.corpus, r.method, r.baseline, r.score, r.numbers)
+        if key in shown and shown[key] != r.claim:
+            r.same_as = shown[key]
+        else:
+            shown.setdefault(key, r.claim)
+
+
+def claim_verdict(cells: list[CellVerdict]) -> tuple[str, str]:
+    """One claim from its cells: their verdict when they agree, else 'mixed' with the counts."""
+    vs = [c.verdict for c in cells]
+    if not vs:
+        return NOT_COMPARABLE, "no cell"
+    if len(set(vs)) == 1:
+        return vs[0], f"{len(vs)} cell{'s' if len(vs) > 1 else ''}"
+    counts = ", ".join(f"{k} {vs.count(k)}" for k in VERDICTS if k in vs)
+    return MIXED, counts
+
+
+def headline(paper: Paper, cells: list[CellVerdict]) -> dict:
+    """The counts a report leads with: claims (one verdict each, 'mixed' where its cells differ)
+    and cells (claim x base model x corpus), the diagnostics and repeated evidence left out."""
+    counted = [c for c in cells if c.counted]
+    claims = {}
+    for claim in paper.claims:
+        mine = [c for c in cells if c.claim == claim.id and not c.diagnostic]
+        if claim.diagnostic or not mine:
+            continue
+        claims[claim.id] = claim_verdict(mine)
+    by_claim = {}
+    for v, _ in claims.values():
+        by_claim[v] = by_claim.get(v, 0) + 1
+    by_cell = {}
+    for c in counted:
+        by_cell[c.verdict] = by_cell.get(c.verdict, 0) + 1
+    return {
+        "claims": len(claims),
+        "claims_by_verdict": {k: by_claim[k] for k in (*VERDICTS, MIXED) if k in by_claim},
+        "claim_verdicts": {k: {"verdict": v, "cells": w} for k, (v, w) in claims.items()},
+        "cells": len(counted),
+        "cells_by_verdict": {k: by_cell[k] for k in VERDICTS if k in by_cell},
+        "diagnostic_cells": sum(1 for c in cells if c.diagnostic and SETTING_SEP not in c.claim),
+        "sensitivity_cells": sum(1 for c in cells if SETTING_SEP in c.claim),
+        "repeated_cells": sum(1 for c in cells if c.same_as),
+    }
