@@ -504,6 +504,40 @@ def check_code(plan: RunPlan, manifest: dict) -> None:
                 )
 
 
+def repository_root() -> Path | None:
+    """The source checkout maxbench runs from (the folder holding ``pyproject.toml`` above the
+    package), or None for an installed package."""
+    from maxbench import fileio  # the shared base: its folder is the package's top, core/ in a checkout
+
+    root = Path(fileio.__file__).resolve().parent.parent
+    return root if (root / "pyproject.toml").is_file() else None
+
+
+def recorded_path(path) -> str | None:
+    """How a run's files record ``path``: relative to the repository when it lies inside it, so that a
+    committed run names no folder of the machine that made it; otherwise as given."""
+    if path is None:
+        return None
+    root = repository_root()
+    if root is not None:
+        try:
+            return Path(path).resolve().relative_to(root).as_posix()
+        except ValueError:
+            pass
+    return str(path)
+
+
+def recorded_file(recorded: str) -> Path:
+    """The file a recorded path names: a relative one under the repository when it is there (else
+    from the working folder, as runs recorded it before), an absolute one as it is (runs made before
+    paths were recorded relative; on another machine it is simply not found)."""
+    path = Path(recorded)
+    root = repository_root()
+    if not path.is_absolute() and root is not None and (root / path).exists():
+        return root / path
+    return path
+
+
 def check_or_write_manifest(plan: RunPlan, extra: dict) -> dict:
     with exclusive(manifest_path(plan.run_dir)):  # workers of one run start together
         return _check_or_write_manifest(plan, extra)
@@ -518,7 +552,7 @@ def _check_or_write_manifest(plan: RunPlan, extra: dict) -> dict:
         "run_id": plan.run_dir.name,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "identity": ident,
-        "suite": plan.suite.describe(),
+        "suite": plan.suite.describe() | {"path": recorded_path(plan.suite.path)},
         "samples": plan.samples,
         "seed": plan.seed,
         "seed_rule": "sha256(f'{seed}:{prompt_id}:{sample}')[:4] as big-endian int",

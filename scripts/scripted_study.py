@@ -36,6 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from maxbench.benchmark.rundir import recorded_path  # noqa: E402
 from maxbench.errors import MaxbenchError  # noqa: E402
 from maxbench.human_eval.store.db import session_for  # noqa: E402
 from maxbench.human_eval.studies.create import create_study, read_generations  # noqa: E402
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                 "note": "rated by scripted participants through the real server (scripts/scripted_study.py)",
                 "quality": {s: k for k, s in enumerate(args.systems)},
                 "noise_sd": args.noise,
-                "run": str(args.run),
+                "run": recorded_path(args.run),
             }
             (args.out / name / "scripted.json").write_text(json.dumps(scripted, indent=2) + "\n")
             print(f"{judgment}: study {slug}, report {args.out / name}")

@@ -177,8 +177,8 @@ def parsed_once():
     49k-token vocabulary, read field by field). transformers also builds gguf's tensor-name map
     again for each of its 397 lookups. Both are read-only once built, so the block hands back the
     first reader of a path and one map per (architecture, layers): the conversion writes the same
-    bytes in 15 s instead of 37.5 s for SmolLM2, 53 s instead of 121 s for Gemma
-    (``benchmarks/model_conversion.py``). transformers imports both names from ``gguf`` when it
+    bytes in well under half the time (``benchmarks/model_conversion.py``; docs/performance-log.md
+    holds the figures). transformers imports both names from ``gguf`` when it
     calls them, which is what the block replaces; the originals are put back after it."""
     import gguf
 
@@ -219,7 +219,7 @@ def convert_gguf(gguf_path: Path, folder: Path) -> None:
     tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
     model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
     # transformers refuses to save a model that still carries its GGUF quantizer; the weights
-    # are already dequantised to fp32, so detaching it is lossless (facts.md: identical logits).
+    # are already dequantised to fp32, so detaching it is lossless (the reloaded model's logits are identical).
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config

@@ -1,10 +1,10 @@
-"""Nucleus (top-p) truncation with transformers' exact result, about 4x as fast on the CPU.
+"""Nucleus (top-p) truncation with transformers' exact result, faster on the CPU.
 
 transformers' ``TopPLogitsWarper`` sorts every row with its indices, takes the softmax of the
 sorted scores, their cumulative sum, removes the sorted positions whose cumulative mass is at
 most ``1 - top_p`` (keeping ``min_tokens_to_keep``) and scatters the mask back. On the CPU the
-float sort with indices dominates a decoding step: 215 ms of the 48 x 49,152 scores at the
-default registry's batch, against a 135M model's forward pass of about 400 ms.
+float sort with indices dominates the truncation of a decoding step at the default lineup's batch
+(48 x 49,152 scores).
 
 Which tokens go depends on the cumulative sums, and their bits depend on the sorted order (the
 softmax sums the sorted row), so the sorted values cannot be avoided. The indices can: the
@@ -12,12 +12,12 @@ cumulative mass is nondecreasing, so the removed sorted positions are a prefix o
 the removed tokens are exactly those scoring below the J-th smallest score, unless that score
 ties with the one before it (then a tie group straddles the cut and torch's unstable order
 within it decides which of its members go). So :class:`TopPLogitsWarper` sorts the scores'
-order-preserving int32 keys (torch's integer sort is about 5x as fast as its float sort with
+order-preserving int32 keys (torch's integer sort is much faster than its float sort with
 indices), rebuilds the sorted scores from them, runs transformers' own arithmetic on them,
 finds J and masks the scores below the cut. A row with a straddling tie group goes through
 transformers' warper itself. The result is transformers' bit for bit (tests/test_top_p.py, on
-real logits, ties and -inf), at about a quarter of the time
-(``python benchmarks/top_p.py``).
+real logits, ties and -inf), in a fraction of the time (``python benchmarks/top_p.py`` measures it;
+docs/performance-log.md holds the figures).
 
 Scores that are not float32 on the CPU, or that hold NaN or +inf, go to transformers' code.
 """

@@ -33,7 +33,7 @@ def cmd_assets(args) -> int:
     for name, path in fetch_all().items():
         print(f"{name:<14} ok  {path}")
     # Converting the embedded model and extracting the corpora are part of set-up too: two
-    # independent jobs of about 30 s each on a fresh machine, so corpora not yet extracted are
+    # independent jobs of about the same length on a fresh machine, so corpora not yet extracted are
     # extracted in a second process while this one converts the model.
     import concurrent.futures
     import contextlib

@@ -21,7 +21,8 @@ from pathlib import Path
 from maxbench.benchmark.reproduce.papers import Paper
 from maxbench.errors import MaxbenchError
 
-#: seconds per prompt for 64 new tokens on one CPU thread (README: 16 food-review prompts, batch 16),
+#: seconds per prompt for 64 new tokens on one CPU thread (SmolLM2's generation times on 16 food-review prompts,
+#: batch 16, in docs/performance-log.md's section on the second model),
 #: per layer, for SmolLM2; Gemma costs GEMMA_FACTOR times as much; ref-ppl and scoring add SCORE_S
 SECONDS_PER_PROMPT = {
     "softmax": 0.9,

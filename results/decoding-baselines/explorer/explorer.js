@@ -1,5 +1,7 @@
 // maxbench explorer: renders the data embedded in index.html. Generated text is untrusted: it only
-// ever enters the page as text nodes (textContent, createTextNode), never as markup.
+// ever enters the page as text nodes (textContent, createTextNode), never as markup, and each such
+// text is isolated for bidi (u(): a <bdi>), so a right-to-left override (U+202E) left open in a prompt or a
+// text cannot reverse the labels around it.
 "use strict";
 (function () {
   const D = JSON.parse(document.getElementById("maxbench-data").textContent);
@@ -19,6 +21,8 @@
     for (const kid of kids) if (kid !== null && kid !== undefined) e.append(typeof kid === "string" ? document.createTextNode(kid) : kid);
     return e;
   }
+  // an untrusted text (prompt, reference, generated text, system or annotator name), isolated for bidi
+  function u(text) { return el("bdi", { class: "u" }, String(text)); }
   const SVG = "http://www.w3.org/2000/svg";
   function sv(tag, attrs, text) {
     const e = document.createElementNS(SVG, tag);
@@ -35,7 +39,15 @@
   function colName(col) { return col.startsWith("human:") ? col.slice(6) + " (human)" : col; }
   // a system name wraps only after "/" or ",", never inside a model name such as "smollm2-135m"
   function breakable(s) { return s.split(/(?<=[\/,])/).flatMap((part) => [el("span", { class: "nw" }, part), el("wbr")]); }
-  function shortSystem(s) { const p = s.split("/"); return p.length === 3 ? p[1] + (p[2] !== "top_p=0.9" ? " / " + p[2] : "") : s; }
+  // a system's label: its layer and decoding, and its model part too when the systems differ in it
+  // (two base models, or a model with and without an adapter: "smollm2-135m+lora")
+  const MANY_MODELS = new Set(D.systems.map((s) => s.split("/")[0])).size > 1;
+  function shortSystem(s) {
+    const p = s.split("/");
+    if (p.length !== 3) return s;
+    const tail = p[1] + (p[2] !== "top_p=0.9" ? " / " + p[2] : "");
+    return MANY_MODELS ? p[0] + " / " + tail : tail;
+  }
 
   // ------------------------------------------------------------ views
   function show(view) {
@@ -46,7 +58,7 @@
   }
   for (const b of document.querySelectorAll("#views button")) b.addEventListener("click", () => show(b.dataset.view));
   if (D.study) document.querySelector('#views button[data-view="humans"]').hidden = false;
-  for (const w of D.warnings) document.getElementById("warnings").append(el("div", { text: "Partial view: " + w }));
+  for (const w of D.warnings) document.getElementById("warnings").append(el("div", {}, "Partial view: ", u(w)));
 
   // ------------------------------------------------------------ leaderboard
   const state = { columns: "compact", sort: null, dir: -1, selected: null, shade: "p" };
@@ -101,10 +113,10 @@
     for (const [r] of rows) {
       if (LB.grouped && r.model !== model) {
         model = r.model;
-        body.append(el("tr", { class: "group" }, el("td", { colspan: cols.length + 1 }, "base model: " + r.model)));
+        body.append(el("tr", { class: "group" }, el("td", { colspan: cols.length + 1 }, "base model: ", u(r.model))));
       }
       const tr = el("tr", { "data-system": r.system }, el("td", { class: "sys", title: r.system },
-        ...breakable(r.label), r.partial ? el("span", { class: "badge" }, "partial " + r.coverage[0] + "/" + r.coverage[1]) : null));
+        el("bdi", { class: "u" }, ...breakable(r.label)), r.partial ? el("span", { class: "badge" }, "partial " + r.coverage[0] + "/" + r.coverage[1]) : null));
       for (const c of cols) {
         const e = r.cells[c];
         if (!e) { tr.append(el("td", { class: "num" })); continue; }
@@ -115,11 +127,13 @@
       body.append(tr);
     }
     table.append(body);
-    const base = LB.baselines.length ? "the baseline " + LB.baselines.join(", ") : "no baseline";
-    document.getElementById("board-note").textContent = "Scores ×100 except sacreBLEU, PPL, KLD, Uniq and human ratings; " +
+    const base = LB.baselines.length ? ["the baseline ", ...LB.baselines.flatMap((b, k) => k ? [", ", u(b)] : [u(b)])] : ["no baseline"];
+    const note = document.getElementById("board-note");
+    note.textContent = "";
+    note.append("Scores ×100 except sacreBLEU, PPL, KLD, Uniq and human ratings; " +
       "[95% interval]; bold = best in column" + (LB.grouped ? " within its base model" : "") +
-      "; * p < 0.05, ** p < 0.01 (paired permutation test against " + base + "). Click a header to sort; " +
-      "the buttons above switch between the compact view, one metric family and all " + LB.columns.length + " metrics.";
+      "; * p < 0.05, ** p < 0.01 (paired permutation test against ", ...base, "). Click a header to sort; " +
+      "the buttons above switch between the compact view, one metric family and all " + LB.columns.length + " metrics.");
   }
 
   // ------------------------------------------------------------ prompts
@@ -180,8 +194,8 @@
       const p = D.prompts[i];
       const flags = [...new Set(p.flags.flat())];
       const li = el("li", { "data-key": p.key, "aria-selected": String(state.selected === i), onclick: () => selectPrompt(i) },
-        el("b", {}, p.key + " "), p.head.slice(0, 90),
-        ...flags.map((f) => el("span", { class: "badge" }, f)), p.rated ? el("span", { class: "badge rated" }, "rated") : null,
+        el("b", {}, u(p.key), " "), u(p.head.slice(0, 90)),
+        ...flags.map((f) => el("span", { class: "badge" }, u(f))), p.rated ? el("span", { class: "badge rated" }, "rated") : null,
         m && diffOf(p, m) !== null ? el("span", { class: "badge" }, "Δ " + (diffOf(p, m) * scaleOf(m)).toFixed(2)) : null);
       list.append(li);
     }
@@ -217,8 +231,9 @@
   const tip = document.getElementById("tip");
   function showTip(span) {
     const p = span.dataset.p, h = span.dataset.h;
-    tip.textContent = "token " + JSON.stringify(span.textContent) + " (step " + span.dataset.step + ")\n" +
-      "p(chosen) ≈ " + (p === "" ? "n/a" : p) + "   entropy ≈ " + (h === "" ? "n/a" : h + " nats");
+    tip.textContent = "";
+    tip.append("token ", u(JSON.stringify(span.textContent)), " (step " + span.dataset.step + ")\n" +
+      "p(chosen) ≈ " + (p === "" ? "n/a" : p) + "   entropy ≈ " + (h === "" ? "n/a" : h + " nats"));
     const r = span.getBoundingClientRect();
     tip.style.left = (window.scrollX + r.left) + "px";
     tip.style.top = (window.scrollY + r.bottom + 4) + "px";
@@ -238,21 +253,22 @@
       const r = recs[i - c * D.chunk];
       const head = document.getElementById("prompt-head");
       head.textContent = "";
-      head.append(el("div", { class: "prompt" }, el("span", { class: "label" }, "prompt " + r.key), r.prompt),
-        el("div", { class: "ref" }, el("span", { class: "label" }, "reference"), r.reference));
+      head.append(el("div", { class: "prompt" }, el("span", { class: "label" }, "prompt ", u(r.key)), u(r.prompt)),
+        el("div", { class: "ref" }, el("span", { class: "label" }, "reference"), u(r.reference)));
       const cards = document.getElementById("cards");
       cards.textContent = "";
       D.systems.forEach((s, k) => {
         const t = r.texts[k];
-        const card = el("div", { class: "card", "data-system": s }, el("h3", { title: s }, shortSystem(s)));
+        const card = el("div", { class: "card", "data-system": s }, el("h3", { title: s }, u(shortSystem(s))));
         if (!t) { card.append(el("p", { class: "note" }, "no text for this prompt")); cards.append(card); return; }
-        for (const f of t.flags) card.querySelector("h3").append(el("span", { class: "badge" }, f));
+        for (const f of t.flags) card.querySelector("h3").append(el("span", { class: "badge" }, u(f)));
         card.append(tokens(t));
-        const meta = [t.finish ? "finish: " + t.finish : ""];
-        if (t.ref_zero) meta.push(t.ref_zero[0] + " of " + t.ref_zero[1] + " reference tokens got probability 0");
-        card.append(el("div", { class: "meta" }, meta.filter(Boolean).join(" · ")));
+        const meta = t.finish ? ["finish: ", u(t.finish)] : [];
+        if (t.ref_zero) meta.push((meta.length ? " · " : "") + t.ref_zero[0] + " of " + t.ref_zero[1] + " reference tokens got probability 0");
+        card.append(el("div", { class: "meta" }, ...meta));
         const rated = r.ratings && r.ratings[k];
-        if (rated) card.append(el("div", { class: "ratings" }, "ratings: " + Object.entries(rated).map(([a, v]) => a + " " + v.join(", ")).join(" · ")));
+        if (rated) card.append(el("div", { class: "ratings" }, "ratings: ",
+          ...Object.entries(rated).flatMap(([a, v], n) => [n ? " · " : "", u(a), " " + v.join(", ")])));
         cards.append(card);
       });
     });
@@ -366,7 +382,7 @@
     if (!D.study) return;
     const box = document.getElementById("humans");
     const c2 = (v, ci) => v === null ? "n/a" : v.toFixed(2) + (ci ? " [" + ci[0].toFixed(2) + ", " + ci[1].toFixed(2) + "]" : "");
-    box.append(el("p", { class: "note" }, "Study " + D.study.name + ": Kendall's τ-b and Spearman's ρ between each automatic metric " +
+    box.append(el("p", { class: "note" }, "Study ", u(D.study.name), ": Kendall's τ-b and Spearman's ρ between each automatic metric " +
       "(its per-prompt value) and each rated aspect (the mean rating of the text), at item level (one point per rated text) and " +
       "at system level (one point per system), with 95% bootstrap intervals over prompts. A metric where lower is better " +
       "agrees with the raters when its correlation is negative."));
@@ -382,7 +398,7 @@
         const i = r.item_level, s = r.system_level;
         if (aspectSel.value && r.aspect !== aspectSel.value) continue;
         if (definedOnly.checked && i.kendall_tau === null && s.kendall_tau === null) continue;
-        body.append(el("tr", {}, el("td", { class: "sys" }, r.metric + (r.higher_is_better === false ? " ↓" : "")), el("td", {}, r.aspect),
+        body.append(el("tr", {}, el("td", { class: "sys" }, u(r.metric), r.higher_is_better === false ? " ↓" : ""), el("td", {}, u(r.aspect)),
           el("td", { class: "num" }, String(i.n)), el("td", { class: "num", title: i.reason || "" }, c2(i.kendall_tau, i.kendall_ci)),
           el("td", { class: "num", title: i.reason || "" }, c2(i.spearman_rho, i.spearman_ci)), el("td", { class: "num" }, String(s.n)),
           el("td", { class: "num", title: s.reason || "" }, c2(s.kendall_tau, s.kendall_ci)), el("td", { class: "num", title: s.reason || "" }, c2(s.spearman_rho, s.spearman_ci))));

@@ -46,7 +46,7 @@ _U_MAX = 5.0
 _TOUCHED_SHARE = 0.6
 _BLOCK_SHARE = 0.7
 # IsolatedBlock.touched_product: the kernel's product where the touched rows hold at most this many
-# edges on average (as graphmax_paper._Product.SHORT_ROWS, measured there)
+# edges on average (as graphmax.paper's _Product.SHORT_ROWS, chosen there)
 _SHORT_ROWS = 16
 # W(t) = sum_j w_j t^j and W(t)^2 = sum_j q_j t^j, to the 4th power
 _W = (1.0, -1.0, 1.5, -8.0 / 3.0)

@@ -74,7 +74,7 @@ def _solve_cpu(Z, op, lam, alpha, T, stop, log_floor):
         Za = ZT if everyone else np.ascontiguousarray(ZT[:, active])
         MX = product(paper_kernels, Xa, blocks)
         start = taus[0] if taus[0] is None or everyone else taus[0][active]
-        # NumPy's vectorised logarithm (one thread): 60% of torch's time on two threads here
+        # NumPy's vectorised logarithm (one thread): faster than torch's on two threads
         np.log(np.maximum(Xa, floor, out=blocks.log_x), out=blocks.log_x)
         X_next, tau, step = _update(paper_kernels, Xa, Za, MX, product.mx_rows, scalars, start, blocks)
         if everyone:
@@ -234,7 +234,7 @@ def _solve_torch(Z, op, lam, alpha, T, stop, log_floor):
         # lines 3-7: gradient step and projection onto the simplex (exact; Michelot's iteration)
         X_next, tau = project_to_simplex(torch.sub(Xa, grad.mul_(alpha), out=grad), start, dim=0)
         # ||x^{t+1} - x^t||_2 as the root of a dot product: torch's vector_norm over dim 0 takes
-        # about 4x as long; the two differ in the last bits only, which matter only for a step
+        # several times as long; the two differ in the last bits only, which matter only for a step
         # within rounding of the stop threshold (the iterates are the same either way)
         delta = torch.sub(X_next, Xa, out=grad)
         step = torch.linalg.vecdot(delta, delta, dim=0).sqrt_()

@@ -43,7 +43,7 @@ def hub_block(hub_pos: torch.Tensor, M_SS: torch.Tensor, diag: torch.Tensor) -> 
     >= 0, K x batch), 0 where one is not, and ``diag`` (K x batch) on the diagonal."""
     p = hub_pos.T  # batch x K
     q = p.clamp_min(0)
-    # one flat gather (advanced indexing with two broadcast index tensors is 5x slower)
+    # one flat gather (advanced indexing with two broadcast index tensors is several times slower)
     block = torch.take(M_SS, q[:, :, None] * M_SS.shape[1] + q[:, None, :])
     hub = (p >= 0).to(block.dtype)
     block.mul_(hub[:, :, None]).mul_(hub[:, None, :])
