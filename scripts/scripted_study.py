@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from maxbench.benchmark.rundir import recorded_path  # noqa: E402
+from maxbench.rundir import recorded_path  # noqa: E402
 from maxbench.errors import MaxbenchError  # noqa: E402
 from maxbench.human_eval.store.db import session_for  # noqa: E402
 from maxbench.human_eval.studies.create import create_study, read_generations  # noqa: E402

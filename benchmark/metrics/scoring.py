@@ -236,7 +236,7 @@ def _load_recorded(suite: dict):
     """The suite a manifest's ``suite`` entry names, loaded from where the run found it (its path, else
     the built-in of its name); None when it can no longer be found or loaded."""
     from maxbench.benchmark.data.suites import builtin_suites, load_suite
-    from maxbench.benchmark.rundir import recorded_file
+    from maxbench.rundir import recorded_file
 
     path, name = suite.get("path"), suite.get("name")
     on_disk = isinstance(path, str) and recorded_file(path).is_file()

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 import maxbench
+from maxbench.benchmark.data.suites import load_suite
+from maxbench.benchmark.metrics.scoring import _recorded_suite, check_suite
 from maxbench.errors import MaxbenchError
 from maxbench.rundir import (
     GENERATIONS,
@@ -28,6 +30,8 @@ from maxbench.rundir import (
     read_generations,
     read_manifest,
     read_scores,
+    recorded_path,
+    repository_root,
     row_problem,
     write_generations,
     write_scores,
@@ -245,7 +249,6 @@ def test_write_scores_keeps_the_file_when_only_its_time_would_change(tmp_path):
 
 
 def _plan(run_dir: Path, systems: list[str]) -> RunPlan:
-    from maxbench.benchmark.data.suites import load_suite
     from maxbench.systems.system_strings import parse_system
 
     return RunPlan(run_dir=run_dir, suite=load_suite("smoke"), systems=[parse_system(s) for s in systems])
@@ -392,7 +395,6 @@ def test_a_finished_committed_run_loads_through_the_api_with_the_numbers_of_its_
 def test_a_committed_run_resumes_with_nothing_left_to_generate(tmp_path):
     """The base-lms run (written before the move; its shards merged) resumes under the new owner:
     its manifest is this plan's, and every row of the plan is found already written."""
-    from maxbench.benchmark.data.suites import load_suite
     from maxbench.systems.system_strings import parse_system
 
     run = tmp_path / "base-lms-food-reviews"
@@ -415,3 +417,59 @@ def test_a_committed_run_resumes_with_nothing_left_to_generate(tmp_path):
     assert set(plan.canonical_order()) <= finished_keys(plan)
     for committed in (ROOT / "results" / "base-lms" / "runs" / run.name).iterdir():  # nothing was rewritten
         assert (run / committed.name).read_bytes() == committed.read_bytes(), committed.name
+
+
+# ---------------------------------------------------------------- recorded paths
+# a manifest names a file inside the repository relative to it (a committed run names no folder of the
+# machine that made it), and runs recorded before, with absolute paths, still load
+
+#: a suite inside the repository that is not built in, so that only its recorded path finds it
+FOLD = "results/reproductions/graphmax/suites/food-reviews-fold0of5-seed1-n16.toml"
+
+
+def _manifest(tmp_path, suite) -> dict:
+    check_or_write_manifest(RunPlan(run_dir=tmp_path / "run", suite=suite, systems=[]), {})
+    return json.loads((tmp_path / "run" / "manifest.json").read_text())
+
+
+def test_a_suite_inside_the_repository_is_recorded_relative_to_it(tmp_path):
+    assert repository_root() == ROOT and (ROOT / "pyproject.toml").is_file()
+    smoke = load_suite("smoke")
+    assert smoke.path.is_absolute()  # a built-in suite is found by an absolute path ...
+    recorded = _manifest(tmp_path, smoke)["suite"]["path"]
+    assert recorded == smoke.path.resolve().relative_to(ROOT).as_posix()  # ... and recorded without it
+    assert not recorded.startswith("/") and (ROOT / recorded).is_file()
+
+
+def test_a_suite_outside_the_repository_is_recorded_as_given(tmp_path):
+    smoke = load_suite("smoke")
+    for f in (smoke.path, smoke.path.with_suffix(".jsonl")):
+        shutil.copy(f, tmp_path / f.name)
+    mine = load_suite(str(tmp_path / smoke.path.name))
+    assert _manifest(tmp_path, mine)["suite"]["path"] == str(tmp_path / smoke.path.name)
+
+
+@pytest.mark.parametrize("form", ["relative", "absolute"])
+def test_a_recorded_suite_path_is_found_from_any_working_folder(tmp_path, monkeypatch, form):
+    fold = load_suite(str(ROOT / FOLD))
+    path = FOLD if form == "relative" else str(ROOT / FOLD)  # absolute: runs recorded before
+    suite = {"name": fold.name, "version": fold.version, "sha256": fold.sha256, "path": path}
+    monkeypatch.chdir(tmp_path)  # the recorded relative path is the repository's, not the working folder's
+    assert _recorded_suite({"suite": suite}).sha256 == fold.sha256
+    (tmp_path / "run").mkdir()
+    with pytest.raises(MaxbenchError, match=r"records suite 'food-reviews-fold0of5-seed1-n16' with sha256 000000"):
+        check_suite(tmp_path / "run", {"suite": suite | {"sha256": "0" * 64}})
+
+
+def test_a_suite_recorded_by_another_machines_absolute_path_falls_back_to_the_built_in_by_name():
+    smoke = load_suite("smoke")
+    elsewhere = {"name": "smoke", "version": smoke.version, "sha256": smoke.sha256, "path": "/elsewhere/smoke.toml"}
+    assert _recorded_suite({"suite": elsewhere}).sha256 == smoke.sha256
+
+
+def test_a_folder_inside_the_repository_is_recorded_relative_however_it_was_given(tmp_path, monkeypatch):
+    run = ROOT / "results" / "base-lms" / "runs" / "base-lms-food-reviews"  # scripted.json's run
+    assert recorded_path(run) == "results/base-lms/runs/base-lms-food-reviews"
+    monkeypatch.chdir(ROOT / "results")
+    assert recorded_path("base-lms/runs/base-lms-food-reviews") == "results/base-lms/runs/base-lms-food-reviews"
+    assert recorded_path(tmp_path / "run") == str(tmp_path / "run") and recorded_path(None) is None
