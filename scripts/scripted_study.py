@@ -36,13 +36,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from maxbench.rundir import recorded_path  # noqa: E402
 from maxbench.errors import MaxbenchError  # noqa: E402
 from maxbench.human_eval.store.db import session_for  # noqa: E402
 from maxbench.human_eval.studies.create import create_study, read_generations  # noqa: E402
 from maxbench.human_eval.studies.options import StudyOptions  # noqa: E402
 from maxbench.human_eval.studies.rubrics import load_rubric  # noqa: E402
 from maxbench.human_eval.testing.participants import ScriptedAnnotator, start_server  # noqa: E402
+from maxbench.rundir import recorded_path  # noqa: E402
 
 DEFAULT_RUN = ROOT / "results" / "base-lms" / "runs" / "base-lms-food-reviews"
 DEFAULT_SYSTEMS = [
