@@ -24,7 +24,7 @@ from maxbench.benchmark.reproduce.cells import CellVerdict, Row
 from maxbench.benchmark.reproduce.evidence import Evidence
 from maxbench.benchmark.reproduce.kinds import kind_of
 from maxbench.benchmark.reproduce.papers import Claim, Paper
-from maxbench.benchmark.reproduce.verdicts import NEGLIGIBLE, NOT_COMPARABLE, Estimate
+from maxbench.benchmark.reproduce.verdicts import LEVEL, NEGLIGIBLE, NOT_COMPARABLE, Estimate
 from maxbench.document import Cell, Table, num
 
 
@@ -44,6 +44,9 @@ class ClaimKind:
     in_rows_table: bool = True
     #: whether its scores are scores of the protocol's metrics (checked before anything runs)
     reads_scores: bool = True
+    #: whether a claim of this kind compares its methods with a baseline (a paper file's claim without
+    #: one is one line naming the claim, exit 2)
+    needs_baseline: bool = True
 
     # -- what a paper file says
 
@@ -74,9 +77,10 @@ class ClaimKind:
         are judged by ``judge.decide_cells``; a cell without is decided here)."""
         raise NotImplementedError
 
-    def interval(self, est: Estimate) -> tuple[float | None, float | None]:
-        """A comparison's interval on the scale the verdict is decided on."""
-        return est.low, est.high
+    def interval(self, est: Estimate, level: float = LEVEL) -> tuple[float | None, float | None]:
+        """A comparison's interval on the scale the verdict is decided on (at ``level``: a family's
+        Bonferroni-widened level, ``Estimate.widened``)."""
+        return est.widened(level)
 
     # -- how the report shows it
 
