@@ -8,8 +8,9 @@ A new kind is one new module here that defines a ``ClaimKind`` subclass, and its
 ``kinds.CLAIM_KINDS`` (the names a paper file may use). The
 verdict rules themselves are ``verdicts.RULES`` and are the same for every kind.
 
-- ``difference`` (``difference.py``): each score's paired difference, method - baseline, in % of
-  the baseline, folds combined, correlated scores summarised, against every competitor;
+- ``difference`` (``difference.py``): each score's paired difference, method - baseline, and its
+  relative effect method / baseline - 1 on the log-ratio scale, folds combined, correlated scores
+  summarised, against every competitor;
 - ``ratio`` (``ratio.py``): a ratio measured per fold (CPU time per token, an adapter's training
   time), judged as ratio - 1;
 - ``correlation`` (``correlation.py``): Pearson's r over the text sources, judged on r;
@@ -30,7 +31,7 @@ from maxbench.document import Cell, Table, num
 
 class ClaimKind:
     """One kind of claim. ``cells`` is the one method a kind must define; the rest have the
-    defaults of a relative difference in % of the baseline."""
+    defaults of a relative effect, method / baseline - 1, judged on its log-ratio interval."""
 
     #: the name a paper file gives as ``kind``
     name: str = ""
@@ -38,7 +39,7 @@ class ClaimKind:
     scale: str = "%"
     #: the negligible band on that scale
     band: float = NEGLIGIBLE
-    #: whether its cells are points of the differences plot (in % of the baseline)
+    #: whether its cells are points of the differences plot (relative effects, in %)
     plotted: bool = True
     #: whether its rows join the table of rows in the diagnostics section
     in_rows_table: bool = True
