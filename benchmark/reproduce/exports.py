@@ -138,7 +138,9 @@ def plot(cells: list[CellVerdict], path: Path) -> Figure | None:
     with atomic_open(path) as f:
         fig.savefig(f, format="png", metadata={"Software": None}, bbox_inches="tight", dpi=100)
     plt.close(fig)
-    return Figure(path.name, path.read_bytes(), "every cell's difference in % of the baseline, with its 95% interval")
+    return Figure(
+        path.name, path.read_bytes(), "every cell's relative effect (method / baseline - 1), with its 95% interval"
+    )
 
 
 def write(rep: Report, out: Path, flip_section=None) -> list[Path]:
