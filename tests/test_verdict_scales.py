@@ -339,3 +339,19 @@ def test_a_claim_without_a_baseline_is_one_line_naming_it(tmp_path, cli):
     assert "\n" not in str(err.value)
     rc, _, err = cli("reproduce", str(tmp_path / "toy.toml"), "--estimate")
     assert rc == 2 and "has no 'baseline'" in err and err.count("\n") == 1
+
+
+def test_report_only_warns_of_each_missing_control_and_exits_0(cli, tmp_path, monkeypatch):
+    import shutil
+
+    monkeypatch.setenv("MAXBENCH_HOME", str(tmp_path / "home"))
+    out = tmp_path / "kerbs"
+    shutil.copytree(REPORTS / "kerbs", out)
+    rc, _, err = cli("reproduce", "kerbs", "--report-only", "--no-progress", "--threads", "1", "--out", str(out))
+    assert rc == 0
+    doc = json.loads((out / "report.json").read_text())
+    missing = [c for c in doc["cells"] if c["claim"] == "table1-lm-ppl" and c["verdict"] == "not comparable"]
+    for c in missing:  # each named on a warning line; none silently judged against the untrained softmax
+        assert f"warning: cell table1-lm-ppl x {c['model']} x {c['corpus']} (kerbs): its baseline 'ft-softmax'" in err
+        assert c["baselines"] == "ft-softmax"
+    assert all(c["baselines"] == "ft-softmax" for c in doc["cells"] if c["claim"] == "table1-lm-ppl")
