@@ -227,18 +227,24 @@ def test_folds_combine_by_random_effects_hand_worked():
     assert (c.low, c.high) == pytest.approx(
         (2 - 4.302653 * math.sqrt(1 / 3), 2 + 4.302653 * math.sqrt(1 / 3)), rel=1e-6
     )
-    # y = 0, 4 with se 1: Q = 8, C = 2 - 2/2 = 1, tau^2 = 7; w* = 1/8 each, mu = 2;
-    # HKSJ: (1/8 x 4 + 1/8 x 4) / (1 x 1/4) = 4, floor 1 / sum w* = 4: se 2; t_1 = 12.706205
+    # y = 0, 4, 4 with se 1: y_w = 8/3, Q = 64/9 + 2 x 16/9 = 96/9, C = 3 - 3/3 = 2, tau^2 = (96/9 - 2) / 2
+    # = 39/9; w* = 9/48 each, mu = 8/3; HKSJ: (9/48)(96/9) / (2 x 27/48) = 16/9 > floor 48/27 = 16/9
+    c = combine_folds([(0.0, -Z, Z), (4.0, 4 - Z, 4 + Z), (4.0, 4 - Z, 4 + Z)])
+    assert c.estimate == pytest.approx(8 / 3) and c.se == pytest.approx(4 / 3)
+    assert c.high - c.estimate == pytest.approx(4.302653 * 4 / 3, rel=1e-6)
+    assert "tau^2 = 4.33" in c.method and "Hartung-Knapp" in c.method
+
+
+def test_two_folds_never_go_through_hksj_but_fixed_effects():
+    # y = 0, 4 with se 1: under random effects tau^2 = 7 and t_1 = 12.7 would give 2 +- 25.4; two
+    # folds cannot estimate tau^2: the fixed-effect mean 2 with se sqrt(1/2) and a normal interval
     c = combine_folds([(0.0, -Z, Z), (4.0, 4 - Z, 4 + Z)])
-    assert c.estimate == pytest.approx(2.0) and c.se == pytest.approx(2.0)
-    assert c.high - c.estimate == pytest.approx(12.706205 * 2, rel=1e-6)
-    assert "tau^2 = 7" in c.method
-    # y = 1, 3 with se 1 and 2: w = 1, 1/4; y_w = 1.4; Q = 0.16 + 0.64 = 0.8 < 1: tau^2 = 0;
-    # HKSJ 0.8 / (1 x 1.25) = 0.64 is below the fixed-effect 1 / 1.25 = 0.8: the floor holds, se sqrt(0.8)
+    assert c.estimate == pytest.approx(2.0) and c.se == pytest.approx(math.sqrt(0.5))
+    assert (c.low, c.high) == pytest.approx((2 - Z * math.sqrt(0.5), 2 + Z * math.sqrt(0.5)))
+    assert c.df is None and "fixed effect" in c.method and "Hartung" not in c.method
+    # y = 1, 3 with se 1 and 2: w = 1, 1/4; y_w = 1.4; se = 1 / sqrt(1.25)
     c = combine_folds([(1.0, 1 - Z, 1 + Z), (3.0, 3 - 2 * Z, 3 + 2 * Z)])
-    assert c.estimate == pytest.approx(1.4) and c.se == pytest.approx(math.sqrt(0.8))
-    # the between-fold spread widens the interval: the old rule (se = sqrt(sum se_k^2) / K = 0.707) would not
-    assert c.se > math.sqrt(1 + 4) / 2 * 0.5
+    assert c.estimate == pytest.approx(1.4) and c.se == pytest.approx(math.sqrt(0.8)) and c.df is None
 
 
 def test_correlated_scores_summarise_to_the_mean_with_the_mean_se():
@@ -355,7 +361,8 @@ def test_a_head_whose_best_epoch_is_0_is_flagged_and_never_reproduced(tmp_path, 
     heads = trained_heads([run])
     flag_cells(paper, [run], RunScores([run]), [cell], heads)
     assert cell.verdict == INCONCLUSIVE and "never counted as reproduced" in cell.why
-    assert any(f.startswith("untrained head") and "best validation epoch is 0" in f for f in cell.flags)
+    assert any(f.startswith("untrained head") and "best validation epoch 0" in f for f in cell.flags)
+    assert not any("exactly the base softmax" in f for f in cell.flags)
 
 
 def test_the_manifests_untrained_mark_flags_too_and_a_trained_head_is_not_flagged(tmp_path, monkeypatch):

@@ -40,7 +40,9 @@ class Row:
     #: method - baseline (the ratio for a ratio claim, r for a correlation, a share of steps for a
     #: convergence) with its interval; ``n_folds`` its folds (text sources), ``method`` how it was made
     diff: Estimate = NONE
-    #: the same on the verdict's scale: difference / baseline (ratio - 1; r), with se and df
+    #: the same on the verdict's scale: method / baseline - 1 (ratio - 1; r), with se and df; for a
+    #: difference claim a log-ratio estimate (``Estimate.log``: its se and df, report.json's rel_se and
+    #: rel_df, a cell's se and df, are those of log(method / baseline))
     rel: Estimate = NONE
     n_prompts: int = 0
     note: str = ""  # why a number is missing

@@ -279,8 +279,8 @@ def judge(res: ControlResult) -> None:
     for h in res.heads:
         if h.untrained:
             res.flags.append(
-                f"{FLAG_UNTRAINED}: {h.layer} seed {h.seed}'s best validation epoch is 0 (the untrained head, "
-                "exactly the base softmax)"
+                f"{FLAG_UNTRAINED}: {h.layer} seed {h.seed}'s best validation epoch is 0 (the head as initialised, "
+                "which is not the base softmax)"
             )
     seeds = {r.seed for r in res.rows}
     untrained = any(h.untrained and h.layer == res.spec.method and h.seed in seeds for h in res.heads)

@@ -225,6 +225,46 @@ def paired_difference(run: RunSpec, doc: dict, method: str, baseline: str, score
     return None if metric is None else pairs.compare(run.run_dir, a, b, metric, score, signature(doc, metric))
 
 
+def _entry(run: RunSpec, doc: dict, role: str, score: str) -> dict:
+    return ((doc.get("systems") or {}).get(run.roles[role]) or {}).get("scores", {}).get(score) or {}
+
+
+def _mean_of_per_prompt(entry: dict) -> list | None:
+    """The per-prompt values of a score whose value is their mean (a mean of per-prompt values,
+    such as a repetition rate), else None (a corpus-level score: BLEU, Distinct, perplexity)."""
+    per, value = entry.get("per_prompt"), entry.get("value")
+    if not per or value is None or any(v is None for v in per.values()):
+        return None
+    vals = list(per.values())
+    return per if abs(sum(vals) / len(vals) - value) <= 1e-9 * max(1.0, abs(value)) else None
+
+
+def log_ratio(
+    run: RunSpec, doc: dict, method: str, baseline: str, score: str, diff: tuple, n_resamples: int = 1000
+) -> tuple[tuple[float, float, float] | None, str]:
+    """log(method / baseline) of ``score`` in one run with its 95% interval, from the per-prompt data
+    (the rules of ``verdicts.RULES``), and how: the paired bootstrap of the ratio of means where the
+    score is the mean of its per-prompt values (``verdicts.log_ratio_bootstrap``), else the delta
+    method on both systems' intervals and their paired difference's ``diff`` (``verdicts.log_ratio_delta``).
+    (None, why) where a value is not positive (no ratio scale)."""
+    from maxbench.benchmark.reproduce.verdicts import log_ratio_bootstrap, log_ratio_delta
+
+    ea, eb = _entry(run, doc, method, score), _entry(run, doc, baseline, score)
+    va, vb = ea.get("value"), eb.get("value")
+    if va is None or vb is None or va <= 0 or vb <= 0:
+        return None, "a value is not positive: no ratio scale"
+    pa, pb = _mean_of_per_prompt(ea), _mean_of_per_prompt(eb)
+    if pa is not None and pb is not None and set(pa) == set(pb):
+        keys = sorted(pa)
+        got = log_ratio_bootstrap([pa[k] for k in keys], [pb[k] for k in keys], n_resamples)
+        if got is not None:
+            return got, "paired bootstrap of the ratio of means over prompts"
+    got = log_ratio_delta(
+        (va, ea.get("ci_low"), ea.get("ci_high")), (vb, eb.get("ci_low"), eb.get("ci_high")), tuple(diff)
+    )
+    return got, "" if got is not None else "an interval is missing: no ratio interval"
+
+
 @dataclass
 class Evidence:
     """The runs a report covers, their scores read once, and its pairs file."""
@@ -322,56 +362,89 @@ def run_table(runs: list[RunSpec]) -> list[dict]:
 # ---------------------------------------------------------------- trained heads
 
 
-def _head_meta(layer: str, sha: str) -> dict | None:
-    """The meta.json of the cached ``layer`` head with these weights (as the manifest records them)."""
+#: the folder under a reproduction's folder that holds committed copies of its runs' heads' fit meta,
+#: one folder per run (``heads/<run>/<any name>.json``)
+HEADS = "heads"
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _head_meta(layer: str, sha: str, committed: Path | None = None) -> tuple[dict | None, str]:
+    """The fit meta of the ``layer`` head with these weights (as the manifest records them) and where
+    it was found: a committed copy under ``committed`` (the reproduction's heads/<run>/), else this
+    machine's head cache."""
     from maxbench.fileio import maxbench_home
 
     if not sha:
-        return None
+        return None, ""
+    if committed is not None and committed.is_dir():
+        for path in sorted(committed.glob("*.json")):
+            meta = _read_json(path)
+            if meta is not None and meta.get("sha256") == sha:
+                return meta, f"{HEADS}/{committed.name}/{path.name}"
     for meta_file in sorted((maxbench_home() / "heads" / layer).glob("*/meta.json")):
-        try:
-            meta = json.loads(meta_file.read_text())
-        except (OSError, ValueError):
-            continue
-        if meta.get("sha256") == sha:
-            return meta
-    return None
+        meta = _read_json(meta_file)
+        if meta is not None and meta.get("sha256") == sha:
+            return meta, "the cached head's meta.json"
+    return None, ""
 
 
 def _manifest(run: RunSpec) -> dict | None:
-    try:
-        return json.loads((run.run_dir / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return None
+    return _read_json(run.run_dir / "manifest.json")
+
+
+def budget_of(meta: dict) -> dict:
+    """A head's training budget from its fit meta: training tokens, epochs, learning rate (None where
+    the meta does not say)."""
+    cfg = meta.get("config") or {}
+    return {"tokens": meta.get("budget_tokens"), "epochs": cfg.get("epochs"), "lr": cfg.get("lr")}
 
 
 def head_training(run: RunSpec, system: str) -> dict:
-    """What is known of a trained head's training in this run: ``best_epoch`` (None: not recorded),
-    ``untrained`` (best epoch 0), ``history`` ([] when not recorded) and ``source``: the run's
-    manifest, or the head's meta.json in this machine's cache (found by the sha256 the manifest
-    records; a machine without that cache gives what the manifest records)."""
+    """What is known of a trained head's training in this run, read from its fit meta (a committed copy
+    under the reproduction's ``heads/<run>/``, else this machine's cache; found by the sha256 the
+    run's manifest records): ``history`` (per epoch: validation perplexity, training loss where
+    recorded; [] when not recorded), ``best_epoch`` (None: not recorded), ``untrained`` (best epoch 0),
+    ``still_improving`` (the last epoch lowered validation perplexity; None: not recorded), ``budget``
+    (``budget_of``) and ``source``."""
     res = ((_manifest(run) or {}).get("resources") or {}).get(system) or {}
     sha = next((v for k, v in res.items() if k.endswith("_head") and isinstance(v, str)), "")
     layer = next((k[: -len("_head")].replace("_", "-") for k in res if k.endswith("_head")), "")
-    meta = _head_meta(layer, sha) if layer else None
+    committed = run.run_dir.parent.parent / HEADS / run.run_dir.name
+    meta, where = _head_meta(layer, sha, committed) if layer else (None, "")
     history = ((meta or {}).get("training") or {}).get("history") or []
     epoch = best_epoch(history)
     if epoch is None and isinstance(res.get("best_epoch"), int):
         epoch = res["best_epoch"]
     untrained = bool(res.get("untrained_best")) or epoch == 0
-    source = (
-        "the cached head's meta.json" if history else ("the run's manifest" if epoch is not None or untrained else "")
-    )
+    improving = (len(history) >= 2 and history[-1]["valid_ppl"] < history[-2]["valid_ppl"]) if history else None
+    source = where if history else ("the run's manifest" if epoch is not None or untrained else "")
     return {
         "best_epoch": 0 if untrained and epoch is None else epoch,
         "untrained": untrained,
         "history": history,
+        "still_improving": improving,
+        "budget": budget_of(meta) if meta else {},
+        "sha256": sha,
         "source": source,
     }
 
 
-def trained_heads(runs: list[RunSpec]) -> dict[tuple[str, str], dict]:
-    """(run, system) -> the training record (``head_training``) of every system with a trained head."""
+def trained_heads(runs: list[RunSpec], previous: list[dict] | None = None) -> dict[tuple[str, str], dict]:
+    """(run, system) -> the training record (``head_training``) of every system with a trained head.
+
+    ``previous`` is the committed report's ``heads`` list: a head whose history this machine cannot
+    find (no committed copy, no cache) keeps the history that report recorded for the same run and
+    system (the same head: the run's manifest pins its sha256, which the record names where it has
+    one) and the source it was read from, so that a report renders the same with or without this
+    machine's cache; a record is never made up where neither has it."""
+    kept = {(h.get("run"), h.get("system")): h for h in previous or [] if h.get("history") and h.get("source")}
     heads = {}
     for r in runs:
         manifest = _manifest(r)
@@ -379,7 +452,15 @@ def trained_heads(runs: list[RunSpec]) -> dict[tuple[str, str], dict]:
             continue
         for system, res in (manifest.get("resources") or {}).items():
             if any(k.endswith("_head") for k in res or {}):
-                heads[(r.run_dir.name, system)] = head_training(r, system)
+                rec = head_training(r, system)
+                old = kept.get((r.run_dir.name, system))
+                if not rec["history"] and old is not None and old.get("sha256", rec["sha256"]) == rec["sha256"]:
+                    rec = dict(rec, **{k: old[k] for k in ("best_epoch", "untrained", "history") if k in old})
+                    h = rec["history"]
+                    rec["still_improving"] = len(h) >= 2 and h[-1]["valid_ppl"] < h[-2]["valid_ppl"]
+                    rec["budget"] = old.get("budget") or rec["budget"]
+                    rec["source"] = old["source"]  # where the history was read, on the machine that rendered it
+                heads[(r.run_dir.name, system)] = rec
     return heads
 
 

@@ -19,6 +19,7 @@ from maxbench.benchmark.reproduce.render import deviations, sections
 from maxbench.benchmark.reproduce.verdicts import (
     ALPHA,
     INCONCLUSIVE,
+    LARGER,
     NEGLIGIBLE,
     NOT_COMPARABLE,
     NOT_REPRODUCED,
@@ -33,7 +34,14 @@ from maxbench.fileio import atomic_open, atomic_write
 #: (in % of its baseline), linear within ±SYMLOG_LINEAR_PERCENT
 SYMLOG_ABOVE_PERCENT = 1000
 SYMLOG_LINEAR_PERCENT = 10
-COLOURS = {REPRODUCED: "C2", SMALLER: "C8", NOT_REPRODUCED: "C3", INCONCLUSIVE: "C0", NOT_COMPARABLE: "C7"}
+COLOURS = {
+    REPRODUCED: "C2",
+    SMALLER: "C8",
+    LARGER: "C1",
+    NOT_REPRODUCED: "C3",
+    INCONCLUSIVE: "C0",
+    NOT_COMPARABLE: "C7",
+}
 PLOT = "differences.png"
 
 
@@ -122,7 +130,7 @@ def plot(cells: list[CellVerdict], path: Path) -> Figure | None:
     ax.legend([seen[k] for k in keys], keys, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     scale = f"; linear within ±{SYMLOG_LINEAR_PERCENT}%, logarithmic beyond" if symlog else ""
     ax.set_xlabel(
-        f"maxbench's difference, % of its baseline (a time ratio r: r - 1), 95% interval; "
+        f"maxbench's relative effect, method / baseline - 1 in % (a time ratio r: r - 1), 95% interval; "
         f"grey: the negligible band ±{100 * NEGLIGIBLE:g}%{scale}"
     )
     ax.grid(alpha=0.3)
@@ -130,7 +138,9 @@ def plot(cells: list[CellVerdict], path: Path) -> Figure | None:
     with atomic_open(path) as f:
         fig.savefig(f, format="png", metadata={"Software": None}, bbox_inches="tight", dpi=100)
     plt.close(fig)
-    return Figure(path.name, path.read_bytes(), "every cell's difference in % of the baseline, with its 95% interval")
+    return Figure(
+        path.name, path.read_bytes(), "every cell's relative effect (method / baseline - 1), with its 95% interval"
+    )
 
 
 def write(rep: Report, out: Path, flip_section=None) -> list[Path]:
@@ -142,6 +152,8 @@ def write(rep: Report, out: Path, flip_section=None) -> list[Path]:
     fig = plot(rep.cells, out / PLOT)
     if fig is not None:
         secs[0].figures.append(fig)
+    elif (out / PLOT).exists():  # a plot of an earlier rendering (other runs or rules) never stays beside this one
+        (out / PLOT).unlink()
     paths = [out / f"report.{ext}" for ext in ("md", "html", "csv", "json")]
     atomic_write(paths[0], render_markdown(secs))
     atomic_write(paths[1], render_html(secs, secs[0].title))

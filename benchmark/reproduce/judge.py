@@ -1,7 +1,7 @@
 """Judging a paper's cells by the rules of ``verdicts.py`` (``verdicts.RULES`` states them): each
 comparison's verdict on its interval on its claim kind's scale, a cell's from its comparisons,
-Holm's step over the paper's counted cells; then the labels (few prompts, partial, an untrained
-head, the same evidence as an earlier cell), identical rows marked, one verdict per claim, and the
+Holm's step over the paper's counted cells; then the labels (few prompts, partial, a trained head's
+recorded history, the same evidence as an earlier cell), identical rows marked, one verdict per claim, and the
 headline counts."""
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from maxbench.benchmark.reproduce.protocol import RunSpec
 from maxbench.benchmark.reproduce.verdicts import (
     FEW_PROMPTS,
     INCONCLUSIVE,
+    LARGER,
+    LEVEL,
     NOT_COMPARABLE,
     REPRODUCED,
     SMALLER,
@@ -24,15 +26,16 @@ from maxbench.benchmark.reproduce.verdicts import (
     aggregate,
     decide,
     deciding_p,
+    family_level,
     holm_step,
 )
 
-#: a KerBS cell whose relative interval lies within +-UNTRAINED_LIKE is indistinguishable from the
-#: untrained head (exactly the base softmax) when the head's training history is not recorded
-UNTRAINED_LIKE = 1e-4
 FLAG_FEW = "few prompts"
 FLAG_PARTIAL = "partial"
 FLAG_UNTRAINED = "untrained head"
+FLAG_NO_HISTORY = "training history not recorded"
+FLAG_IMPROVING = "still improving"
+FLAG_BUDGET = "budget"
 #: a claim whose cells' verdicts differ
 MIXED = "mixed"
 
@@ -47,8 +50,10 @@ def _claim(paper: Paper, c: CellVerdict) -> Claim:
     return next(x for x in paper.claims if x.id == c.claim)
 
 
-def judge(claim: Claim, c: CellVerdict, comp: Comparison, significant: bool = True) -> Verdict:
-    """One comparison of a cell on its interval, on its kind's scale."""
+def judge(claim: Claim, c: CellVerdict, comp: Comparison, significant: bool = True, level: float = LEVEL) -> Verdict:
+    """One comparison of a cell on its interval, on its kind's scale; ``level`` is the family's
+    Bonferroni level (``verdicts.family_level``) of the interval its statements about the paper's
+    effect and the band are made on."""
     kind = kind_of(c.kind)
     lo, hi = kind.interval(comp.est)
     return decide(
@@ -61,6 +66,8 @@ def judge(claim: Claim, c: CellVerdict, comp: Comparison, significant: bool = Tr
         hardware=claim.hardware,
         reason=comp.reason,
         scale=kind.scale,
+        wide=kind.interval(comp.est, level),
+        cost=claim.cost,
     )
 
 
@@ -72,7 +79,8 @@ def _aggregate(c: CellVerdict) -> None:
 def decide_cells(paper: Paper, cells: list[CellVerdict]) -> None:
     """The verdict of every cell: each comparison's verdict on its interval, the cell's from its
     comparisons (``aggregate``), then Holm's step over the paper's counted cells, which judges a
-    cell it does not reject as if its interval contained 0. Diagnostics are decided on their own
+    cell it does not reject as if its interval contained 0, and every statement about the paper's
+    effect or the band on the interval widened to 1 - alpha / m, m the family's comparisons. Diagnostics are decided on their own
     intervals, outside the family."""
     family = []
     for c in cells:
@@ -86,10 +94,11 @@ def decide_cells(paper: Paper, cells: list[CellVerdict]) -> None:
         if c.counted and c.verdict != NOT_COMPARABLE and c.p_value is not None:
             family.append((c, claim))
     adjusted, rejects = holm_step([c.p_value for c, _ in family])
+    level = family_level(sum(len(c.details) for c, _ in family))
     for (c, claim), p_adj, significant in zip(family, adjusted, rejects):
         c.p_holm = p_adj
         for comp in c.details:
-            comp.verdict = judge(claim, c, comp, significant)
+            comp.verdict = judge(claim, c, comp, significant, level)
         _aggregate(c)
 
 
@@ -126,25 +135,61 @@ def _partial_why(c: CellVerdict, runs: list[RunSpec], scores: RunScores) -> list
     return why
 
 
-def _untrained(c: CellVerdict, recs: list[dict]) -> str:
-    """Why the cell's trained head is (indistinguishable from) the untrained one, or ''."""
-    untrained = any(x["untrained"] for x in recs)
-    unknown = all(x["best_epoch"] is None for x in recs)
-    tiny = c.est.low is not None and -UNTRAINED_LIKE <= c.est.low and c.est.high <= UNTRAINED_LIKE
-    if untrained:
-        return "the head's best validation epoch is 0: the untrained head, exactly the base softmax"
-    if unknown and tiny:
-        return (
-            "the head's training history is not recorded, and its difference from the base softmax lies "
-            f"within +-{100 * UNTRAINED_LIKE:g}%: indistinguishable from the untrained head, which is exactly "
-            "the base softmax"
-        )
-    return ""
+def _budget(rec: dict) -> str:
+    """A head's training budget in words ('' where its fit meta does not say)."""
+    b = rec.get("budget") or {}
+    parts = [
+        f"{b['tokens']:,} training tokens" if b.get("tokens") else "",
+        f"{b['epochs']} epochs" if b.get("epochs") else "",
+        f"lr {b['lr']:g}" if b.get("lr") else "",
+    ]
+    return ", ".join(x for x in parts if x)
+
+
+def head_labels(role: str, recs: list[dict]) -> tuple[list[str], str]:
+    """The labels of a cell from the recorded training history of the trained heads of one of its
+    roles (``evidence.head_training``: validation perplexity and training loss per epoch), and why
+    the cell never counts as reproduced ('' if it may): the history is read, never guessed from the
+    cell's interval.
+
+    - best validation epoch 0: training never beat the head's initialisation, which is not the base
+      softmax (a KerBS head's extra senses start dormant, not absent): never counted as reproduced;
+    - no recorded history: labelled, its training cannot be checked;
+    - validation perplexity still falling at the last epoch: labelled 'still improving';
+    - the budget (tokens, epochs, learning rate) the conclusion is scoped to, where recorded."""
+    labels, never = [], ""
+    for rec in recs:
+        hist = rec.get("history") or []
+        budget = _budget(rec)
+        at = f" at its budget ({budget})" if budget else ""
+        if rec.get("untrained"):
+            what = (
+                f"{role}'s head kept its best validation epoch 0: training never beat its initialisation{at} "
+                "(which is not the base softmax)"
+            )
+            labels.append(f"{FLAG_UNTRAINED}: {what}")
+            never = never or what
+        elif not hist:
+            labels.append(
+                f"{FLAG_NO_HISTORY}: {role}'s head has no recorded training history: its training cannot be checked"
+            )
+        elif rec.get("still_improving"):
+            last = hist[-1]
+            loss = f", training loss {last['train_loss']:.4g}" if last.get("train_loss") is not None else ""
+            labels.append(
+                f"{FLAG_IMPROVING}: {role}'s head's validation perplexity still fell at its last epoch "
+                f"({last.get('epoch')}: {last['valid_ppl']:.4g}{loss}){at}: more training might change the "
+                "effect; the conclusion holds for this budget"
+            )
+        elif budget:
+            labels.append(f"{FLAG_BUDGET}: {role}'s head trained with {budget}; the conclusion holds for this budget")
+    return labels, never
 
 
 def flag_cells(paper: Paper, runs: list[RunSpec], scores: RunScores, cells: list[CellVerdict], heads: dict) -> None:
-    """Labels: few prompts, partial (with why), an untrained trained head (never counted as
-    reproduced), a cell repeating an earlier cell's evidence (counted once)."""
+    """Labels: few prompts, partial (with why), the recorded training history of the cell's trained
+    heads (``head_labels``: a method head whose best epoch is 0 never counts as reproduced), a cell
+    repeating an earlier cell's evidence (counted once)."""
     seen: dict[tuple, str] = {}
     for c in cells:
         if not c.corpus:
@@ -156,18 +201,16 @@ def flag_cells(paper: Paper, runs: list[RunSpec], scores: RunScores, cells: list
         why = _partial_why(c, runs, scores)
         if why:
             c.flags.append(f"{FLAG_PARTIAL}: " + "; ".join(why))
-        # the method's trained head: its best epoch the untrained one
-        _, planned = _cell_runs(c, runs)
-        recs = [
-            heads[(r.run_dir.name, r.roles[c.method])]
-            for r in planned
-            if (r.run_dir.name, r.roles.get(c.method)) in heads
-        ]
-        what = _untrained(c, recs) if recs else ""
-        if what:
-            c.flags.append(f"{FLAG_UNTRAINED}: {what}")
-            if c.verdict in (REPRODUCED, SMALLER):
-                c.why = f"never counted as reproduced: {what} (on its interval alone: {c.verdict}, {c.why})"
+        # the trained heads of the cell's roles, read from their recorded training history
+        roles, planned = _cell_runs(c, runs)
+        for role in roles:
+            recs = [
+                heads[(r.run_dir.name, r.roles[role])] for r in planned if (r.run_dir.name, r.roles.get(role)) in heads
+            ]
+            labels, never = head_labels(role, recs)
+            c.flags.extend(labels)
+            if never and role == c.method and c.verdict in (REPRODUCED, SMALLER, LARGER):
+                c.why = f"never counted as reproduced: {never} (on its interval alone: {c.verdict}, {c.why})"
                 c.verdict = INCONCLUSIVE
         # the same evidence as an earlier cell (the same comparisons of the same scores)
         key = (c.model, c.corpus, c.method, c.baselines, c.scores, claim.direction, c.kind, c.diagnostic)
@@ -176,6 +219,32 @@ def flag_cells(paper: Paper, runs: list[RunSpec], scores: RunScores, cells: list
             c.flags.append(f"the same evidence as {seen[key]}: counted once")
         else:
             seen.setdefault(key, c.claim)
+
+
+def missing_baselines(runs: list[RunSpec], scores: RunScores, cells: list[CellVerdict]) -> list[str]:
+    """One warning line per cell that is not comparable because a baseline it is compared with (a
+    control such as KerBS's fine-tuned softmax) is not measured in its runs: the cell is never judged
+    against another baseline instead."""
+    out = []
+    for c in cells:
+        if not c.details or not c.corpus:
+            continue
+        _, planned = _cell_runs(c, runs)
+        for comp in c.details:
+            if comp.verdict is None or comp.verdict.verdict != NOT_COMPARABLE:
+                continue
+            missing = sorted(
+                r.run_dir.name
+                for r in planned
+                if r.roles.get(comp.baseline) not in ((scores.doc(r) or {}).get("systems") or {})
+            )
+            if missing:
+                out.append(
+                    f"cell {c.claim} x {c.model} x {c.corpus} ({c.method}): its baseline '{comp.baseline}' is not "
+                    f"measured in {', '.join(missing)}: not comparable (generate and score it there; the cell is "
+                    "never judged against another baseline)"
+                )
+    return out
 
 
 def mark_identical(rows: list[Row]) -> None:

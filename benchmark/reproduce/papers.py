@@ -70,6 +70,9 @@ class Claim:
     paper_method_sd: tuple[float, ...] = ()
     paper_effect: float | None = None
     hardware: bool = False  # the quantity depends on hardware and implementation: never judged
+    #: a cost the paper says its method pays (e.g. perplexity): beyond the paper's effect is
+    #: "larger than claimed", counted apart from reproduced
+    cost: bool = False
     diagnostic: bool = False  # a diagnostic of maxbench's reading, kept out of the counts
     models: tuple[str, ...] = ()  # the base models the claim holds for (default: every one)
     controls: tuple[str, ...] = ()  # control runs (folders under runs/) shown beside the claim
@@ -363,6 +366,7 @@ def load_paper(name: str, path: Path | None = None) -> Paper:
             paper_method_sd=_tuple(raw.get("paper_method_sd"), what),
             paper_effect=raw.get("paper_effect"),
             hardware=bool(raw.get("hardware", False)),
+            cost=bool(raw.get("cost", False)),
             diagnostic=bool(raw.get("diagnostic", False)),
             models=_tuple(raw.get("models"), what),
             controls=_tuple(raw.get("controls"), what),
@@ -394,6 +398,8 @@ def load_paper(name: str, path: Path | None = None) -> Paper:
             if not claim.reason:
                 raise MaxbenchError(f"{what}: a claim that cannot run needs a 'reason'")
         else:
+            if not claim.baselines and kind_of(claim.kind).needs_baseline:
+                raise MaxbenchError(f"{what}: has no 'baseline'; name the system role it is compared with")
             for role in claim.methods + claim.baselines:
                 if role not in roles:
                     raise MaxbenchError(f"{what}: {unknown_name('system role', role, roles)}")

@@ -312,9 +312,11 @@ def heads_section(heads: dict) -> Section:
     h = Section("Trained heads", level=2)
     h.paragraphs.append(
         Para(
-            "Each trained head's validation perplexity per epoch (epoch 0: the untrained head), where it is "
-            "recorded (the run's manifest, or the head's meta.json in this machine's cache by the sha256 the "
-            "manifest records)."
+            "Each trained head's validation perplexity per epoch (epoch 0: the untrained head, its "
+            "initialisation), where it is recorded: a committed copy of the head's fit meta under heads/<run>/, "
+            "or the head's meta.json in the cache of the machine that rendered the report (by the sha256 the "
+            "run's manifest records; a later rendering without that cache keeps the committed report's record), "
+            "or the run's manifest. The verdict rules read this history."
         )
     )
     h.tables.append(

@@ -21,6 +21,7 @@ report says which cells are partial before anything else.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from maxbench.benchmark.reproduce import exports
@@ -35,16 +36,23 @@ from maxbench.benchmark.reproduce.evidence import (
     total_wall_seconds,
     trained_heads,
 )
-from maxbench.benchmark.reproduce.judge import decide_cells, flag_cells, mark_identical, with_settings
+from maxbench.benchmark.reproduce.judge import (
+    decide_cells,
+    flag_cells,
+    mark_identical,
+    missing_baselines,
+    with_settings,
+)
 from maxbench.benchmark.reproduce.papers import Paper
 from maxbench.benchmark.reproduce.protocol import RunSpec
 
 TRACE = "figure2-trace.json"
 
 
-def build(paper: Paper, runs: list[RunSpec], pairs: Pairs) -> Report:
+def build(paper: Paper, runs: list[RunSpec], pairs: Pairs, previous_heads: list[dict] | None = None) -> Report:
     """Every claim's rows and cells (the sensitivity settings' claims judged like any diagnostic),
-    decided, flagged, identical rows marked."""
+    decided, flagged, identical rows marked; ``previous_heads`` is the committed report's heads list
+    (``evidence.trained_heads``)."""
     evidence = Evidence.of(runs, pairs)
     rows, cells = [], []
     judged = with_settings(paper)
@@ -53,10 +61,18 @@ def build(paper: Paper, runs: list[RunSpec], pairs: Pairs) -> Report:
         rows += r
         cells += c
     decide_cells(judged, cells)
-    heads = trained_heads(runs)
+    heads = trained_heads(runs, previous_heads)
     flag_cells(judged, runs, evidence.scores, cells, heads)
     mark_identical(rows)
     return Report(paper=paper, evidence=evidence, rows=rows, cells=cells, heads=heads)
+
+
+def _committed_heads(out: Path) -> list[dict]:
+    """The heads list of the report.json already in ``out`` ([] if none or unreadable)."""
+    try:
+        return list(json.loads((out / "report.json").read_text()).get("heads") or [])
+    except (OSError, ValueError, AttributeError):
+        return []
 
 
 def write_report(
@@ -67,7 +83,7 @@ def write_report(
     from maxbench.benchmark.reproduce.flipped import flip_rows, flip_section
 
     pairs = Pairs(n_resamples, out / PAIRS)
-    rep = build(paper, runs, pairs)
+    rep = build(paper, runs, pairs, _committed_heads(out))
     rep.controls = check_controls(paper, out)
     for ctrl in rep.controls:  # the run cell each control controls says so
         spec = ctrl.spec
@@ -82,6 +98,9 @@ def write_report(
     trace_path = out / TRACE
     rep.trace = json.loads(trace_path.read_text()) if trace_path.exists() else None
     rep.warnings = signature_warnings(paper, runs)
+    for line in missing_baselines(runs, rep.evidence.scores, rep.cells):
+        print(f"warning: {line}", file=sys.stderr)
+        rep.warnings.append(line)
     rep.flipped = flip_rows(list(flips))
     paths = exports.write(rep, out, flip_section(list(flips), rep.flipped))
     pairs.save()

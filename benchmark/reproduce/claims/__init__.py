@@ -8,8 +8,9 @@ A new kind is one new module here that defines a ``ClaimKind`` subclass, and its
 ``kinds.CLAIM_KINDS`` (the names a paper file may use). The
 verdict rules themselves are ``verdicts.RULES`` and are the same for every kind.
 
-- ``difference`` (``difference.py``): each score's paired difference, method - baseline, in % of
-  the baseline, folds combined, correlated scores summarised, against every competitor;
+- ``difference`` (``difference.py``): each score's paired difference, method - baseline, and its
+  relative effect method / baseline - 1 on the log-ratio scale, folds combined, correlated scores
+  summarised, against every competitor;
 - ``ratio`` (``ratio.py``): a ratio measured per fold (CPU time per token, an adapter's training
   time), judged as ratio - 1;
 - ``correlation`` (``correlation.py``): Pearson's r over the text sources, judged on r;
@@ -24,13 +25,13 @@ from maxbench.benchmark.reproduce.cells import CellVerdict, Row
 from maxbench.benchmark.reproduce.evidence import Evidence
 from maxbench.benchmark.reproduce.kinds import kind_of
 from maxbench.benchmark.reproduce.papers import Claim, Paper
-from maxbench.benchmark.reproduce.verdicts import NEGLIGIBLE, NOT_COMPARABLE, Estimate
+from maxbench.benchmark.reproduce.verdicts import LEVEL, NEGLIGIBLE, NOT_COMPARABLE, Estimate
 from maxbench.document import Cell, Table, num
 
 
 class ClaimKind:
     """One kind of claim. ``cells`` is the one method a kind must define; the rest have the
-    defaults of a relative difference in % of the baseline."""
+    defaults of a relative effect, method / baseline - 1, judged on its log-ratio interval."""
 
     #: the name a paper file gives as ``kind``
     name: str = ""
@@ -38,12 +39,15 @@ class ClaimKind:
     scale: str = "%"
     #: the negligible band on that scale
     band: float = NEGLIGIBLE
-    #: whether its cells are points of the differences plot (in % of the baseline)
+    #: whether its cells are points of the differences plot (relative effects, in %)
     plotted: bool = True
     #: whether its rows join the table of rows in the diagnostics section
     in_rows_table: bool = True
     #: whether its scores are scores of the protocol's metrics (checked before anything runs)
     reads_scores: bool = True
+    #: whether a claim of this kind compares its methods with a baseline (a paper file's claim without
+    #: one is one line naming the claim, exit 2)
+    needs_baseline: bool = True
 
     # -- what a paper file says
 
@@ -74,9 +78,10 @@ class ClaimKind:
         are judged by ``judge.decide_cells``; a cell without is decided here)."""
         raise NotImplementedError
 
-    def interval(self, est: Estimate) -> tuple[float | None, float | None]:
-        """A comparison's interval on the scale the verdict is decided on."""
-        return est.low, est.high
+    def interval(self, est: Estimate, level: float = LEVEL) -> tuple[float | None, float | None]:
+        """A comparison's interval on the scale the verdict is decided on (at ``level``: a family's
+        Bonferroni-widened level, ``Estimate.widened``)."""
+        return est.widened(level)
 
     # -- how the report shows it
 

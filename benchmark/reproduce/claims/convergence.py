@@ -42,6 +42,7 @@ def convergence(run: RunSpec, system: str, T: int) -> dict:
 
 class Convergence(ClaimKind):
     name = "convergence"
+    needs_baseline = False
     plotted = False
     in_rows_table = False
     reads_scores = False

@@ -15,7 +15,7 @@ from maxbench.benchmark.reproduce.cells import CellVerdict, Comparison, Row
 from maxbench.benchmark.reproduce.claims import ClaimKind
 from maxbench.benchmark.reproduce.evidence import Evidence, metric_of, signature
 from maxbench.benchmark.reproduce.papers import SETTING_SEP, Claim, Paper
-from maxbench.benchmark.reproduce.verdicts import NEGLIGIBLE_R, Estimate, summarise
+from maxbench.benchmark.reproduce.verdicts import LEVEL, NEGLIGIBLE_R, Estimate, summarise
 from maxbench.document import Cell, Table, num
 
 HUMAN = "human"
@@ -81,6 +81,7 @@ def _tanh(x: float | None) -> float | None:
 
 class Correlation(ClaimKind):
     name = "correlation"
+    needs_baseline = False
     scale = "r"
     band = NEGLIGIBLE_R
     plotted = False
@@ -151,9 +152,10 @@ class Correlation(ClaimKind):
             )
         return rows, cells
 
-    def interval(self, est: Estimate) -> tuple[float | None, float | None]:
+    def interval(self, est: Estimate, level: float = LEVEL) -> tuple[float | None, float | None]:
         """Back from Fisher's z to r."""
-        return (None, None) if est.low is None else (math.tanh(est.low), math.tanh(est.high))
+        lo, hi = est.widened(level)
+        return (None, None) if lo is None else (math.tanh(lo), math.tanh(hi))
 
     def paper_text(self, c: CellVerdict) -> str:
         return "n/a" if c.paper_relative is None else f"r {c.paper_relative:+.3f}"

@@ -1,8 +1,9 @@
 """``kind = "difference"``: a method against one or more competitors on some scores of the same
 texts. Per run (fold), each score's paired difference (method - baseline) and its interval, from
-the run's ``scores.json`` against the run's baseline, else from ``pairs.json``; in % of the fold's
-baseline value; folds combined by ``verdicts.combine_folds``; a comparison's correlated scores
-summarised by ``verdicts.summarise``; one cell per base model x corpus x method, with one
+the run's ``scores.json`` against the run's baseline, else from ``pairs.json``; and its relative
+effect method / baseline - 1 on the log-ratio scale from the per-prompt data (``evidence.log_ratio``);
+folds combined by ``verdicts.combine_folds`` (the log-ratios, then back to ratio - 1: an interval in
+(-100%, +inf)); a comparison's correlated scores summarised on the log scale by ``verdicts.summarise``; one cell per base model x corpus x method, with one
 comparison per competitor. The paper's metric comes first; maxbench's variant of it (``also``) is a
 row beside it, outside the verdict."""
 
@@ -12,10 +13,18 @@ import math
 
 from maxbench.benchmark.reproduce.cells import CellVerdict, Comparison, Row
 from maxbench.benchmark.reproduce.claims import ClaimKind
-from maxbench.benchmark.reproduce.evidence import Evidence, fold_value, metric_of, n_prompts, paired_difference, runs_of
+from maxbench.benchmark.reproduce.evidence import (
+    Evidence,
+    fold_value,
+    log_ratio,
+    metric_of,
+    n_prompts,
+    paired_difference,
+    runs_of,
+)
 from maxbench.benchmark.reproduce.papers import Claim, Paper
 from maxbench.benchmark.reproduce.protocol import RunSpec
-from maxbench.benchmark.reproduce.verdicts import Estimate, combine_folds, summarise
+from maxbench.benchmark.reproduce.verdicts import Estimate, combine_folds, relative, summarise
 
 
 def mean_sd(values: list[float | None]) -> tuple[float | None, float | None]:
@@ -93,20 +102,27 @@ class Difference(ClaimKind):
         diffs, rels = [], []
         m_vals = [fold_value(r, d, method, score) for r, d in docs]
         b_vals = [fold_value(r, d, baseline, score) for r, d in docs]
-        for (r, d), b in zip(docs, b_vals):
+        why = ""
+        for r, d in docs:
             got = paired_difference(r, d, method, baseline, score, evidence.pairs)
             diffs.append(got if got is not None else (None, None, None))
-            if got is None or b is None or not b or None in got:
-                rels.append((None, None, None))
-            else:
-                rels.append(tuple(x / abs(b) for x in got))
-        row.diff, row.rel = combine_folds(diffs), combine_folds(rels)
+            lr, how = (
+                (None, "")
+                if got is None or None in got
+                else log_ratio(r, d, method, baseline, score, got, evidence.pairs.n_resamples)
+            )
+            rels.append(lr if lr is not None else (None, None, None))
+            why = why or (how if lr is None else "")
+        row.diff = combine_folds(diffs)
+        row.rel = relative(combine_folds(rels))
         row.method_mean, row.method_sd = mean_sd(m_vals)
         row.baseline_mean, row.baseline_sd = mean_sd(b_vals)
         if docs and not any(metric_of(d, score) for _, d in docs):
             row.note = f"score '{score}' is not in the runs' scores.json"
         elif docs and any(b == 0 for b in b_vals if b is not None):
             row.note = "the baseline's value is 0: no relative scale"
+        elif why and row.diff.defined:
+            row.note = why
 
     def cell(self, claim: Claim, model: str, corpus: str, method: str, parts, diagnostic: bool) -> CellVerdict:
         """The cell of one method on one base model and corpus against each of its competitors."""
