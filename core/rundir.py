@@ -405,6 +405,9 @@ class RunPlan:
     #: model options of one model each (a lineup's ``[model_args."MODEL"]``): base model -> options;
     #: ``model_args`` overrides them key by key. Part of the identity only when given, as above
     per_model_args: dict = field(default_factory=dict)
+    #: the lineup's sweeps, ``{name: {knob, values, systems}}`` (``Sweep.record``): kept in the manifest
+    #: under ``sweeps`` and brought up to date with the lineup, not part of the identity
+    sweeps: dict = field(default_factory=dict)
 
     def options_for(self, model: str) -> dict:
         """The options ``model`` (a ``SystemSpec.model``) is loaded with: its own, then ``model_args``."""
@@ -558,6 +561,7 @@ def _check_or_write_manifest(plan: RunPlan, extra: dict) -> dict:
         "seed_rule": "sha256(f'{seed}:{prompt_id}:{sample}')[:4] as big-endian int",
         "systems": {s.name: system_entry(s) for s in plan.systems},
     } | extra
+    manifest = with_sweeps(manifest, plan)
     write_manifest(plan.run_dir, manifest)
     return manifest
 
@@ -599,6 +603,8 @@ def apply_lineup(plan: RunPlan) -> dict | None:
         # the lineup as recorded: only rows of a system listed again can be out of place (in the removed file)
         back = _move_rows(plan, scan=before != names)
         if before == names:
+            if with_sweeps(manifest, plan) != manifest:  # the same systems, grouped into sweeps otherwise
+                atomic_write(path, json.dumps(with_sweeps(manifest, plan), indent=1) + "\n")
             return None
         old = generated_systems(manifest)
         added = [n for n in names if n not in before]
@@ -612,8 +618,14 @@ def apply_lineup(plan: RunPlan) -> dict | None:
             manifest["removed_systems"] = gone
         change = {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "added": added, "removed": removed}
         manifest["lineup_changes"] = [*(manifest.get("lineup_changes") or []), change]
-        write_manifest(plan.run_dir, manifest)
+        write_manifest(plan.run_dir, with_sweeps(manifest, plan))
         return {"added": added, "removed": removed, "restored": [n for n in added if n in back]}
+
+
+def with_sweeps(manifest: dict, plan: RunPlan) -> dict:
+    """``manifest`` with the plan's sweeps under ``sweeps`` (no key when it has none)."""
+    out = {k: v for k, v in manifest.items() if k != "sweeps"}
+    return out | {"sweeps": plan.sweeps} if plan.sweeps else out
 
 
 def _move_rows(plan: RunPlan, scan: bool = True) -> set:

@@ -143,3 +143,47 @@ def test_a_dropped_system_keeps_its_rows_aside_and_gets_them_back(tmp_path, run,
     )  # fmt: skip
     assert rc == 2 and "was made by a different run" in err and "shares none" in err
     assert gen.read_bytes() == full
+
+
+def _sweep_lineup(tmp_path, name, temps):
+    path = tmp_path / f"{name}.toml"
+    path.write_text(
+        'name = "t"\nsuite = "smoke"\nsamples = 1\nbatch_size = 2\nmetrics = ["distinct", "rep"]\nsystems = [\n'
+        f'  {{ system = "{OLD[0]}", sweep = {{ temp = {json.dumps(temps)} }} }},\n]\n'
+    )
+    return path
+
+
+def test_a_sweep_point_added_to_a_finished_run_decodes_only_that_point(tmp_path, run, spies):
+    run(_sweep_lineup(tmp_path, "a", [0.7, 1.3]))
+    r = tmp_path / "runs" / "r"
+    gen = r / "generations.jsonl"
+    before = gen.read_bytes()
+    name = "tiny-random/softmax/temp=*,top_p=0.9,max_new_tokens=8"
+    manifest = json.loads((r / "manifest.json").read_text())
+    assert manifest["sweeps"][name]["values"] == [0.7, 1.3]
+    spies["decode"].clear()
+
+    err = run(_sweep_lineup(tmp_path, "b", [0.7, 1.0, 1.3]))
+    point = "tiny-random/softmax/top_p=0.9,max_new_tokens=8"  # temp=1.0: the base system itself
+    assert "added " + point in err
+    # decoded: the new point's two batches of two prompts, nothing else
+    assert spies["decode"] == [("top_p=0.9,max_new_tokens=8", 2)] * 2
+    # the other points' rows kept byte for byte (the file in the lineup's order: the new point in the middle)
+    old_lines, new_lines = before.splitlines(), gen.read_bytes().splitlines()
+    assert set(old_lines) <= set(new_lines) and len(new_lines) == len(old_lines) + 4
+    assert [json.loads(line)["system"] for line in new_lines][4:8] == [point] * 4
+    manifest = json.loads((r / "manifest.json").read_text())
+    assert manifest["sweeps"] == {
+        name: {
+            "knob": "temp",
+            "values": [0.7, 1.0, 1.3],
+            "systems": [
+                "tiny-random/softmax/temp=0.7,top_p=0.9,max_new_tokens=8",
+                point,
+                "tiny-random/softmax/temp=1.3,top_p=0.9,max_new_tokens=8",
+            ],
+        }
+    }
+    assert [(c["added"], c["removed"]) for c in manifest["lineup_changes"]] == [([point], [])]
+    assert set(json.loads((r / "scores.json").read_text())["systems"]) == set(manifest["sweeps"][name]["systems"])

@@ -173,7 +173,14 @@ def test_run_dir_of_another_registry_is_refused(tmp_path, cli):
 def test_builtin_lineups_are_valid():
     from maxbench.benchmark.run.lineup import builtin_lineups, load_lineup
 
-    assert list(builtin_lineups()) == ["base-lms", "conditional", "decoding-baselines", "default", "lambda-sweep"]
+    assert list(builtin_lineups()) == [
+        "base-lms",
+        "conditional",
+        "decoding-baselines",
+        "default",
+        "frontier",
+        "lambda-sweep",
+    ]
     conditional = load_lineup("conditional")
     assert conditional.suite == "food-attrs" and "attr-acc" in conditional.metrics
     assert [s.adapter for s in conditional.systems] == [None, "lora", "prefix", "fctg"]

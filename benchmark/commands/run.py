@@ -115,6 +115,7 @@ def cmd_run(args) -> int:
         registry=reg.name,
         model_args=parse_model_args(args.model_args),
         per_model_args=reg.model_args,
+        sweeps={name: sweep.record() for name, sweep in reg.sweeps.items()},
     )
     outputs = () if shard is not None else ((out_dir, "--out"),)
     invocation = os.environ.get(INVOCATION_ENV) or new_invocation()
