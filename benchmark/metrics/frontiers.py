@@ -1,0 +1,381 @@
+"""The statistics of frontiers: systems compared along their own sweeps, not at one point each.
+
+A sweep's points, in the knob's order, are a curve in a plane of two scores: ``x`` the matching
+score (a diversity score by default), ``y`` the quality score. Everything here works on the curves'
+per-prompt values, so that one bootstrap resample of prompts moves every point of every curve at
+once (the same prompt indices for all of them, as ``stats.paired_test`` resamples two systems):
+
+- **Matched comparison.** Each curve's quality at a value ``x*`` of the matching score, by linear
+  interpolation between adjacent points in the knob's order: on a segment ``k`` whose ends bracket
+  ``x*`` (``x_k <= x* <= x_k+1`` or the reverse), ``y = y_k + (x* - x_k) / (x_k+1 - x_k) * (y_k+1 - y_k)``.
+  A curve that is not monotone in ``x`` may bracket ``x*`` on several segments: each is reported, and
+  the difference is given for each pair of segments. A curve whose points do not reach ``x*`` has no
+  value there: the comparison says "no overlap" and never extrapolates. The interval is the
+  percentile interval over resamples of prompts; a resample evaluates the same segment's line at
+  ``x*`` (the estimator is the line through the two points, a smooth function of their means, so the
+  percentile bootstrap applies to it as to any smooth statistic).
+- **Dominance.** On a grid over the shared range of ``x``, the advantage of curve A over curve B: the
+  difference of their best interpolated quality at each ``x`` (best by the quality score's goal,
+  among the segments bracketing that ``x``), with pointwise intervals. Where the interval lies above
+  0, A dominates; below 0, B; where the estimate changes sign, the curves cross, and the stretch of
+  ``x`` around the crossing where the interval holds 0 bounds where the crossing is.
+- **Tuning budget.** The expected best quality found with ``N`` points drawn at random, without
+  replacement, from a sweep of ``K`` points, for ``N = 1..K`` (closed form): with the points' values
+  sorted from worst to best by the goal, ``v_(1), ..., v_(K)``, the best of ``N`` draws is ``v_(i)`` with
+  probability ``C(i-1, N-1) / C(K, N)``, so ``E[best of N] = sum_i v_(i) C(i-1, N-1) / C(K, N)``.
+
+Resampling a score through its per-prompt values is exact only where the score is the mean of its
+per-prompt values (a mean of per-text values with one text per prompt, or with each prompt's texts
+equally many: BLEU-n, Self-BLEU with its pool fixed, per-text distinct-n, ROUGE, METEOR). A corpus-level
+score (MAUVE, corpus distinct-n, perplexity over all tokens) has per-prompt values that do not add up
+to it, or none: its points are drawn instead from a normal distribution with the standard error that
+its own stored interval implies (``(high - low) / (2 z)``), each point independently of the others.
+That ignores the correlation between points scored on the same prompts, and says so in the method.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from math import comb
+
+import numpy as np
+import scipy.stats
+
+from maxbench.intervals import ConfidenceInterval
+
+#: a quality score's goal: higher is better, lower is better, or closest to the human value
+GOALS = ("higher", "lower", "closest")
+
+JOINT_METHOD = "percentile bootstrap over prompts, resampled jointly for every point of both curves"
+NORMAL_METHOD = (
+    "parametric bootstrap: each point drawn from a normal with the standard error its own interval implies, "
+    "points independent (a score without per-prompt values that add up to it)"
+)
+#: points on the shared range of x where dominance is evaluated
+GRID = 41
+
+
+@dataclass(frozen=True)
+class Samples:
+    """One score at each point of one curve, as a resampler sees it.
+
+    ``per_prompt`` is (P, K): each point's value on each prompt (NaN where undefined), columns in the
+    knob's order, rows in the run's one prompt order; None where the score's per-prompt values do not
+    add up to it. Then ``value`` (K,) and ``se`` (K,) (the standard error its interval implies) are used.
+    """
+
+    value: np.ndarray
+    per_prompt: np.ndarray | None = None
+    se: np.ndarray | None = None
+
+    def draw(self, weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """The score at each point under each row of prompt weights (R, P): (R, K)."""
+        if self.per_prompt is not None:
+            defined = np.isfinite(self.per_prompt)
+            vals = np.where(defined, self.per_prompt, 0.0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return (weights @ vals) / (weights @ defined.astype(np.float64))
+        se = np.zeros_like(self.value) if self.se is None else np.nan_to_num(self.se, nan=0.0)
+        return self.value[None, :] + se[None, :] * rng.standard_normal((weights.shape[0], self.value.size))
+
+    @property
+    def joint(self) -> bool:
+        return self.per_prompt is not None
+
+
+def samples_from_per_prompt(per_prompt: np.ndarray) -> Samples:
+    """Samples of a score that is the mean of its per-prompt values (columns: points)."""
+    per_prompt = np.asarray(per_prompt, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        value = np.nanmean(np.where(np.isfinite(per_prompt), per_prompt, np.nan), axis=0)
+    return Samples(value, per_prompt)
+
+
+def se_from_interval(low: float | None, high: float | None, level: float) -> float:
+    """The standard error a normal interval of this width at ``level`` would have (NaN without one)."""
+    if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)):
+        return math.nan
+    return (high - low) / (2 * float(scipy.stats.norm.ppf(0.5 + level / 2)))
+
+
+@dataclass(frozen=True)
+class Curve:
+    """A sweep drawn in a plane: ``x`` the matching score, ``y`` the quality score, in the knob's order."""
+
+    name: str
+    knob: str
+    values: tuple
+    systems: tuple
+    x: Samples
+    y: Samples
+
+    @property
+    def n_points(self) -> int:
+        return len(self.systems)
+
+
+def weights(n_prompts: int, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """(R, P) counts of each prompt in each resample (prompts drawn with replacement)."""
+    idx = rng.integers(0, n_prompts, size=(n_resamples, n_prompts))
+    flat = (np.arange(n_resamples)[:, None] * n_prompts + idx).ravel()
+    return np.bincount(flat, minlength=n_resamples * n_prompts).reshape(n_resamples, n_prompts).astype(np.float64)
+
+
+def bracketing(x: np.ndarray, target: float) -> list[int]:
+    """The segments ``k`` (between points k and k+1) whose ends bracket ``target``; a target equal to
+    a point's value is reported once, on the first segment that ends there."""
+    out = []
+    for k in range(len(x) - 1):
+        a, b = x[k], x[k + 1]
+        if not (math.isfinite(a) and math.isfinite(b)) or a == b:
+            continue
+        if min(a, b) <= target <= max(a, b):
+            if out and out[-1] == k - 1 and x[k] == target:
+                continue  # the point shared with the previous segment, already reported
+            out.append(k)
+    return out
+
+
+def on_segment(x: np.ndarray, y: np.ndarray, k: int, target: float) -> np.ndarray:
+    """The line through points k and k+1 at ``target`` (x, y: (..., K)); NaN where the points share x."""
+    x0, x1, y0, y1 = x[..., k], x[..., k + 1], y[..., k], y[..., k + 1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = (target - x0) / (x1 - x0)
+        return np.where(x1 != x0, y0 + t * (y1 - y0), np.nan)
+
+
+def percentile(dist: np.ndarray, level: float) -> ConfidenceInterval | None:
+    """Percentile interval of a bootstrap distribution (its finite values) along axis 0."""
+    dist = np.asarray(dist, dtype=np.float64)
+    alpha = (1 - level) / 2
+    finite = dist[np.isfinite(dist)]
+    if finite.size < 2:
+        return None
+    return ConfidenceInterval(float(np.quantile(finite, alpha)), float(np.quantile(finite, 1 - alpha)))
+
+
+@dataclass(frozen=True)
+class SegmentValue:
+    """A curve's quality at the matched value on one segment: between ``knob_values`` (its ends)."""
+
+    segment: int
+    knob_values: tuple
+    estimate: float
+    interval: ConfidenceInterval | None
+
+
+@dataclass(frozen=True)
+class Difference:
+    """Curve A's quality minus curve B's at the matched value, on A's segment ``a`` and B's ``b``."""
+
+    a: int
+    b: int
+    estimate: float
+    interval: ConfidenceInterval | None
+
+
+@dataclass(frozen=True)
+class Matched:
+    """A matched comparison of curve ``a`` with curve ``b`` at ``target`` of the matching score."""
+
+    a: str
+    b: str
+    target: float
+    a_segments: tuple[SegmentValue, ...]
+    b_segments: tuple[SegmentValue, ...]
+    differences: tuple[Difference, ...]
+    method: str
+    level: float
+    n_resamples: int
+
+    @property
+    def overlap(self) -> bool:
+        return bool(self.a_segments and self.b_segments)
+
+
+def _method(*samples: Samples) -> str:
+    return JOINT_METHOD if all(s.joint for s in samples) else NORMAL_METHOD
+
+
+def _draws(curves, n_resamples, seed):
+    """Resampled (x, y) of each curve, all from one draw of prompt weights: [(R, K), (R, K)] per curve."""
+    rng = np.random.default_rng(seed)
+    n_prompts = next((s.per_prompt.shape[0] for c in curves for s in (c.x, c.y) if s.per_prompt is not None), 1)
+    w = weights(n_prompts, n_resamples, rng)
+    return [(c.x.draw(w, rng), c.y.draw(w, rng)) for c in curves]
+
+
+def matched(
+    a: Curve, b: Curve, target: float, n_resamples: int = 1000, seed: int = 0, level: float = 0.95
+) -> Matched:
+    """Compare curves ``a`` and ``b`` at ``target`` of the matching score (module docstring)."""
+    (ax, ay), (bx, by) = _draws([a, b], n_resamples, seed)
+    method = _method(a.x, a.y, b.x, b.y)
+
+    def segments(curve, rx, ry):
+        out, dists = [], {}
+        for k in bracketing(curve.x.value, target):
+            est = float(on_segment(curve.x.value, curve.y.value, k, target))
+            dist = on_segment(rx, ry, k, target)
+            dists[k] = dist
+            out.append(SegmentValue(k, (curve.values[k], curve.values[k + 1]), est, percentile(dist, level)))
+        return tuple(out), dists
+
+    a_seg, a_dist = segments(a, ax, ay)
+    b_seg, b_dist = segments(b, bx, by)
+    diffs = tuple(
+        Difference(sa.segment, sb.segment, sa.estimate - sb.estimate,
+                   percentile(a_dist[sa.segment] - b_dist[sb.segment], level))
+        for sa in a_seg
+        for sb in b_seg
+    )  # fmt: skip
+    return Matched(a.name, b.name, target, a_seg, b_seg, diffs, method, level, n_resamples)
+
+
+def advantage(y: np.ndarray, goal: str, human: float | None = None) -> np.ndarray:
+    """Quality on a scale where more is better: ``y``, ``-y``, or ``-|y - human|`` by the goal."""
+    if goal == "higher":
+        return y
+    if goal == "lower":
+        return -y
+    if goal == "closest":
+        if human is None or not math.isfinite(human):
+            raise ValueError("a closest-to-human goal needs the human value")
+        return -np.abs(y - human)
+    raise ValueError(f"unknown goal {goal!r}; expected one of {', '.join(GOALS)}")
+
+
+def _best_on_curve(x, y, segs, grid_x, goal, human):
+    """(…, G) best advantage at each grid x among each grid point's segments (NaN where none)."""
+    out = np.full(x.shape[:-1] + (len(grid_x),), np.nan)
+    for g, (gx, ks) in enumerate(zip(grid_x, segs)):
+        if ks:
+            vals = np.stack([advantage(on_segment(x, y, k, gx), goal, human) for k in ks], axis=-1)
+            with np.errstate(invalid="ignore"):
+                out[..., g] = np.nanmax(vals, axis=-1) if vals.ndim > 1 else vals
+    return out
+
+
+@dataclass(frozen=True)
+class Stretch:
+    """A stretch ``[low, high]`` of the matching score where one verdict holds: ``a``, ``b`` (that
+    curve is better, its interval excludes 0) or ``neither``."""
+
+    low: float
+    high: float
+    better: str
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """Where the curves cross: the estimate of x, and the stretch around it where the interval holds 0."""
+
+    x: float
+    interval: ConfidenceInterval
+
+
+@dataclass(frozen=True)
+class Dominance:
+    """Curve ``a`` against curve ``b`` over their shared range of the matching score."""
+
+    a: str
+    b: str
+    shared: tuple[float, float] | None
+    grid: tuple[float, ...]
+    advantage: tuple[float, ...]
+    intervals: tuple[ConfidenceInterval | None, ...]
+    stretches: tuple[Stretch, ...]
+    crossings: tuple[Crossing, ...]
+    method: str
+
+    @property
+    def verdict(self) -> str:
+        if self.shared is None:
+            return "no overlap"
+        kinds = {s.better for s in self.stretches}
+        if kinds == {"a"}:
+            return f"{self.a} dominates"
+        if kinds == {"b"}:
+            return f"{self.b} dominates"
+        if self.crossings:
+            return "the curves cross"
+        return "neither dominates throughout"
+
+
+def dominance(
+    a: Curve,
+    b: Curve,
+    goal: str,
+    human: float | None = None,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+    grid: int = GRID,
+) -> Dominance:
+    """Where curve ``a`` lies above curve ``b`` (better by ``goal``) over the shared range (module docstring)."""
+    method = _method(a.x, a.y, b.x, b.y)
+    xa, xb = a.x.value[np.isfinite(a.x.value)], b.x.value[np.isfinite(b.x.value)]
+    if not (xa.size and xb.size):
+        return Dominance(a.name, b.name, None, (), (), (), (), (), method)
+    low, high = max(xa.min(), xb.min()), min(xa.max(), xb.max())
+    if low > high:
+        return Dominance(a.name, b.name, None, (), (), (), (), (), method)
+    gx = np.linspace(low, high, grid) if high > low else np.array([low])
+    sa = [bracketing(a.x.value, v) for v in gx]
+    sb = [bracketing(b.x.value, v) for v in gx]
+    (ax, ay), (bx, by) = _draws([a, b], n_resamples, seed)
+    est = _best_on_curve(a.x.value, a.y.value, sa, gx, goal, human) - _best_on_curve(
+        b.x.value, b.y.value, sb, gx, goal, human
+    )
+    dist = _best_on_curve(ax, ay, sa, gx, goal, human) - _best_on_curve(bx, by, sb, gx, goal, human)
+    cis = [percentile(dist[:, g], level) for g in range(len(gx))]
+
+    def verdict(ci):
+        if ci is None or ci.low <= 0 <= ci.high:
+            return "neither"
+        return "a" if ci.low > 0 else "b"
+
+    stretches: list[Stretch] = []
+    for g, ci in enumerate(cis):
+        v = verdict(ci)
+        if stretches and stretches[-1].better == v:
+            stretches[-1] = Stretch(stretches[-1].low, float(gx[g]), v)
+        else:
+            stretches.append(Stretch(float(gx[g]), float(gx[g]), v))
+    crossings = []
+    for g in range(len(gx) - 1):
+        e0, e1 = est[g], est[g + 1]
+        if np.isfinite(e0) and np.isfinite(e1) and (e0 == 0 or e0 * e1 < 0):
+            cx = float(gx[g] if e0 == 0 else gx[g] + e0 / (e0 - e1) * (gx[g + 1] - gx[g]))
+            lo, hi = g, g + 1
+            while lo > 0 and verdict(cis[lo - 1]) == "neither" and verdict(cis[lo]) == "neither":
+                lo -= 1
+            while hi < len(gx) - 1 and verdict(cis[hi + 1]) == "neither" and verdict(cis[hi]) == "neither":
+                hi += 1
+            crossings.append(Crossing(cx, ConfidenceInterval(float(gx[lo]), float(gx[hi]))))
+    return Dominance(
+        a.name,
+        b.name,
+        (float(low), float(high)),
+        tuple(float(v) for v in gx),
+        tuple(float(v) for v in est),
+        tuple(cis),
+        tuple(stretches),
+        tuple(crossings),
+        method,
+    )
+
+
+def expected_best(values, goal: str, human: float | None = None) -> list[float]:
+    """E[best of N points drawn without replacement] for N = 1..K, on the score's own scale
+    (module docstring's closed form); undefined values (NaN, None) are left out of the sweep."""
+    vals = np.array([v for v in values if v is not None and math.isfinite(v)], dtype=np.float64)
+    k = vals.size
+    order = np.argsort(advantage(vals, goal, human), kind="stable")
+    ranked = vals[order]  # worst to best
+    out = []
+    for n in range(1, k + 1):
+        probs = np.array([comb(i - 1, n - 1) for i in range(1, k + 1)], dtype=np.float64) / comb(k, n)
+        out.append(float(probs @ ranked))
+    return out

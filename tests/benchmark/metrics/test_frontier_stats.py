@@ -1,0 +1,137 @@
+"""The statistics of frontiers: interpolation at a matched value, its joint bootstrap interval and
+its coverage, dominance, and the tuning budget's closed form."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from maxbench.benchmark.metrics import frontiers as fr
+
+
+def constant_curve(name, xs, ys, n_prompts=8):
+    """A curve whose every prompt scores each point's value: its intervals are points."""
+    xs, ys = np.asarray(xs, float), np.asarray(ys, float)
+    return fr.Curve(
+        name,
+        "temp",
+        tuple(range(len(xs))),
+        tuple(f"{name}/{i}" for i in range(len(xs))),
+        fr.samples_from_per_prompt(np.tile(xs, (n_prompts, 1))),
+        fr.samples_from_per_prompt(np.tile(ys, (n_prompts, 1))),
+    )
+
+
+def test_matched_value_is_the_linear_interpolation_between_the_bracketing_points():
+    a = constant_curve("a", [0.1, 0.3, 0.5], [0.9, 0.7, 0.2])
+    b = constant_curve("b", [0.2, 0.6], [0.4, 0.8])
+    m = fr.matched(a, b, 0.4, n_resamples=200)
+    assert [s.segment for s in m.a_segments] == [1] and [s.segment for s in m.b_segments] == [0]
+    assert m.a_segments[0].estimate == pytest.approx(0.45)  # 0.7 + (0.4-0.3)/(0.5-0.3) * (0.2-0.7)
+    assert m.b_segments[0].estimate == pytest.approx(0.6)  # 0.4 + (0.4-0.2)/(0.6-0.2) * (0.8-0.4)
+    (d,) = m.differences
+    assert d.estimate == pytest.approx(-0.15)
+    assert d.interval.low == pytest.approx(-0.15) and d.interval.high == pytest.approx(-0.15)
+    assert m.a_segments[0].knob_values == (1, 2)
+
+
+def test_a_curve_that_brackets_the_value_twice_reports_each_segment_and_each_pair():
+    a = constant_curve("a", [0.1, 0.5, 0.2], [0.2, 0.6, 1.0])  # x goes up, then back
+    b = constant_curve("b", [0.0, 1.0], [0.0, 1.0])
+    m = fr.matched(a, b, 0.3, n_resamples=100)
+    assert [s.segment for s in m.a_segments] == [0, 1]
+    assert [s.estimate for s in m.a_segments] == pytest.approx([0.4, 0.6 + (0.3 - 0.5) / (0.2 - 0.5) * 0.4])
+    assert [(d.a, d.b) for d in m.differences] == [(0, 0), (1, 0)]
+    assert [d.estimate for d in m.differences] == pytest.approx([0.1, 0.6 + 0.8 / 3 - 0.3])
+
+
+def test_a_value_on_a_point_is_reported_once():
+    a = constant_curve("a", [0.1, 0.3, 0.5], [0.9, 0.7, 0.2])
+    assert fr.bracketing(a.x.value, 0.3) == [0]
+    b = constant_curve("b", [0.0, 1.0], [0.0, 1.0])
+    m = fr.matched(a, b, 0.3, n_resamples=50)
+    assert [s.estimate for s in m.a_segments] == pytest.approx([0.7])
+
+
+def test_curves_that_do_not_reach_the_value_have_no_overlap_and_are_never_extrapolated():
+    a = constant_curve("a", [0.1, 0.3], [0.9, 0.7])
+    b = constant_curve("b", [0.6, 0.9], [0.4, 0.8])
+    m = fr.matched(a, b, 0.4, n_resamples=50)
+    assert not m.overlap and m.differences == () and m.b_segments == ()
+    assert m.a_segments == ()  # 0.4 lies beyond a's last point: no value on the line through it
+    d = fr.dominance(a, b, "higher", n_resamples=50)
+    assert d.shared is None and d.verdict == "no overlap"
+
+
+def simulated(rng, n_sets, n_prompts, mu_x, mu_y, noise=0.08, prompt_effect=0.05):
+    """Per-prompt values (sets, P, K): each point's mean plus a prompt effect shared by every point
+    (the prompts are the same for every point) and noise of its own."""
+    k = len(mu_x)
+    u = rng.standard_normal((n_sets, n_prompts, 1)) * prompt_effect
+    x = mu_x + u + rng.standard_normal((n_sets, n_prompts, k)) * noise
+    y = mu_y + 0.5 * u + rng.standard_normal((n_sets, n_prompts, k)) * noise
+    return x, y
+
+
+def test_the_matched_difference_s_95_percent_interval_covers_the_truth_in_95_percent_of_simulated_data_sets():
+    """600 simulated data sets (>= 400), 60 prompts, 1000 resamples each: the interval of A minus B at
+    the matched value covers the difference computed on the points' true means in 95% +- 3%."""
+    rng = np.random.default_rng(7)
+    n_sets, n_prompts, target = 600, 60, 0.45
+    ax_mu, ay_mu = np.array([0.2, 0.4, 0.6, 0.8]), np.array([0.9, 0.8, 0.55, 0.3])
+    bx_mu, by_mu = np.array([0.3, 0.5, 0.7]), np.array([0.7, 0.6, 0.4])
+    truth = (0.8 + (target - 0.4) / 0.2 * (0.55 - 0.8)) - (0.7 + (target - 0.3) / 0.2 * (0.6 - 0.7))
+    ax, ay = simulated(rng, n_sets, n_prompts, ax_mu, ay_mu)
+    bx, by = simulated(rng, n_sets, n_prompts, bx_mu, by_mu)
+    covered = 0
+    for i in range(n_sets):
+        a = fr.Curve("a", "t", (1, 2, 3, 4), ("a1", "a2", "a3", "a4"),
+                     fr.samples_from_per_prompt(ax[i]), fr.samples_from_per_prompt(ay[i]))  # fmt: skip
+        b = fr.Curve("b", "t", (1, 2, 3), ("b1", "b2", "b3"),
+                     fr.samples_from_per_prompt(bx[i]), fr.samples_from_per_prompt(by[i]))  # fmt: skip
+        m = fr.matched(a, b, target, n_resamples=1000, seed=i)
+        assert m.method == fr.JOINT_METHOD
+        d = next(d for d in m.differences if (d.a, d.b) == (1, 0))  # the segments the true curves bracket on
+        covered += d.interval.low <= truth <= d.interval.high
+    print(f"coverage {covered / n_sets:.4f} over {n_sets} data sets")
+    assert 0.92 <= covered / n_sets <= 0.98, covered / n_sets
+
+
+def test_points_without_additive_per_prompt_values_are_drawn_from_their_own_intervals():
+    s = fr.Samples(np.array([0.5, 0.6]), None, np.array([0.01, 0.0]))
+    draws = s.draw(np.ones((4000, 3)), np.random.default_rng(0))
+    assert draws[:, 0].std() == pytest.approx(0.01, rel=0.05) and np.all(draws[:, 1] == 0.6)
+    assert fr.se_from_interval(0.4, 0.6, 0.95) == pytest.approx(0.1 / 1.959964, rel=1e-6)
+    a = fr.Curve("a", "t", (1, 2), ("a1", "a2"), s, s)
+    b = constant_curve("b", [0.0, 1.0], [0.0, 1.0])
+    assert fr.matched(a, b, 0.55, n_resamples=50).method == fr.NORMAL_METHOD
+
+
+def test_a_curve_above_the_other_over_the_shared_range_dominates_and_crossing_curves_cross_where_they_meet():
+    a = constant_curve("a", [0.0, 0.5, 1.0], [0.6, 0.7, 0.8])
+    b = constant_curve("b", [0.2, 1.2], [0.2, 0.4])
+    d = fr.dominance(a, b, "higher", n_resamples=50)
+    assert d.shared == pytest.approx((0.2, 1.0)) and d.verdict == "a dominates" and not d.crossings
+    assert fr.dominance(a, b, "lower", n_resamples=50).verdict == "b dominates"
+    c = constant_curve("c", [0.0, 1.0], [1.0, 0.0])  # meets a (0.6 + 0.2x on [0, 1]) at x = 1/3
+    d = fr.dominance(a, c, "higher", n_resamples=50, grid=31)
+    assert d.verdict == "the curves cross"
+    (cross,) = d.crossings
+    assert cross.x == pytest.approx(1 / 3, abs=1e-9)
+    assert cross.interval.low <= 1 / 3 <= cross.interval.high
+    assert [s.better for s in d.stretches] == ["b", "neither", "a"]
+
+
+@pytest.mark.parametrize("goal", ["higher", "lower", "closest"])
+def test_the_expected_best_of_n_draws_equals_the_mean_over_every_subset_of_n_points(goal):
+    values = [0.31, 0.12, 0.5, 0.44, 0.27, math.nan]  # an undefined point is not a setting one can draw
+    human = 0.3
+    defined = [v for v in values if math.isfinite(v)]
+    curve = fr.expected_best(values, goal, human)
+    assert len(curve) == len(defined)
+    for n in range(1, len(defined) + 1):
+        subsets = list(itertools.combinations(defined, n))
+        key = {"higher": lambda v: v, "lower": lambda v: -v, "closest": lambda v: -abs(v - human)}[goal]
+        brute = sum(max(s, key=key) for s in subsets) / len(subsets)
+        assert curve[n - 1] == pytest.approx(brute)
