@@ -206,9 +206,7 @@ def _draws(curves, n_resamples, seed):
     return [(c.x.draw(w, rng), c.y.draw(w, rng)) for c in curves]
 
 
-def matched(
-    a: Curve, b: Curve, target: float, n_resamples: int = 1000, seed: int = 0, level: float = 0.95
-) -> Matched:
+def matched(a: Curve, b: Curve, target: float, n_resamples: int = 1000, seed: int = 0, level: float = 0.95) -> Matched:
     """Compare curves ``a`` and ``b`` at ``target`` of the matching score (module docstring)."""
     (ax, ay), (bx, by) = _draws([a, b], n_resamples, seed)
     method = _method(a.x, a.y, b.x, b.y)

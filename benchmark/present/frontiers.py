@@ -177,7 +177,11 @@ def _samples(scores: ScoresFile, systems: tuple, name: str, prompts: list[str], 
         pp = e.get("per_prompt") or {}
         col = np.array([pp.get(p) if isinstance(pp.get(p), (int, float)) else np.nan for p in prompts], dtype=float)
         defined = np.isfinite(col)
-        if not math.isfinite(v) or not defined.any() or not math.isclose(col[defined].mean(), v, rel_tol=1e-9, abs_tol=1e-12):
+        if (
+            not math.isfinite(v)
+            or not defined.any()
+            or not math.isclose(col[defined].mean(), v, rel_tol=1e-9, abs_tol=1e-12)
+        ):
             columns = None
             break
         columns.append(col)
@@ -243,14 +247,21 @@ def build(
     elif against not in names:
         raise MaxbenchError(f"--against {against!r}: no such sweep in {run_dir}; its sweeps: {', '.join(names)}")
     boot = scores.bootstrap or {}
-    n_resamples, seed, level = int(boot.get("n_resamples", 1000)), int(boot.get("seed", 0)), float(boot.get("level", 0.95))
+    n_resamples, seed, level = (
+        int(boot.get("n_resamples", 1000)),
+        int(boot.get("seed", 0)),
+        float(boot.get("level", 0.95)),
+    )
     prompts = _prompt_order(scores, sweeps)
     human = human_entry(scores)
     out = []
     for quality, match_name in planes:
         first = next(_score(scores, x, quality) for s in sweeps for x in s.systems if _score(scores, x, quality))
         goal = goal_of(first)
-        hx, hy = _value(((human or {}).get("scores") or {}).get(match_name)), _value(((human or {}).get("scores") or {}).get(quality))
+        hx, hy = (
+            _value(((human or {}).get("scores") or {}).get(match_name)),
+            _value(((human or {}).get("scores") or {}).get(quality)),
+        )
         human_point = (hx, hy) if human is not None and (math.isfinite(hx) or math.isfinite(hy)) else None
         if match is not None:
             target, source = float(match), "the value given (--match)"
@@ -282,8 +293,28 @@ def build(
                 matched.append(fr.matched(c, ref, target, n_resamples, seed, level))
             dominance.append(fr.dominance(c, ref, goal, hy, n_resamples, seed, level))
         budget = {c.name: fr.expected_best(c.y.value.tolist(), goal, hy) for c in curves}
-        entries = {x: (_score(scores, x, match_name) or {}, _score(scores, x, quality) or {}) for s in sweeps for x in s.systems}
-        out.append(Plane(quality, match_name, goal, human_point, target, source, curves, sweeps, entries, matched, dominance, budget, against))
+        entries = {
+            x: (_score(scores, x, match_name) or {}, _score(scores, x, quality) or {})
+            for s in sweeps
+            for x in s.systems
+        }
+        out.append(
+            Plane(
+                quality,
+                match_name,
+                goal,
+                human_point,
+                target,
+                source,
+                curves,
+                sweeps,
+                entries,
+                matched,
+                dominance,
+                budget,
+                against,
+            )
+        )
     return scores, out
 
 
@@ -303,7 +334,9 @@ def _slug(text: str) -> str:
 
 
 def _goal_text(goal: str) -> str:
-    return {"higher": "higher is better", "lower": "lower is better", "closest": "closest to the human row is best"}[goal]
+    return {"higher": "higher is better", "lower": "lower is better", "closest": "closest to the human row is best"}[
+        goal
+    ]
 
 
 def _sections(scores: ScoresFile, planes: list[Plane], figures: dict) -> list[Section]:
@@ -329,7 +362,9 @@ def _sections(scores: ScoresFile, planes: list[Plane], figures: dict) -> list[Se
             )
         )
         if p.human is not None:
-            sec.paragraphs.append(Para("Human row: {} {}, {} {}.", (p.match, _f(p.human[0]), p.quality, _f(p.human[1]))))
+            sec.paragraphs.append(
+                Para("Human row: {} {}, {} {}.", (p.match, _f(p.human[0]), p.quality, _f(p.human[1])))
+            )
         sec.figures.extend(figures.get((p.quality, p.match), []))
         sec.figure_row = True
         rows = []
@@ -374,7 +409,15 @@ def _matched_section(p: Plane) -> Section:
     for m in p.matched:
         if not m.overlap:
             missing = [n for n, segs in ((m.a, m.a_segments), (m.b, m.b_segments)) if not segs]
-            rows.append((_cell(m.a), _cell(m.b), num("no overlap"), num(""), _cell("does not reach the value: " + ", ".join(missing))))
+            rows.append(
+                (
+                    _cell(m.a),
+                    _cell(m.b),
+                    num("no overlap"),
+                    num(""),
+                    _cell("does not reach the value: " + ", ".join(missing)),
+                )
+            )
             continue
         for d in m.differences:
             sa = next(s for s in m.a_segments if s.segment == d.a)
@@ -385,7 +428,9 @@ def _matched_section(p: Plane) -> Section:
                     _cell(m.b),
                     num(_f(d.estimate), detail=_ci(d.interval)),
                     num(f"{_f(sa.estimate)} / {_f(sb.estimate)}"),
-                    _cell(f"between {sa.knob_values[0]:g} and {sa.knob_values[1]:g} / {sb.knob_values[0]:g} and {sb.knob_values[1]:g}"),
+                    _cell(
+                        f"between {sa.knob_values[0]:g} and {sa.knob_values[1]:g} / {sb.knob_values[0]:g} and {sb.knob_values[1]:g}"
+                    ),
                 )
             )
     method = p.matched[0].method if p.matched else fr.JOINT_METHOD
@@ -393,7 +438,10 @@ def _matched_section(p: Plane) -> Section:
         Table(
             ("sweep", "against", "difference", "values", "segments (knob)"),
             tuple(rows),
-            Para("A minus B in {} at the matched value, with its 95% interval ({}); one row per pair of bracketing segments.", (p.quality, method)),
+            Para(
+                "A minus B in {} at the matched value, with its 95% interval ({}); one row per pair of bracketing segments.",
+                (p.quality, method),
+            ),
             align="llrrl",
         )
     )
@@ -415,7 +463,10 @@ def _dominance_section(p: Plane) -> Section:
         Table(
             ("sweep", "against", "verdict", f"better by stretch of {p.match}", "crossings"),
             tuple(rows),
-            Para("Better: the 95% pointwise interval of the difference in {} excludes 0; a crossing's interval is the stretch around it where the interval holds 0.", (p.quality,)),
+            Para(
+                "Better: the 95% pointwise interval of the difference in {} excludes 0; a crossing's interval is the stretch around it where the interval holds 0.",
+                (p.quality,),
+            ),
             align="lllll",
         )
     )
@@ -425,12 +476,17 @@ def _dominance_section(p: Plane) -> Section:
 def _budget_section(p: Plane) -> Section:
     sec = Section(f"Tuning budget: expected best {p.quality} of N points", level=3)
     k = max((len(v) for v in p.budget.values()), default=0)
-    rows = tuple((_cell(name), *(num(_f(vals[n]) if n < len(vals) else "") for n in range(k))) for name, vals in p.budget.items())
+    rows = tuple(
+        (_cell(name), *(num(_f(vals[n]) if n < len(vals) else "") for n in range(k))) for name, vals in p.budget.items()
+    )
     sec.tables.append(
         Table(
             ("sweep", *(f"N={n + 1}" for n in range(k))),
             rows,
-            Para("Expected best {} ({}) over N points drawn at random without replacement from the sweep: the closed form of the expectation of the best of N draws.", (p.quality, _goal_text(p.goal))),
+            Para(
+                "Expected best {} ({}) over N points drawn at random without replacement from the sweep: the closed form of the expectation of the best of N draws.",
+                (p.quality, _goal_text(p.goal)),
+            ),
         )
     )
     return sec
@@ -457,11 +513,18 @@ def _plots(planes: list[Plane], plot_dir: Path) -> dict:
             line = ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, marker="o", ms=4, capsize=2, lw=1.2, label=c.name)
             for v, x0, y0 in zip(c.values, xs, ys):
                 if math.isfinite(x0) and math.isfinite(y0):
-                    ax.annotate(f"{v:g}", (x0, y0), fontsize=6, xytext=(3, 3), textcoords="offset points", color=line[0].get_color())
+                    ax.annotate(
+                        f"{v:g}",
+                        (x0, y0),
+                        fontsize=6,
+                        xytext=(3, 3),
+                        textcoords="offset points",
+                        color=line[0].get_color(),
+                    )
         if p.human is not None and all(math.isfinite(v) for v in p.human):
             ax.plot(*p.human, marker="*", ms=14, color="black", ls="none", label=HUMAN)
         if p.target is not None:
-            ax.axvline(p.target, color="grey", ls=":", lw=1)
+            ax.axvline(p.target, color="grey", ls=":", lw=1, label=f"matched value ({p.target_source})")
         ax.set_xlabel(p.match)
         ax.set_ylabel(f"{p.quality} ({_goal_text(p.goal)})")
         ax.set_title(f"{p.quality} against {p.match}: each sweep in its knob's order")
@@ -537,7 +600,12 @@ def data(planes: list[Plane]) -> dict:
                         "overlap": m.overlap,
                         "method": m.method,
                         "differences": [
-                            {"a_segment": d.a, "b_segment": d.b, "estimate": _json_num(d.estimate), "ci": _json_ci(d.interval)}
+                            {
+                                "a_segment": d.a,
+                                "b_segment": d.b,
+                                "estimate": _json_num(d.estimate),
+                                "ci": _json_ci(d.interval),
+                            }
                             for d in m.differences
                         ],
                     }

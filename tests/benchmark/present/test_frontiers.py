@@ -1,0 +1,166 @@
+"""``maxbench frontier``: a scored run with sweeps drawn as curves, compared at a matched value, with
+dominance and tuning budgets, written as md/html/json and plots; bad input refused in one line."""
+
+import json
+
+import pytest
+
+from maxbench.benchmark.present import frontiers
+from maxbench.rundir import read_scores
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[3]
+OFFSETS = [-0.002, -0.001, 0.0, 0.0, 0.001, 0.002]  # per-prompt values around each point's value: their mean
+
+
+def entry(value, higher=True, per_prompt=True, ci=0.01):
+    e = {"value": value, "ci_low": value - ci, "ci_high": value + ci, "higher_is_better": higher}
+    if per_prompt:
+        e["per_prompt"] = {f"p{i}": value + d for i, d in enumerate(OFFSETS)}
+    return e
+
+
+SWEEPS = {  # name -> knob, values, self-bleu-4 (x), bleu-4 (y), mauve
+    "softmax temp": (
+        "temp",
+        [0.6, 0.8, 1.0, 1.2],
+        [0.30, 0.20, 0.10, 0.05],
+        [0.02, 0.05, 0.07, 0.08],
+        [0.5, 0.7, 0.8, 0.6],
+    ),
+    "graphmax lam": ("lam", [0.3, 1.0, 3.0], [0.12, 0.18, 0.24], [0.03, 0.04, 0.045], [0.4, 0.5, 0.45]),
+    "posg temp": ("temp", [0.6, 1.0], [0.40, 0.30], [0.01, 0.02], [0.3, 0.35]),
+}
+
+
+def make_run(tmp_path, sweeps=SWEEPS, human=True, drop=()):
+    """A scored run folder with the manifest's sweeps record; ``drop``: (sweep, score) pairs left out."""
+    run = tmp_path / "results" / "frontier" / "runs" / "frontier-test"
+    run.mkdir(parents=True)
+    record, systems = {}, {}
+    for name, (knob, values, xs, ys, ms) in sweeps.items():
+        names = [f"m/{name.split()[0]}/{knob}={v}" for v in values]
+        record[name] = {"knob": knob, "values": values, "systems": names}
+        for s, x, y, mv in zip(names, xs, ys, ms):
+            scores = {"self-bleu-4": entry(x, higher=False), "bleu-4": entry(y), "mauve": entry(mv, per_prompt=False)}
+            systems[s] = {"scores": {k: v for k, v in scores.items() if (name, k) not in drop}}
+    if human:
+        systems[frontiers.HUMAN] = {"scores": {"self-bleu-4": entry(0.15, higher=False), "mauve": entry(1.0)}}
+    (run / "manifest.json").write_text(json.dumps({"run_id": "frontier-test", "systems": {}, "sweeps": record}))
+    doc = {
+        "run_id": "frontier-test",
+        "bootstrap": {"n_resamples": 200, "seed": 0, "level": 0.95},
+        "systems": systems,
+        "comparisons": {"baseline": "m/graphmax/lam=1.0", "systems": {}},
+    }
+    (run / "scores.json").write_text(json.dumps(doc))
+    return run
+
+
+def test_frontier_writes_the_report_plots_and_explorer_data_beside_the_runs(tmp_path, cli):
+    run = make_run(tmp_path)
+    rc, out, err = cli("frontier", run)
+    assert rc == 0, err
+    folder = tmp_path / "results" / "frontier"
+    for name in ("frontier.md", "frontier.html", "frontier.json"):
+        assert (folder / name).is_file() and f"wrote {folder / name}" in out
+    for plot in ("frontier-mauve-self-bleu-4", "budget-mauve-self-bleu-4", "frontier-bleu-4-self-bleu-4"):
+        assert (folder / "plots" / f"{plot}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    data = json.loads((folder / "frontier.json").read_text())
+    assert [(p["quality"], p["match"]) for p in data["planes"]] == [("mauve", "self-bleu-4"), ("bleu-4", "self-bleu-4")]
+    bleu = data["planes"][1]
+    assert bleu["human"] == [0.15, None] and bleu["target"] == 0.15 and bleu["against"] == "graphmax lam"
+    soft = next(c for c in bleu["curves"] if c["name"] == "softmax temp")
+    assert [p["value"] for p in soft["points"]] == [0.6, 0.8, 1.0, 1.2]
+    assert [p["x"] for p in soft["points"]] == [0.30, 0.20, 0.10, 0.05]
+
+
+def test_the_matched_comparison_at_the_human_value_is_the_interpolation_on_each_curve(tmp_path):
+    _, planes = frontiers.build(make_run(tmp_path), [("bleu-4", "self-bleu-4")])
+    (plane,) = planes
+    soft = next(m for m in plane.matched if m.a == "softmax temp")
+    # softmax at self-bleu-4 0.15: between temp 0.8 (0.20, 0.05) and 1.0 (0.10, 0.07): 0.06;
+    # graphmax between lam 0.3 (0.12, 0.03) and 1.0 (0.18, 0.04): 0.035
+    assert [s.estimate for s in soft.a_segments] == pytest.approx([0.06])
+    assert [s.estimate for s in soft.b_segments] == pytest.approx([0.035])
+    (d,) = soft.differences
+    assert d.estimate == pytest.approx(0.025) and d.interval.low < 0.025 < d.interval.high
+    assert soft.method.startswith("percentile bootstrap over prompts, resampled jointly")
+    mauve = frontiers.build(make_run(tmp_path / "2"), [("mauve", "self-bleu-4")])[1][0]
+    assert "normal" in mauve.matched[0].method  # MAUVE has no per-prompt values: its own intervals
+
+
+def test_a_sweep_that_does_not_reach_the_matched_value_is_reported_as_no_overlap(tmp_path, cli):
+    run = make_run(tmp_path)
+    rc, _, err = cli("frontier", run, "--plane", "bleu-4,self-bleu-4", "--out", tmp_path / "out")
+    assert rc == 0, err
+    md = (tmp_path / "out" / "frontier.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| posg temp | graphmax lam | no overlap"))
+    assert "does not reach the value: posg temp" in row
+    _, planes = frontiers.build(run, [("bleu-4", "self-bleu-4")])
+    posg = next(m for m in planes[0].matched if m.a == "posg temp")
+    assert not posg.overlap and posg.differences == ()
+
+
+def test_without_a_human_row_the_value_given_is_matched_and_none_is_said_so(tmp_path, cli):
+    run = make_run(tmp_path, human=False)
+    _, planes = frontiers.build(run, [("bleu-4", "self-bleu-4")])
+    assert planes[0].target is None and planes[0].matched == []
+    assert "No matched value" in frontiers.render_markdown(frontiers._sections(*frontiers.build(run), {}))
+    _, planes = frontiers.build(run, [("bleu-4", "self-bleu-4")], match=0.2)
+    soft = next(m for m in planes[0].matched if m.a == "softmax temp")
+    assert [s.estimate for s in soft.a_segments] == pytest.approx([0.05])  # temp 0.8's point itself
+
+
+def test_the_tuning_budget_of_each_sweep_is_the_expected_best_of_n_of_its_points(tmp_path):
+    _, planes = frontiers.build(make_run(tmp_path), [("bleu-4", "self-bleu-4")])
+    soft = planes[0].budget["softmax temp"]
+    assert soft[0] == pytest.approx(sum([0.02, 0.05, 0.07, 0.08]) / 4) and soft[-1] == pytest.approx(0.08)
+    lower = frontiers.build(make_run(tmp_path / "2"), [("self-bleu-4", "bleu-4")])[1][0]
+    assert lower.goal == "lower" and lower.budget["softmax temp"][-1] == pytest.approx(0.05)
+
+
+def one_line_exit_2(cli, *argv):
+    rc, out, err = cli(*argv)
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_a_plane_whose_score_is_n_a_for_every_point_is_one_line_exit_2_and_writes_nothing(tmp_path, cli):
+    run = make_run(tmp_path)
+    err = one_line_exit_2(cli, "frontier", run, "--plane", "meteor,self-bleu-4")
+    assert "meteor is n/a for every point" in err and "--plane" in err
+    assert not (tmp_path / "results" / "frontier" / "frontier.md").exists()
+
+
+def test_a_matching_score_no_system_in_the_comparison_scored_is_one_line_exit_2(tmp_path, cli):
+    drop = {("graphmax lam", "self-bleu-4"), ("posg temp", "self-bleu-4")}
+    run = make_run(tmp_path, drop=drop)
+    err = one_line_exit_2(cli, "frontier", run, "--plane", "bleu-4,self-bleu-4", "--against", "graphmax lam")
+    assert "matching score self-bleu-4: no system of 'posg temp' or 'graphmax lam' scored it" in err
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--plane", "bleu-4"], "give two score names"),
+        (["--against", "nope"], "no such sweep"),
+    ],
+)
+def test_bad_options_are_one_line_exit_2(tmp_path, cli, argv, says):
+    assert says in one_line_exit_2(cli, "frontier", make_run(tmp_path), *argv)
+
+
+def test_a_run_without_sweeps_is_one_line_exit_2(tmp_path, cli):
+    run = make_run(tmp_path, sweeps={"softmax temp": ("temp", [1.0], [0.1], [0.1], [0.1])}, human=False)
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps({k: v for k, v in manifest.items() if k != "sweeps"}))
+    assert "records no sweeps" in one_line_exit_2(cli, "frontier", run)
+
+
+def test_a_run_whose_manifest_predates_the_sweeps_record_has_its_sweeps_read_from_the_system_strings():
+    run = ROOT / "results" / "lambda-sweep" / "runs" / "lambda-sweep-food-reviews"
+    derived = frontiers.derived_sweeps(list(read_scores(run).systems))
+    assert list(derived) == ["smollm2-135m/graphmax lam"]
+    (sweep,) = derived.values()
+    assert sweep["knob"] == "lam" and sweep["values"] == [0.3, 1.0, 3.0, 10.0, 30.0]
+    assert sweep["systems"][0] == "smollm2-135m/graphmax(lam=0.3,solver=exact)/top_p=0.9"
