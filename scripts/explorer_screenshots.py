@@ -1,6 +1,6 @@
 """Screenshots of an explorer in headless Chromium (Debian's, driven by Playwright, as in
 tests/test_explorer_browser.py), at 1366 x 800: the leaderboard, one prompt's texts side by side,
-and (when the explorer holds a study) the metrics-vs-humans view. The README's images come from
+the frontiers view (when a run has sweeps) and (when the explorer holds a study) the metrics-vs-humans view. The README's images come from
 
     python scripts/explorer_screenshots.py results/explorer/index.html --out docs \\
         --views leaderboard prompts --prompt "this coffee supposedly is premium"
@@ -21,7 +21,7 @@ LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backgro
 VIEWPORT = {"width": 1366, "height": 800}
 
 
-VIEWS = ("leaderboard", "prompts", "plots", "humans")
+VIEWS = ("leaderboard", "prompts", "plots", "frontiers", "humans")
 
 
 def shoot(index: Path, out: Path, prompt: str | None, views=VIEWS) -> list[Path]:
@@ -59,6 +59,10 @@ def shoot(index: Path, out: Path, prompt: str | None, views=VIEWS) -> list[Path]
         page.mouse.move(0, 0)
         page.locator("#views button[data-view='plots']").click()
         save("plots")
+        if page.locator("#views button[data-view='frontiers']").is_visible():
+            page.locator("#views button[data-view='frontiers']").click()
+            page.wait_for_selector("#frontiers svg")
+            save("frontiers")
         if page.locator("#views button[data-view='humans']").is_visible():
             page.locator("#views button[data-view='humans']").click()
             save("humans")

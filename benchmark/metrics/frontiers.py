@@ -36,6 +36,7 @@ That ignores the correlation between points scored on the same prompts, and says
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from math import comb
 
@@ -250,8 +251,9 @@ def _best_on_curve(x, y, segs, grid_x, goal, human):
     for g, (gx, ks) in enumerate(zip(grid_x, segs)):
         if ks:
             vals = np.stack([advantage(on_segment(x, y, k, gx), goal, human) for k in ks], axis=-1)
-            with np.errstate(invalid="ignore"):
-                out[..., g] = np.nanmax(vals, axis=-1) if vals.ndim > 1 else vals
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a resample where every segment is degenerate: NaN
+                out[..., g] = np.nanmax(vals, axis=-1)
     return out
 
 

@@ -347,6 +347,7 @@ def build(run_dirs: list[Path], study: Study | None = None) -> tuple[dict, list[
                 },
             }
         )
+    frontier_views = _frontiers(runs, warnings)
     index = {
         "title": f"maxbench explorer: {', '.join(r.run_id for r in runs)}",
         "runs": [{"run_id": r.run_id, "path": r.path.as_posix(), "suite": r.suite.get("name")} for r in runs],
@@ -365,7 +366,28 @@ def build(run_dirs: list[Path], study: Study | None = None) -> tuple[dict, list[
         else {"name": study.name, "aspects": study.aspects, "scale": study.scale, "correlations": correlations},
         "warnings": warnings,
     }
+    if frontier_views:  # only runs with sweeps: the others' explorers keep their bytes
+        index["frontiers"] = frontier_views
     return index, records
+
+
+def _frontiers(runs, warnings: list[str]) -> list[dict]:
+    """The frontier data (``present.frontiers.data``, default planes) of each run whose manifest records
+    sweeps; a run whose sweeps cannot be drawn gets a warning line instead."""
+    from maxbench.benchmark.present import frontiers
+    from maxbench.rundir import read_manifest
+
+    out = []
+    for r in runs:
+        if not read_manifest(r.path).get("sweeps"):
+            continue
+        try:
+            _, planes = frontiers.build(r.path)
+        except MaxbenchError as exc:
+            warnings.append(f"{r.run_id}: no frontier view: {exc}")
+            continue
+        out.append({"run_id": r.run_id} | frontiers.data(planes))
+    return out
 
 
 def check_study_run(study: Study, runs, prompts: dict) -> str | None:

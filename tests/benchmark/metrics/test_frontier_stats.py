@@ -135,3 +135,14 @@ def test_the_expected_best_of_n_draws_equals_the_mean_over_every_subset_of_n_poi
         key = {"higher": lambda v: v, "lower": lambda v: -v, "closest": lambda v: -abs(v - human)}[goal]
         brute = sum(max(s, key=key) for s in subsets) / len(subsets)
         assert curve[n - 1] == pytest.approx(brute)
+
+
+def test_where_a_curve_turns_back_dominance_takes_its_best_segment_at_each_value():
+    a = constant_curve("a", [0.0, 1.0, 0.0], [0.1, 0.1, 0.9])  # at every x: 0.1 on one segment, more on the other
+    b = constant_curve("b", [0.0, 1.0], [0.5, 0.5])
+    d = fr.dominance(a, b, "higher", n_resamples=50, grid=11)
+    # the better segment runs from (1, 0.1) back to (0, 0.9): 0.9 - 0.8 x, above 0.5 below x = 0.5
+    assert d.advantage == pytest.approx([0.4 - 0.08 * g for g in range(11)])
+    (cross,) = d.crossings
+    assert cross.x == pytest.approx(0.5)
+    assert fr.dominance(a, b, "lower", n_resamples=50, grid=11).verdict == "a dominates"  # its 0.1 < 0.5 everywhere

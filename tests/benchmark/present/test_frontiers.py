@@ -164,3 +164,81 @@ def test_a_run_whose_manifest_predates_the_sweeps_record_has_its_sweeps_read_fro
     (sweep,) = derived.values()
     assert sweep["knob"] == "lam" and sweep["values"] == [0.3, 1.0, 3.0, 10.0, 30.0]
     assert sweep["systems"][0] == "smollm2-135m/graphmax(lam=0.3,solver=exact)/top_p=0.9"
+
+
+# ---------------------------------------------------------------- a real run with sweeps (tiny-random)
+
+TINY_LINEUP = """name = "t"
+suite = "{suite}"
+samples = 1
+batch_size = 6
+baseline = "tiny-random/softmax/top_p=0.9,max_new_tokens=16"
+metrics = ["bleu-n", "self-bleu", "distinct"]
+systems = [
+  {{ system = "tiny-random/softmax/sample,max_new_tokens=16", sweep = {{ temp = [0.5, 1.0, 1.5] }}, name = "softmax temp" }},
+  {{ system = "tiny-random/softmax/sample,max_new_tokens=16", sweep = {{ top_p = [0.3, 0.6, 0.9] }}, name = "softmax top-p" }},
+]
+"""
+
+
+@pytest.fixture(scope="module")
+def sweep_run(tmp_path_factory):
+    """A run of a lineup with two sweeps, generated and scored for real; its folder and output folder."""
+    import subprocess
+    import sys
+
+    root = tmp_path_factory.mktemp("sweeps")
+    rows = [
+        {"id": f"p{i:02d}", "prompt": f"Review {i}: the soup was", "reference": f"cold and salty {i}"} for i in range(8)
+    ]
+    (root / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (root / "s.toml").write_text('name = "eight"\nfile = "p.jsonl"\n')
+    (root / "t.toml").write_text(TINY_LINEUP.format(suite=root / "s.toml"))
+    cmd = [sys.executable, "-m", "maxbench", "run", "--lineup", str(root / "t.toml"), "--runs-dir", str(root / "runs")]
+    cmd += ["--run-id", "r", "--out", str(root / "out"), "--n-resamples", "50", "--threads", "1", "--no-progress"]
+    subprocess.run(cmd, check=True, capture_output=True)
+    return root / "runs" / "r", root / "out"
+
+
+def test_a_real_sweep_run_s_scores_resample_jointly_and_its_explorer_holds_the_frontier_data(sweep_run, cli):
+    run, out = sweep_run
+    rc, _, err = cli("frontier", run, "--match", "0.05", "--out", out / "frontier")
+    assert rc == 0, err
+    data = json.loads((out / "frontier" / "frontier.json").read_text())
+    (plane,) = data["planes"]  # no MAUVE: the reference-based plane alone
+    assert (plane["quality"], plane["match"], plane["against"]) == ("bleu-4", "self-bleu-4", "softmax top-p")
+    assert [c["knob"] for c in plane["curves"]] == ["temp", "top_p"]
+    assert [p["value"] for p in plane["curves"][0]["points"]] == [0.5, 1.0, 1.5]
+    assert plane["matched"][0]["method"].startswith("percentile bootstrap over prompts, resampled jointly")
+    assert all(len(b) == 3 for b in plane["budget"].values())
+    html = (out / "explorer" / "index.html").read_text()
+    index = json.loads(html.split('id="maxbench-data" type="application/json">')[1].split("</script>")[0])
+    (view,) = index["frontiers"]
+    assert view["run_id"] == "r" and view["planes"][0]["curves"] == plane["curves"]
+
+
+@pytest.mark.browser
+def test_the_explorer_s_frontiers_view_draws_each_sweep_in_chromium(sweep_run, artifacts_dir):
+    import os
+
+    chromium = "/usr/bin/chromium"
+    if not os.path.exists(chromium):
+        pytest.skip(f"{chromium} is absent: run scripts/browser_setup.sh")
+    from playwright.sync_api import sync_playwright
+
+    _, out = sweep_run
+    errors = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1366, "height": 800})
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto((out / "explorer" / "index.html").as_uri())
+        page.wait_for_selector("body[data-ready]")
+        page.locator("#views button[data-view='frontiers']").click()
+        page.wait_for_selector("#frontiers svg")
+        assert page.locator("#frontiers svg polyline").count() == 2  # one curve per sweep
+        assert page.locator("#frontiers svg circle").count() == 6  # one dot per point
+        assert "No matched value" in page.locator("#frontiers").inner_text()
+        page.screenshot(path=str(artifacts_dir / "explorer-frontiers.png"), full_page=True)
+        browser.close()
+    assert errors == []
