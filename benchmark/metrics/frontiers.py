@@ -63,7 +63,8 @@ class Samples:
 
     ``per_prompt`` is (P, K): each point's value on each prompt (NaN where undefined), columns in the
     knob's order, rows in the run's one prompt order; None where the score's per-prompt values do not
-    add up to it. Then ``value`` (K,) and ``se`` (K,) (the standard error its interval implies) are used.
+    add up to it. Then ``value`` (K,) and ``se`` (K,) (the standard error its interval implies; NaN for a
+    point without an interval, which leaves every interval that depends on it undefined) are used.
     """
 
     value: np.ndarray
@@ -77,7 +78,9 @@ class Samples:
             vals = np.where(defined, self.per_prompt, 0.0)
             with np.errstate(divide="ignore", invalid="ignore"):
                 return (weights @ vals) / (weights @ defined.astype(np.float64))
-        se = np.zeros_like(self.value) if self.se is None else np.nan_to_num(self.se, nan=0.0)
+        # a point without an interval has no spread to draw from: its draws are NaN, and so is every
+        # interval that depends on it (never a point interval that looks exact)
+        se = np.full_like(self.value, np.nan) if self.se is None else self.se
         return self.value[None, :] + se[None, :] * rng.standard_normal((weights.shape[0], self.value.size))
 
     @property

@@ -426,7 +426,7 @@ def _matched_section(p: Plane) -> Section:
                 (
                     _cell(m.a),
                     _cell(m.b),
-                    num(_f(d.estimate), detail=_ci(d.interval)),
+                    num(_f(d.estimate), detail=_ci(d.interval) or "(no interval: a point has none)"),
                     num(f"{_f(sa.estimate)} / {_f(sb.estimate)}"),
                     _cell(
                         f"between {sa.knob_values[0]:g} and {sa.knob_values[1]:g} / {sb.knob_values[0]:g} and {sb.knob_values[1]:g}"

@@ -106,6 +106,10 @@ def test_points_without_additive_per_prompt_values_are_drawn_from_their_own_inte
     a = fr.Curve("a", "t", (1, 2), ("a1", "a2"), s, s)
     b = constant_curve("b", [0.0, 1.0], [0.0, 1.0])
     assert fr.matched(a, b, 0.55, n_resamples=50).method == fr.NORMAL_METHOD
+    # a point without an interval leaves the comparison without one, never with a point interval
+    bare = fr.Samples(np.array([0.5, 0.6]), None, np.array([0.01, np.nan]))
+    m = fr.matched(fr.Curve("a", "t", (1, 2), ("a1", "a2"), bare, bare), b, 0.55, n_resamples=50)
+    assert m.differences[0].estimate == pytest.approx(0.0) and m.differences[0].interval is None
 
 
 def test_a_curve_above_the_other_over_the_shared_range_dominates_and_crossing_curves_cross_where_they_meet():
