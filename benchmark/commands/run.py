@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from maxbench.benchmark.commands.options import DEFAULT_RUNS, add_model_args_option, add_model_options, lineup_run_id
@@ -164,6 +165,13 @@ def cmd_run(args) -> int:
     with timer.phase("render"):
         written = render([run_dir], out_dir)
         written.append(write_explorer([run_dir], out_dir / "explorer"))
+        if reg.sweeps:  # the frontier report beside the leaderboard (docs/frontiers.md)
+            from maxbench.benchmark.present.frontiers import render as render_frontiers
+
+            try:
+                written += render_frontiers(run_dir, out_dir)
+            except MaxbenchError as exc:  # the scores and leaderboard stand; say why there is no report
+                print(f"no frontier report: {exc}", file=sys.stderr)
     for path in written:
         print(f"wrote {path}")
     print(timer.summary(wall=time.perf_counter() - started))

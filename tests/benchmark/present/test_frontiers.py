@@ -202,6 +202,8 @@ def sweep_run(tmp_path_factory):
 
 def test_a_real_sweep_run_s_scores_resample_jointly_and_its_explorer_holds_the_frontier_data(sweep_run, cli):
     run, out = sweep_run
+    # maxbench run wrote the frontier report beside the leaderboard
+    assert (out / "frontier.md").is_file() and (out / "plots" / "frontier-bleu-4-self-bleu-4.png").is_file()
     rc, _, err = cli("frontier", run, "--match", "0.05", "--out", out / "frontier")
     assert rc == 0, err
     data = json.loads((out / "frontier" / "frontier.json").read_text())
