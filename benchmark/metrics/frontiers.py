@@ -198,8 +198,18 @@ class Matched:
         return bool(self.a_segments and self.b_segments)
 
 
-def _method(*samples: Samples) -> str:
-    return JOINT_METHOD if all(s.joint for s in samples) else NORMAL_METHOD
+def _method(a: Curve, b: Curve) -> str:
+    """How the resamples were drawn: jointly over prompts, from each point's own interval, or each
+    score its own way (the matching score and the quality score may differ)."""
+    x, y = a.x.joint and b.x.joint, a.y.joint and b.y.joint
+    if x and y:
+        return JOINT_METHOD
+    if not (x or y):
+        return NORMAL_METHOD
+    return "; ".join(
+        f"{name}: {JOINT_METHOD if joint else NORMAL_METHOD}"
+        for name, joint in (("the matching score", x), ("the quality score", y))
+    )
 
 
 def _draws(curves, n_resamples, seed):
@@ -213,7 +223,7 @@ def _draws(curves, n_resamples, seed):
 def matched(a: Curve, b: Curve, target: float, n_resamples: int = 1000, seed: int = 0, level: float = 0.95) -> Matched:
     """Compare curves ``a`` and ``b`` at ``target`` of the matching score (module docstring)."""
     (ax, ay), (bx, by) = _draws([a, b], n_resamples, seed)
-    method = _method(a.x, a.y, b.x, b.y)
+    method = _method(a, b)
 
     def segments(curve, rx, ry):
         out, dists = [], {}
@@ -317,7 +327,7 @@ def dominance(
     grid: int = GRID,
 ) -> Dominance:
     """Where curve ``a`` lies above curve ``b`` (better by ``goal``) over the shared range (module docstring)."""
-    method = _method(a.x, a.y, b.x, b.y)
+    method = _method(a, b)
     xa, xb = a.x.value[np.isfinite(a.x.value)], b.x.value[np.isfinite(b.x.value)]
     if not (xa.size and xb.size):
         return Dominance(a.name, b.name, None, (), (), (), (), (), method)

@@ -86,7 +86,12 @@ def test_the_matched_comparison_at_the_human_value_is_the_interpolation_on_each_
     assert d.estimate == pytest.approx(0.025) and d.interval.low < 0.025 < d.interval.high
     assert soft.method.startswith("percentile bootstrap over prompts, resampled jointly")
     mauve = frontiers.build(make_run(tmp_path / "2"), [("mauve", "self-bleu-4")])[1][0]
-    assert "normal" in mauve.matched[0].method  # MAUVE has no per-prompt values: its own intervals
+    # MAUVE has no per-prompt values: drawn from its own intervals, while self-bleu-4 resamples prompts
+    assert mauve.matched[0].method == (
+        "the matching score: percentile bootstrap over prompts, resampled jointly for every point of both curves; "
+        "the quality score: parametric bootstrap: each point drawn from a normal with the standard error its own "
+        "interval implies, points independent (a score without per-prompt values that add up to it)"
+    )
 
 
 def test_a_sweep_that_does_not_reach_the_matched_value_is_reported_as_no_overlap(tmp_path, cli):
