@@ -497,6 +497,7 @@ def _plots(planes: list[Plane], plot_dir: Path) -> dict:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     plt.rcParams.update({"svg.hashsalt": "maxbench", "figure.dpi": 100})
     meta = {"Software": None}
@@ -533,6 +534,7 @@ def _plots(planes: list[Plane], plot_dir: Path) -> dict:
         fig, ax = plt.subplots(figsize=(6.5, 4.5))
         for name, vals in p.budget.items():
             ax.plot(range(1, len(vals) + 1), vals, marker="o", ms=4, label=name)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("N points tuned (drawn at random from the sweep)")
         ax.set_ylabel(f"expected best {p.quality}")
         ax.set_title(f"Tuning budget: {p.quality}")
