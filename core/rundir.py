@@ -97,6 +97,23 @@ def generation_files(run_dir: Path) -> list[Path]:
     return [generations_path(run_dir), *shard_files(run_dir)]
 
 
+def run_inputs(run_dir: Path) -> list[tuple[Path, str]]:
+    """Every file of the run this module owns (whether it exists yet or not), and the folder itself,
+    as inputs of a command for ``maxbench.fileio.check_not_input``: an output never replaces them."""
+    run_dir = Path(run_dir)
+    named = [
+        (manifest_path(run_dir), "the run's manifest"),
+        (generations_path(run_dir), "the run's texts"),
+        (scores_path(run_dir), "the run's scores"),
+        (removed_path(run_dir), "the run's kept rows of dropped systems"),
+        (timings_path(run_dir), "the run's timings"),
+    ]
+    named += [(f, "a shard of the run's texts") for f in shard_files(run_dir)]
+    named += [(Path(f"{f}.lock"), "a lock file of the run") for f, _ in named[:3]]
+    named += [(run_dir / CLAIMS, "the run's batch claims"), (run_dir / REFERENCE_STATES, "the run's reference states")]
+    return [*named, (run_dir, "the run folder")]
+
+
 def has_generations(run_dir: Path) -> bool:
     return generations_path(run_dir).is_file()
 

@@ -53,9 +53,11 @@ def cmd_compare(args) -> int:
         raise MaxbenchError("--bootstrap must be >= 1 (the tests resample)")
     if not 0 < args.confidence < 1:
         raise MaxbenchError("--confidence must be between 0 and 1")
-    if args.out is not None:
-        check_output_file(args.out, "--out")
     run_a, run_b = Path(args.run_a), Path(args.run_b)
+    if args.out is not None:
+        from maxbench.rundir import run_inputs
+
+        check_output_file(args.out, "--out", run_inputs(run_a) + run_inputs(run_b))
     if args.metrics:  # a plugin metric left without its code: say where it came from, before "unknown metric"
         check_metric_code([t.strip() for t in args.metrics.split(",") if t.strip()], run_a, run_b)
     names = parse_metric_list(args.metrics) if args.metrics else None

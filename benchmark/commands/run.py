@@ -77,11 +77,12 @@ def cmd_run(args) -> int:
     from maxbench.benchmark.metrics.base import parse_metric_list
     from maxbench.benchmark.metrics.scoring import ScoringOptions, score_run
     from maxbench.benchmark.present.explorer import write_explorer
-    from maxbench.benchmark.present.leaderboard import render
+    from maxbench.benchmark.present.leaderboard import check_render_outputs, render
     from maxbench.benchmark.run.lineup import load_lineup
     from maxbench.benchmark.run.runner import INVOCATION_ENV, PhaseTimer, generate_run, new_invocation, preflight
     from maxbench.benchmark.run.workers import WORKER_THREADS, default_workers, parse_workers, run_workers
-    from maxbench.rundir import RunPlan, drop_damaged
+    from maxbench.fileio import check_not_input
+    from maxbench.rundir import RunPlan, drop_damaged, run_inputs
     from maxbench.systems.models import parse_model_args
 
     if args.n_resamples < 0:
@@ -118,6 +119,9 @@ def cmd_run(args) -> int:
         sweeps={name: sweep.record() for name, sweep in reg.sweeps.items()},
     )
     outputs = () if shard is not None else ((out_dir, "--out"),)
+    if shard is None:  # what the run ends by writing is none of what it reads
+        check_render_outputs([run_dir], out_dir, suite.inputs())
+        check_not_input(out_dir / "explorer", "--out", [*suite.inputs(), *run_inputs(run_dir)], whole_folder=True)
     invocation = os.environ.get(INVOCATION_ENV) or new_invocation()
     if os.environ.get(INVOCATION_ENV) is None:  # the workers of a run do not drop lines again
         drop_damaged(run_dir, args.drop_damaged_lines)
