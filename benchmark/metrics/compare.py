@@ -229,30 +229,33 @@ def _num(x) -> str:
 
 
 def compare_markdown(doc: dict) -> str:
-    """The comparison as a Markdown table, one row per (pair, score)."""
+    """The comparison as a Markdown table, one row per (pair, score), rendered by ``maxbench.document``
+    as every Markdown writer's is: system names are code spans and metric names text, escaped there."""
+    from maxbench.document import Cell, Para, Section, Table, num, render_markdown
+
     level = round(doc["level"] * 100)
-    lines = [
-        f"| system A | system B | score | A | B | A - B | {level}% interval | p | prompts |",
-        "|---|---|---|---:|---:|---:|---|---:|---:|",
-    ]
+    columns = ("system A", "system B", "score", "A", "B", "A - B", f"{level}% interval", "p", "prompts")
+    rows = []
     for pair in doc["pairs"]:
         for name, s in pair["scores"].items():
             ci = f"[{_num(s['ci_low'])}, {_num(s['ci_high'])}]" if s["ci_low"] is not None else "-"
-            cells = [
-                f"`{pair['system_a']}`",
-                f"`{pair['system_b']}`",
-                name,
-                _num(s["value_a"]),
-                _num(s["value_b"]),
-                _num(s["difference"]),
-                ci,
-                _num(s["p_value"]),
-                str(s["n_prompts"] if s["n_prompts"] is not None else "-"),
-            ]
-            lines.append("| " + " | ".join(cells) + " |")
+            rows.append(
+                (
+                    Cell(pair["system_a"], code=True),
+                    Cell(pair["system_b"], code=True),
+                    Cell(name),
+                    num(_num(s["value_a"])),
+                    num(_num(s["value_b"])),
+                    num(_num(s["difference"])),
+                    num(ci),
+                    num(_num(s["p_value"])),
+                    num(str(s["n_prompts"] if s["n_prompts"] is not None else "-")),
+                )
+            )
+    sections = [Section("", tables=[Table(columns, tuple(rows), align="lllrrrlrr")])]
     if doc.get("metric_origins"):
         from maxbench.registry import describe_origin
 
         plugins = "; ".join(f"metric {n}: {describe_origin(o)}" for n, o in doc["metric_origins"].items())
-        lines += ["", f"plugins: {plugins}"]
-    return "\n".join(lines) + "\n"
+        sections.append(Section("", paragraphs=[Para("plugins: {}", (plugins,))]))
+    return render_markdown(sections)
