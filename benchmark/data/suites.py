@@ -79,11 +79,6 @@ class AttributeSpec:
     def label(self, value: str) -> str:
         return dict(self.labels).get(value, value)
 
-    def inputs(self) -> list[tuple[Path, str]]:
-        """The suite's files, as inputs of a command (``maxbench.fileio.check_not_input``)."""
-        files = [(self.path, f"suite {self.name}'s manifest")]
-        return files + ([(self.data_path, f"suite {self.name}'s prompts")] if self.data_path is not None else [])
-
     def describe(self) -> dict:
         if self.values is None:
             return {"kind": "text"}
@@ -118,6 +113,11 @@ class Suite:
     @property
     def conditional(self) -> bool:
         return self.attributes is not None
+
+    def inputs(self) -> list[tuple[Path, str]]:
+        """The suite's files, as inputs of a command (``maxbench.fileio.check_not_input``)."""
+        files = [(self.path, f"suite {self.name}'s manifest")]
+        return files + ([(self.data_path, f"suite {self.name}'s prompts")] if self.data_path is not None else [])
 
     def describe(self) -> dict:
         out = {
