@@ -72,7 +72,9 @@ def names(value, what: str, optional: bool = False) -> list[str] | None:
     if isinstance(value, str):
         value = [part.strip() for part in value.split(",") if part.strip()]
     elif not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        raise MaxbenchError(f"{what} must be a name, a comma-separated string of names or a list of them, {_got(value)}")
+        raise MaxbenchError(
+            f"{what} must be a name, a comma-separated string of names or a list of them, {_got(value)}"
+        )
     return list(value)
 
 

@@ -73,6 +73,7 @@ def cmd_run(args) -> int:
     import os
     import time
 
+    from maxbench import arguments
     from maxbench.benchmark.data.suites import load_suite
     from maxbench.benchmark.metrics.base import parse_metric_list
     from maxbench.benchmark.metrics.scoring import ScoringOptions, score_run
@@ -85,10 +86,8 @@ def cmd_run(args) -> int:
     from maxbench.rundir import RunPlan, drop_damaged, run_inputs
     from maxbench.systems.models import parse_model_args
 
-    if args.n_resamples < 0:
-        raise MaxbenchError(f"--n-resamples must be >= 0 (0: no intervals or tests), got {args.n_resamples}")
-    if args.threads is not None and args.threads < 1:
-        raise MaxbenchError(f"--threads must be >= 1, got {args.threads}")
+    arguments.resamples(args.n_resamples, "--n-resamples", minimum=0)
+    arguments.threads(args.threads, "--threads")
     workers = parse_workers(args.workers)
     if args.shard is not None and workers not in (None, 1):
         raise MaxbenchError("--workers and --shard exclude each other: a shard is one worker (give one of them)")

@@ -100,11 +100,29 @@ def _batch(rows: list[dict], conditions=None, pool=None):
     )
 
 
-def default_metrics(run_a: Path, run_b: Path) -> list[str]:
-    """The metrics both runs' ``scores.json`` name (in A's order), else the scorer's defaults."""
-    from maxbench.benchmark.metrics.names import DEFAULT_METRICS
-    from maxbench.rundir import read_scores
+def check_compare_args(n_resamples, level, seed, spelled: tuple[str, str, str]) -> None:
+    """The checks of ``compare``'s resamples, level and seed, for the command and ``RunResult.compare``
+    (``spelled``: how each door names them)."""
+    from maxbench import arguments
 
+    arguments.resamples(n_resamples, spelled[0], minimum=1)
+    arguments.level(level, spelled[1])
+    arguments.seed(seed, spelled[2])
+
+
+def default_metrics(run_a: Path, run_b: Path, option: str = "--metrics") -> list[str]:
+    """The metrics both runs' ``scores.json`` name (in A's order), else the scorer's defaults. A run
+    without scores names none: it is refused, naming the run, unless the metrics are given
+    (``option``, as the caller spells it)."""
+    from maxbench.benchmark.metrics.names import DEFAULT_METRICS
+    from maxbench.rundir import has_scores, read_scores
+
+    for run in (run_a, run_b):
+        if Path(run).is_dir() and not has_scores(Path(run)):
+            raise MaxbenchError(
+                f"run {run} has no scores, so there are no metrics to compare by default: score it first "
+                f"(maxbench score {run}), or name the metrics with {option}"
+            )
     try:  # only the names of the metrics, never a number: stale scores name them as well
         names_a, names_b = (list(read_scores(r, fresh=False).metrics or {}) for r in (run_a, run_b))
     except MaxbenchError:
