@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 from maxbench.errors import MaxbenchError
 from maxbench.fileio import atomic_write, check_not_input
+from maxbench.human_eval import PRODUCTION_DOCS
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 
@@ -25,8 +26,8 @@ def register(subparsers) -> None:
     serve = subparsers.add_parser(
         "serve",
         help="run the human-evaluation rating app (gunicorn)",
-        description="Serve the rating app with gunicorn. For production behind a reverse proxy, "
-        "see human_eval/README.md.",
+        description="Serve the rating app with gunicorn. For production behind a reverse proxy, see "
+        f"{PRODUCTION_DOCS}.",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
