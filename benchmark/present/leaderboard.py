@@ -466,7 +466,7 @@ def check_render_outputs(run_dirs: list[Path], out_dir: Path, inputs: Inputs = (
     """Refuse an ``out_dir`` where ``render`` would write over one of the runs' files or another input."""
     read = [*inputs, *(i for r in run_dirs for i in run_inputs(Path(r)))]
     for name in ("leaderboard.md", "leaderboard.csv", "leaderboard.html", "plots"):
-        check_not_input(Path(out_dir) / name, "--out", read)
+        check_not_input(Path(out_dir) / name, f"--out {out_dir}: its", read)
 
 
 def render(run_dirs: list[Path], out_dir: Path, mixed: bool = False, inputs: Inputs = ()) -> list[Path]:

@@ -132,7 +132,7 @@ def test_leaderboard_refuses_an_out_folder_whose_files_are_links_to_the_run(cli,
     (out / "leaderboard.csv").symlink_to(run / "scores.json")
     (run / "scores.json").write_text("{}\n")
     rc, _, err = cli("leaderboard", run, "--out", out)
-    one_line_refusal(rc, err, out / "leaderboard.csv", "the run's scores")
+    one_line_refusal(rc, err, f"--out {out}: its {out / 'leaderboard.csv'}", "the run's scores")
     assert (run / "scores.json").read_text() == "{}\n"
 
 
@@ -147,3 +147,15 @@ def test_report_refuses_to_write_over_its_ratings_file(cli, tmp_path):
     rc, _, err = cli("report", "--ratings", ratings, "--out", tmp_path / "reports")  # the name not yet known
     one_line_refusal(rc, err, ratings)
     assert digest(ratings) == before
+
+
+def test_run_refuses_an_out_folder_where_the_leaderboard_would_replace_its_suite(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    prompts = tmp_path / "leaderboard.csv"  # a user's suite whose data file has the leaderboard's name
+    prompts.write_text('{"id": "p0", "prompt": "The soup was", "reference": "cold"}\n')
+    (tmp_path / "s.toml").write_text('name = "one"\nfile = "leaderboard.csv"\nformat = "jsonl"\n')
+    (tmp_path / "l.toml").write_text('name = "mine"\nsystems = ["tiny-random/softmax/greedy,max_new_tokens=2"]\n')
+    argv = ["run", "--lineup", "l.toml", "--suite", "s.toml", "--out", ".", "--runs-dir", "runs", "--metrics", "rep"]
+    rc, _, err = cli(*argv, "--threads", 1, "--no-progress")
+    one_line_refusal(rc, err, "suite one's prompts", prompts)
+    assert not (tmp_path / "runs").exists()  # refused before the first token
