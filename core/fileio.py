@@ -14,8 +14,8 @@ writable folder, without creating it; ``ensure_dir`` creates it. ``check_not_inp
 that a command's output is none of its inputs (a run's files, a ratings database, a suite, a ratings
 file), links and hard links resolved: every command that writes a file or a folder passes it its
 inputs before it computes anything, so nothing the user made is overwritten by what was derived
-from it. ``plain_name`` checks a name that
-becomes one path component (``--run-id``), so it cannot climb out of its parent folder.
+from it. ``plain_name`` checks a name that becomes one path component (``--run-id``), so it cannot
+climb out of its parent folder.
 """
 
 from __future__ import annotations
