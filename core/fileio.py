@@ -267,7 +267,7 @@ def check_not_input(path: str | Path, what: str, inputs: Inputs, whole_folder: b
     out = Path(os.path.realpath(path))
     for given, label in inputs:
         if _same_file(path, given):
-            kind = "folder" if whole_folder or Path(given).is_dir() else "file"
+            kind = "folder" if whole_folder else "file"
             raise MaxbenchError(
                 f"{what} {path} is {label} {given}, an input of this command: writing there would destroy it; "
                 f"choose another {kind}"
