@@ -211,6 +211,26 @@ def generations_sha256(run_dir: Path) -> str | None:
         raise os_error(path, exc, "read") from None
 
 
+def file_digests(run_dir: Path) -> dict[str, str]:
+    """The sha256 of the run's manifest, generations and scores files as they are now ('' for one that
+    is absent), keyed ``manifest``, ``generations``, ``scores``: what a report records of a run it used."""
+    out = {}
+    for name, path in (("manifest", manifest_path), ("generations", generations_path), ("scores", scores_path)):
+        try:
+            out[name] = hashlib.sha256(path(run_dir).read_bytes()).hexdigest()
+        except FileNotFoundError:
+            out[name] = ""
+        except OSError as exc:
+            raise os_error(path(run_dir), exc, "read") from None
+    return out
+
+
+def read_timings(run_dir: Path) -> list[dict]:
+    """The rows of the run's ``timings.jsonl`` (one per phase of each invocation; [] without one)."""
+    path = timings_path(run_dir)
+    return read_rows(path) if path.is_file() else []
+
+
 def shard_lines(run_dir: Path) -> int:
     """Lines in the run's shard files, counted without parsing them (for a progress bar)."""
     count = 0

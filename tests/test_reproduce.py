@@ -836,7 +836,8 @@ def test_time_per_token_counts_cpu_seconds_per_generated_token(tmp_path):
         {"phase": "generate b", "seconds": 3.0},  # an old row without CPU time: its wall time
     ]
     (tmp_path / "timings.jsonl").write_text("".join(json.dumps(t) + "\n" for t in timings))
-    rows = [{"system": "a", "n_tokens": 4}, {"system": "a", "n_tokens": 2}, {"system": "b", "n_tokens": 6}]
+    tokens = [("a", "p1", 4), ("a", "p2", 2), ("b", "p1", 6)]
+    rows = [{"system": s, "prompt_id": p, "text": "t", "reference": "r", "n_tokens": n} for s, p, n in tokens]
     (tmp_path / "generations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert time_per_token(tmp_path) == {"a": 2.0, "b": 0.5}
     assert [pct(v) for v in (None, -0.000015, 0.2, -1.0, 11.656)] == ["", "-0.0015%", "+20%", "-100%", "+1,166%"]
