@@ -365,8 +365,7 @@ class FctgAdapter(ConditionalAdapter):
         tensors, trained = fit["tensors"], fit["trained"]
         if o["mva"]:
             gate = {"selected": o["select"], "gate_bias": pick[0], "gate_lr": pick[1], **gate}
-        timing = ("train_seconds", "train_cpu_seconds", "step_cpu_seconds")
-        step_cpu = sorted(trained["step_cpu_seconds"])
+        timing = ("train_seconds", "train_cpu_seconds", "step_cpu_seconds", "step_cpu_median")
         measured = {
             **{k: v for k, v in trained.items() if k not in timing},
             **{f"{k}_loss_last": v for k, v in fit["parts"].items()},
@@ -377,7 +376,6 @@ class FctgAdapter(ConditionalAdapter):
             "moved": fit["moved"],
             "inert": {k: v < INERT for k, v in fit["moved"].items()},
             **{k: trained[k] for k in timing},
-            "step_cpu_median": step_cpu[len(step_cpu) // 2] if step_cpu else None,
             **self.recorded_attributes(lm, marker, ctx),
         }
         return tensors, measured

@@ -155,4 +155,5 @@ def train_loop(
         "train_seconds": round(time.perf_counter() - t0, 1),
         "train_cpu_seconds": round(time.process_time() - c0, 1),
         "step_cpu_seconds": [round(x, 4) for x in step_cpu],
+        "step_cpu_median": round(sorted(step_cpu)[len(step_cpu) // 2], 4) if step_cpu else None,
     }
