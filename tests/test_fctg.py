@@ -380,3 +380,4 @@ def test_a_component_that_does_not_move_is_marked_inert(home):
     assert meta["inert"]["mam"] == (meta["moved"]["mam"] < INERT)
     _, meta = FctgAdapter(steps=0, mam="none", alm="none").train(fresh(), ctx(fresh()))
     assert meta["inert"] == {"mva": True} and meta["moved"] == {"mva": 0.0}
+    assert not meta["gate"]["selected"] and "grid" not in meta["gate"]  # no step: nothing was chosen

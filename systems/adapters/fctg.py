@@ -364,7 +364,7 @@ class FctgAdapter(ConditionalAdapter):
         fit = self._fit(lm, examples, rows, val, marker, *pick, steps, checkpoints, what, progress)
         tensors, trained = fit["tensors"], fit["trained"]
         if o["mva"]:
-            gate = {"selected": o["select"], "gate_bias": pick[0], "gate_lr": pick[1], **gate}
+            gate = {"selected": "grid" in gate, "gate_bias": pick[0], "gate_lr": pick[1], **gate}
         timing = ("train_seconds", "train_cpu_seconds", "step_cpu_seconds", "step_cpu_median")
         measured = {
             **{k: v for k, v in trained.items() if k not in timing},
