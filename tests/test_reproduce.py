@@ -249,7 +249,17 @@ def test_the_fctg_paper_has_numbers_per_baseline_and_corpus_and_roles_per_corpus
     food, news = plan_runs(f, Options(), tmp_path / "out")
     assert (food.corpus, news.corpus) == ("food-reviews", "news")
     assert food.plan.suite.name == "food-attrs" and news.plan.suite.name == "news-attrs"
-    assert food.roles["fctg-no-mva"] == "smollm2-135m+fctg(mva=false)/softmax/top_k=40,max_new_tokens=96"
+    # FCTG keeps the base model frozen (fctg(r=0)): without MVA it is the base model, the zero-shot system
+    assert food.roles["fctg-no-mva"] == food.roles["zero-shot"] == "smollm2-135m/softmax/top_k=40,max_new_tokens=96"
+    assert food.roles["fctg-lora"] == "smollm2-135m+fctg(r=8)/softmax/top_k=40,max_new_tokens=96"
+    seeds = {r: food.roles[r] for r in ("fctg-seed1", "fctg-seed2", "finetuned-seed1", "finetuned-seed2")}
+    assert seeds == {
+        "fctg-seed1": "smollm2-135m+fctg(seed=1)/softmax/top_k=40,max_new_tokens=96",
+        "fctg-seed2": "smollm2-135m+fctg(seed=2)/softmax/top_k=40,max_new_tokens=96",
+        "finetuned-seed1": "smollm2-135m+lora(seed=1)/softmax/top_k=40,max_new_tokens=96",
+        "finetuned-seed2": "smollm2-135m+lora(seed=2)/softmax/top_k=40,max_new_tokens=96",
+    }
+    assert not any(r.endswith(("-seed1", "-seed2")) or r == "fctg-lora" for r in news.roles)
     assert (
         "fctg-no-mva" not in news.roles and news.roles["nrp"] == "smollm2-135m+nrp/softmax/top_k=40,max_new_tokens=160"
     )
