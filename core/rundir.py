@@ -416,7 +416,7 @@ class RunPlan:
     seed: int = 1234
     batch_size: int = 8
     corpus: str | None = None  # fitting corpus for layers that need one
-    registry: str | None = None
+    lineup: str | None = None
     #: also record each layer's teacher-forced log-probabilities of the references (ref-ppl)
     reference_ppl: bool = True
     #: model options of every model of the run (``--model-args``, docs/models.md); part of the
@@ -444,7 +444,7 @@ class RunPlan:
             "seed": self.seed,
             "batch_size": self.batch_size,
             "corpus": self.corpus,
-            "registry": self.registry,
+            "registry": self.lineup,  # the lineup, under its old key: runs made before the rename resume
             "reference_ppl": self.reference_ppl,
         }
 
@@ -868,7 +868,7 @@ def canonicalise(plan: RunPlan, path: Path, shard) -> None:
     if unknown:
         raise MaxbenchError(
             f"{path} holds rows of system '{unknown[0]['system']}', which this run does not "
-            f"define; this run directory belongs to another registry"
+            f"define; this run directory belongs to another lineup"
         )
     by_key = rows_by_key(sources)
     if shard is None and len(by_key) < len(order):

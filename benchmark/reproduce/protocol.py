@@ -202,7 +202,7 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
             seed=proto.get("seed", 1234),
             batch_size=proto.get("batch_size", 16),
             corpus=fit_corpus,
-            registry=f"reproduce-{paper.name}",
+            lineup=f"reproduce-{paper.name}",
         )
         names = {role: s.name for role, s in systems.items()}
         planned = tuple(full) if set(full) != set(roles) else ()

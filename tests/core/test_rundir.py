@@ -408,7 +408,7 @@ def test_a_committed_run_resumes_with_nothing_left_to_generate(tmp_path):
         seed=ident["seed"],
         batch_size=ident["batch_size"],
         corpus=ident["corpus"],
-        registry=ident["registry"],
+        lineup=ident["registry"],
         reference_ppl=ident["reference_ppl"],
     )
     assert plan.identity() == ident
