@@ -40,10 +40,16 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from maxbench.errors import MaxbenchError
 from maxbench.fileio import atomic_write, os_error
 from maxbench.locks import exclusive, held
+
+if TYPE_CHECKING:  # annotations only: the shared base imports no other maxbench package at run time
+    from maxbench.benchmark.data.suites import Suite
+    from maxbench.systems.system_strings import SystemSpec
+
 
 MANIFEST = "manifest.json"
 GENERATIONS = "generations.jsonl"
@@ -410,8 +416,8 @@ class RunPlan:
     """Everything that defines a run's content (what the manifest pins)."""
 
     run_dir: Path
-    suite: object  # maxbench.benchmark.data.suites.Suite
-    systems: list  # [SystemSpec]
+    suite: Suite
+    systems: list[SystemSpec]
     samples: int = 1
     seed: int = 1234
     batch_size: int = 8
