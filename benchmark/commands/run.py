@@ -170,7 +170,7 @@ def cmd_run(args) -> int:
     with timer.phase("render"):
         written = render([run_dir], out_dir)
         written.append(write_explorer([run_dir], out_dir / "explorer"))
-        if reg.sweeps:  # the frontier report beside the leaderboard (docs/frontiers.md)
+        if lineup.sweeps:  # the frontier report beside the leaderboard (docs/frontiers.md)
             from maxbench.benchmark.present.frontiers import render as render_frontiers
 
             try:
