@@ -538,6 +538,7 @@ class _Decoder:
 
     def _decode(self, si: int, batch: list) -> None:
         from maxbench.systems.decoding import decode, reference_logprobs, reference_stride_used
+        from maxbench.systems.system_strings import layer_label
 
         plan, system, layer = self.plan, self.plan.systems[si], self.pre.layers[si]
         lm = self.pre.models[system.model_key]
@@ -545,7 +546,8 @@ class _Decoder:
         clock = spent.setdefault("clock", {})
         t0, c0 = time.perf_counter(), time.process_time()
         seeds = [derive_seed(plan.seed, it.id, s) for it, s in batch]
-        results = decode(lm, layer, [it.prompt for it, _ in batch], system.decoding, seeds, clock=clock)
+        label = layer_label(system.layer)
+        results = decode(lm, layer, [it.prompt for it, _ in batch], system.decoding, seeds, clock=clock, label=label)
         t1, c1 = time.perf_counter(), time.process_time()
         spent["generate"] += t1 - t0
         spent["cpu generate"] += c1 - c0
@@ -553,7 +555,7 @@ class _Decoder:
             # once per prompt (sample 0): the layer's distribution does not depend on the sample
             firsts = [i for i, (it, s) in enumerate(batch) if s == 0 and it.reference.strip()]
             states = [self.ref_states.get(lm, system.model_key, batch[i][0]) for i in firsts]
-            lps = reference_logprobs(lm, layer, [], [], states=states)
+            lps = reference_logprobs(lm, layer, [], [], states=states, label=label)
             for i, lp in zip(firsts, lps):
                 results[i] = results[i] | {
                     "reference_logprobs": [None if v is None else round(v, 6) for v in lp],
