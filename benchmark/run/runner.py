@@ -370,7 +370,7 @@ def check_adapters(plan: RunPlan, adapters: dict) -> None:
     from maxbench.benchmark.data.suites import require_attributes
 
     for key, adapter in adapters.items():
-        adapter.check_inputs()  # e.g. a peft adapter's folder and config, before anything loads
+        adapter._plugin_call("check_inputs", adapter.check_inputs)  # e.g. a peft folder, before anything loads
         if adapter.trains and not plan.corpus:
             raise MaxbenchError(
                 f"model '{key}': adapter '{adapter.name}' is trained on a fitting corpus; pass --corpus"
