@@ -540,6 +540,19 @@ def check_model_reachable(name: str, revision: str | None = None) -> str:
     return name
 
 
+def local_identity(name: str, options: dict | None = None) -> str | None:
+    """The identity ``load_model(name, options=options).hash`` has for a local model folder, computed
+    from its files without loading it; None for a built-in or a hub id."""
+    base, _ = split_revision(name)
+    if base in MODELS:
+        return None
+    local = Path(base).expanduser()
+    if not local.is_dir():
+        return None
+    opts = options_for_model(name, options)
+    return with_options(folder_identity(local, bool(opts["trust_remote_code"])), recorded_options(name, opts))
+
+
 def check_dtype(dtype: str, device: str) -> None:
     """Half precision runs on CUDA only: on the CPU it is refused in one line."""
     if dtype != "fp32" and device == "cpu":

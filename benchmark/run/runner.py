@@ -343,6 +343,9 @@ def preflight(
             references=[it.reference for it in items] if plan.reference_ppl else None,
             hidden_states=layer.needs_hidden,
         )
+    for system in plan.systems:
+        if system.model_key not in pre.models:  # nothing to do for it: its folders are checked unloaded
+            check_model_folders(plan, manifest, system, adapters.get(system.model_key))
     rows = [(it, system) for system, units in zip(plan.systems, todo) for _, batch in units for it, _ in batch]
     new = sum(
         ROW_BYTES_FIXED
@@ -361,6 +364,38 @@ def preflight(
             )
     adapt_models(plan, pre, adapters, manifest, progress)
     return pre
+
+
+def check_model_folders(plan: RunPlan, manifest: dict | None, system, adapter) -> None:
+    """For a system with nothing left to generate, whose model is therefore not loaded: refuse a local
+    model folder or a ``peft`` adapter folder whose files changed since its rows were generated. The
+    run would otherwise report texts of the old files under the new ones, as complete."""
+    from maxbench.systems.adapters.pretrained import PeftAdapter, folder_sha256
+    from maxbench.systems.models import local_identity
+
+    entry = ((manifest or {}).get("models") or {}).get(system.model_key)
+    if not isinstance(entry, dict):
+        return
+    recorded_adapter = (entry.get("options") or {}).get("adapter")
+    recorded_adapter = recorded_adapter if isinstance(recorded_adapter, dict) else None
+    base_hash = recorded_adapter.get("base_hash") if recorded_adapter is not None else entry.get("hash")
+    now = local_identity(system.model, plan.options_for(system.model))
+    advice = "its rows are of the old files: pick another --run-id, or regenerate the run in a new directory"
+    if now is not None and isinstance(base_hash, str) and now != base_hash:
+        raise MaxbenchError(
+            f"run directory {plan.run_dir} was generated with model folder {system.model} of hash {base_hash[:12]}, "
+            f"but its files now hash to {now[:12]} (weights, config or tokenizer changed); {advice}"
+        )
+    if isinstance(adapter, PeftAdapter) and recorded_adapter is not None and recorded_adapter.get("sha256"):
+        try:
+            sha = folder_sha256(adapter.folder)
+        except OSError as exc:
+            raise MaxbenchError(f"adapter 'peft': cannot read {adapter.options['path']}: {exc}") from None
+        if sha != recorded_adapter["sha256"]:
+            raise MaxbenchError(
+                f"run directory {plan.run_dir} was generated with the peft adapter folder {adapter.options['path']} "
+                f"of sha256 {str(recorded_adapter['sha256'])[:12]}, but its files now hash to {sha[:12]}; {advice}"
+            )
 
 
 def check_adapters(plan: RunPlan, adapters: dict) -> None:
