@@ -427,6 +427,18 @@ def adapter_training_data(plan: RunPlan) -> tuple[list, dict]:
     suite = plan.suite
     if getattr(suite, "conditional", False) and suite.template and suite.corpus:
         corpus, attributed = load_corpus(suite.corpus), load_attributes(suite.corpus)
+        carried = {
+            k: sum(1 for t in corpus.fit if k in getattr(attributed.get(t), "attributes", {})) for k in suite.attributes
+        }
+        lacking = [k for k, n in carried.items() if n == 0]
+        if corpus.fit and lacking:
+            raise MaxbenchError(
+                f"suite '{suite.name}' asks for attribute{'s' if len(lacking) > 1 else ''} "
+                f"{', '.join(repr(k) for k in lacking)}, which no text of corpus '{corpus.name}''s fitting split "
+                f"carries (it has {', '.join(sorted({a for t in corpus.fit for a in getattr(attributed.get(t), 'attributes', {})})) or 'none'}); "
+                "adapters learn the suite's attributes from that corpus: drop them from the suite or use a corpus "
+                "that has them"
+            )
         examples = []
         for text in corpus.fit:
             row = attributed.get(text)
