@@ -39,8 +39,13 @@ FILES = (("manifest", "manifest.json"), ("generations", "generations.jsonl"), ("
 
 
 def read_scores(run_dir: Path) -> dict | None:
-    path = run_dir / "scores.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    """The run's ``scores.json`` as a dict (None when it has none), read by the run folder's owner: a
+    damaged or truncated file is one line naming it. Stale scores are kept here; the caller says why."""
+    from maxbench.rundir import read_scores as read_scores_file
+
+    if not (run_dir / "scores.json").exists():
+        return None
+    return read_scores_file(run_dir, fresh=False).to_dict()
 
 
 def metric_of(doc: dict, score: str) -> str | None:
