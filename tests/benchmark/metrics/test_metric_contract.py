@@ -98,3 +98,13 @@ def test_score_with_a_plugin_metric_breaking_the_contract_exits_2_with_one_line(
     doc = json.loads((run / "scores.json").read_text())  # the other metric's scores are kept
     (system,) = doc["systems"].values()
     assert system["scores"]["uniq"]["value"] is not None and system["scores"]["bad"]["value"] is None
+
+
+def test_flip_check_given_a_run_result_is_one_line():
+    from types import SimpleNamespace
+
+    from maxbench.benchmark.metrics.attributes import flip_check
+
+    run = SimpleNamespace(path="r")
+    with pytest.raises(MaxbenchError, match="flip_check takes two TextBatch .* are a SimpleNamespace"):
+        flip_check(run, run)
