@@ -76,10 +76,11 @@ def _include_file(file: Path) -> None:
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     origin = {"source": "file", "path": str(file), "sha256": sha}
+    before = set(sys.modules)
     try:
         with recording(origin):
             spec.loader.exec_module(module)
-            helpers = helper_code(module)
+            helpers = helper_code(module, [sys.modules[m] for m in sorted(set(sys.modules) - before) if m != name])
             if helpers:  # the registrations made above hold this very dict
                 origin["helpers"] = helpers
     except MaxbenchError:
@@ -113,20 +114,24 @@ def user_code_file(module: types.ModuleType, roots: list[Path] | None = None) ->
     return path
 
 
-def helper_code(module: types.ModuleType) -> dict[str, str]:
+def helper_code(module: types.ModuleType, imported: list[types.ModuleType] = ()) -> dict[str, str]:
     """``{file: sha256}`` of the user's modules (outside the standard library, site-packages and maxbench)
     that ``module`` reaches through its globals: modules it imported, and the modules of the classes and
     functions it imported from them, followed on through theirs. These are the code a plugin's layer,
     model or metric runs besides its own file, so the plugin's origin covers them: an edited helper is
-    other code, as an edited file is."""
+    other code, as an edited file is. ``imported``: modules the file's import brought in besides (a
+    helper imported inside a function that ran then), followed the same way."""
     roots = _library_roots()
     own = getattr(module, "__file__", None)
     seen: set[str] = {module.__name__}
     todo = [module]
     found: dict[str, str] = {}
-    while todo:
-        current = todo.pop()
-        for value in list(vars(current).values()):
+    pending = [m.__name__ for m in imported]
+    while todo or pending:
+        values = [sys.modules.get(pending.pop())] if pending else list(vars(todo.pop()).values())
+        for value in values:
+            if value is None:
+                continue
             name = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
             if not isinstance(name, str) or name in seen or name not in sys.modules:
                 continue
