@@ -295,8 +295,7 @@ def time_per_token(run_dir: Path) -> dict[str, float]:
     from maxbench.rundir import GENERATIONS, TIMINGS, read_rows
 
     seconds: dict[str, float] = {}
-    for line in (run_dir / TIMINGS).read_text().splitlines() if (run_dir / TIMINGS).exists() else []:
-        row = json.loads(line)
+    for row in read_rows(run_dir / TIMINGS):  # the run folder's owner: a damaged line is one line naming it
         if row["phase"].startswith("generate "):
             name = row["phase"][len("generate ") :]
             seconds[name] = seconds.get(name, 0.0) + row.get("cpu_seconds", row["seconds"])
@@ -334,10 +333,9 @@ def training_steps(run: RunSpec) -> dict[str, list[float]]:
 
 def run_wall_seconds(run: RunSpec) -> float:
     """The wall time every invocation spent on one run (all phases of its timings.jsonl; 0 if none)."""
-    path = run.run_dir / "timings.jsonl"
-    if not path.exists():
-        return 0.0
-    return sum(json.loads(line)["seconds"] for line in path.read_text().splitlines() if line.strip())
+    from maxbench.rundir import TIMINGS, read_rows
+
+    return sum(row["seconds"] for row in read_rows(run.run_dir / TIMINGS))
 
 
 def total_wall_seconds(runs: list[RunSpec]) -> float:

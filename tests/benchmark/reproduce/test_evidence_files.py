@@ -37,3 +37,20 @@ def test_a_truncated_scores_json_is_one_line_naming_it(cli, tmp_path):
         read_scores(run)
     assert str(run / "scores.json") in str(exc.value) and "\n" not in str(exc.value)
     assert read_scores(tmp_path / "runs") is None  # a folder without scores
+
+
+def test_a_damaged_timings_line_is_one_line_naming_the_file(tmp_path):
+    from types import SimpleNamespace
+
+    from maxbench.benchmark.reproduce.evidence import run_wall_seconds, time_per_token
+
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "timings.jsonl").write_text('{"phase": "generate a", "seconds": 1.0}\n{"phase": "gen\n')
+    with pytest.raises(MaxbenchError, match="timings.jsonl") as exc:
+        run_wall_seconds(SimpleNamespace(run_dir=run))
+    assert "\n" not in str(exc.value)
+    with pytest.raises(MaxbenchError, match="timings.jsonl"):
+        time_per_token(run)
+    (run / "timings.jsonl").write_text('{"phase": "generate a", "seconds": 1.5}\n{"phase": "gen')  # cut mid-write
+    assert run_wall_seconds(SimpleNamespace(run_dir=run)) == 1.5
