@@ -290,6 +290,9 @@ class Metric:
                 "return self.result([Score(...), ...]) (docs/plugins.md)"
             )
         ranges = self.score_ranges
+        if not isinstance(result.scores, dict) or list(result.scores) != list(ranges):
+            names = list(result.scores) if isinstance(result.scores, dict) else type(result.scores).__name__
+            raise MaxbenchError(f"{what} computed scores {names}, but declares {list(ranges)}")
         for name, score in result.scores.items():
             if not isinstance(score, Score):
                 raise MaxbenchError(f"{what}: score '{name}' is a {type(score).__name__}, not a Score")

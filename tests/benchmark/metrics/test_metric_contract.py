@@ -17,7 +17,7 @@ METRIC = """
 import numpy as np
 
 import maxbench
-from maxbench.benchmark.metrics.base import Metric, Score, mean_score
+from maxbench.benchmark.metrics.base import Metric, MetricResult, Score, mean_score
 
 
 class Bad(Metric):
@@ -44,6 +44,10 @@ CASES = [
     ('self.result([Score("bad", 7.0, None)])', "score 'bad' is 7, outside its declared range [0, 1]"),
     ('self.result([mean_score(batch, "bad", [7.0] * len(batch.texts))])', "outside its declared range [0, 1]"),
     ('self.result({"bad": Score("bad", 0.5, None)})', "result() takes a list of Score"),
+    (
+        'MetricResult("bad", "t", "bad|t", True, {"extra": Score("extra", 0.5, None)})',
+        "computed scores ['extra'], but declares ['bad']",
+    ),
 ]
 
 
