@@ -305,7 +305,7 @@ class Metric:
                         f"{what}: score '{name}' is {value}; give an undefined score as value=None with its reason"
                     )
                 low, high = ranges.get(name, score.range)
-                slack = 1e-9 * max(1.0, abs(float(value)))
+                slack = 1e-6 * max(1.0, abs(float(value)))  # float32 rounding (a cosine of 1 + 1e-7)
                 if not low - slack <= value <= high + slack:
                     raise MaxbenchError(
                         f"{what}: score '{name}' is {value:g}, outside its declared range [{low:g}, {high:g}]; "
