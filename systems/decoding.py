@@ -414,9 +414,15 @@ def decode(
             # Warpers work on CPU generators' device-agnostic scores; sampling draws on CPU.
             try:
                 next_tok = layer.sample(scores, lambda s, ids=out_ids: warp_rows(warp, ids, s), generators)
-            except Exception:
+            except Exception as exc:
                 check.read()  # a bad step is the cause: name it, not the sampler's failure on it
-                raise
+                if not check.what.startswith("plugin ") or isinstance(exc, MaxbenchError):
+                    raise
+                detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                raise MaxbenchError(
+                    f"{check.what}: sample() failed at decoding step {step}: {type(exc).__name__}"
+                    + (f": {detail}" if detail else "")
+                ) from None
             next_tok = next_tok.to(lm.device)
         else:
             next_tok = scores.argmax(-1)

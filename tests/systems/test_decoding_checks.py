@@ -138,3 +138,14 @@ def test_a_row_with_some_minus_infinity_is_fine_and_a_row_with_only_minus_infini
     check.add(torch.tensor([[0.0, 1.0, 1.0], [float("-inf")] * 3]), logits, 1)
     with pytest.raises(MaxbenchError, match="step 1"):
         check.read()
+
+
+def test_a_plugin_layer_whose_own_sample_raises_is_one_line(cli, tmp_path):
+    path = tmp_path / "late.py"
+    path.write_text(
+        textwrap.dedent(LATE.format(bad="logits", calls=1))
+        + "\nLate.sample = lambda self, scores, warp, generators: 1 / 0\n"
+    )
+    rc, _, err = _generate(cli, tmp_path, path, decoding="top_k=5,max_new_tokens=4")
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "plugin output layer 'late'" in err and "sample() failed at decoding step 0: ZeroDivisionError" in err
