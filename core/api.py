@@ -135,15 +135,22 @@ class RunResult:
         """Paired tests of this run's systems against ``other``'s (this minus other), as
         ``maxbench compare``: ``systems`` are names both hold or ``"A_SYSTEM=B_SYSTEM"`` pairs,
         ``metrics`` default to those both runs' scores name. Returns the JSON of ``compare --out``."""
-        from maxbench.benchmark.metrics.compare import compare_runs, default_metrics
-        from maxbench.benchmark.metrics.scoring import ScoringOptions
-
-        other_path = other.path if isinstance(other, RunResult) else other
         from pathlib import Path
 
+        from maxbench import arguments
+        from maxbench.benchmark.metrics.compare import check_compare_args, compare_runs, default_metrics
+        from maxbench.benchmark.metrics.scoring import ScoringOptions
+
+        other_path = other.path if isinstance(other, RunResult) else arguments.path(other, "other")
+        check_compare_args(n_resamples, level, seed, ("n_resamples", "level", "seed"))
+        systems = arguments.names(systems, "systems", optional=True)
+        metrics = arguments.names(metrics, "metrics", optional=True)
+        arguments.text(evaluator, "evaluator", optional=True)
+        arguments.text(device, "device", optional=True)
+        arguments.flag(progress, "progress")
         a, b = Path(self.path), Path(other_path)
         options = ScoringOptions(
-            metrics=list(metrics) if metrics else default_metrics(a, b),
+            metrics=list(metrics) if metrics else default_metrics(a, b, "metrics=[...]"),
             n_resamples=n_resamples,
             seed=seed,
             level=level,
@@ -160,9 +167,10 @@ def load_run(path) -> RunResult:
     generations than the run's now are refused, as ``leaderboard`` and ``export`` refuse them."""
     from pathlib import Path
 
+    from maxbench import arguments
     from maxbench.rundir import read_run
 
-    run = read_run(Path(path))
+    run = read_run(Path(arguments.path(path, "path")))
     return RunResult(run.run_dir, run.manifest, run.rows, run.scores.to_dict() if run.scores else None)
 
 
@@ -194,6 +202,7 @@ def evaluate(
     recorded (a model whose context cannot hold a suite's prompt and reference needs that)."""
     from pathlib import Path
 
+    from maxbench import arguments
     from maxbench.benchmark.commands.options import run_id as make_run_id
     from maxbench.benchmark.data.suites import load_suite
     from maxbench.benchmark.metrics.base import parse_metric_list
@@ -203,14 +212,31 @@ def evaluate(
     from maxbench.rundir import RunPlan
     from maxbench.systems.system_strings import parse_system
 
+    # every argument checked here, before any work, by the checks the commands use
     if isinstance(systems, str):
         systems = [systems]
+    if not isinstance(systems, list | tuple) or not all(isinstance(s, str) for s in systems):
+        raise MaxbenchError(
+            f"systems must be a system string or a list of them (e.g. 'smollm2-135m/softmax/top_p=0.9'), "
+            f"got {type(systems).__name__} {systems!r}"
+        )
     if not systems:
         raise MaxbenchError("give at least one system string, e.g. 'smollm2-135m/softmax/top_p=0.9'")
-    if samples < 1 or batch_size < 1:
-        raise MaxbenchError("samples and batch_size must be >= 1")
-    if n_resamples < 0:
-        raise MaxbenchError(f"n_resamples must be >= 0 (0: no intervals), got {n_resamples}")
+    arguments.path(suite, "suite")
+    metrics = arguments.names(metrics, "metrics", optional=True)
+    arguments.path(runs_dir, "runs_dir")
+    arguments.text(run_id, "run_id", optional=True)
+    samples = arguments.whole(samples, "samples", 1)
+    seed = arguments.seed(seed, "seed")
+    arguments.text(device, "device", optional=True)
+    batch_size = arguments.whole(batch_size, "batch_size", 1)
+    arguments.text(corpus, "corpus", optional=True)
+    n_resamples = arguments.resamples(n_resamples, "n_resamples", minimum=0)
+    arguments.text(baseline, "baseline", optional=True)
+    arguments.text(evaluator, "evaluator", optional=True)
+    arguments.flag(reference_ppl, "reference_ppl")
+    threads = arguments.threads(threads, "threads")
+    arguments.flag(progress, "progress")
     specs = [parse_system(s) for s in systems]
     names = [s.name for s in specs]
     twice = next((n for n in names if names.count(n) > 1), None)

@@ -12,8 +12,10 @@ after the command has flushed what it wrote.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
+import maxbench
 from maxbench.benchmark.commands import (
     assets,
     compare,
@@ -81,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="maxbench",
         description="Compare output layers of language models with automatic metrics and human ratings.",
     )
+    parser.add_argument("--version", action="version", version=f"maxbench {maxbench.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in COMMAND_MODULES:
         module.register(sub)
@@ -104,6 +107,8 @@ def run_guarded(prog: str, func, *args) -> int:
     ``maxbench`` command's and the benchmark scripts' (benchmarks/harness.py) one way out."""
     try:
         rc = func(*args)
+    except BrokenPipeError:
+        return _closed_pipe()
     except MaxbenchError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -116,6 +121,23 @@ def run_guarded(prog: str, func, *args) -> int:
         print(f"{prog}: interrupted; what was written so far is kept", file=sys.stderr)
         return 130
     return int(rc or 0)
+
+
+#: the exit status of a command whose reader went away (``| head``): 128 + SIGPIPE, as a Unix tool's
+CLOSED_PIPE = 141
+
+
+def _closed_pipe() -> int:
+    """A reader that closed the pipe (``maxbench score ... | head``) ends the command quietly, as it
+    ends a Unix tool: no message, status 141. Standard output is pointed at /dev/null so that the
+    interpreter's last flush does not fail on the closed pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no file descriptor behind sys.stdout (a test's capture)
+        pass
+    return CLOSED_PIPE
 
 
 def main(argv: list[str] | None = None) -> int:

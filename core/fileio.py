@@ -10,8 +10,12 @@ destination with ``os.replace``. A crash leaves the old file or the new one, nev
 
 Operating-system failures become one-line ``MaxbenchError``s naming the path (``os_error``).
 ``check_output_dir`` answers, before anything is computed, whether a folder is or can become a
-writable folder, without creating it; ``ensure_dir`` creates it. ``plain_name`` checks a name that
-becomes one path component (``--run-id``), so it cannot climb out of its parent folder.
+writable folder, without creating it; ``ensure_dir`` creates it. ``check_not_input`` is the one check
+that a command's output is none of its inputs (a run's files, a ratings database, a suite, a ratings
+file), links and hard links resolved: every command that writes a file or a folder passes it its
+inputs before it computes anything, so nothing the user made is overwritten by what was derived
+from it. ``plain_name`` checks a name that becomes one path component (``--run-id``), so it cannot
+climb out of its parent folder.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -240,9 +244,46 @@ def check_output_dir(path: str | Path, what: str) -> None:
         raise MaxbenchError(f"{what} {path}: this user cannot write there{detail}; choose another folder")
 
 
-def check_output_file(path: str | Path, what: str) -> None:
+#: a command's inputs for ``check_not_input``: (path, what it is, e.g. "the run's texts")
+Inputs = Iterable[tuple["str | Path", str]]
+
+
+def _same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether ``a`` and ``b`` name one file or folder: the same path once every link is resolved
+    (a path that does not exist yet resolves as far as it exists), or, both existing, one inode."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_not_input(path: str | Path, what: str, inputs: Inputs, whole_folder: bool = False) -> None:
+    """Refuse an output ``path`` that is one of the command's ``inputs`` (or resolves to one through
+    links): writing it would replace what the output is computed from. With ``whole_folder`` the
+    output is a folder replaced whole, so a folder that holds an input is refused too. The refusal
+    names both paths; nothing has been written."""
+    out = Path(os.path.realpath(path))
+    for given, label in inputs:
+        if _same_file(path, given):
+            kind = "folder" if whole_folder else "file"
+            raise MaxbenchError(
+                f"{what} {path} is {label} {given}, an input of this command: writing there would destroy it; "
+                f"choose another {kind}"
+            )
+        if whole_folder and out in Path(os.path.realpath(given)).parents:
+            raise MaxbenchError(
+                f"{what} {path} is replaced whole, and it holds {label} {given}, an input of this command; "
+                "choose another folder"
+            )
+
+
+def check_output_file(path: str | Path, what: str, inputs: Inputs = ()) -> None:
     """Refuse, before the work that produces it, a file ``path`` that could not be written: its folder
-    fails ``check_output_dir``, or a folder, device or pipe has its name."""
+    fails ``check_output_dir``, a folder, device or pipe has its name, or it is one of the command's
+    ``inputs`` (``check_not_input``)."""
+    check_not_input(path, what, inputs)
     path = Path(path)
     if (path.exists() or path.is_symlink()) and not path.is_file():
         raise MaxbenchError(f"{what} {path} exists and is not a regular file; move it away or choose another location")

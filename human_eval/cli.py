@@ -10,7 +10,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from maxbench.errors import MaxbenchError
-from maxbench.fileio import atomic_write
+from maxbench.fileio import atomic_write, check_not_input
+from maxbench.human_eval import PRODUCTION_DOCS
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 
@@ -25,8 +26,8 @@ def register(subparsers) -> None:
     serve = subparsers.add_parser(
         "serve",
         help="run the human-evaluation rating app (gunicorn)",
-        description="Serve the rating app with gunicorn. For production behind a reverse proxy, "
-        "see human_eval/README.md.",
+        description="Serve the rating app with gunicorn. For production behind a reverse proxy, see "
+        f"{PRODUCTION_DOCS}.",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
@@ -263,7 +264,7 @@ def _print_created(created, base_url: str, links_fd: int | None, links_out: Path
 
 
 def cmd_study_create(args: argparse.Namespace) -> int:
-    from maxbench.human_eval.store.db import database_errors, session_for
+    from maxbench.human_eval.store.db import database_errors, database_inputs, session_for
     from maxbench.human_eval.studies.create import create_study
     from maxbench.human_eval.studies.options import StudyOptions
     from maxbench.human_eval.studies.rubrics import load_rubric
@@ -296,6 +297,16 @@ def cmd_study_create(args: argparse.Namespace) -> int:
         check_attempts=args.check_attempts,
         gold_items=args.gold_items,
     )
+    if args.links_out:
+        from maxbench.rundir import run_inputs
+
+        runs = (Path(args.run_dir), Path("results") / "runs" / args.run_dir)  # a folder, or a run id
+        inputs = [*database_inputs(args.db), *(i for r in runs for i in run_inputs(r))]
+        if args.consent_file:
+            inputs.append((args.consent_file, "the consent file"))
+        if Path(args.rubric).suffix == ".toml":
+            inputs.append((Path(args.rubric), "the rubric file"))
+        check_not_input(args.links_out, "--links-out", inputs)
     links_fd, links_created = _open_links_file(args.links_out) if args.links_out else (None, False)
     try:
         with database_errors(args.db), session_for(args.db, create=True) as session:
@@ -329,11 +340,13 @@ def cmd_study_list(args: argparse.Namespace) -> int:
 
 
 def cmd_study_export(args: argparse.Namespace) -> int:
-    from maxbench.human_eval.store.db import database_errors, session_for
+    from maxbench.human_eval.store.db import database_errors, database_inputs, session_for
     from maxbench.human_eval.studies.export import explorer_export, long_format_rows, rows_to_csv, rows_to_json
 
     if args.format == "explorer" and args.blind:
         raise MaxbenchError("--format explorer joins ratings to the run's systems by name; it cannot be --blind")
+    if args.out:
+        check_not_input(args.out, "--out", database_inputs(args.db))
     with database_errors(args.db), session_for(args.db) as session:
         if args.format == "explorer":
             doc = explorer_export(session, args.study_id)
@@ -357,9 +370,11 @@ def cmd_study_export(args: argparse.Namespace) -> int:
 
 
 def cmd_study_participants(args: argparse.Namespace) -> int:
-    from maxbench.human_eval.store.db import database_errors, session_for
+    from maxbench.human_eval.store.db import database_errors, database_inputs, session_for
     from maxbench.human_eval.studies.export import participant_rows, participants_to_csv
 
+    if args.out:
+        check_not_input(args.out, "--out", database_inputs(args.db))
     with database_errors(args.db), session_for(args.db) as session:
         rows = participant_rows(session, args.study_id)
     body = participants_to_csv(rows)

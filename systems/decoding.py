@@ -100,9 +100,19 @@ class DecodingSetting:
 
     @classmethod
     def parse(cls, label: str) -> DecodingSetting:
-        """The setting a label names, e.g. ``top_p=0.9`` or ``greedy,max_new_tokens=32``."""
+        """The setting a label names, e.g. ``top_p=0.9`` or ``greedy,max_new_tokens=32``. A key given
+        twice (``top_p=0.9,top_p=0.5``, ``temp`` and ``temperature``, ``greedy`` and ``sample``) is
+        refused: no value silently wins."""
         kw: dict = {}
+        seen: dict[str, str] = {}
         for part in filter(None, (p.strip() for p in label.split(","))):
+            key = "greedy or sample" if part in ("greedy", "sample") else part.split("=", 1)[0].strip()
+            key = {"temp": "temperature"}.get(key, key)
+            if key in seen:
+                raise MaxbenchError(
+                    f"decoding setting '{label}' gives {key} twice ('{seen[key]}' and '{part}'); give it once"
+                )
+            seen[key] = part
             if part == "greedy":
                 kw["do_sample"] = False
             elif part == "sample":

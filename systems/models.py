@@ -534,7 +534,7 @@ def check_model_reachable(name: str, revision: str | None = None) -> str:
         at = f" --revision {rev}" if rev else ""
         raise MaxbenchError(
             f"cannot load model '{name}': it is not a built-in or a local model directory, it is not in the "
-            f"Hugging Face cache, and {why}; download it on a connected machine (huggingface-cli download "
+            f"Hugging Face cache, and {why}; download it on a connected machine (hf download "
             f"{base}{at} --local-dir DIR) and pass DIR"
         )
     return name
@@ -706,7 +706,7 @@ def load_model(
             raise MaxbenchError(
                 f"cannot load model '{name}': it is not a built-in name ({', '.join(MODELS)}), not a local "
                 f"model directory, and the Hugging Face hub did not provide it ({reason[:160]}); download it "
-                f"on a connected machine (huggingface-cli download {base} --local-dir DIR) and pass DIR"
+                f"on a connected machine (hf download {base} --local-dir DIR) and pass DIR"
             ) from None
     model.eval()
     if dev != "cpu" or next(model.parameters()).dtype != torch_dtype:

@@ -7,7 +7,6 @@ import json
 import sys
 from pathlib import Path
 
-from maxbench.errors import MaxbenchError
 from maxbench.fileio import atomic_write, check_output_file
 
 
@@ -46,16 +45,21 @@ def register(sub) -> None:
 
 def cmd_compare(args) -> int:
     from maxbench.benchmark.metrics.base import parse_metric_list
-    from maxbench.benchmark.metrics.compare import check_metric_code, compare_markdown, compare_runs, default_metrics
+    from maxbench.benchmark.metrics.compare import (
+        check_compare_args,
+        check_metric_code,
+        compare_markdown,
+        compare_runs,
+        default_metrics,
+    )
     from maxbench.benchmark.metrics.scoring import ScoringOptions
 
-    if args.bootstrap < 1:
-        raise MaxbenchError("--bootstrap must be >= 1 (the tests resample)")
-    if not 0 < args.confidence < 1:
-        raise MaxbenchError("--confidence must be between 0 and 1")
-    if args.out is not None:
-        check_output_file(args.out, "--out")
+    check_compare_args(args.bootstrap, args.confidence, args.seed, ("--bootstrap", "--confidence", "--seed"))
     run_a, run_b = Path(args.run_a), Path(args.run_b)
+    if args.out is not None:
+        from maxbench.rundir import run_inputs
+
+        check_output_file(args.out, "--out", run_inputs(run_a) + run_inputs(run_b))
     if args.metrics:  # a plugin metric left without its code: say where it came from, before "unknown metric"
         check_metric_code([t.strip() for t in args.metrics.split(",") if t.strip()], run_a, run_b)
     names = parse_metric_list(args.metrics) if args.metrics else None

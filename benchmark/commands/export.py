@@ -32,7 +32,9 @@ def cmd_export(args) -> int:
     if args.out is None and args.format == "parquet":
         raise MaxbenchError("--format parquet needs --out FILE (parquet is binary)")
     if args.out is not None:
-        check_output_file(args.out, "--out")
+        from maxbench.rundir import run_inputs
+
+        check_output_file(args.out, "--out", run_inputs(Path(args.run_dir)))
     rows = run_table(Path(args.run_dir))
     data = encode(rows, args.format)
     if args.out is None:

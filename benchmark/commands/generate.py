@@ -89,13 +89,14 @@ def generate_systems(args) -> list:
 
 
 def cmd_generate(args) -> int:
+    from maxbench import arguments
     from maxbench.benchmark.data.suites import load_suite
     from maxbench.benchmark.run.runner import generate_run
     from maxbench.rundir import RunPlan, drop_damaged, parse_shard
     from maxbench.systems.models import parse_model_args
 
-    if args.samples < 1 or args.batch_size < 1:
-        raise MaxbenchError("--samples and --batch-size must be >= 1")
+    arguments.whole(args.samples, "--samples", 1)
+    arguments.whole(args.batch_size, "--batch-size", 1)
     systems = generate_systems(args)
     suite = load_suite(args.suite)
     names = [s.name for s in systems]

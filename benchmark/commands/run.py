@@ -73,28 +73,28 @@ def cmd_run(args) -> int:
     import os
     import time
 
+    from maxbench import arguments
     from maxbench.benchmark.data.suites import load_suite
     from maxbench.benchmark.metrics.base import parse_metric_list
     from maxbench.benchmark.metrics.scoring import ScoringOptions, score_run
     from maxbench.benchmark.present.explorer import write_explorer
-    from maxbench.benchmark.present.leaderboard import render
+    from maxbench.benchmark.present.leaderboard import check_render_outputs, render
     from maxbench.benchmark.run.lineup import load_lineup
     from maxbench.benchmark.run.runner import INVOCATION_ENV, PhaseTimer, generate_run, new_invocation, preflight
     from maxbench.benchmark.run.workers import WORKER_THREADS, default_workers, parse_workers, run_workers
-    from maxbench.rundir import RunPlan, drop_damaged
+    from maxbench.fileio import check_not_input
+    from maxbench.rundir import RunPlan, drop_damaged, run_inputs
     from maxbench.systems.models import parse_model_args
 
-    if args.n_resamples < 0:
-        raise MaxbenchError(f"--n-resamples must be >= 0 (0: no intervals or tests), got {args.n_resamples}")
-    if args.threads is not None and args.threads < 1:
-        raise MaxbenchError(f"--threads must be >= 1, got {args.threads}")
+    arguments.resamples(args.n_resamples, "--n-resamples", minimum=0)
+    arguments.threads(args.threads, "--threads")
     workers = parse_workers(args.workers)
     if args.shard is not None and workers not in (None, 1):
         raise MaxbenchError("--workers and --shard exclude each other: a shard is one worker (give one of them)")
     started = time.perf_counter()
-    reg = load_lineup(args.lineup)
-    suite = load_suite(args.suite or reg.suite)
-    metrics = parse_metric_list(args.metrics or ",".join(reg.metrics) or None)
+    lineup = load_lineup(args.lineup)
+    suite = load_suite(args.suite or lineup.suite)
+    metrics = parse_metric_list(args.metrics or ",".join(lineup.metrics) or None)
     shard = _shard_arg(args.shard)
     device = args.device
     if shard is not None and device is None and os.environ.get("LOCAL_RANK") is not None:
@@ -102,22 +102,27 @@ def cmd_run(args) -> int:
 
         if torch.cuda.is_available():
             device = f"cuda:{os.environ['LOCAL_RANK']}"
-    run_dir = Path(args.runs_dir) / lineup_run_id(args.run_id, reg.name, suite.name)
-    out_dir = Path(args.out) if args.out else (Path("results") if reg.name == "default" else Path("results") / reg.name)
+    run_dir = Path(args.runs_dir) / lineup_run_id(args.run_id, lineup.name, suite.name)
+    out_dir = (
+        Path(args.out) if args.out else (Path("results") if lineup.name == "default" else Path("results") / lineup.name)
+    )
     plan = RunPlan(
         run_dir=run_dir,
         suite=suite,
-        systems=reg.systems,
-        samples=reg.samples,
-        seed=reg.seed,
-        batch_size=reg.batch_size,
-        corpus=reg.corpus,
-        registry=reg.name,
+        systems=lineup.systems,
+        samples=lineup.samples,
+        seed=lineup.seed,
+        batch_size=lineup.batch_size,
+        corpus=lineup.corpus,
+        lineup=lineup.name,
         model_args=parse_model_args(args.model_args),
-        per_model_args=reg.model_args,
-        sweeps={name: sweep.record() for name, sweep in reg.sweeps.items()},
+        per_model_args=lineup.model_args,
+        sweeps={name: sweep.record() for name, sweep in lineup.sweeps.items()},
     )
     outputs = () if shard is not None else ((out_dir, "--out"),)
+    if shard is None:  # what the run ends by writing is none of what it reads
+        check_render_outputs([run_dir], out_dir, suite.inputs())
+        check_not_input(out_dir / "explorer", "--out", [*suite.inputs(), *run_inputs(run_dir)], whole_folder=True)
     invocation = os.environ.get(INVOCATION_ENV) or new_invocation()
     if os.environ.get(INVOCATION_ENV) is None:  # the workers of a run do not drop lines again
         drop_damaged(run_dir, args.drop_damaged_lines)
@@ -154,12 +159,12 @@ def cmd_run(args) -> int:
             ScoringOptions(
                 metrics=metrics,
                 n_resamples=args.n_resamples,
-                evaluator=args.evaluator or reg.evaluator,
+                evaluator=args.evaluator or lineup.evaluator,
                 device=device,
                 threads=args.threads,
                 progress=not args.no_progress,
             ),
-            baseline=reg.baseline,
+            baseline=lineup.baseline,
         )
     with timer.phase("render"):
         written = render([run_dir], out_dir)

@@ -78,16 +78,13 @@ def add_evaluator_option(p: argparse.ArgumentParser, default_text: str = "smollm
 
 
 def _options(args):
+    from maxbench import arguments
     from maxbench.benchmark.metrics.base import parse_metric_list
     from maxbench.benchmark.metrics.scoring import ScoringOptions
 
-    if args.bootstrap < 0:
-        raise MaxbenchError("--bootstrap must be >= 0")
-    if not 0 < args.confidence < 1:
-        raise MaxbenchError("--confidence must be between 0 and 1")
-    if args.threads is not None:
-        if args.threads < 1:
-            raise MaxbenchError(f"--threads must be >= 1, got {args.threads}")
+    arguments.resamples(args.bootstrap, "--bootstrap", minimum=0)
+    arguments.level(args.confidence, "--confidence")
+    if arguments.threads(args.threads, "--threads") is not None:
         import torch
 
         torch.set_num_threads(args.threads)

@@ -26,7 +26,13 @@ def register(sub) -> None:
 
 def cmd_view(args) -> int:
     from maxbench.benchmark.present.explorer import write_explorer
+    from maxbench.fileio import check_not_input
+    from maxbench.rundir import run_inputs
 
+    inputs = [i for r in args.run_dirs for i in run_inputs(Path(r))]
+    if args.study is not None:
+        inputs.append((Path(args.study), "the study file"))
+    check_not_input(args.out, "--out", inputs, whole_folder=True)
     path = write_explorer([Path(r) for r in args.run_dirs], Path(args.out), study=args.study)
     print(f"wrote {path} (open it in a browser)")
     return 0

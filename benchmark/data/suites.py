@@ -107,10 +107,17 @@ class Suite:
     #: ``describe()`` (a run's identity): scoring reads it from the suite file, so runs made before it
     #: keep their identity
     heldout: str | None = None
+    #: the data file the items were read from (None for a suite made in memory)
+    data_path: Path | None = None
 
     @property
     def conditional(self) -> bool:
         return self.attributes is not None
+
+    def inputs(self) -> list[tuple[Path, str]]:
+        """The suite's files, as inputs of a command (``maxbench.fileio.check_not_input``)."""
+        files = [(self.path, f"suite {self.name}'s manifest")]
+        return files + ([(self.data_path, f"suite {self.name}'s prompts")] if self.data_path is not None else [])
 
     def describe(self) -> dict:
         out = {
@@ -394,6 +401,7 @@ def load_suite(name_or_path: str) -> Suite:
         items=items,
         sha256=digest,
         path=manifest,
+        data_path=data,
         description=spec.get("description", ""),
         attributes=schema,
         template=spec.get("template") if schema is not None else None,

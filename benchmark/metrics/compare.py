@@ -100,11 +100,29 @@ def _batch(rows: list[dict], conditions=None, pool=None):
     )
 
 
-def default_metrics(run_a: Path, run_b: Path) -> list[str]:
-    """The metrics both runs' ``scores.json`` name (in A's order), else the scorer's defaults."""
-    from maxbench.benchmark.metrics.names import DEFAULT_METRICS
-    from maxbench.rundir import read_scores
+def check_compare_args(n_resamples, level, seed, spelled: tuple[str, str, str]) -> None:
+    """The checks of ``compare``'s resamples, level and seed, for the command and ``RunResult.compare``
+    (``spelled``: how each door names them)."""
+    from maxbench import arguments
 
+    arguments.resamples(n_resamples, spelled[0], minimum=1)
+    arguments.level(level, spelled[1])
+    arguments.seed(seed, spelled[2])
+
+
+def default_metrics(run_a: Path, run_b: Path, option: str = "--metrics") -> list[str]:
+    """The metrics both runs' ``scores.json`` name (in A's order), else the scorer's defaults. A run
+    without scores names none: it is refused, naming the run, unless the metrics are given
+    (``option``, as the caller spells it)."""
+    from maxbench.benchmark.metrics.names import DEFAULT_METRICS
+    from maxbench.rundir import has_scores, read_scores
+
+    for run in (run_a, run_b):
+        if Path(run).is_dir() and not has_scores(Path(run)):
+            raise MaxbenchError(
+                f"run {run} has no scores, so there are no metrics to compare by default: score it first "
+                f"(maxbench score {run}), or name the metrics with {option}"
+            )
     try:  # only the names of the metrics, never a number: stale scores name them as well
         names_a, names_b = (list(read_scores(r, fresh=False).metrics or {}) for r in (run_a, run_b))
     except MaxbenchError:
@@ -229,30 +247,33 @@ def _num(x) -> str:
 
 
 def compare_markdown(doc: dict) -> str:
-    """The comparison as a Markdown table, one row per (pair, score)."""
+    """The comparison as a Markdown table, one row per (pair, score), rendered by ``maxbench.document``
+    as every Markdown writer's is: system names are code spans and metric names text, escaped there."""
+    from maxbench.document import Cell, Para, Section, Table, num, render_markdown
+
     level = round(doc["level"] * 100)
-    lines = [
-        f"| system A | system B | score | A | B | A - B | {level}% interval | p | prompts |",
-        "|---|---|---|---:|---:|---:|---|---:|---:|",
-    ]
+    columns = ("system A", "system B", "score", "A", "B", "A - B", f"{level}% interval", "p", "prompts")
+    rows = []
     for pair in doc["pairs"]:
         for name, s in pair["scores"].items():
             ci = f"[{_num(s['ci_low'])}, {_num(s['ci_high'])}]" if s["ci_low"] is not None else "-"
-            cells = [
-                f"`{pair['system_a']}`",
-                f"`{pair['system_b']}`",
-                name,
-                _num(s["value_a"]),
-                _num(s["value_b"]),
-                _num(s["difference"]),
-                ci,
-                _num(s["p_value"]),
-                str(s["n_prompts"] if s["n_prompts"] is not None else "-"),
-            ]
-            lines.append("| " + " | ".join(cells) + " |")
+            rows.append(
+                (
+                    Cell(pair["system_a"], code=True),
+                    Cell(pair["system_b"], code=True),
+                    Cell(name),
+                    num(_num(s["value_a"])),
+                    num(_num(s["value_b"])),
+                    num(_num(s["difference"])),
+                    num(ci),
+                    num(_num(s["p_value"])),
+                    num(str(s["n_prompts"] if s["n_prompts"] is not None else "-")),
+                )
+            )
+    sections = [Section("", tables=[Table(columns, tuple(rows), align="lllrrrlrr")])]
     if doc.get("metric_origins"):
         from maxbench.registry import describe_origin
 
         plugins = "; ".join(f"metric {n}: {describe_origin(o)}" for n, o in doc["metric_origins"].items())
-        lines += ["", f"plugins: {plugins}"]
-    return "\n".join(lines) + "\n"
+        sections.append(Section("", paragraphs=[Para("plugins: {}", (plugins,))]))
+    return render_markdown(sections)

@@ -33,7 +33,8 @@ from pathlib import Path
 
 from maxbench.document import Cell, Code, Figure, Para, Section, Table, num, render_html, render_markdown
 from maxbench.errors import MaxbenchError
-from maxbench.fileio import atomic_write, ensure_dir
+from maxbench.fileio import Inputs, atomic_write, check_not_input, ensure_dir
+from maxbench.rundir import run_inputs
 
 #: score columns in display order; scores not listed follow in their own order
 PREFERRED = [
@@ -82,7 +83,7 @@ class ScoredRun:
 
     path: Path
     run_id: str
-    registry: str | None
+    lineup: str | None
     suite: dict  # name, version, sha256, n_items
     seed: int | None
     samples: int | None
@@ -167,7 +168,7 @@ def load_scored_run(run_dir: Path) -> ScoredRun:
     return ScoredRun(
         path=run_dir,
         run_id=manifest.get("run_id") or scores.run_id or run_dir.name,
-        registry=ident.get("registry"),
+        lineup=ident.get("registry"),  # a manifest records its lineup under the old key
         suite=suite,
         seed=ident.get("seed", manifest.get("seed")),
         samples=ident.get("samples", manifest.get("samples")),
@@ -368,14 +369,14 @@ def _suite_text(run: ScoredRun) -> str:
 
 
 def _title(runs: list[ScoredRun]) -> str:
-    """Named after the first run's registry and suite, so a re-render gives the same page."""
+    """Named after the first run's lineup and suite, so a re-render gives the same page."""
     suites = {r.suite.get("name") for r in runs}
     if len(suites) > 1:
         return "maxbench leaderboard: runs on several suites"
     first = runs[0]
     if not first.suite.get("name"):
         return "maxbench leaderboard"
-    return f"maxbench leaderboard: {first.registry or 'generate'} on {first.suite['name']}"
+    return f"maxbench leaderboard: {first.lineup or 'generate'} on {first.suite['name']}"
 
 
 def _note(runs: list[ScoredRun], per_model: bool = False) -> Para:
@@ -461,12 +462,21 @@ def _table(rows: list[Row], layout: _Layout, cols: list[str], best: dict[str, se
     return Table(columns=tuple(header), rows=tuple(body), align="l" * extra + "r" * len(cols), md_align=False)
 
 
-def render(run_dirs: list[Path], out_dir: Path, mixed: bool = False) -> list[Path]:
-    """Write leaderboard.md, .csv, .html and plots/ for ``run_dirs`` into ``out_dir``; returns the files."""
+def check_render_outputs(run_dirs: list[Path], out_dir: Path, inputs: Inputs = ()) -> None:
+    """Refuse an ``out_dir`` where ``render`` would write over one of the runs' files or another input."""
+    read = [*inputs, *(i for r in run_dirs for i in run_inputs(Path(r)))]
+    for name in ("leaderboard.md", "leaderboard.csv", "leaderboard.html", "plots"):
+        check_not_input(Path(out_dir) / name, f"--out {out_dir}: its", read)
+
+
+def render(run_dirs: list[Path], out_dir: Path, mixed: bool = False, inputs: Inputs = ()) -> list[Path]:
+    """Write leaderboard.md, .csv, .html and plots/ for ``run_dirs`` into ``out_dir``; returns the files.
+    No file written is one of the runs' files or of the other ``inputs`` (a suite's)."""
     from maxbench.benchmark.present.plots import write_plots
 
     if not run_dirs:
         raise MaxbenchError("give at least one scored run directory")
+    check_render_outputs(run_dirs, out_dir, inputs)
     runs = [load_scored_run(Path(r)) for r in run_dirs]
     rows = comparable_rows(runs, mixed)
     if not rows:

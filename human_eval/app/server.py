@@ -23,6 +23,7 @@ import socket
 import sys
 
 from maxbench.errors import MaxbenchError
+from maxbench.human_eval import PRODUCTION_DOCS
 from maxbench.human_eval.app.factory import create_app
 from maxbench.human_eval.logs import add_redaction, log
 from maxbench.human_eval.store.db import database_url, dispose_engines, shown_url
@@ -132,7 +133,7 @@ def serve(host: str, port: int, workers: int, threads: int, access_log: bool) ->
     if not _is_loopback(host) and os.environ.get("MAXBENCH_SECURE_COOKIES") != "1":
         print(
             "maxbench: warning: serving on a non-loopback address with plain-HTTP cookies; put the app "
-            "behind an HTTPS reverse proxy and set MAXBENCH_SECURE_COOKIES=1 (see human_eval/README.md)",
+            f"behind an HTTPS reverse proxy and set MAXBENCH_SECURE_COOKIES=1 (see {PRODUCTION_DOCS})",
             file=sys.stderr,
         )
     # An IPv6 address is written in brackets before a port, in the bind string and in URLs.

@@ -96,6 +96,32 @@ def register(subparsers) -> None:
     p.set_defaults(func=run_report)
 
 
+#: what a report folder holds: the files its writer replaces
+REPORT_FILES = ("report.md", "report.html", "report.json", "figures")
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse, before anything is read, an --out whose report files would replace an input (the
+    ratings file, the database): the folder is --name's, or, before the study's name is known, any
+    folder under --out (an input lies in one that exists)."""
+    from maxbench.fileio import check_not_input
+
+    if args.ratings:
+        inputs = [(Path(args.ratings), "the ratings file")]
+    else:
+        from maxbench.human_eval.store.db import database_inputs
+
+        inputs = database_inputs(args.db)
+    out = Path(args.out)
+    folders = [out / args.name] if args.name else [d for d in out.iterdir() if d.is_dir()] if out.is_dir() else []
+    for folder in folders:
+        for name in REPORT_FILES:
+            check_not_input(folder / name, "--out", inputs)
+        for given, _ in inputs:  # a figure is written as figures/<stem>.png and .svg
+            if Path(given).suffix in (".png", ".svg"):
+                check_not_input(folder / "figures" / Path(given).name, "--out", inputs)
+
+
 def run_report(args: argparse.Namespace) -> int:
     from maxbench.human_eval.analysis.analyse import analyse
     from maxbench.human_eval.analysis.options import DEFAULT_EXCLUDE_FLAGS, ReportOptions, parse_scale
@@ -106,6 +132,7 @@ def run_report(args: argparse.Namespace) -> int:
         raise MaxbenchError(
             "--select-study picks a study inside a --ratings file; with --study the database already names one"
         )
+    _check_outputs(args)
     flags = tuple(args.exclude_flag) if args.exclude_flag else DEFAULT_EXCLUDE_FLAGS
     if flags == ("none",):
         flags = ()

@@ -40,6 +40,7 @@ import threading
 import time
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from flask import Flask, current_app, g
 from sqlalchemy import create_engine, event, inspect
@@ -86,10 +87,31 @@ def hash_token(token: str) -> str:
 
 
 def _sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite URL (None for another database or an in-memory one). With ``uri=true``
+    the database part is an SQLite URI (``file:PATH?mode=ro``): its file is PATH."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
         return None
-    return Path(parsed.database)
+    database = parsed.database
+    if str(parsed.query.get("uri", "")).lower() in ("true", "1") and database.startswith("file:"):
+        database = unquote(urlsplit(database).path)
+        if not database or database == ":memory:":
+            return None
+    return Path(database)
+
+
+def database_inputs(url: str | None = None) -> list[tuple[Path, str]]:
+    """The files of a SQLite ratings database (the database, its journal, write-ahead log, shared
+    memory and write lock), as inputs of a command (``maxbench.fileio.check_not_input``); none for
+    a server's database or an invalid URL (refused when the database is opened)."""
+    try:
+        path = _sqlite_file(database_url(url))
+    except ArgumentError:
+        return []
+    if path is None:
+        return []
+    extra = [(Path(f"{path}{s}"), f"the ratings database's {s[1:]} file") for s in ("-wal", "-shm", "-journal")]
+    return [(path, "the ratings database"), *extra, (Path(f"{path}-writelock"), "the ratings database's lock file")]
 
 
 POSTGRES_EXTRA = "needs the 'postgres' extra (psycopg is not installed): pip install 'maxbench[postgres]'"
