@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import sys
+import sysconfig
+import types
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -73,9 +75,14 @@ def _include_file(file: Path) -> None:
         raise MaxbenchError(f"cannot include {file}: Python cannot import it")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+    origin = {"source": "file", "path": str(file), "sha256": sha}
+    before = set(sys.modules)
     try:
-        with recording({"source": "file", "path": str(file), "sha256": sha}):
+        with recording(origin):
             spec.loader.exec_module(module)
+            helpers = helper_code(module, [sys.modules[m] for m in sorted(set(sys.modules) - before) if m != name])
+            if helpers:  # the registrations made above hold this very dict
+                origin["helpers"] = helpers
     except MaxbenchError:
         sys.modules.pop(name, None)
         raise  # already one line naming the plugin and its file
@@ -86,6 +93,61 @@ def _include_file(file: Path) -> None:
             f"plugin file {file} failed to import: {type(exc).__name__}" + (f": {detail}" if detail else "")
         ) from None
     INCLUDED[str(file)] = sha
+
+
+def _library_roots() -> list[Path]:
+    """Where released code lives: the standard library and site-packages."""
+    roots = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    roots |= {p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages"))}
+    return [Path(r).resolve() for r in roots if r]
+
+
+def user_code_file(module: types.ModuleType, roots: list[Path] | None = None) -> Path | None:
+    """The ``.py`` file of ``module`` when it is a user's code (outside ``_library_roots``), else None;
+    maxbench's own modules are left out by name (``helper_code``)."""
+    file = getattr(module, "__file__", None)
+    if not file or not file.endswith(".py"):
+        return None
+    path = Path(file).resolve()
+    if any(path.is_relative_to(root) for root in (roots if roots is not None else _library_roots())):
+        return None
+    return path
+
+
+def helper_code(module: types.ModuleType, imported: list[types.ModuleType] = ()) -> dict[str, str]:
+    """``{file: sha256}`` of the user's modules (outside the standard library, site-packages and maxbench)
+    that ``module`` reaches through its globals: modules it imported, and the modules of the classes and
+    functions it imported from them, followed on through theirs. These are the code a plugin's layer,
+    model or metric runs besides its own file, so the plugin's origin covers them: an edited helper is
+    other code, as an edited file is. ``imported``: modules the file's import brought in besides (a
+    helper imported inside a function that ran then), followed the same way."""
+    roots = _library_roots()
+    own = getattr(module, "__file__", None)
+    seen: set[str] = {module.__name__}
+    todo = [module]
+    found: dict[str, str] = {}
+    pending = [m.__name__ for m in imported]
+    while todo or pending:
+        values = [sys.modules.get(pending.pop())] if pending else list(vars(todo.pop()).values())
+        for value in values:
+            if value is None:
+                continue
+            name = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+            if not isinstance(name, str) or name in seen or name not in sys.modules:
+                continue
+            seen.add(name)
+            if name == "maxbench" or name.startswith("maxbench."):
+                continue  # maxbench's own code: its version is recorded elsewhere
+            target = sys.modules[name]
+            path = user_code_file(target, roots)
+            if path is None or str(path) == own:
+                continue
+            try:
+                found[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+            except OSError:
+                continue
+            todo.append(target)
+    return dict(sorted(found.items()))
 
 
 def forget() -> None:

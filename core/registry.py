@@ -18,10 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import hashlib
 import importlib
+import importlib.util
+import json
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib import metadata
+from pathlib import Path
 from typing import Generic, TypeVar
 
 from maxbench.errors import MaxbenchError
@@ -62,6 +66,45 @@ def builtin_origin() -> dict:
     return {"source": "maxbench", "version": version}
 
 
+def is_editable(dist) -> bool:
+    """Whether the distribution was installed in editable mode (``pip install -e``), by its
+    ``direct_url.json`` (PEP 610)."""
+    import json
+
+    try:
+        text = dist.read_text("direct_url.json")
+        return bool(text) and bool(json.loads(text).get("dir_info", {}).get("editable"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def package_code(module_name: str) -> str | None:
+    """The sha256 of every ``.py`` file of the top-level package of ``module_name`` (names and contents,
+    sorted), found without importing it; None when it has no files of its own."""
+    top = module_name.split(".", 1)[0]
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        bases = [Path(p) for p in spec.submodule_search_locations]
+        files = sorted({f for base in bases for f in base.rglob("*.py")})
+    elif spec.origin and spec.origin.endswith(".py"):
+        bases, files = [Path(spec.origin).parent], [Path(spec.origin)]
+    else:
+        return None
+    h = hashlib.sha256(b"maxbench-package-code-1\0")
+    for f in files:
+        rel = next((str(f.relative_to(b)) for b in bases if f.is_relative_to(b)), f.name)
+        try:
+            h.update(f"{rel}\0".encode() + hashlib.sha256(f.read_bytes()).digest())
+        except OSError:
+            continue
+    return h.hexdigest()
+
+
 def is_plugin_origin(origin: dict | None) -> bool:
     return isinstance(origin, dict) and origin.get("source") not in (None, "maxbench")
 
@@ -70,9 +113,15 @@ def describe_origin(origin: dict) -> str:
     """An origin in a few words: 'file plugins/x.py (sha256 1a2b3c4d5e6f)', 'maxbench 0.3.0', ..."""
     source = origin.get("source")
     if source == "file":
-        return f"file {origin.get('path')} (sha256 {str(origin.get('sha256'))[:12]})"
+        helpers = origin.get("helpers")
+        more = ""
+        if isinstance(helpers, dict) and helpers:
+            joined = hashlib.sha256(json.dumps(helpers, sort_keys=True).encode()).hexdigest()[:12]
+            more = f", with {len(helpers)} helper module{'s' if len(helpers) > 1 else ''} (sha256 {joined})"
+        return f"file {origin.get('path')} (sha256 {str(origin.get('sha256'))[:12]}{more})"
     if source == "entry-point":
-        return f"distribution {origin.get('distribution')} {origin.get('version')}"
+        code = f" (editable, code sha256 {str(origin.get('sha256'))[:12]})" if origin.get("editable") else ""
+        return f"distribution {origin.get('distribution')} {origin.get('version')}{code}"
     if source == "session":
         return f"a session (source sha256 {str(origin.get('sha256'))[:12]})"
     return f"maxbench {origin.get('version')}"
@@ -141,6 +190,12 @@ class Registry(Generic[T]):
                     f"plugin {self.kind} '{ep.name}' of distribution {dist}: entry point '{ep.value}' "
                     "is not of the form 'module:Object'"
                 )
+            if ep.dist is not None and is_editable(ep.dist):
+                # its code is a working folder that changes under one version: the code itself is its identity
+                code = package_code(target.split(":", 1)[0])
+                if code is not None:
+                    origin["editable"] = True
+                    origin["sha256"] = code
             self.add_plugin(ep.name, target, origin)
 
     def add_plugin(self, name: str, target: str | T, origin: dict) -> None:

@@ -20,7 +20,13 @@ import torch
 
 from maxbench.errors import MaxbenchError
 from maxbench.registry import unknown_name
-from maxbench.systems.layers.base import OutputLayer, all_finite, require_finite_logits
+from maxbench.systems.layers.base import (
+    OutputLayer,
+    ScoreCheck,
+    all_finite,
+    check_scores_form,
+    require_finite_logits,
+)
 
 _STAT_DIGITS = 6  # significant digits: keeps certified gaps near 1e-7 readable
 
@@ -252,6 +258,20 @@ def token_lengths(lm, texts: list[str], chars_per_token: int = 32) -> list[tuple
     return counts
 
 
+def model_nan_cause(lm) -> tuple[str, str]:
+    """(what gave the logits, what to check) for a non-finite logit: an adapted model's adapter (a
+    diverged training, a NaN in a user's adapter weights) rather than the base model's dtype."""
+    adapter = (getattr(lm, "options", None) or {}).get("adapter")
+    if not isinstance(adapter, dict):
+        return "the base model", ""
+    name = lm.name
+    if adapter.get("name") == "peft":
+        advice = "check the adapter folder's weights for NaN or infinite values"
+    else:
+        advice = "its training diverged or overflowed: lower its lr (or steps) and run again (it retrains)"
+    return f"the adapted model {name}", f"the adapter is the cause, not the base model ({advice})"
+
+
 def check_limits(
     lm,
     prompts: list[str],
@@ -332,8 +352,13 @@ def decode(
     seeds: list[int],
     record_stats: bool = True,
     clock: dict | None = None,
+    label: str | None = None,
 ) -> list[dict]:
     """Continue each prompt; returns one dict per prompt: token_ids, text, finish, stats.
+
+    Every step's scores are checked (``ScoreCheck``: the form at once, finiteness on the device, read
+    every ``CHECK_EVERY`` steps and at the end); a bad step is one line naming the layer (``label``,
+    e.g. "plugin output layer 'x' from file ...") and the step, and nothing of the batch is returned.
 
     ``clock``, when given, gets the wall seconds of the output layer (``layer.scores`` and
     ``layer.sample``) added under "layer" and of the whole call under "decode" (``maxbench run
@@ -367,7 +392,9 @@ def decode(
     stats: dict[str, list[torch.Tensor]] = {}
     cache = None
     cur_ids, cur_pos = input_ids, position_ids
-    for _step in range(setting.max_new_tokens):
+    check = ScoreCheck(label or f"output layer '{layer.name}'")
+    base_cause = model_nan_cause(lm)
+    for step in range(setting.max_new_tokens):
         out = model(
             input_ids=cur_ids,
             attention_mask=mask,
@@ -379,13 +406,34 @@ def decode(
         )
         cache = out.past_key_values
         logits = out.logits[:, -1, :].float()
-        require_finite_logits(logits, "the base model")
+        require_finite_logits(logits, base_cause[0], base_cause[1])
         hidden = out.hidden_states[-1][:, -1, :].float() if layer.needs_hidden else None
         t0 = time.perf_counter()
-        scores = layer.scores(logits, hidden)
+        try:
+            scores = layer.scores(logits, hidden)
+        except Exception as exc:
+            if not check.what.startswith("plugin "):
+                raise  # a built-in's failure is maxbench's bug: keep its traceback
+            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise MaxbenchError(
+                f"{check.what}: scores() failed at decoding step {step}: {type(exc).__name__}"
+                + (f": {detail}" if detail else "")
+            ) from None
+        check.add(scores, logits, step)
         if setting.do_sample:
             # Warpers work on CPU generators' device-agnostic scores; sampling draws on CPU.
-            next_tok = layer.sample(scores, lambda s, ids=out_ids: warp_rows(warp, ids, s), generators).to(lm.device)
+            try:
+                next_tok = layer.sample(scores, lambda s, ids=out_ids: warp_rows(warp, ids, s), generators)
+            except Exception as exc:
+                check.read()  # a bad step is the cause: name it, not the sampler's failure on it
+                if not check.what.startswith("plugin ") or isinstance(exc, MaxbenchError):
+                    raise
+                detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                raise MaxbenchError(
+                    f"{check.what}: sample() failed at decoding step {step}: {type(exc).__name__}"
+                    + (f": {detail}" if detail else "")
+                ) from None
+            next_tok = next_tok.to(lm.device)
         else:
             next_tok = scores.argmax(-1)
         t_layer += time.perf_counter() - t0
@@ -401,6 +449,7 @@ def decode(
             break
         mask = torch.cat([mask, torch.ones((bsz, 1), dtype=mask.dtype, device=mask.device)], dim=1)
         cur_ids, cur_pos = next_tok[:, None], cur_pos[:, -1:] + 1
+    check.read()
     results = []
     ids_cpu = out_ids.cpu().tolist()
     for i in range(bsz):
@@ -516,6 +565,7 @@ def reference_logprobs(
     references: list[str],
     chunk: int = 64,
     states: list[ReferenceStates | None] | None = None,
+    label: str | None = None,
 ) -> list[list[float | None]]:
     """Teacher-forced natural-log probability that the layer gives each token of each reference
     (tokenised as ``" " + reference`` after the prompt), None where it is exactly zero.
@@ -535,8 +585,12 @@ def reference_logprobs(
         for i in range(0, 0 if st is None else len(st.targets), chunk):
             h = st.hidden[i : i + chunk]
             logits = head(h).float()
-            require_finite_logits(logits, "the base model")
+            require_finite_logits(logits, *model_nan_cause(lm))
             scores = layer.scores(logits, h.float() if layer.needs_hidden else None)
+            what = label or f"output layer '{layer.name}'"
+            check_scores_form(scores, logits, what, "on a reference (ref-ppl)")
+            if bool(torch.isnan(scores).any() | torch.isposinf(scores).any()):
+                raise MaxbenchError(f"{what}: scores() on a reference (ref-ppl) gave NaN or +inf; fix the layer")
             lp = torch.log_softmax(scores.float(), dim=-1).gather(1, st.targets[i : i + chunk, None])[:, 0]
             row += [float(v) if math.isfinite(v) else None for v in lp.cpu().tolist()]
         out.append(row)

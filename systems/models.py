@@ -540,6 +540,19 @@ def check_model_reachable(name: str, revision: str | None = None) -> str:
     return name
 
 
+def local_identity(name: str, options: dict | None = None) -> str | None:
+    """The identity ``load_model(name, options=options).hash`` has for a local model folder, computed
+    from its files without loading it; None for a built-in or a hub id."""
+    base, _ = split_revision(name)
+    if base in MODELS:
+        return None
+    local = Path(base).expanduser()
+    if not local.is_dir():
+        return None
+    opts = options_for_model(name, options)
+    return with_options(folder_identity(local, bool(opts["trust_remote_code"])), recorded_options(name, opts))
+
+
 def check_dtype(dtype: str, device: str) -> None:
     """Half precision runs on CUDA only: on the CPU it is refused in one line."""
     if dtype != "fp32" and device == "cpu":
@@ -560,6 +573,91 @@ def _hub_snapshot(repo: str, revision: str | None) -> Path | None:
     return Path(found).parent if isinstance(found, str) else None
 
 
+def _from_loader(name: str) -> tuple:
+    """(model, tokenizer, weights hash) from the loader registered as ``name``. A plugin loader that
+    raises, or returns anything but a causal LM, a tokenizer and a non-empty hash string, is one line
+    naming the plugin: two models sharing an empty identity would share every cache keyed on it
+    (trained adapters, heads, hidden states)."""
+    loader = MODELS.get(name)
+    if MODELS.is_builtin(name):
+        return loader()
+    from maxbench.registry import describe_origin
+
+    what = f"plugin base model '{name}' from {describe_origin(MODELS.origin(name))}"
+    try:
+        got = loader()
+    except MaxbenchError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the plugin's own failure, as one line
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise MaxbenchError(
+            f"{what}: its loader failed: {type(exc).__name__}" + (f": {detail}" if detail else "")
+        ) from None
+    if not isinstance(got, tuple) or len(got) != 3:
+        raise MaxbenchError(
+            f"{what}: its loader returned {type(got).__name__}"
+            + (f" of {len(got)} items" if isinstance(got, tuple) else "")
+            + "; return (model, tokenizer, weights hash)"
+        )
+    model, tok, whash = got
+    if not callable(getattr(model, "get_output_embeddings", None)) or not callable(model):
+        raise MaxbenchError(f"{what}: its loader's model is a {type(model).__name__}, not a transformers causal LM")
+    if not callable(tok):
+        raise MaxbenchError(f"{what}: its loader's tokenizer is a {type(tok).__name__}, not a tokenizer")
+    if not isinstance(whash, str) or not whash.strip():
+        raise MaxbenchError(
+            f"{what}: its loader returned the weights hash {whash!r}; return a non-empty string that changes "
+            "whenever the weights do (e.g. a sha256 of them): the model's caches and trained adapters are keyed on it"
+        )
+    return model, tok, whash
+
+
+def _listed(keys, limit: int = 4) -> str:
+    keys = sorted(keys)
+    more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
+    return ", ".join(keys[:limit]) + more
+
+
+def load_weights(name: str, source, **kwargs):
+    """``AutoModelForCausalLM.from_pretrained(source, **kwargs)``, refusing in one line a model whose
+    weights do not match its config: a weight the config's model needs but the files lack (transformers
+    would initialise it at random, so two loads would differ under one identity), a weight the files
+    hold that the config's model has no place for, a weight of another shape than the config gives
+    (``hidden_size``, ``vocab_size``), or a weight file that cannot be read (truncated, damaged)."""
+    from safetensors import SafetensorError
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(
+            source, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
+        )
+    except SafetensorError as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MaxbenchError(
+            f"model '{name}': a weight file cannot be read ({reason}): it is truncated or damaged; "
+            "copy or download it again"
+        ) from None
+    advice = "the weights do not match config.json: fix config.json or give the weights that match it"
+    if info.get("missing_keys"):
+        raise MaxbenchError(
+            f"model '{name}': config.json's model needs weights the files lack "
+            f"({_listed(info['missing_keys'])}), which would be random; {advice}"
+        )
+    if info.get("unexpected_keys"):
+        raise MaxbenchError(
+            f"model '{name}': the files hold weights config.json's model has no place for "
+            f"({_listed(info['unexpected_keys'])}); {advice}"
+        )
+    if info.get("mismatched_keys"):
+        first = sorted(info["mismatched_keys"])
+        key, ckpt, want = first[0]
+        raise MaxbenchError(
+            f"model '{name}': {len(first)} weights have another shape than config.json gives, e.g. {key}: "
+            f"{tuple(ckpt)} in the files, {tuple(want)} by config.json (hidden_size, vocab_size, ...); {advice}"
+        )
+    return model
+
+
 def load_model(
     name: str = "smollm2-135m",
     device: str | None = None,
@@ -574,7 +672,7 @@ def load_model(
     opts = options_for_model(name, options)
     base, _ = split_revision(name)
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # maxbench shows its own progress; keep logs to errors
@@ -585,19 +683,17 @@ def load_model(
     trust = bool(opts["trust_remote_code"])
     rev = opts["revision"]
     if base in MODELS:
-        model, tok, whash = MODELS.get(base)()
+        model, tok, whash = _from_loader(base)
     else:
         local = Path(base).expanduser()
         try:
             if local.is_dir():
                 tok = AutoTokenizer.from_pretrained(local, trust_remote_code=trust)
-                model = AutoModelForCausalLM.from_pretrained(local, dtype=torch_dtype, trust_remote_code=trust)
+                model = load_weights(name, local, dtype=torch_dtype, trust_remote_code=trust)
                 whash = folder_identity(local, trust)
             else:
                 tok = AutoTokenizer.from_pretrained(base, revision=rev, trust_remote_code=trust)
-                model = AutoModelForCausalLM.from_pretrained(
-                    base, revision=rev, dtype=torch_dtype, trust_remote_code=trust
-                )
+                model = load_weights(name, base, revision=rev, dtype=torch_dtype, trust_remote_code=trust)
                 commit = str(getattr(model.config, "_commit_hash", "") or "")
                 snapshot = _hub_snapshot(base, commit or rev)
                 whash = (

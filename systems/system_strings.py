@@ -136,17 +136,26 @@ class SystemSpec:
             raise MaxbenchError(f"system '{self.name}': bad layer parameters: {exc}") from None
 
 
+def layer_label(layer_name: str) -> str:
+    """How messages name a layer: a plugin's with its origin, a built-in's by its name."""
+    from maxbench.registry import describe_origin
+
+    if LAYERS.is_builtin(layer_name):
+        return f"output layer '{layer_name}'"
+    return f"plugin output layer '{layer_name}' from {describe_origin(LAYERS.origin(layer_name))}"
+
+
 def probe_layer(layer_name: str, layer: OutputLayer) -> None:
     """Call a plugin layer's ``scores`` once on a tiny random input (logits (2, 16), and hidden
     states (2, 8) when it needs them) before any generation: an exception, a wrong shape or a NaN
     is one line naming the plugin. Built-ins, and layers that must be fitted first, are not probed."""
     import torch
 
-    from maxbench.registry import describe_origin
+    from maxbench.systems.layers.base import check_scores_form
 
     if LAYERS.is_builtin(layer_name) or layer.needs_fit:
         return
-    what = f"plugin output layer '{layer_name}' from {describe_origin(LAYERS.origin(layer_name))}"
+    what = layer_label(layer_name)
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(2, 16, generator=gen)
     hidden = torch.randn(2, 8, generator=gen) if layer.needs_hidden else None
@@ -159,11 +168,8 @@ def probe_layer(layer_name: str, layer: OutputLayer) -> None:
             f"{what}: scores() failed on logits of shape (2, 16): {type(exc).__name__}"
             + (f": {detail}" if detail else "")
         ) from None
-    if not isinstance(out, torch.Tensor):
-        raise MaxbenchError(f"{what}: scores() returned {type(out).__name__}, not a tensor")
-    if tuple(out.shape) != (2, 16):
-        raise MaxbenchError(f"{what}: scores() of logits of shape (2, 16) returned shape {tuple(out.shape)}")
-    if torch.isnan(out).any() or torch.isposinf(out).any():
+    check_scores_form(out, logits, what, "on a probe")
+    if bool(torch.isnan(out).any() or torch.isposinf(out).any()):
         raise MaxbenchError(f"{what}: scores() returned NaN or +inf on logits of shape (2, 16)")
     if not torch.isfinite(out).any(dim=-1).all():
         raise MaxbenchError(f"{what}: scores() gave a row with no finite score (every token -inf)")

@@ -199,7 +199,7 @@ def test_a_metric_must_return_exactly_the_scores_it_declares():
         def _compute(self, batch):
             return self.result([Score("something-else", 1.0, None)])
 
-    with pytest.raises(RuntimeError, match="declares \\['undeclared'\\]"):
+    with pytest.raises(MaxbenchError, match="declares \\['undeclared'\\]"):
         Undeclared().compute(TextBatch(["a"], ["p"]))
 
 

@@ -406,6 +406,11 @@ def flip_check(original: TextBatch, flipped: TextBatch, attribute: str | None = 
     the k-th text of that id in the other (prompts only one batch has are left out). A pair whose
     attribute was not flipped is an error: the two batches are not a suite and its flipped suite."""
     for batch, what in ((original, "original"), (flipped, "flipped")):
+        if not isinstance(batch, TextBatch):
+            raise MaxbenchError(
+                f"flip_check takes two TextBatch (one system's texts, as scoring.load_batches gives them per "
+                f"system); its {what} texts are a {type(batch).__name__}: pass load_batches(run)[1][system] of each run"
+            )
         if batch.conditions is None:
             raise MaxbenchError(f"the flip check's {what} texts have no attributes: {NO_ATTRIBUTES}")
     if attribute is None:

@@ -245,9 +245,22 @@ class Metric:
             raise MaxbenchError(f"metric '{self.name}' {why}; leave it out of --metrics")
 
     def compute(self, batch: TextBatch) -> MetricResult:
-        """Check the batch once, here for every metric, then compute (``_compute``)."""
+        """Check the batch once, here for every metric, then compute (``_compute``) and hold the result
+        to the contract (``check_result``). A plugin's ``_compute`` that raises is one line naming it."""
         self.require(batch)
-        result = self._compute(batch)
+        if METRICS.is_builtin(self.name):
+            result = self._compute(batch)
+        else:
+            try:
+                result = self._compute(batch)
+            except MaxbenchError as exc:
+                raise MaxbenchError(f"{self.described()}: {exc}") from None
+            except Exception as exc:  # noqa: BLE001 - a plugin's own failure, as one line
+                detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                raise MaxbenchError(
+                    f"{self.described()}: compute failed: {type(exc).__name__}" + (f": {detail}" if detail else "")
+                ) from None
+        self.check_result(result, batch)
         if self.needs_references and batch.n_empty_references:
             note = (
                 f"{batch.n_empty_references} of {len(batch.prompt_order)} prompts have an empty reference, "
@@ -255,6 +268,54 @@ class Metric:
             )
             result = replace(result, notes="; ".join(filter(None, (result.notes, note))))
         return result
+
+    def described(self) -> str:
+        """The metric as messages name it: a plugin's with its origin."""
+        from maxbench.registry import describe_origin
+
+        if self.name in METRICS and not METRICS.is_builtin(self.name):
+            return f"plugin metric '{self.name}' from {describe_origin(METRICS.origin(self.name))}"
+        return f"metric '{self.name}'"
+
+    def check_result(self, result, batch: TextBatch) -> None:
+        """What ``_compute`` returns: a ``MetricResult`` (``self.result(scores)``) whose every score is a
+        ``Score`` with a value that is None (with its reason) or a finite number inside the score's
+        declared range (``score_ranges``), and per-text values, when given, one per text of the batch.
+        Anything else is one line naming the metric and the score: a value outside its own range would
+        get an interval clipped to the range that leaves the value outside it."""
+        what = self.described()
+        if not isinstance(result, MetricResult):
+            raise MaxbenchError(
+                f"{what}: compute returned {type(result).__name__}, not a MetricResult; "
+                "return self.result([Score(...), ...]) (docs/plugins.md)"
+            )
+        ranges = self.score_ranges
+        if not isinstance(result.scores, dict) or list(result.scores) != list(ranges):
+            names = list(result.scores) if isinstance(result.scores, dict) else type(result.scores).__name__
+            raise MaxbenchError(f"{what} computed scores {names}, but declares {list(ranges)}")
+        for name, score in result.scores.items():
+            if not isinstance(score, Score):
+                raise MaxbenchError(f"{what}: score '{name}' is a {type(score).__name__}, not a Score")
+            value = score.value
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+                    raise MaxbenchError(f"{what}: score '{name}' has the value {value!r}, not a number")
+                if not math.isfinite(value):
+                    raise MaxbenchError(
+                        f"{what}: score '{name}' is {value}; give an undefined score as value=None with its reason"
+                    )
+                low, high = ranges.get(name, score.range)
+                slack = 1e-6 * max(1.0, abs(float(value)))  # float32 rounding (a cosine of 1 + 1e-7)
+                if not low - slack <= value <= high + slack:
+                    raise MaxbenchError(
+                        f"{what}: score '{name}' is {value:g}, outside its declared range [{low:g}, {high:g}]; "
+                        "fix the metric or its score_ranges"
+                    )
+            if score.per_text is not None and len(np.ravel(score.per_text)) != len(batch.texts):
+                raise MaxbenchError(
+                    f"{what}: score '{name}' has {len(np.ravel(score.per_text))} per-text values for "
+                    f"{len(batch.texts)} texts; give one per text (NaN where undefined)"
+                )
 
     def not_applicable(self, reason: str) -> MetricResult:
         """Every score of the metric as None with ``reason``: what a run records instead of a
@@ -268,9 +329,11 @@ class Metric:
 
     def result(self, scores: Sequence[Score], notes: str = "") -> MetricResult:
         ranges = self.score_ranges
+        if isinstance(scores, (str, bytes, dict)) or not all(isinstance(s, Score) for s in scores):
+            raise MaxbenchError(f"{self.described()}: result() takes a list of Score, one per declared score")
         names = [s.name for s in scores]
         if names != list(ranges):
-            raise RuntimeError(f"metric '{self.name}' computed scores {names}, but declares {list(ranges)}")
+            raise MaxbenchError(f"{self.described()} computed scores {names}, but declares {list(ranges)}")
         return MetricResult(
             self.name,
             self.variant,

@@ -343,6 +343,9 @@ def preflight(
             references=[it.reference for it in items] if plan.reference_ppl else None,
             hidden_states=layer.needs_hidden,
         )
+    for system in plan.systems:
+        if system.model_key not in pre.models:  # nothing to do for it: its folders are checked unloaded
+            check_model_folders(plan, manifest, system, adapters.get(system.model_key))
     rows = [(it, system) for system, units in zip(plan.systems, todo) for _, batch in units for it, _ in batch]
     new = sum(
         ROW_BYTES_FIXED
@@ -363,6 +366,38 @@ def preflight(
     return pre
 
 
+def check_model_folders(plan: RunPlan, manifest: dict | None, system, adapter) -> None:
+    """For a system with nothing left to generate, whose model is therefore not loaded: refuse a local
+    model folder or a ``peft`` adapter folder whose files changed since its rows were generated. The
+    run would otherwise report texts of the old files under the new ones, as complete."""
+    from maxbench.systems.adapters.pretrained import PeftAdapter, folder_sha256
+    from maxbench.systems.models import local_identity
+
+    entry = ((manifest or {}).get("models") or {}).get(system.model_key)
+    if not isinstance(entry, dict):
+        return
+    recorded_adapter = (entry.get("options") or {}).get("adapter")
+    recorded_adapter = recorded_adapter if isinstance(recorded_adapter, dict) else None
+    base_hash = recorded_adapter.get("base_hash") if recorded_adapter is not None else entry.get("hash")
+    now = local_identity(system.model, plan.options_for(system.model))
+    advice = "its rows are of the old files: pick another --run-id, or regenerate the run in a new directory"
+    if now is not None and isinstance(base_hash, str) and now != base_hash:
+        raise MaxbenchError(
+            f"run directory {plan.run_dir} was generated with model folder {system.model} of hash {base_hash[:12]}, "
+            f"but its files now hash to {now[:12]} (weights, config or tokenizer changed); {advice}"
+        )
+    if isinstance(adapter, PeftAdapter) and recorded_adapter is not None and recorded_adapter.get("sha256"):
+        try:
+            sha = folder_sha256(adapter.folder)
+        except OSError as exc:
+            raise MaxbenchError(f"adapter 'peft': cannot read {adapter.options['path']}: {exc}") from None
+        if sha != recorded_adapter["sha256"]:
+            raise MaxbenchError(
+                f"run directory {plan.run_dir} was generated with the peft adapter folder {adapter.options['path']} "
+                f"of sha256 {str(recorded_adapter['sha256'])[:12]}, but its files now hash to {sha[:12]}; {advice}"
+            )
+
+
 def check_adapters(plan: RunPlan, adapters: dict) -> None:
     """Before anything is loaded: every adapter's own inputs (``check_inputs``), every adapted system
     that trains has its training data (the fitting corpus),
@@ -370,7 +405,7 @@ def check_adapters(plan: RunPlan, adapters: dict) -> None:
     from maxbench.benchmark.data.suites import require_attributes
 
     for key, adapter in adapters.items():
-        adapter.check_inputs()  # e.g. a peft adapter's folder and config, before anything loads
+        adapter._plugin_call("check_inputs", adapter.check_inputs)  # e.g. a peft folder, before anything loads
         if adapter.trains and not plan.corpus:
             raise MaxbenchError(
                 f"model '{key}': adapter '{adapter.name}' is trained on a fitting corpus; pass --corpus"
@@ -392,6 +427,18 @@ def adapter_training_data(plan: RunPlan) -> tuple[list, dict]:
     suite = plan.suite
     if getattr(suite, "conditional", False) and suite.template and suite.corpus:
         corpus, attributed = load_corpus(suite.corpus), load_attributes(suite.corpus)
+        carried = {
+            k: sum(1 for t in corpus.fit if k in getattr(attributed.get(t), "attributes", {})) for k in suite.attributes
+        }
+        lacking = [k for k, n in carried.items() if n == 0]
+        if corpus.fit and lacking:
+            raise MaxbenchError(
+                f"suite '{suite.name}' asks for attribute{'s' if len(lacking) > 1 else ''} "
+                f"{', '.join(repr(k) for k in lacking)}, which no text of corpus '{corpus.name}''s fitting split "
+                f"carries (it has {', '.join(sorted({a for t in corpus.fit for a in getattr(attributed.get(t), 'attributes', {})})) or 'none'}); "
+                "adapters learn the suite's attributes from that corpus: drop them from the suite or use a corpus "
+                "that has them"
+            )
         examples = []
         for text in corpus.fit:
             row = attributed.get(text)
@@ -538,6 +585,7 @@ class _Decoder:
 
     def _decode(self, si: int, batch: list) -> None:
         from maxbench.systems.decoding import decode, reference_logprobs, reference_stride_used
+        from maxbench.systems.system_strings import layer_label
 
         plan, system, layer = self.plan, self.plan.systems[si], self.pre.layers[si]
         lm = self.pre.models[system.model_key]
@@ -545,7 +593,8 @@ class _Decoder:
         clock = spent.setdefault("clock", {})
         t0, c0 = time.perf_counter(), time.process_time()
         seeds = [derive_seed(plan.seed, it.id, s) for it, s in batch]
-        results = decode(lm, layer, [it.prompt for it, _ in batch], system.decoding, seeds, clock=clock)
+        label = layer_label(system.layer)
+        results = decode(lm, layer, [it.prompt for it, _ in batch], system.decoding, seeds, clock=clock, label=label)
         t1, c1 = time.perf_counter(), time.process_time()
         spent["generate"] += t1 - t0
         spent["cpu generate"] += c1 - c0
@@ -553,7 +602,7 @@ class _Decoder:
             # once per prompt (sample 0): the layer's distribution does not depend on the sample
             firsts = [i for i, (it, s) in enumerate(batch) if s == 0 and it.reference.strip()]
             states = [self.ref_states.get(lm, system.model_key, batch[i][0]) for i in firsts]
-            lps = reference_logprobs(lm, layer, [], [], states=states)
+            lps = reference_logprobs(lm, layer, [], [], states=states, label=label)
             for i, lp in zip(firsts, lps):
                 results[i] = results[i] | {
                     "reference_logprobs": [None if v is None else round(v, 6) for v in lp],

@@ -175,6 +175,8 @@ class Adapter:
         """The adapted model: the trained state loaded from the cache, or trained now and cached, then
         applied. ``code`` is where the adapter's code comes from (``ADAPTERS.origin``); a built-in's
         is its ``version`` only, so upgrading maxbench does not retrain."""
+        import torch
+
         from maxbench.locks import exclusive
         from maxbench.systems import hidden_cache as hc
 
@@ -182,17 +184,73 @@ class Adapter:
         ident = self.identity(lm, ctx.data, code or {})
         key = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:24]
         directory = adapter_directory(self.name, key)
+        what = self.described()
+        unserialisable: list[str] = []
         with exclusive(directory):  # a second process waits for the first one's training and loads it
             loaded = None if ctx.options.get("retrain") else hc.load_head(directory, lm)
             if loaded is not None:
                 tensors, meta = loaded
             else:
-                tensors, measured = self.train(lm, ctx)
+                got = self._plugin_call("train", self.train, lm, ctx)
+                if not (isinstance(got, tuple) and len(got) == 2 and all(isinstance(x, dict) for x in got)):
+                    raise MaxbenchError(
+                        f"{what}: train returned {type(got).__name__}; return (tensors, measurements), two dicts"
+                    )
+                tensors, measured = got
+                bad = [k for k, v in tensors.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
+                if bad:
+                    raise MaxbenchError(
+                        f"{what}: train's tensors hold {bad[0]!r}, which is not a tensor named by a string"
+                    )
                 tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
-                meta = hc.save_head(directory, tensors, {**ident, "layer": self.name, "key": key, **measured})
+                # measurements go to meta.json: what JSON cannot hold is refused, after the tensors are kept
+                kept = {}
+                for k, v in measured.items():
+                    try:
+                        json.dumps(v, allow_nan=False)
+                        kept[str(k)] = v
+                    except (TypeError, ValueError):
+                        unserialisable.append(str(k))
+                meta = hc.save_head(directory, tensors, {**ident, "layer": self.name, "key": key, **kept})
+        if unserialisable:
+            raise MaxbenchError(
+                f"{what}: train's measurements {', '.join(unserialisable)} are not JSON numbers, strings, lists or "
+                f"dicts; the trained state is kept in {directory} (the next run uses it without them): return "
+                "plain values there"
+            )
         self.meta = meta
-        module = self.apply(lm, tensors)
+        module = self._plugin_call("apply", self.apply, lm, tensors)
+        if not callable(module) or not callable(getattr(module, "get_output_embeddings", None)):
+            raise MaxbenchError(
+                f"{what}: apply returned {type(module).__name__}; return the module decoding calls instead of the "
+                "model (with config and get_output_embeddings())"
+            )
         return adapted_model(lm, self, module, key, meta.get("sha256", ""))
+
+    def described(self) -> str:
+        """The adapter as messages name it: a plugin's with its origin."""
+        from maxbench.registry import describe_origin
+        from maxbench.systems.adapters import ADAPTERS
+
+        if self.name in ADAPTERS and not ADAPTERS.is_builtin(self.name):
+            return f"plugin adapter '{self.name}' from {describe_origin(ADAPTERS.origin(self.name))}"
+        return f"adapter '{self.name}'"
+
+    def _plugin_call(self, method: str, fn, *args):
+        """``fn(*args)``; a plugin's failure (not a ``MaxbenchError``) is one line naming it and ``method``."""
+        from maxbench.systems.adapters import ADAPTERS
+
+        if self.name not in ADAPTERS or ADAPTERS.is_builtin(self.name):
+            return fn(*args)
+        try:
+            return fn(*args)
+        except MaxbenchError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a plugin's own failure, as one line
+            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise MaxbenchError(
+                f"{self.described()}: {method} failed: {type(exc).__name__}" + (f": {detail}" if detail else "")
+            ) from None
 
     def suffix(self) -> str:
         """``+name(k=v,...)`` as the canonical system string writes it."""
@@ -255,9 +313,20 @@ def shorter_context(config, positions: int):
     loop's checks of prompt + new tokens against the context count them."""
     out = copy.copy(config)
     n = getattr(config, "max_position_embeddings", None)
-    if isinstance(n, int) and n > positions:
+    if isinstance(n, int):
+        require_positions(n, positions)
         out.max_position_embeddings = n - positions
     return out
+
+
+def require_positions(context: int | None, positions: int, what: str = "prefix") -> None:
+    """Refuse an adapter that takes ``positions`` of a context of ``context`` and leaves no position
+    for a prompt and its new tokens: the model would run on positions it never saw in training."""
+    if isinstance(context, int) and positions >= context:
+        raise MaxbenchError(
+            f"adapter '{what}': n={positions} takes {positions} positions, and the model's context is {context}; "
+            f"give n below {context} minus the prompt and its new tokens"
+        )
 
 
 def training_order(examples: list[TrainingExample]) -> list[int]:

@@ -22,7 +22,7 @@ import warnings
 import torch
 
 from maxbench.errors import MaxbenchError
-from maxbench.systems.adapters.base import Adapter, AdapterFitContext, shorter_context
+from maxbench.systems.adapters.base import Adapter, AdapterFitContext, require_positions, shorter_context
 from maxbench.systems.adapters.training import train_loop
 
 
@@ -119,6 +119,8 @@ class PrefixAdapter(Adapter):
 
     def train(self, lm, ctx: AdapterFitContext) -> tuple[dict, dict]:
         from peft import get_peft_model_state_dict
+
+        require_positions(getattr(lm.model.config, "max_position_embeddings", None), self.options["n"])
 
         model = self._peft_model(lm)
         if self.options["init"] == "text":

@@ -217,6 +217,7 @@ class PeftAdapter(Adapter):
 
             n = int(model.peft_config[model.active_adapter].num_virtual_tokens)
             return PrefixLM(model, n).eval()
+        untie_adapted_embeddings(model)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", FutureWarning)
@@ -226,6 +227,31 @@ class PeftAdapter(Adapter):
                 f"adapter 'peft': peft_type {config['peft_type']} in {self.options['path']} cannot be merged into "
                 f"the weights by peft ({_one_line(exc, 120)}), so maxbench cannot decode it faithfully"
             ) from None
+
+
+def untie_adapted_embeddings(peft_model) -> None:
+    """Give the output embeddings a weight of their own when the base model ties them to the input
+    embeddings and the adapter changes one of the two. Unmerged, peft's adapter changes only the module
+    it wraps (its ``generate`` reads the other through the untouched base weight); merging into a tied
+    weight would change both, and the tokens would differ from peft's own. Untied, the merged model
+    computes what peft's unmerged one does."""
+    import torch
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    base = peft_model.get_base_model()
+    inp, out = base.get_input_embeddings(), base.get_output_embeddings()
+    if inp is None or out is None:
+        return
+    w_in = getattr(getattr(inp, "base_layer", inp), "weight", None)
+    w_out = getattr(getattr(out, "base_layer", out), "weight", None)
+    if w_in is None or w_in is not w_out:
+        return
+    if not (isinstance(inp, BaseTunerLayer) or isinstance(out, BaseTunerLayer)):
+        return
+    holder = getattr(out, "base_layer", out)
+    holder.weight = torch.nn.Parameter(w_out.detach().clone(), requires_grad=False)
+    if hasattr(base.config, "tie_word_embeddings"):
+        base.config.tie_word_embeddings = False  # a later tie_weights() must not join them again
 
 
 def _peft_version() -> str:

@@ -111,8 +111,71 @@ def all_finite(t: torch.Tensor) -> bool:
     return bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())
 
 
-def require_finite_logits(logits: torch.Tensor, layer: str) -> None:
-    """A non-finite logit has no meaning for an output layer; say which rows carry one."""
+#: how many decoding steps pass between two reads of :class:`ScoreCheck`'s device-side flag
+CHECK_EVERY = 16
+
+
+def check_scores_form(scores, logits: torch.Tensor, what: str, where: str) -> None:
+    """A layer's ``scores`` must be a floating tensor of the logits' shape on the logits' device:
+    one line naming the layer (``what``) and the call (``where``) otherwise. Metadata only, so it
+    costs no synchronisation with the device."""
+    if not isinstance(scores, torch.Tensor):
+        raise MaxbenchError(f"{what}: scores() {where} returned {type(scores).__name__}, not a tensor")
+    if tuple(scores.shape) != tuple(logits.shape):
+        raise MaxbenchError(
+            f"{what}: scores() {where} returned shape {tuple(scores.shape)} for logits of shape {tuple(logits.shape)}; "
+            "return one score per token of each row"
+        )
+    if not scores.dtype.is_floating_point:
+        raise MaxbenchError(f"{what}: scores() {where} returned {scores.dtype}; return floating-point scores")
+    if scores.device != logits.device:
+        raise MaxbenchError(
+            f"{what}: scores() {where} returned a tensor on {scores.device}, not on the logits' device {logits.device}"
+        )
+
+
+def bad_rows(scores: torch.Tensor) -> torch.Tensor:
+    """Per row, on the device: whether it holds a NaN or +inf, or no finite score at all. One
+    reduction: a row's maximum is NaN when any entry is, +inf when one is, -inf when all are."""
+    return ~torch.isfinite(scores.detach().amax(-1))
+
+
+class ScoreCheck:
+    """The per-step check of a layer's scores in the decoding loop: finite where they must be
+    (no NaN, no +inf, at least one finite score per row), kept as one device-side flag per step
+    and read every ``every`` steps and at the end (``read``), so that decoding never waits for the
+    device to check a step. A bad step stops decoding with one line naming the layer and the first
+    bad step."""
+
+    def __init__(self, what: str, every: int = CHECK_EVERY):
+        self.what, self.every = what, every
+        self.flags: list[torch.Tensor] = []
+        self.read_upto = 0
+
+    def add(self, scores: torch.Tensor, logits: torch.Tensor, step: int) -> None:
+        check_scores_form(scores, logits, self.what, f"at decoding step {step}")
+        self.flags.append(bad_rows(scores).any())
+        if len(self.flags) - self.read_upto >= self.every:
+            self.read()
+
+    def read(self) -> None:
+        """Refuse the first bad step recorded since the last read (one synchronisation)."""
+        if len(self.flags) == self.read_upto:
+            return
+        fresh = torch.stack(self.flags[self.read_upto :]).cpu()
+        if bool(fresh.any()):
+            step = self.read_upto + int(fresh.int().argmax())
+            raise MaxbenchError(
+                f"{self.what}: scores() at decoding step {step} gave NaN or +inf, or a row with no finite score "
+                "(every token -inf); fix the layer (nothing of this batch was written, earlier rows are kept: "
+                "run the command again once it is fixed)"
+            )
+        self.read_upto = len(self.flags)
+
+
+def require_finite_logits(logits: torch.Tensor, layer: str, cause: str = "") -> None:
+    """A non-finite logit has no meaning for an output layer; say which rows carry one, and what to
+    check (``cause``: by default the model's weights and dtype)."""
     if not all_finite(logits):
         finite = torch.isfinite(logits)
         rows = (~finite).any(-1).nonzero().flatten().tolist()
@@ -121,5 +184,5 @@ def require_finite_logits(logits: torch.Tensor, layer: str) -> None:
         )
         raise MaxbenchError(
             f"{layer}: the model's logits contain {kinds} values (batch rows {rows[:8]}); "
-            f"check the model weights and dtype (fp16 overflows: use fp32 on CPU)"
+            f"{cause or 'check the model weights and dtype (fp16 overflows: use fp32 on CPU)'}"
         )
