@@ -42,10 +42,15 @@ def generation_words(batches: Iterable[TextBatch], rows: Iterable[dict]) -> tupl
     return None, "whole"
 
 
-def references_batch(batches: Iterable[TextBatch], words: int | None = None) -> TextBatch | None:
+def references_batch(
+    batches: Iterable[TextBatch], words: int | None = None, continuation: bool = True
+) -> TextBatch | None:
     """The references of every prompt the batches hold, in order of first appearance, as a batch of
     texts (one per prompt, each its own prompt's reference, cut to ``words``): what the human row and
-    the reproduction report's reference scores are computed on. None when the batches have no references."""
+    the reproduction report's reference scores are computed on. None when the batches have no references.
+    With ``continuation`` each text is ``" " + reference``, as it continues its prompt (the form ref-ppl
+    scores it in, ``systems.decoding.reference_states``): a perplexity under the evaluator then reads
+    the same token boundary a generated text has."""
     batches = list(batches)
     refs: dict[str, str] = {}
     prompts: dict[str, str] = {}
@@ -61,7 +66,7 @@ def references_batch(batches: Iterable[TextBatch], words: int | None = None) -> 
     first = next(b for b in batches if b.references is not None)
     order = list(refs)
     return TextBatch(
-        [cut_words(refs[p], words) for p in order],
+        [" " + cut_words(refs[p].strip(), words) if continuation else cut_words(refs[p], words) for p in order],
         order,
         refs,
         prompts or None,

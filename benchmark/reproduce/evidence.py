@@ -192,7 +192,7 @@ class Pairs:
 
             _, batches = load_batches(run.run_dir)
             first = next(iter(batches.values()))
-            humans = references_batch([TextBatch(first.texts, first.prompt_ids, first.references)])
+            humans = references_batch([TextBatch(first.texts, first.prompt_ids, first.references)], continuation=False)
             res = get_metric(metric).compute(humans)
             return {
                 "suite": run.plan.suite.name,
