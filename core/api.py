@@ -105,6 +105,14 @@ class RunResult:
         scored = "scored" if self.scores is not None else "not scored"
         return f"RunResult({str(self.path)!r}, {len(self.generations)} generations, {scored}, systems={systems})"
 
+    @property
+    def human(self) -> dict | None:
+        """The human row (scores.json's ``human``): the suite's references scored by every metric that
+        applies to them, ``scores`` as a system's (value, interval; null with the ``reason`` for a metric
+        that compares with the references), and its ``signature`` (the words each was cut to). None
+        before scoring, or for a run without references."""
+        return (self.scores or {}).get("human")
+
     def rows(self) -> list[dict]:
         """The tidy rows of ``maxbench export`` (benchmark/present/export.py: ``tidy_rows``)."""
         from maxbench.benchmark.present.export import tidy_rows

@@ -940,6 +940,11 @@ def _scores_shape_problem(doc: dict) -> str | None:
     for key in ("metrics", "suite", "bootstrap", "versions"):
         if doc.get(key) is not None and not isinstance(doc[key], dict):
             return f"'{key}' is {json_type(doc[key])}, expected an object"
+    human = doc.get("human")
+    if human is not None and not (isinstance(human, dict) and isinstance(human.get("scores", {}), dict)):
+        return "'human' is not an object with a 'scores' object (the human row)"
+    if isinstance(human, dict) and any(not isinstance(v, dict) for v in human.get("scores", {}).values()):
+        return "human['scores'] holds an entry that is not an object"
     comparisons = doc.get("comparisons")
     if comparisons is not None and not isinstance(comparisons, dict):
         return f"'comparisons' is {json_type(comparisons)}, expected an object"
@@ -982,6 +987,9 @@ class ScoresFile:
     versions: dict | None = None
     #: metric -> its signature, variant and (for a plugin's) origin; None in a file without the table
     metrics: dict | None = None
+    #: the human row: the suite's references scored as a system's texts are (``label``, ``signature``,
+    #: ``scores``; ``maxbench.benchmark.metrics.human``); None in a file scored before it, or without references
+    human: dict | None = None
     #: the paired tests against the baseline (``baseline``, ``systems``: system -> rows); None without one
     comparisons: dict | None = None
     #: keys the format does not name, kept so that ``to_dict`` gives the file's document back
@@ -1000,6 +1008,7 @@ class ScoresFile:
         "versions",
         "metrics",
         "systems",
+        "human",
         "comparisons",
     )
 

@@ -67,4 +67,4 @@ def test_a_one_model_leaderboard_keeps_its_order_and_has_no_base_model_column(tm
     rows = _md_rows(tmp_path / "lb")
     assert rows[0] == ["system", "bleu-4"]
     assert [r[0].strip("`") for r in rows[1:]] == list(one)  # the run's order, softmax not moved
-    assert "bold = best in column (by" in (tmp_path / "lb/leaderboard.md").read_text()
+    assert "bold = best in column: " in (tmp_path / "lb/leaderboard.md").read_text()

@@ -1,4 +1,4 @@
-"""leaderboard.md leads with a compact table of the design card's metrics (``COMPACT``), led by the
+"""leaderboard.md leads with a compact table of the design card's metrics (``ScoreInfo.compact``), led by the
 scores a run's metrics declare for it (``Metric.compact_scores``: attr-acc and its ceiling), and gives
 every score in the full table after it; the HTML page and the csv hold only the full table, and the
 explorer's compact view shows the same columns."""
@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import json
 
-from maxbench.benchmark.present.leaderboard import COMPACT, PREFERRED, render
+from maxbench.benchmark.present.leaderboard import render
+
+# the columns' order and the compact table's as they were before the metrics declared them (ScoreInfo)
+PREFERRED = (
+    "attr-acc attr-acc-ceiling bleu-2 bleu-3 bleu-4 bleu-5 sacrebleu rouge-l-f meteor bertscore-f1 mauve coherence "
+    "ms-jaccard-2 ms-jaccard-3 kld ppl ref-eps-ppl self-bleu-2 self-bleu-3 self-bleu-4 self-bleu-5 rep seq-rep-4 "
+    "distinct-1-corpus distinct-2-corpus distinct-3-corpus diversity uniq"
+).split()
+COMPACT = ("bleu-4", "rouge-l-f", "meteor", "ppl", "self-bleu-4", "rep", "ms-jaccard-3")
 
 SYSTEMS = ("smollm2-135m/softmax/top_p=0.9", "smollm2-135m/sparsemax/top_p=0.9")
 # every compact column but rouge-l-f, and others around them, in an order of their own

@@ -265,8 +265,11 @@ def _committed_run(tmp_path, folder: Path) -> Path:
     baseline = re.search(r"against the baseline `([^`]*)`", md).group(1)
     source = re.search(r"^Sources: `([^`]*)`$", md, re.M).group(1)
     num = lambda x: None if x == "" else float(x)  # noqa: E731
-    systems, comps = {}, {}
+    systems, comps, human = {}, {}, None
     for row in rows[1:]:
+        if row[0].startswith("human (references)"):  # the human row: its scores, signature and n/a reasons
+            human = _committed_human(md, cols, row, num)
+            continue
         scores, ps = {}, {}
         for i, col in enumerate(cols):
             v, lo, hi, p = row[1 + 4 * i : 5 + 4 * i]
@@ -276,6 +279,9 @@ def _committed_run(tmp_path, folder: Path) -> Path:
             scores[col] = {"value": num(v), "ci_low": num(lo), "ci_high": num(hi), "higher_is_better": hib}
             if p:
                 ps[col] = {"p_value": float(p)}
+                way = re.search(r" (closer|farther)", md_rows[row[0]][i])  # a test of the distance to the human row
+                if way:
+                    ps[col] |= {"test": "closeness", "difference": -1.0 if way.group(1) == "closer" else 1.0}
         systems[row[0]] = {"n_prompts": 96, "scores": scores}
         comps[row[0]] = ps
     registry, suite = re.match(r"# maxbench leaderboard: (\S+) on (\S+)\n", md).groups()
@@ -284,8 +290,33 @@ def _committed_run(tmp_path, folder: Path) -> Path:
     ident["identity"]["registry"] = registry
     (run / "manifest.json").write_text(json.dumps(ident))
     doc = {"systems": systems, "comparisons": {"baseline": baseline, "systems": comps}}
+    if human is not None:
+        doc["human"] = human
     (run / "scores.json").write_text(json.dumps(doc))
     return Path(source)
+
+
+def _committed_human(md: str, cols: list[str], row: list[str], num) -> dict:
+    """The human row behind a committed leaderboard: its numbers from the csv, its signature and the
+    reasons of its n/a cells from the md's legend (which names scores by their display names)."""
+    from maxbench.benchmark.metrics.base import builtin_score_info
+
+    display = {i.display: name for name, i in builtin_score_info().items()}
+    reasons = {}
+    for names, why in re.findall(r"n/a there: (.*?): (.*?\.)(?= n/a there|\n|$)", md):
+        reasons |= {display.get(n, n): why[:-1] for n in names.split(", ")}
+    signature = re.search(r"`(human\|[^`]*)`", md).group(1)
+    words = re.search(r"first-(\d+)-words", signature)
+    scores = {}
+    for i, col in enumerate(cols):
+        v, lo, hi, _ = row[1 + 4 * i : 5 + 4 * i]
+        scores[col] = {"value": num(v), "ci_low": num(lo), "ci_high": num(hi), "reason": reasons.get(col)}
+    return {
+        "signature": signature,
+        "n_prompts": 96,
+        "cut_words": int(words.group(1)) if words else None,
+        "scores": scores,
+    }
 
 
 @pytest.mark.parametrize("folder", ["results", "results/lambda-sweep"])

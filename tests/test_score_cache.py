@@ -11,6 +11,7 @@ from maxbench.benchmark.metrics.base import Metric
 from maxbench.benchmark.metrics.scoring import ScoringOptions, score_run
 
 METRICS = ["bleu-n", "self-bleu", "rep", "distinct", "kld"]
+HUMAN_METRICS = ["self-bleu", "rep", "distinct"]  # those of METRICS that score the references too (the human row)
 
 
 @pytest.fixture(scope="module")
@@ -90,18 +91,22 @@ def test_only_the_changed_system_is_recomputed(fresh, computed):
     gen.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     computed.clear()
     score_run(fresh, _options())
+    # the human row (the references, " cold, salty ..."): only the metrics that apply to it, on its probe
+    human = [name for name, text in computed if text.startswith(" cold, salty")]
+    assert sorted(human) == sorted(HUMAN_METRICS)
+    computed[:] = [(name, text) for name, text in computed if not text.startswith(" cold, salty")]
     assert {name for name, _ in computed} == set(METRICS) | {"ref-ppl"}
     firsts = [text for _, text in computed]
     # sparsemax's batch, and softmax's first prompts only (the baseline: its statistics for the paired
     # tests come from the cache, and each metric's code that turns them into scores from this probe)
     assert changed["text"] in firsts and len(set(firsts)) == 2 and len(computed) == 2 * (len(METRICS) + 1)
-    assert len(list((fresh / "score-cache").glob("*.stats.npz"))) == 1, "the baseline's statistics"
+    assert len(list((fresh / "score-cache").glob("*.stats.npz"))) == 2, "the baseline's and the human row's statistics"
     after = json.loads((fresh / "scores.json").read_text())
     plain = fresh.parent / "plain"
     shutil.copytree(fresh, plain, ignore=shutil.ignore_patterns("scores.json", "score-cache"))
     score_run(plain, _options(), use_cache=False)
     assert after | {"created": None} == json.loads((plain / "scores.json").read_text()) | {"created": None}
-    assert len(list((fresh / "score-cache").glob("*.json"))) == 3, "entries no scoring uses are removed"
+    assert len(list((fresh / "score-cache").glob("*.json"))) == 4, "entries no scoring uses are removed"
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "edited value", "other key", "other format"])
@@ -139,11 +144,11 @@ def test_a_change_of_metric_code_or_settings_recomputes(fresh, computed, monkeyp
     score_run(fresh, _options())
     computed.clear()
     score_run(fresh, ScoringOptions(metrics=METRICS, n_resamples=60, progress=False))
-    assert len(computed) == 2 * (len(METRICS) + 1), "other bootstrap settings: every system again"
+    assert len(computed) == 2 * (len(METRICS) + 1) + len(HUMAN_METRICS), "other bootstrap settings: every system again"
     computed.clear()
     monkeypatch.setattr(score_cache, "code_version", lambda: "an edited metric module")
     score_run(fresh, ScoringOptions(metrics=METRICS, n_resamples=60, progress=False))
-    assert len(computed) == 2 * (len(METRICS) + 1), "other metric code: every system again"
+    assert len(computed) == 2 * (len(METRICS) + 1) + len(HUMAN_METRICS), "other metric code: every system again"
 
 
 def test_code_version_follows_the_metric_sources(tmp_path):
@@ -163,7 +168,12 @@ def test_damaged_baseline_statistics_are_computed_again_never_trusted(fresh, tmp
     import numpy as np
 
     score_run(fresh, _options())
-    (stats,) = (fresh / "score-cache").glob("*.stats.npz")
+    # the baseline's statistics (the human row's, beside them, hold no reference metric)
+    (stats,) = [
+        p
+        for p in (fresh / "score-cache").glob("*.stats.npz")
+        if "bleu-2" in score_cache.ScoreCache(fresh).get_stats(p.name.split(".")[0])
+    ]
     key = stats.name.split(".")[0]
     good = score_cache.ScoreCache(fresh).get_stats(key)
     assert good and all(v is None or v[0] for v in good.values())

@@ -210,13 +210,24 @@ def _score(args) -> int:
         print(f"{system}  ({entry['n_texts']} texts, {entry['n_prompts']} prompts{of})")
         print(_table(entry["scores"]))
         print()
+    human = doc.get("human")
+    if human:
+        print(f"{human['label']}  ({human['n_prompts']} references, {human['signature']})")
+        print(_table(human["scores"]))
+        print()
     comp = doc.get("comparisons")
     if comp:
         against = comp["baseline"] or "each system's own base model's softmax"
         print(f"paired tests against {against}:")
         for system, rows in comp["systems"].items():
             sig = [
-                f"{k} {_fmt(v['difference'])} (p={_fmt(v['p_value'])})"
+                f"{k} {_fmt(v['difference'])}"
+                + (
+                    " (distance to the human row: " + ("closer" if v["difference"] < 0 else "farther") + ")"
+                    if v.get("test") == "closeness"
+                    else ""
+                )
+                + f" (p={_fmt(v['p_value'])})"
                 for k, v in rows.items()
                 if v["p_value"] is not None and v["p_value"] < 0.05 and not math.isnan(v["difference"])
             ]

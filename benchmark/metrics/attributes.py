@@ -31,8 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from maxbench.benchmark.metrics.base import UNIT, Conditions, Metric, MetricResult, Score, TextBatch, mean_score
+from maxbench.benchmark.metrics.base import UNIT, Conditions, Metric, MetricResult, Score, TextBatch, info, mean_score
 from maxbench.benchmark.metrics.base import signature as make_signature
+from maxbench.benchmark.metrics.human import cut_words
 from maxbench.errors import MaxbenchError
 
 CLASSIFIER_FORMAT = "maxbench-attribute-classifier/1"
@@ -270,17 +271,19 @@ def classified_attribute(conditions: Conditions) -> tuple[str | None, str | None
     return attribute, None
 
 
-def cut_words(text: str, words: int | None) -> str:
-    """The first ``words`` whitespace words of ``text`` (all of it when None)."""
-    return text if words is None else " ".join(text.split()[:words])
-
-
 # ---------------------------------------------------------------- the metric
 class AttributeAccuracy(Metric):
     name = "attr-acc"
     higher_is_better = True
     # what a conditional run is about, so it leads the compact table, with the ceiling to read it against
     compact_scores = ("attr-acc", "attr-acc-ceiling")
+
+    @property
+    def score_info(self):
+        return {
+            "attr-acc": info("attr-acc", "higher", column=10),
+            "attr-acc-ceiling": info("attr-acc ceiling", "higher", column=20),
+        }
 
     @property
     def variant(self) -> str:

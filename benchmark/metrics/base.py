@@ -11,6 +11,12 @@ the metric needs, then calls the subclass's ``_compute``; it returns a ``MetricR
 that signature and one ``Score`` per name, each keeping its per-prompt statistics for
 bootstrap intervals and paired tests, and its per-text values where the metric has them.
 A score that cannot be computed is None with the reason why, never a number that looks valid.
+
+How each score is shown is declared on the metric too (``score_info``: one ``ScoreInfo`` per score,
+as HELM's presentation schema declares ``lower_is_better`` and a display name per metric): its goal
+(``GOALS``: higher or lower is better, or closest to the human references' value), display name,
+scale (x100 or as computed), digits and column. The leaderboard, the explorer and the API read it
+from ``scores.json``, where scoring copies it, so they need no metric code to render a run.
 """
 
 from __future__ import annotations
@@ -187,6 +193,74 @@ def first_items(items: Sequence, limit: int | None, what: str) -> tuple[Sequence
     return items[:limit], f"the first {limit} of {len(items)} {what} only"
 
 
+#: what "best" means for a score: a higher value, a lower value, or the value closest to the one the
+#: human references get (the convention for likelihood, repetition and diversity of open-ended text:
+#: Holtzman et al. 2020, "The Curious Case of Neural Text Degeneration"; Su and Collier 2022,
+#: "Contrastive Search Is What You Need For Neural Text Generation")
+GOALS = {"higher": "higher is better", "lower": "lower is better", "human": "closest to human is better"}
+
+
+@dataclass(frozen=True)
+class ScoreInfo:
+    """How one score is shown. ``goal``: a key of ``GOALS``, or None where the metric declares none
+    (then its ``higher_is_better`` ranks, and the legend says no goal was declared). ``scale``: what
+    the value is multiplied by for display (100 for a fraction shown as a percentage, else 1);
+    ``digits``: decimals shown. ``column``: the score's place among the columns (lower first; None:
+    after those with one, in the order the run holds them); ``compact``: its place in the compact
+    table (None: not there)."""
+
+    display: str
+    goal: str | None = None
+    scale: float = 1.0
+    digits: int = 2
+    column: int | None = None
+    compact: int | None = None
+
+    def __post_init__(self):
+        if self.goal is not None and self.goal not in GOALS:
+            raise ValueError(f"goal must be one of {', '.join(GOALS)} or None, got {self.goal!r}")
+
+    def to_dict(self) -> dict:
+        return {
+            "display": self.display,
+            "goal": self.goal,
+            "scale": self.scale,
+            "digits": self.digits,
+            "column": self.column,
+            "compact": self.compact,
+        }
+
+    @classmethod
+    def from_dict(cls, name: str, d) -> ScoreInfo:
+        """The info ``to_dict`` wrote; anything missing or malformed takes the default (as computed, no goal)."""
+        d = d if isinstance(d, dict) else {}
+
+        def pick(key, kind, default):
+            v = d.get(key)
+            return v if isinstance(v, kind) and not isinstance(v, bool) else default
+
+        goal = d.get("goal") if d.get("goal") in GOALS else None
+        return cls(
+            display=pick("display", str, name),
+            goal=goal,
+            scale=float(pick("scale", (int, float), 1.0)),
+            digits=int(pick("digits", int, 2)),
+            column=pick("column", int, None),
+            compact=pick("compact", int, None),
+        )
+
+    def format(self, value) -> str:
+        """The value as the tables show it ('n/a' when there is none)."""
+        if value is None or (isinstance(value, float) and not math.isfinite(value)):
+            return "n/a"
+        return f"{value * self.scale:.{self.digits}f}"
+
+
+def info(display: str, goal: str | None, percent: bool = True, column: int | None = None, **kw) -> ScoreInfo:
+    """A built-in score's ``ScoreInfo``: a fraction shown x100 unless ``percent`` is False."""
+    return ScoreInfo(display, goal, 100.0 if percent else 1.0, column=column, **kw)
+
+
 @dataclass(frozen=True)
 class MetricResult:
     metric: str
@@ -210,6 +284,23 @@ class Metric:
     #: and the explorer's compact view whenever a run scored them, ahead of the design card's columns
     #: (``maxbench.benchmark.present.leaderboard.COMPACT``); empty: only in the table of every score
     compact_scores: tuple[str, ...] = ()
+    #: the goal of every score of this metric (a key of ``GOALS``), unless ``score_info`` says otherwise
+    #: per score; None: no goal declared (``higher_is_better`` ranks)
+    goal: str | None = None
+
+    @property
+    def score_info(self) -> dict[str, ScoreInfo]:
+        """How each score of ``score_ranges`` is shown (``ScoreInfo``); by default its name, the
+        metric's ``goal``, as computed (scale 1), in the order the run holds it."""
+        return {name: ScoreInfo(name, self.goal) for name in self.score_ranges}
+
+    def human_row(self) -> str | None:
+        """Why this metric gives nothing on the suite's references scored as if a system had written
+        them (the leaderboard's human row), or None when it applies to them: a metric that compares
+        texts with the references would compare the references with themselves."""
+        if self.needs_references:
+            return "compares texts with the references, so not the references themselves"
+        return None
 
     @property
     def variant(self) -> str:
@@ -382,6 +473,25 @@ METRICS: Registry[type[Metric]] = Registry(
     base=Metric,
     group="maxbench.metrics",
 )
+
+
+def builtin_score_info() -> dict[str, ScoreInfo]:
+    """Every built-in metric's ``ScoreInfo`` by score name: how a score of a file scored before
+    ``scores.json`` kept the display metadata is shown (plugins' scores are not among them)."""
+    global _BUILTIN_INFO
+    if _BUILTIN_INFO is None:
+        found: dict[str, ScoreInfo] = {}
+        for name in METRICS.names():
+            if METRICS.is_builtin(name):
+                try:
+                    found.update(get_metric(name).score_info)
+                except Exception:  # noqa: BLE001 - a metric whose package is missing here: its scores shown as computed
+                    continue
+        _BUILTIN_INFO = found
+    return _BUILTIN_INFO
+
+
+_BUILTIN_INFO: dict[str, ScoreInfo] | None = None
 
 
 def metric_names() -> list[str]:

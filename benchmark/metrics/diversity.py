@@ -17,6 +17,7 @@ from maxbench.benchmark.metrics.base import (
     Metric,
     TextBatch,
     first_items,
+    info,
     mean_score,
     signature,
     stats_score,
@@ -41,6 +42,19 @@ class SelfBLEU(Metric):
         "Self-BLEU-n (Zhu et al. 2018, Texygen), leave-one-out: each text against all the system's "
         "other texts (every prompt and sample) with nltk sentence_bleu, averaged over texts"
     )
+
+    @property
+    def score_info(self):
+        own = type(self).name == "self-bleu"  # the papers' variants follow in run order
+        return {
+            s: info(
+                s.replace("self-bleu", "Self-BLEU"),
+                "human",
+                column=10 * int(s.rsplit("-", 1)[1]) + 170 if own else None,
+                compact=5 if own and s == "self-bleu-4" else None,
+            )
+            for s in self.score_ranges
+        }
 
     sample_size: int | None = None  # score only the first this many texts (None: all)
     zero_count: float | None = None  # None: nltk method1; else a zero match count becomes this
@@ -118,6 +132,11 @@ class Repetition(Metric):
     )
 
     @property
+    def score_info(self):
+        own = type(self).name == "rep"
+        return {s: info(s, "human", column=230 if own else None, compact=6 if own else None) for s in self.score_ranges}
+
+    @property
     def signature(self) -> str:
         return signature(
             self.name,
@@ -140,6 +159,10 @@ class SeqRep(Metric):
     variant = (
         "seq-rep-n (Welleck et al. 2020): per text 1 - unique n-grams / n-grams, mean over texts that have an n-gram"
     )
+
+    @property
+    def score_info(self):
+        return {s: info(s, "human", column=240 if s == "seq-rep-4" else None) for s in self.score_ranges}
 
     def __init__(self, n: int = 4):
         self.n = n
@@ -169,6 +192,14 @@ class Distinct(Metric):
         "text; not the POSG authors' distinct_upto, which divides by tokens: posg-distinct) and corpus "
         "(unique n-grams / n-grams over all texts; Li et al. 2016, GEM-metrics ngrams.py)"
     )
+
+    @property
+    def score_info(self):
+        def column(s):
+            n = int(s.split("-")[1])
+            return 240 + 10 * n if s.endswith("-corpus") and n <= 4 else None
+
+        return {s: info(s, "human", column=column(s)) for s in self.score_ranges}
 
     def __init__(self, orders: tuple[int, ...] = (1, 2, 3)):
         self.orders = tuple(orders)
@@ -209,6 +240,10 @@ class Uniq(Metric):
     variant = "Uniq (POSG): number of distinct word tokens over all the system's texts (grows with their number)"
 
     @property
+    def score_info(self):
+        return {"uniq": info("Uniq", "human", percent=False, column=300, digits=0)}
+
+    @property
     def signature(self) -> str:
         return signature("uniq", tok=TOKENIZER_ID, unit="types")
 
@@ -235,6 +270,10 @@ class SuDiversity(Metric):
         "over n = 2..4 of (1 - rep-n), rep-n = 1 - (sum over texts of the distinct n-grams within each text) "
         "/ (sum over texts of its n-grams); as in their code, a text's last n-gram is not counted"
     )
+
+    @property
+    def score_info(self):
+        return {"diversity": info("diversity", "human", column=290)}
 
     def __init__(self, orders: tuple[int, ...] = (2, 3, 4)):
         self.orders = tuple(orders)

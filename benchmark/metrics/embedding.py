@@ -18,7 +18,7 @@ import tempfile
 
 import numpy as np
 
-from maxbench.benchmark.metrics.base import UNIT, Metric, Score, TextBatch, mean_score, signature
+from maxbench.benchmark.metrics.base import UNIT, Metric, Score, TextBatch, info, mean_score, signature
 from maxbench.errors import MaxbenchError
 from maxbench.provenance import package_version
 
@@ -113,6 +113,10 @@ class Mauve(Metric):
         "out, as compute_mauve leaves them out of p_text and q_text; no paired test (not per-prompt)"
     )
     MIN_TEXTS = 20  # two clusters of ten texts each: the least MAUVE's n/10 rule gives
+
+    @property
+    def score_info(self):
+        return {"mauve": info("MAUVE", "higher", column=110)}
 
     def __init__(
         self,
@@ -229,6 +233,10 @@ class Coherence(Metric):
         "the sentence embeddings of the prompt and of its continuation, mean over texts; the local "
         "all-MiniLM-L6-v2 encoder in place of their SimCSE; an empty continuation has none and is left out"
     )
+
+    @property
+    def score_info(self):
+        return {"coherence": info("coherence", "human", column=120)}
 
     def __init__(self, max_text_length: int = 256):
         self.max_text_length = max_text_length

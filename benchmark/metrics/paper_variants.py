@@ -29,7 +29,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from maxbench.benchmark.metrics.base import NONNEGATIVE, UNIT, Metric, TextBatch, mean_score, signature, stats_score
+from maxbench.benchmark.metrics.base import (
+    NONNEGATIVE,
+    UNIT,
+    Metric,
+    TextBatch,
+    info,
+    mean_score,
+    signature,
+    stats_score,
+)
 from maxbench.benchmark.metrics.diversity import Repetition, SelfBLEU
 from maxbench.benchmark.metrics.ngrams import hashed_counts, token_key
 from maxbench.benchmark.metrics.reference import PoolBLEU, text_and_reference_counts
@@ -140,6 +149,10 @@ class PosgBLEU(Metric):
         "sentence_bleu, smoothing method1, averaged over texts; n = 1..4 as that script prints"
     )
 
+    @property
+    def score_info(self):
+        return {s: info(s.replace("bleu", "BLEU"), "higher") for s in self.score_ranges}
+
     def __init__(self, orders: tuple[int, ...] = (1, 2, 3, 4)):
         self.orders = tuple(orders)
 
@@ -197,6 +210,10 @@ class PosgKLD(Metric):
     )
 
     @property
+    def score_info(self):
+        return {s: info(s, "lower") for s in self.score_ranges}
+
+    @property
     def signature(self) -> str:
         return signature(
             self.name,
@@ -236,6 +253,10 @@ class PosgMSJaccard(Metric):
         "their union, a k-gram missing from one side given 1e-10, sum of minima over sum of maxima; "
         "geometric mean over k = 1..n"
     )
+
+    @property
+    def score_info(self):
+        return {s: info(s, "higher") for s in self.score_ranges}
 
     def __init__(self, max_n: int = 3):
         self.max_n = max_n
@@ -290,6 +311,10 @@ class PosgDistinct(Metric):
         "eval_LM_metric.py): per text unique n-grams / number of TOKENS, texts of 5 tokens or fewer dropped, "
         "mean over the rest"
     )
+
+    @property
+    def score_info(self):
+        return {s: info(s, "human") for s in self.score_ranges}
 
     gram, unit = "n-grams", "tokens"  # what is counted, and in what
 

@@ -30,6 +30,7 @@ from maxbench.benchmark.metrics.base import (
     Score,
     TextBatch,
     finite_or_none,
+    info,
     signature,
     stats_score,
 )
@@ -153,6 +154,10 @@ class Perplexity(Metric):
         "exp(total NLL / total tokens) over all texts"
     )
 
+    @property
+    def score_info(self):
+        return {"ppl": info("PPL", "human", percent=False, column=170, compact=4)}
+
     def __init__(
         self, model: str = DEFAULT_EVALUATOR, device: str | None = None, threads: int | None = None, batch_size: int = 8
     ):
@@ -245,6 +250,17 @@ class ReferencePPL(Metric):
         "perplexity of the references under the system's own output distribution (teacher-forced), "
         "plain and epsilon-perplexity (Martins et al. 2020), with the share of zero-probability tokens"
     )
+
+    @property
+    def score_info(self):
+        return {
+            "ref-eps-ppl": info("ref eps-PPL", "lower", percent=False, column=180),
+            "ref-ppl": info("ref PPL", "lower", percent=False),
+            "ref-zero-frac": info("ref zero-prob share", "lower"),
+        }
+
+    def human_row(self) -> str | None:
+        return "the generating system's own likelihood of the references; the references have no such system"
 
     def __init__(self, epsilon: float = DEFAULT_EPSILON):
         self.epsilon = epsilon

@@ -20,6 +20,7 @@ from maxbench.benchmark.metrics.base import (
     Metric,
     TextBatch,
     first_items,
+    info,
     mean_score,
     signature,
     stats_score,
@@ -36,6 +37,10 @@ class SacreBLEU(Metric):
     name = "sacrebleu"
     needs_references = True
     variant = "corpus BLEU of all texts, each against its own prompt's reference (sacreBLEU defaults), 0-100"
+
+    @property
+    def score_info(self):
+        return {"sacrebleu": info("sacreBLEU", "higher", percent=False, column=70)}
 
     def __init__(self):
         from sacrebleu.metrics import BLEU
@@ -93,6 +98,19 @@ class PoolBLEU(Metric):
         "with nltk sentence_bleu, averaged over texts"
     )
 
+    @property
+    def score_info(self):
+        own = type(self).name == "bleu-n"  # the subclasses' scores (held-out, Texygen) follow in run order
+        return {
+            s: info(
+                s.replace("bleu", "BLEU"),
+                "higher",
+                column=10 * int(s.rsplit("-", 1)[1]) + 10 if own else None,
+                compact=1 if own and s == "bleu-4" else None,
+            )
+            for s in self.score_ranges
+        }
+
     score_prefix = "bleu"  # the scores are <score_prefix>-<n>
     sample_size: int | None = None  # the first this many references (None: all)
     refs_id = "whole-reference-set"  # the references, as the signature names them
@@ -138,6 +156,9 @@ class HeldoutBLEU(PoolBLEU):
         "nltk sentence_bleu, averaged over texts"
     )
 
+    def human_row(self) -> str | None:
+        return "the references are texts of the held-out split it compares with"
+
     refs_id = "every-text-of-the-suite's-heldout-split"
 
     def unavailable(self, batch: TextBatch) -> str | None:
@@ -160,6 +181,14 @@ class RougeL(Metric):
     name = "rouge-l"
     needs_references = True
     variant = "ROUGE-L (sentence-level LCS) F/P/R of each text against its prompt's reference, mean over texts"
+
+    @property
+    def score_info(self):
+        return {
+            "rouge-l-f": info("ROUGE-L F", "higher", column=80, compact=2),
+            "rouge-l-p": info("ROUGE-L P", "higher"),
+            "rouge-l-r": info("ROUGE-L R", "higher"),
+        }
 
     def __init__(self, use_stemmer: bool = False):
         self.use_stemmer = use_stemmer
@@ -202,6 +231,10 @@ class Meteor(Metric):
     alpha = 0.9
     beta = 3
     gamma = 0.5
+
+    @property
+    def score_info(self):
+        return {"meteor": info("METEOR", "higher", column=90, compact=3)}
 
     @property
     def signature(self) -> str:
@@ -263,6 +296,14 @@ class BERTScore(Metric):
     num_layers = 6
     idf = False
     rescale_with_baseline = False
+
+    @property
+    def score_info(self):
+        return {
+            "bertscore-f1": info("BERTScore F1", "higher", column=100),
+            "bertscore-p": info("BERTScore P", "higher"),
+            "bertscore-r": info("BERTScore R", "higher"),
+        }
 
     def __init__(self, batch_size: int = 32):
         self.batch_size = batch_size
@@ -354,6 +395,10 @@ class UnigramKL(Metric):
         "add-alpha smoothing of both over the union vocabulary"
     )
 
+    @property
+    def score_info(self):
+        return {"kld": info("KLD", "lower", percent=False, column=160)}
+
     def __init__(self, alpha: float = 1.0):
         self.alpha = alpha
 
@@ -409,6 +454,19 @@ class MSJaccard(Metric):
         "references divided by their number of texts, sum of minima over sum of maxima; "
         "geometric mean over k = 1..n"
     )
+
+    @property
+    def score_info(self):
+        column = {"ms-jaccard-2": 130, "ms-jaccard-3": 140, "ms-jaccard-4": 150}
+        return {
+            s: info(
+                f"MS-Jaccard-{s.rsplit('-', 1)[1]}",
+                "higher",
+                column=column.get(s),
+                compact=7 if s == "ms-jaccard-3" else None,
+            )
+            for s in self.score_ranges
+        }
 
     def __init__(self, max_n: int = 3):
         self.max_n = max_n

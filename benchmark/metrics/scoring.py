@@ -5,14 +5,23 @@
     {"format": "maxbench-scores/1", "run_id", "created", "generations_sha256", "suite",
      "bootstrap": {"n_resamples", "seed", "level", "method"},
      "versions": {...},
-     "metrics": {<metric>: {"variant", "signature", "higher_is_better", "scores": [<score>...]}},
+     "metrics": {<metric>: {"variant", "signature", "higher_is_better", "scores": [<score>...],
+                            "display": {<score>: ScoreInfo.to_dict()}}},
      "systems": {<system>: {"n_texts", "n_prompts", "suite_prompts", "partial", "n_empty",
                             "notes": {<metric>: str}, "not_applicable": {<metric>: reason},
                             "scores": {<score>: {"metric", "value", "reason", "ci_low", "ci_high",
                                                  "ci_method", "higher_is_better", "signature",
                                                  "per_prompt": {<prompt_id>: value}}}}},
+     "human": {"label", "signature", "n_prompts", "cut_words", "not_applicable": {<metric>: reason},
+               "scores": {<score>: {... as a system's}}},
      "comparisons": {"baseline", "method", "systems": {<system>: {<score>: {"difference",
-                     "ci_low", "ci_high", "ci_method", "p_value", "n_prompts"}}}}}
+                     "ci_low", "ci_high", "ci_method", "p_value", "n_prompts"[, "test": "closeness"]}}}}}
+
+``display`` is how each score is shown (``ScoreInfo``: goal, display name, scale), copied from the
+metric so that the leaderboard needs no metric code. ``human`` is the human row
+(``maxbench.benchmark.metrics.human``): the suite's references scored by every metric that applies
+to them, null with the reason for the others. A score whose goal is the human value is compared
+with the baseline by its distance to the human row (``closeness_test``: ``"test": "closeness"``).
 
 In a run over several base models, ``baseline`` is null and ``comparisons.baselines`` gives each
 system's own baseline, the softmax of its base model with the same decoding (``model_baselines``).
@@ -36,14 +45,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from maxbench.benchmark.metrics.base import METRICS, Metric, MetricResult, TextBatch, get_metric
+from maxbench.benchmark.metrics.human import HUMAN_ROW, generation_words, references_batch
+from maxbench.benchmark.metrics.human import signature as human_signature
 from maxbench.benchmark.metrics.stats import (
     CI_METHOD,
+    CLOSENESS_METHOD,
     DEFAULT_LEVEL,
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
     JACKKNIFE_METHOD,
     TEST_METHOD,
     bootstrap_ci,
+    closeness_test,
     paired_test,
 )
 from maxbench.errors import MaxbenchError
@@ -499,6 +512,10 @@ def score_run(
         metrics.append(get_metric("attr-acc"))  # a conditional suite's run: whether texts keep to its attributes
     check_score_names(metrics)  # the metrics that joined by themselves too
     versions_now = score_versions()
+    from maxbench.rundir import read_generations
+
+    words, how = generation_words(batches.values(), read_generations(run_dir))
+    human_sig = human_signature(words, how)
     doc = {
         "format": FORMAT,
         "run_id": manifest.get("run_id", run_dir.name),
@@ -544,6 +561,45 @@ def score_run(
                 return reused
         return results_of(system)
 
+    human_key, human_computed = None, {}
+    references = references_batch(batches.values(), words)
+    human_metrics = [m for m in metrics if m.human_row() is None]
+    closeness = {n for m in metrics for n, i in m.score_info.items() if i.goal == "human"}
+
+    def human_results() -> list[MetricResult] | None:
+        """The human row's results for the closeness tests: computed, or rebuilt from the cache."""
+        if references is None or not human_metrics:
+            return None
+        if "results" not in human_computed:
+            reused = None
+            if keep_stats:
+                reused = cached_statistics(references, human_metrics, stored, cache.get_stats(human_key))
+            human_computed["results"] = reused or score_batch(
+                references, human_metrics, options, HUMAN_ROW, not_applicable=True
+            )
+        return human_computed["results"]
+
+    if references is not None:
+        human_key = system_key(references, {"human": human_sig}, signatures, settings, versions_now)
+        stored = (cache.get(human_key) if use_cache else None) if human_metrics else {"scores": {}}
+        if stored is None:
+            _log(options, f"scoring {HUMAN_ROW} ({len(references.texts)} references, {human_sig})")
+            failed_before = len(errors)
+            results = score_batch(references, human_metrics, options, HUMAN_ROW, not_applicable=True, errors=errors)
+            human_computed["results"] = results
+            stored = {
+                "scores": _score_entries(results, options),
+                "notes": {r.metric: r.notes for r in results if r.notes},
+            }
+            if use_cache and len(errors) == failed_before:
+                stored = json.loads(json.dumps(stored, allow_nan=False))
+                cache.put(human_key, stored)
+                if keep_stats:
+                    cache.put_stats(human_key, results)
+        else:
+            _log(options, f"scoring {HUMAN_ROW}: unchanged, from the score cache")
+        doc["human"] = _human_entry(stored, metrics, references, words, human_sig)
+
     for system, batch in batches.items():
         cover = coverage(manifest, batch)
         code = plugin_code(manifest, system)
@@ -574,16 +630,21 @@ def score_run(
             if name in doc["metrics"]:
                 doc["metrics"][name]["origin"] = origin
         doc["systems"][system] = body["system"]
+    for m in metrics:  # how each score is shown: the metric's declaration now, not the cache's
+        if m.name in doc["metrics"]:
+            doc["metrics"][m.name]["display"] = {n: i.to_dict() for n, i in m.score_info.items()}
+    if "human" in doc:  # after the systems in the file, as in the tables
+        doc["human"] = doc.pop("human")
     if baselines:
         out = compare_header(baselines, options, baseline)
         for system in batches:
             if system not in baselines:
                 continue
             base = baselines[system]
-            key = comparison_key(system, keys[system], base, keys[base], settings)
+            key = comparison_key(system, keys[system], base, keys[base], settings | {"human": human_key})
             rows = cache.get(key) if use_cache else None
             if rows is None:
-                rows = compare_one(statistics_of(system), statistics_of(base), options)
+                rows = compare_one(statistics_of(system), statistics_of(base), options, human_results(), closeness)
                 if use_cache:
                     rows = json.loads(json.dumps(rows, allow_nan=False))
                     cache.put(key, rows)
@@ -686,9 +747,19 @@ def compare_header(baselines: dict[str, str], options: ScoringOptions, baseline:
     return out
 
 
-def compare_one(results: list[MetricResult], base_results: list[MetricResult], options: ScoringOptions) -> dict:
-    """One system against its baseline, score by score, on the prompts both have."""
+def compare_one(
+    results: list[MetricResult],
+    base_results: list[MetricResult],
+    options: ScoringOptions,
+    human_results: list[MetricResult] | None = None,
+    closeness: set[str] | frozenset = frozenset(),
+) -> dict:
+    """One system against its baseline, score by score, on the prompts both have. A score in
+    ``closeness`` (its goal is the human value) with a human value in ``human_results`` is compared
+    by its distance to it (``closeness_test``, the row's ``test`` says so); every other score by
+    its difference (``paired_test``)."""
     base = {name: s for r in base_results for name, s in r.scores.items()}
+    human = {name: s for r in human_results or () for name, s in r.scores.items()}
     rows = {}
     for r in results:
         for name, score in r.scores.items():
@@ -696,14 +767,13 @@ def compare_one(results: list[MetricResult], base_results: list[MetricResult], o
                 continue
             if score.stats is None or base[name].stats is None:
                 continue  # a score without per-prompt statistics (MAUVE) has no paired test
+            h = human.get(name) if name in closeness else None
+            settings = (options.n_resamples or DEFAULT_RESAMPLES, options.seed, options.level)
             try:
-                c = paired_test(
-                    score.stats,
-                    base[name].stats,
-                    options.n_resamples or DEFAULT_RESAMPLES,
-                    options.seed,
-                    options.level,
-                )
+                if h is not None and h.value is not None and h.stats is not None:
+                    c = closeness_test(score.stats, base[name].stats, h.stats, *settings)
+                else:
+                    c = paired_test(score.stats, base[name].stats, *settings)
             except ValueError:  # no shared prompt
                 continue
             ci_low, ci_high = c.confidence_interval or (None, None)
@@ -715,7 +785,32 @@ def compare_one(results: list[MetricResult], base_results: list[MetricResult], o
                 "p_value": c.p_value,
                 "n_prompts": c.n_prompts,
             }
+            if c.method == CLOSENESS_METHOD:
+                rows[name]["test"] = "closeness"
     return rows
+
+
+def _human_entry(stored: dict, metrics: Sequence[Metric], references: TextBatch, words, sig: str) -> dict:
+    """The human row as scores.json keeps it: the references' scores (``stored``), and for every
+    metric that does not apply to them its scores as null with the reason (``Metric.human_row``)."""
+    scores = dict(stored.get("scores") or {})
+    not_applicable = {}
+    for m in metrics:
+        why = m.human_row()
+        if why is None:
+            continue
+        not_applicable[m.name] = why
+        for n in m.score_ranges:
+            scores[n] = {"metric": m.name, "value": None, "reason": why, "ci_low": None, "ci_high": None}
+    return {
+        "label": HUMAN_ROW,
+        "signature": sig,
+        "n_prompts": len(references.prompt_order),
+        "cut_words": words,
+        "notes": stored.get("notes") or {},
+        "not_applicable": not_applicable,
+        "scores": scores,
+    }
 
 
 def score_files(generations: str | Path, references: str | Path | None, options: ScoringOptions) -> dict:

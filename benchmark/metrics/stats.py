@@ -36,6 +36,12 @@ TEST_METHOD = (
     "paired permutation test over prompts, swapping the two systems' outputs per prompt "
     "(scipy.stats.permutation_test, permutation_type='samples', two-sided)"
 )
+#: the test of a score whose goal is the human value (``closeness_test``)
+CLOSENESS_METHOD = (
+    "paired permutation test over prompts of |system - human| - |baseline - human|, swapping the two "
+    "systems' outputs per prompt, the references fixed (two-sided); interval: prompts resampled jointly "
+    "for system, baseline and references"
+)
 
 # Dense aggregates of sparse count blocks take resamples x columns floats; keep a batch near this.
 _BATCH_CELLS = 2_000_000
@@ -343,4 +349,78 @@ def paired_test(
     p = float(perm.pvalue)
     return PairedComparison(
         diff, ci, p if math.isfinite(p) else None, n, n_resamples, seed, level, TEST_METHOD, ci_method
+    )
+
+
+def _aligned_all(stats: Sequence[PromptStats]) -> list[PromptStats]:
+    """Every statistic with each sparse block re-indexed onto the union of all their columns."""
+    out = list(stats)
+    for _ in range(2):  # the second pass carries the full union back to the first ones
+        for i in range(1, len(out)):
+            out[0], out[i] = out[0].aligned(out[i])
+    return out
+
+
+def closeness_test(
+    a: PromptStats,
+    b: PromptStats,
+    human: PromptStats,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    level: float = DEFAULT_LEVEL,
+) -> PairedComparison:
+    """Is system A closer to the human references' value than system B, on the same prompts?
+
+    For a score whose goal is the human value (perplexity, repetition, diversity), the difference is
+    of distances: |score(A) - score(H)| - |score(B) - score(H)|, negative where A is closer. Its
+    interval resamples the prompts jointly for A, B and the references H (one weight per prompt for
+    all three: paired bootstrap; the jackknife for scores that are not ``bootstrap_ok``). The p-value
+    is the paired permutation test's, exchanging A's and B's texts of a prompt under the null
+    hypothesis, the references held fixed.
+    """
+    shared = set(b.prompt_ids) & set(human.prompt_ids)
+    common = [p for p in a.prompt_ids if p in shared]
+    if not common:
+        raise ValueError("the two systems and the references share no prompt")
+    a, b, human = _aligned_all([a.select(common), b.select(common), human.select(common)])
+    n = len(common)
+    h = human.value()
+    diff = abs(a.value() - h) - abs(b.value() - h)
+    if not math.isfinite(diff):
+        return PairedComparison(diff, None, None, n, n_resamples, seed, level)
+    both = _stack(a, b)
+    batch = _batch(both, n_resamples)
+
+    def swapped(x, y, axis=-1):
+        return np.abs(both.evaluate(_weights(x, 2 * n)) - h) - np.abs(both.evaluate(_weights(y, 2 * n)) - h)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        perm = scipy.stats.permutation_test(
+            (np.arange(n), np.arange(n) + n),
+            swapped,
+            permutation_type="samples",
+            vectorized=True,
+            n_resamples=n_resamples,
+            batch=batch,
+            rng=np.random.default_rng(seed),
+        )
+
+    def distance(w):
+        hw = human.evaluate(w)
+        return np.abs(a.evaluate(w) - hw) - np.abs(b.evaluate(w) - hw)
+
+    ci, ci_method = _interval(
+        distance,
+        n,
+        diff,
+        a.bootstrap_ok and b.bootstrap_ok and human.bootstrap_ok,
+        n_resamples,
+        seed,
+        level,
+        batch,
+    )
+    p = float(perm.pvalue)
+    return PairedComparison(
+        diff, ci, p if math.isfinite(p) else None, n, n_resamples, seed, level, CLOSENESS_METHOD, ci_method
     )

@@ -7,9 +7,17 @@ never generates, so ``maxbench leaderboard RUN_DIR...`` re-renders without a mod
 pure function of its inputs (no timestamps), so the same runs give byte-identical files. The md
 and the HTML page are rendered from sections of the document model (``core/document.py``), as
 the significance report is: the md leads with a compact table of the design card's metrics
-(``COMPACT``, the explorer's compact view too), led by the scores the runs' metrics declare for it
-(``Metric.compact_scores``: attr-acc and its ceiling on a conditional suite; ``compact_columns``),
-and gives every score in the full table after it; the HTML page and the csv hold the full table.
+(those whose ``ScoreInfo.compact`` places them there; the explorer's compact view too), led by the
+scores the runs' metrics declare for it (``Metric.compact_scores``: attr-acc and its ceiling on a
+conditional suite; ``compact_columns``), and gives every score in the full table after it; the HTML
+page and the csv hold the full table.
+
+How a score is shown and what "best" means for it are the metric's declaration (``ScoreInfo``:
+goal, display name, scale, column), which ``scores.json`` keeps beside the scores (a file scored
+before it: the registered metric's, else none: as computed, ranked by ``higher_is_better``). The
+first row is the human row, the suite's references as ``score`` scored them
+(``maxbench.benchmark.metrics.human``): for a score whose goal is the human value, the row closest
+to it is bold, and its test against the baseline is of the distance to it.
 
 Only numbers of the same prompts are ranked together: runs on different suites, prompt counts,
 seeds or sample counts, and runs that share a system string, are refused unless ``mixed`` is
@@ -27,7 +35,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,44 +42,6 @@ from maxbench.document import Cell, Code, Figure, Para, Section, Table, num, ren
 from maxbench.errors import MaxbenchError
 from maxbench.fileio import Inputs, atomic_write, check_not_input, ensure_dir
 from maxbench.rundir import run_inputs
-
-#: score columns in display order; scores not listed follow in their own order
-PREFERRED = [
-    "attr-acc",  # a conditional suite's (docs/conditional.md): whether the texts keep to the attributes asked for
-    "attr-acc-ceiling",
-    "bleu-2",
-    "bleu-3",
-    "bleu-4",
-    "bleu-5",
-    "sacrebleu",
-    "rouge-l-f",
-    "meteor",
-    "bertscore-f1",
-    "mauve",
-    "coherence",
-    "ms-jaccard-2",
-    "ms-jaccard-3",
-    "ms-jaccard-4",
-    "kld",
-    "ppl",
-    "ref-eps-ppl",
-    "self-bleu-2",
-    "self-bleu-3",
-    "self-bleu-4",
-    "self-bleu-5",
-    "rep",
-    "seq-rep-4",
-    "distinct-1-corpus",
-    "distinct-2-corpus",
-    "distinct-3-corpus",
-    "distinct-4-corpus",
-    "diversity",
-    "uniq",
-]
-#: the design card's metrics, in this order: the compact table that leads ``leaderboard.md`` and the
-#: explorer's compact view (``maxbench.benchmark.present.explorer.data``) show these columns (those present),
-#: after the scores a run's metrics declare for it (``compact_columns``)
-COMPACT = ("bleu-4", "rouge-l-f", "meteor", "ppl", "self-bleu-4", "rep", "ms-jaccard-3")
 
 
 # ---------------------------------------------------------------- reading runs
@@ -93,6 +62,8 @@ class ScoredRun:
     prompts: dict  # system -> prompts its generations cover (for scores.json files that do not say)
     plugins: list = field(default_factory=list)  # "what name: where from" of each plugin it used
     metrics: list = field(default_factory=list)  # the names of the metrics that scored it
+    display: dict = field(default_factory=dict)  # score -> its ScoreInfo, as scores.json keeps it
+    human: dict | None = None  # the human row (scores.json's ``human``), None when it has none
 
     def setting(self) -> dict:
         """What must agree for two runs' numbers to be comparable."""
@@ -148,6 +119,49 @@ class Row:
         return bool(self.entry.get("partial", covered is not None and of is not None and covered < of))
 
 
+class HumanRow(Row):
+    """The human row of a run (scores.json's ``human``): no model, no test, never bold."""
+
+    @property
+    def model(self) -> str:
+        return ""
+
+    @property
+    def layer(self) -> str:
+        return ""
+
+    @property
+    def entry(self) -> dict:
+        return self.run.human or {}
+
+    @property
+    def p_values(self) -> dict:
+        return {}
+
+    @property
+    def coverage(self) -> tuple[int | None, int | None]:
+        return self.entry.get("n_prompts"), self.run.suite.get("n_items")
+
+    @property
+    def partial(self) -> bool:
+        return False
+
+
+def human_rows(runs: list[ScoredRun]) -> list[HumanRow]:
+    """One human row per setting of the runs (the first run's of each that has one): the references
+    are the suite's, the same for every run of a setting."""
+    from maxbench.benchmark.metrics.human import HUMAN_ROW
+
+    settings = {json.dumps(r.setting(), sort_keys=True) for r in runs}
+    out: dict[str, HumanRow] = {}
+    for run in runs:
+        key = json.dumps(run.setting(), sort_keys=True)
+        if run.human is not None and key not in out:
+            label = HUMAN_ROW if len(settings) == 1 else f"{HUMAN_ROW} [{run.run_id}]"
+            out[key] = HumanRow(run, HUMAN_ROW, label)
+    return list(out.values())
+
+
 def load_scored_run(run_dir: Path) -> ScoredRun:
     """A scored run as the leaderboard reads it, through the run folder's owner (``maxbench.rundir``):
     its fresh scores file, its manifest and its rows."""
@@ -178,7 +192,21 @@ def load_scored_run(run_dir: Path) -> ScoredRun:
         prompts=prompts,
         plugins=_plugins_of(manifest, doc),
         metrics=_metrics_of(doc),
+        display=_display_of(doc),
+        human=doc["human"] if isinstance(doc.get("human"), dict) else None,
     )
+
+
+def _display_of(doc: dict) -> dict:
+    """Each score's ``ScoreInfo`` as scores.json keeps it (``metrics.<metric>.display``)."""
+    from maxbench.benchmark.metrics.base import ScoreInfo
+
+    out = {}
+    for entry in (doc.get("metrics") or {}).values():
+        display = entry.get("display") if isinstance(entry, dict) else None
+        for name, d in display.items() if isinstance(display, dict) else ():
+            out[name] = ScoreInfo.from_dict(name, d)
+    return out
 
 
 def _metrics_of(doc: dict) -> list[str]:
@@ -272,18 +300,47 @@ def _from_generations(rows: list[dict], max_steps: int = 64) -> tuple[dict, dict
 
 
 # ---------------------------------------------------------------- rendering
-def score_columns(rows: list[Row]) -> list[str]:
-    """The score columns of ``rows`` in display order: ``PREFERRED``'s first, then the rest as they appear."""
+def score_info(runs: list[ScoredRun], col: str, rows: list[Row] = ()):
+    """How the score ``col`` is shown (``ScoreInfo``): as the runs' scores.json keeps it, else as its
+    registered metric declares it (a file scored before scores.json kept it), else as computed with
+    no goal (a plugin metric not installed here)."""
+    from maxbench.benchmark.metrics.base import METRICS, ScoreInfo, builtin_score_info, get_metric
+
+    for run in runs:
+        if col in run.display:
+            return run.display[col]
+    metric = next((row.scores[col].get("metric") for row in rows if isinstance(row.scores.get(col), dict)), None)
+    try:
+        if isinstance(metric, str) and metric in METRICS and not METRICS.is_builtin(metric):
+            declared = get_metric(metric).score_info
+            if col in declared:
+                return declared[col]
+    except Exception:  # noqa: BLE001 - a plugin metric that cannot be built here: shown as computed
+        pass
+    if metric is None or (isinstance(metric, str) and metric in METRICS and METRICS.is_builtin(metric)):
+        found = builtin_score_info().get(col)
+        if found is not None:
+            return found
+    return ScoreInfo(col)
+
+
+def score_columns(rows: list[Row], runs: list[ScoredRun] | None = None) -> list[str]:
+    """The score columns of ``rows`` in display order: those whose ``ScoreInfo.column`` places them, in
+    that order, then the rest as they appear."""
+    runs = runs if runs is not None else list(dict.fromkeys(row.run for row in rows))
     present = list(dict.fromkeys(k for row in rows for k in row.scores))
-    return [c for c in PREFERRED if c in present] + [c for c in present if c not in PREFERRED]
+    place = {c: score_info(runs, c, rows).column for c in present}
+    placed = sorted((c for c in present if place[c] is not None), key=lambda c: place[c])
+    return placed + [c for c in present if place[c] is None]
 
 
-def compact_columns(runs: list[ScoredRun], cols: list[str]) -> list[str]:
+def compact_columns(runs: list[ScoredRun], cols: list[str], rows: list[Row] = ()) -> list[str]:
     """The columns of the compact table (and the explorer's compact view) among ``cols``, the score
     columns present: the scores the runs' metrics declare for it (``Metric.compact_scores``), in
-    ``cols``' order, then ``COMPACT``'s, in its order. A run whose metrics declare none gets ``COMPACT``'s."""
+    ``cols``' order, then those whose ``ScoreInfo.compact`` places them there, in that order."""
     declared = {s for m in dict.fromkeys(m for r in runs for m in r.metrics) for s in declared_compact(m)}
-    return [c for c in cols if c in declared] + [c for c in COMPACT if c in cols and c not in declared]
+    place = {c: score_info(runs, c, rows).compact for c in cols if c not in declared}
+    return [c for c in cols if c in declared] + sorted((c for c, k in place.items() if k is not None), key=place.get)
 
 
 def declared_compact(metric: str) -> tuple[str, ...]:
@@ -300,18 +357,18 @@ def declared_compact(metric: str) -> tuple[str, ...]:
     return (names,) if isinstance(names, str) else tuple(n for n in names or () if isinstance(n, str))
 
 
-def _fmt(v, col: str) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "n/a"
-    scale = 100.0 if col not in ("ppl", "ref-eps-ppl", "ref-ppl", "kld", "uniq", "sacrebleu") else 1.0
-    v = v * scale
-    return f"{v:.0f}" if col == "uniq" else f"{v:.2f}"
-
-
-def best_rows(rows: list[Row], col: str, per_model: bool = False) -> set[int]:
+def best_rows(rows: list[Row], col: str, per_model: bool = False, info=None, humans: list[Row] = ()) -> set[int]:
     """Indices of the rows holding the best value of a column among rows of the same setting
     (all of them on a tie): a best value is only meaningful among numbers of the same prompts.
-    ``per_model``: among rows of the same base model too."""
+    ``per_model``: among rows of the same base model too. Best is by the score's goal (``info``, a
+    ``ScoreInfo``): the highest, the lowest, or the closest to the human row of the same setting
+    (none without one); with no goal declared, by the score's ``higher_is_better``."""
+    goal = getattr(info, "goal", None)
+    human = {
+        json.dumps(h.run.setting(), sort_keys=True): h.scores[col].get("value")
+        for h in humans
+        if isinstance(h.scores.get(col), dict)
+    }
     best: set[int] = set()
     groups: dict[str, list[int]] = {}
     for i, row in enumerate(rows):
@@ -323,10 +380,29 @@ def best_rows(rows: list[Row], col: str, per_model: bool = False) -> set[int]:
         ]
         if not vals:
             continue
-        hib = next(rows[i].scores[col].get("higher_is_better", True) for i, _ in vals)
+        if goal == "human":
+            h = human.get(json.dumps(rows[members[0]].run.setting(), sort_keys=True))
+            if h is None:
+                continue
+            vals = [(i, -abs(v - h)) for i, v in vals]
+            hib = True
+        elif goal is not None:
+            hib = goal == "higher"
+        else:
+            hib = next(rows[i].scores[col].get("higher_is_better", True) for i, _ in vals)
         top = (max if hib else min)(v for _, v in vals)
         best |= {i for i, v in vals if v == top}
     return best
+
+
+def significance_mark(row: Row, col: str) -> str:
+    """The mark of a row's test against the baseline: its stars, and, where the test was of the
+    distance to the human row (``closeness_test``), which way a significant one goes."""
+    c = row.p_values.get(col, {})
+    mark = stars(c.get("p_value"))
+    if mark and c.get("test") == "closeness" and c.get("difference") is not None:
+        mark += " closer" if c["difference"] < 0 else " farther"
+    return mark
 
 
 def stars(p) -> str:
@@ -379,25 +455,78 @@ def _title(runs: list[ScoredRun]) -> str:
     return f"maxbench leaderboard: {first.lineup or 'generate'} on {first.suite['name']}"
 
 
-def _note(runs: list[ScoredRun], per_model: bool = False) -> Para:
-    best = "best in column among the rows of the same base model" if per_model else "best in column"
+def _names(cols: list[str], infos: dict) -> str:
+    return ", ".join(infos[c].display for c in cols)
+
+
+def _note(
+    runs: list[ScoredRun], cols: list[str], infos: dict, humans: list[Row], per_model: bool = False
+) -> list[Para]:
+    """The legend: scales, intervals, what bold means for each goal, the tests, and the human row."""
+    from maxbench.benchmark.metrics.base import GOALS
+
+    scaled = [c for c in cols if infos[c].scale == 100]
+    as_is = [c for c in cols if infos[c].scale == 1]
+    other = [c for c in cols if infos[c].scale not in (1, 100)]
+    if scaled and not as_is and not other:
+        scale = "Scores x100"
+    elif scaled and not other:
+        scale = f"Scores x100 except {_names(as_is, infos)} (as computed)"
+    else:
+        scale = "Scores as computed" + (f" except {_names(scaled, infos)} (x100)" if scaled else "")
+        scale += "".join(f"; {infos[c].display} x{infos[c].scale:g}" for c in other)
+    among = " among the rows of the same base model" if per_model else ""
+    goals = {g: [c for c in cols if infos[c].goal == g] for g in GOALS}
+    undeclared = [c for c in cols if infos[c].goal is None]
+    best = []
+    if goals["human"]:
+        best.append(f"the row closest to the human row for {_names(goals['human'], infos)}")
+    if goals["lower"]:
+        best.append(f"the lowest for {_names(goals['lower'], infos)}")
+    if goals["higher"]:
+        best.append("the highest for " + ("every other score" if best else "every score"))
+    if undeclared:
+        best.append(f"no goal declared, so by the metric's direction ({_names(undeclared, infos)})")
     text = (
-        "Scores x100 except sacreBLEU, PPL, KLD and Uniq; [95% bootstrap interval over prompts]; "
-        f"bold = {best} (by the metric's direction); * p < 0.05, ** p < 0.01: paired permutation "
-        "test over prompts against "
+        f"{scale}; [95% bootstrap interval over prompts]; bold = best in column{among}: " + "; ".join(best) + ". "
+        "* p < 0.05, ** p < 0.01: paired permutation test over prompts against "
     )
     if all(r.comparisons.get("baselines") for r in runs):  # runs over several base models
-        return Para(text + "the softmax of the row's own base model with the same decoding.")
-    baselines = list(dict.fromkeys(r.comparisons.get("baseline") for r in runs))
-    if len(baselines) == 1 and baselines[0] is not None:
-        return Para(text + "the baseline {}.", (Code(baselines[0]),))
-    if len(baselines) == 1:
-        return Para(text + "a baseline (these runs name none, so no row has a test).")
-    each = [r for r in runs if r.comparisons.get("baseline")]
-    return Para(
-        text + "each run's own baseline: " + ", ".join("{} in {}" for _ in each) + ".",
-        tuple(x for r in each for x in (Code(r.comparisons["baseline"]), Code(r.run_id))),
+        first = Para(text + "the softmax of the row's own base model with the same decoding.")
+    else:
+        baselines = list(dict.fromkeys(r.comparisons.get("baseline") for r in runs))
+        if len(baselines) == 1 and baselines[0] is not None:
+            first = Para(text + "the baseline {}.", (Code(baselines[0]),))
+        elif len(baselines) == 1:
+            first = Para(text + "a baseline (these runs name none, so no row has a test).")
+        else:
+            each = [r for r in runs if r.comparisons.get("baseline")]
+            first = Para(
+                text + "each run's own baseline: " + ", ".join("{} in {}" for _ in each) + ".",
+                tuple(x for r in each for x in (Code(r.comparisons["baseline"]), Code(r.run_id))),
+            )
+    if not humans:
+        return [first]
+    h = humans[0].entry
+    reasons: dict[str, list[str]] = {}
+    for c in cols:
+        e = h.get("scores", {}).get(c)
+        if isinstance(e, dict) and e.get("value") is None and e.get("reason"):
+            reasons.setdefault(e["reason"], []).append(infos[c].display)
+    words = h.get("cut_words")
+    cut = f"each cut to its first {words} words" if words else "whole"
+    row = (
+        f"The row {humans[0].label} is the suite's references scored as a system's texts ({h.get('n_prompts')} prompts, "
+        f"the same bootstrap), {cut}: {{}}."
     )
+    if goals["human"]:
+        row += (
+            " For the scores closest to human is better, the test and its interval concern the distance to the "
+            "human row: |system - human| - |baseline - human|, with the prompts resampled jointly for system, "
+            "baseline and references; 'closer' or 'farther' says which way a significant difference goes."
+        )
+    row += "".join(f" n/a there: {', '.join(names)}: {why}." for why, names in reasons.items())
+    return [first, Para(row, (Code(str(h.get("signature"))),))]
 
 
 def build_sections(
@@ -405,11 +534,14 @@ def build_sections(
 ) -> list[Section]:
     """The leaderboard page as document sections (``core/document.py``): one table of every score.
     With ``compact`` (the markdown file), a table of the compact columns (``compact_columns``) leads and
-    the table of every score follows under its own heading; without (the HTML page), the one table."""
-    cols = score_columns(rows)
+    the table of every score follows under its own heading; without (the HTML page), the one table.
+    The human rows (``human_rows``) lead every table."""
+    cols = score_columns(rows, runs)
+    infos = {c: score_info(runs, c, rows) for c in cols}
     layout = _Layout.of(runs, rows)
-    best = {c: best_rows(rows, c, layout.model) for c in cols}
-    full = _table(rows, layout, cols, best)
+    humans = human_rows(runs)
+    best = {c: best_rows(rows, c, layout.model, infos[c], humans) for c in cols}
+    full = _table(humans + rows, layout, cols, best, infos, len(humans))
     sources = Para("Sources: " + ", ".join("{}" for _ in runs), tuple(Code(r.path.as_posix()) for r in runs))
     plugins = list(dict.fromkeys(p for r in runs for p in r.plugins))
     if plugins:  # only then: a leaderboard without plugins keeps its bytes
@@ -418,21 +550,28 @@ def build_sections(
             sources.args + tuple(Code(p) for p in plugins),
         )
     tail = Section("", paragraphs=[sources], figures=figures, figure_row=True)
-    lead = compact_columns(runs, cols)
+    lead = compact_columns(runs, cols, rows)
+    note = _note(runs, cols, infos, humans, layout.model)
     if not compact or not lead or len(lead) == len(cols):
-        return [Section(_title(runs), level=1, paragraphs=[_note(runs, layout.model)], tables=[full]), tail]
+        return [Section(_title(runs), level=1, paragraphs=note, tables=[full]), tail]
     return [
         Section(
-            _title(runs), level=1, paragraphs=[_note(runs, layout.model)], tables=[_table(rows, layout, lead, best)]
+            _title(runs),
+            level=1,
+            paragraphs=note,
+            tables=[_table(humans + rows, layout, lead, best, infos, len(humans))],
         ),
         Section("All metrics", level=2, tables=[full]),
         tail,
     ]
 
 
-def _table(rows: list[Row], layout: _Layout, cols: list[str], best: dict[str, set[int]]) -> Table:
+def _table(
+    rows: list[Row], layout: _Layout, cols: list[str], best: dict[str, set[int]], infos: dict, skip: int = 0
+) -> Table:
     """The rows with the layout's extra columns and the score columns ``cols``; ``best``: per column,
-    the rows holding its best value (marked among all rows, whichever columns a table shows)."""
+    the rows holding its best value (marked among all rows, whichever columns a table shows), indexed
+    from the row after the first ``skip`` (the human rows)."""
     header = (
         ["base model"] * layout.model
         + ["system"]
@@ -445,7 +584,9 @@ def _table(rows: list[Row], layout: _Layout, cols: list[str], best: dict[str, se
     for i, row in enumerate(rows):
         # the model names its group once, on the group's first row, as the papers' tables do
         first = i == 0 or rows[i - 1].model != row.model
-        cells = [Cell(row.model if first else "", code=first)] * layout.model + [Cell(row.system, code=True)]
+        cells = [Cell(row.model if first else "", code=first)] * layout.model + [
+            Cell(row.label if i < skip else row.system, code=i >= skip)
+        ]
         cells += [Cell(row.run.run_id, code=True)] * layout.run
         cells += [Cell(_suite_text(row.run))] * layout.suite
         cells += [num(_coverage_text(row))] * layout.prompts
@@ -454,9 +595,10 @@ def _table(rows: list[Row], layout: _Layout, cols: list[str], best: dict[str, se
             if e is None:
                 cells.append(Cell(""))
                 continue
-            ci = "" if e.get("ci_low") is None else f"[{_fmt(e['ci_low'], c)}, {_fmt(e.get('ci_high'), c)}]"
-            p = row.p_values.get(c, {}).get("p_value")
-            cells.append(num(_fmt(e.get("value"), c), mark=stars(p), detail=ci, best=i in best[c]))
+            f = infos[c].format
+            ci = "" if e.get("ci_low") is None else f"[{f(e['ci_low'])}, {f(e.get('ci_high'))}]"
+            mark = significance_mark(row, c)
+            cells.append(num(f(e.get("value")), mark=mark, detail=ci, best=i - skip in best[c]))
         body.append(tuple(cells))
     extra = len(header) - len(cols)
     return Table(columns=tuple(header), rows=tuple(body), align="l" * extra + "r" * len(cols), md_align=False)
@@ -488,7 +630,7 @@ def render(run_dirs: list[Path], out_dir: Path, mixed: bool = False, inputs: Inp
     sections = build_sections(runs, rows, figures)
     written = [out_dir / "leaderboard.md", out_dir / "leaderboard.csv", out_dir / "leaderboard.html"]
     atomic_write(written[0], render_markdown(build_sections(runs, rows, figures, compact=True)))
-    atomic_write(written[1], _csv(rows, _Layout.of(runs, rows)))
+    atomic_write(written[1], _csv(runs, rows, _Layout.of(runs, rows)))
     atomic_write(written[2], render_html(sections, sections[0].title))
     return written + plots
 
@@ -502,11 +644,13 @@ def leaderboard_csv(run_dirs: list[Path], mixed: bool = False) -> str:
     rows = comparable_rows(runs, mixed)
     if not rows:
         raise MaxbenchError("the runs hold no scored systems; score them first (maxbench score RUN_DIR)")
-    return _csv(rows, _Layout.of(runs, rows))
+    return _csv(runs, rows, _Layout.of(runs, rows))
 
 
-def _csv(rows: list[Row], layout: _Layout) -> str:
-    cols = score_columns(rows)
+def _csv(runs: list[ScoredRun], rows: list[Row], layout: _Layout) -> str:
+    """The full table as CSV, values as computed (no scale): the human rows first, named by their label."""
+    cols = score_columns(rows, runs)
+    humans = human_rows(runs)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     extra = ["run"] * layout.run + ["suite", "suite_prompts"] * layout.suite + ["prompts", "partial"] * layout.prompts
@@ -515,9 +659,10 @@ def _csv(rows: list[Row], layout: _Layout) -> str:
         + ["system", *extra]
         + [f"{c}{suffix}" for c in cols for suffix in ("", "_ci_low", "_ci_high", "_p_vs_baseline")]
     )
-    for row in rows:
+    for row in humans + rows:
         covered, of = row.coverage
-        line = [row.model] * layout.model + [row.system] + [row.run.run_id] * layout.run
+        line = [row.model] * layout.model + [row.label if isinstance(row, HumanRow) else row.system]
+        line += [row.run.run_id] * layout.run
         line += [row.run.suite.get("name"), row.run.suite.get("n_items")] * layout.suite
         line += [covered, str(row.partial).lower()] * layout.prompts
         for c in cols:

@@ -187,11 +187,12 @@ class Pairs:
 
         def compute():
             from maxbench.benchmark.metrics.base import TextBatch, get_metric
+            from maxbench.benchmark.metrics.human import references_batch
             from maxbench.benchmark.metrics.scoring import load_batches
 
             _, batches = load_batches(run.run_dir)
             first = next(iter(batches.values()))
-            humans = TextBatch(first.reference_list, first.prompt_order, first.references)
+            humans = references_batch([TextBatch(first.texts, first.prompt_ids, first.references)], continuation=False)
             res = get_metric(metric).compute(humans)
             return {
                 "suite": run.plan.suite.name,

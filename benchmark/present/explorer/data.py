@@ -22,9 +22,11 @@ from maxbench.benchmark.present.leaderboard import (
     best_rows,
     compact_columns,
     comparable_rows,
+    human_rows,
     load_scored_run,
     score_columns,
-    stars,
+    score_info,
+    significance_mark,
 )
 from maxbench.errors import MaxbenchError
 
@@ -120,16 +122,31 @@ def load_study(path: Path) -> Study:
 
 
 def leaderboard_data(runs, rows, study: Study | None, human_means: dict) -> dict:
-    """Rows of the headline table: every score with interval, significance and best marks."""
-    cols = score_columns(rows)
+    """Rows of the headline table: every score with interval, significance and best marks, and how
+    each score is shown (``meta``: the metric's ``ScoreInfo``: goal, display name, scale, digits). The
+    human rows (the references, ``human_rows``) lead, marked ``human``."""
+    cols = score_columns(rows, runs)
     per_model = len({row.model for row in rows}) > 1
-    best = {c: best_rows(rows, c, per_model) for c in cols}
+    infos = {c: score_info(runs, c, rows) for c in cols}
+    humans = human_rows(runs)
+    best = {c: best_rows(rows, c, per_model, infos[c], humans) for c in cols}
     meta = {}
     for c in cols:
         e = next((row.scores[c] for row in rows if c in row.scores), {})
-        meta[c] = {"family": family_of(c), "higher_is_better": e.get("higher_is_better", True)}
+        i = infos[c]
+        meta[c] = {
+            "family": family_of(c),
+            "higher_is_better": i.goal == "higher"
+            if i.goal in ("higher", "lower")
+            else e.get("higher_is_better", True),
+            "goal": i.goal,
+            "display": i.display,
+            "scale": i.scale,
+            "digits": i.digits,
+        }
     out_rows = []
-    for i, row in enumerate(rows):
+    for k, row in enumerate(humans + rows):
+        i = k - len(humans)
         cells = {}
         for c in cols:
             e = row.scores.get(c)
@@ -141,7 +158,7 @@ def leaderboard_data(runs, rows, study: Study | None, human_means: dict) -> dict
                 "lo": _round(e.get("ci_low"), 10),
                 "hi": _round(e.get("ci_high"), 10),
                 "p": _round(p, 3),
-                "mark": stars(p),
+                "mark": significance_mark(row, c),
                 "best": i in best[c],
                 "why": e.get("reason"),
             }
@@ -159,12 +176,20 @@ def leaderboard_data(runs, rows, study: Study | None, human_means: dict) -> dict
                 "coverage": [covered, of],
                 "cells": cells,
             }
+            | ({"human": True, "signature": row.entry.get("signature")} if i < 0 else {})
         )
     if study is not None:
         for aspect in study.aspects:
             key = "human:" + aspect
             cols.append(key)
-            meta[key] = {"family": "human", "higher_is_better": True}
+            meta[key] = {
+                "family": "human",
+                "higher_is_better": True,
+                "goal": "higher",
+                "display": aspect,
+                "scale": 1,
+                "digits": 2,
+            }
             vals = [r["cells"][key]["v"] for r in out_rows if key in r["cells"]]
             for r in out_rows:
                 if key in r["cells"] and vals:
@@ -175,7 +200,7 @@ def leaderboard_data(runs, rows, study: Study | None, human_means: dict) -> dict
         "columns": cols,
         "meta": meta,
         # the compact default view: the leaderboard's compact columns (those present), then human aspects
-        "compact": compact_columns(runs, cols) + [c for c in cols if c.startswith("human:")],
+        "compact": compact_columns(runs, cols, rows) + [c for c in cols if c.startswith("human:")],
         "families": [[k, label] for k, label, _ in FAMILIES] + [["other", "Other"], ["human", "Human ratings"]],
         "rows": out_rows,
         "grouped": per_model,
