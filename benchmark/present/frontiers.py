@@ -45,21 +45,20 @@ DIVERSITY = (
 )
 
 
-def goal_of(entry: dict) -> str:
-    """A score's goal (``frontiers.GOALS``) from its scores.json entry: its declared ``goal`` where it
-    has one, else ``higher_is_better`` (True: higher, False: lower)."""
-    goal = entry.get("goal")
-    if goal in fr.GOALS:
+def goal_of(scores: ScoresFile, score: str, entry: dict) -> str:
+    """A score's goal (``frontiers.GOALS``) as its metric declared it when the run was scored (the
+    metric's ``display`` info in scores.json: higher, lower, or closest to the human value); a file
+    scored before goals were declared, or a score without one, ranks by ``higher_is_better``."""
+    display = (((scores.metrics or {}).get(entry.get("metric")) or {}).get("display") or {}).get(score) or {}
+    goal = {"higher": "higher", "lower": "lower", "human": "closest"}.get(display.get("goal"))
+    if goal is not None:
         return goal
     return "higher" if entry.get("higher_is_better", True) else "lower"
 
 
 def human_entry(scores: ScoresFile) -> dict | None:
-    """The human row's entry (``{"scores": {...}}``) when the scores file has one."""
-    entry = scores.systems.get(HUMAN)
-    if entry is None and isinstance(scores.extra.get("human"), dict):
-        entry = scores.extra["human"]
-    return entry if isinstance(entry, dict) else None
+    """The human row's entry (``{"scores": {...}}``, scores.json's ``human``) when the run has one."""
+    return scores.human if isinstance(scores.human, dict) else None
 
 
 def _value(entry: dict | None) -> float:
@@ -257,7 +256,7 @@ def build(
     out = []
     for quality, match_name in planes:
         first = next(_score(scores, x, quality) for s in sweeps for x in s.systems if _score(scores, x, quality))
-        goal = goal_of(first)
+        goal = goal_of(scores, quality, first)
         hx, hy = (
             _value(((human or {}).get("scores") or {}).get(match_name)),
             _value(((human or {}).get("scores") or {}).get(quality)),
