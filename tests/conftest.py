@@ -1,11 +1,9 @@
 import os
-from pathlib import Path
 
 import pytest
 
 import maxbench  # noqa: F401  (pins the CPU arithmetic before any test loads NumPy or torch)
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import ROOT
 
 
 def run_cli(argv, capsys):

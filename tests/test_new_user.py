@@ -14,8 +14,8 @@ import pytest
 
 from maxbench.errors import MaxbenchError
 from maxbench.fileio import atomic_write
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 TINY = "tiny-random/softmax/greedy,max_new_tokens=4"
 
 

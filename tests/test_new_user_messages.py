@@ -12,8 +12,8 @@ import pytest
 
 from maxbench.errors import MaxbenchError
 from maxbench.fileio import maxbench_home
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 STATIC = ROOT / "benchmark" / "present" / "explorer" / "static"
 RLO = "\u202e"
 
@@ -211,10 +211,10 @@ CHROMIUM = "/usr/bin/chromium"
 @pytest.mark.browser
 @pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is absent: run scripts/browser_setup.sh")
 def test_an_open_right_to_left_override_in_a_prompt_keeps_its_labels_in_order(tmp_path):
-    from explorer_fixtures import make_scored_run
     from playwright.sync_api import sync_playwright
 
     from maxbench.benchmark.present.explorer import write_explorer
+    from tests.support.explorer_fixtures import make_scored_run
 
     run = make_scored_run(tmp_path)
     gen = run / "generations.jsonl"

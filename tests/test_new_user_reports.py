@@ -10,7 +10,7 @@ from maxbench.human_eval.analysis.statistics import (
     percentile_ci,
     seeded_rng,
 )
-from tests.test_report_cli import FAST, grid, run, write_csv
+from tests.human_eval.report.test_cli import FAST, grid, run, write_csv
 
 
 def test_one_item_gives_no_interval_and_two_do():

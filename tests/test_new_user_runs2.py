@@ -10,8 +10,9 @@ import sys
 import textwrap
 
 import pytest
-from explorer_fixtures import make_scored_run, make_study_export
-from test_new_user_runs import _gen_args, _lines, _one_line_exit_2, _score_args, run, scored  # noqa: F401
+
+from tests.support.explorer_fixtures import make_scored_run, make_study_export
+from tests.test_new_user_runs import _gen_args, _lines, _one_line_exit_2, _score_args, run, scored  # noqa: F401
 
 
 # ---------------------------------------------------------------- 2e a study of another run

@@ -9,13 +9,13 @@ import math
 import shutil
 
 import pytest
-from explorer_fixtures import make_scored_run, make_study_export
-from test_new_user_runs import _score_args
 
 from maxbench.benchmark.data.suites import load_suite
 from maxbench.benchmark.metrics.base import TextBatch, get_metric
 from maxbench.benchmark.metrics.perplexity import text_windows
 from maxbench.errors import MaxbenchError
+from tests.support.explorer_fixtures import make_scored_run, make_study_export
+from tests.test_new_user_runs import _score_args
 
 
 def _one_line_exit_2(result):
