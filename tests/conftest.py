@@ -157,3 +157,10 @@ def db_url(request, tmp_path):
     from maxbench.human_eval.store.db import dispose_engines
 
     dispose_engines()
+
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)

@@ -52,7 +52,7 @@ def probe(out: str) -> None:
     from maxbench.systems.layers.graphmax import exact as graphmax_exact
     from maxbench.systems.layers.graphmax.graph_operator import GraphOperator
     from maxbench.systems.layers.graphmax.operator import graphmax
-    from tests.systems.layers.test_graphmax import peaked_scores, sparse_graph
+    from tests.support.graphs import peaked_scores, sparse_graph
 
     A = sparse_graph(N, TOUCHED, density=0.01, seed=21)
     z = peaked_scores(BATCH, N, TOUCHED, seed=21, dtype=torch.float32)

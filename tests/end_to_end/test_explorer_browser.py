@@ -2,6 +2,7 @@
 metric, switch the view, search a prompt, filter by a flag, open a token's tooltip; hostile text
 shows as text and runs nothing. Screenshots go to the test artefacts (explorer-*.png)."""
 
+import json
 import os
 
 import pytest
@@ -162,3 +163,57 @@ def test_cards_name_the_model_when_the_systems_differ_in_it(tmp_path):
         browser.close()
     assert len(labels) == 4 and len(set(labels)) == 4, labels
     assert any(label.startswith("smollm2-135m+fctg / softmax") for label in labels), labels
+
+
+RLO = "\u202e"
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is absent: run scripts/browser_setup.sh")
+def test_an_open_right_to_left_override_in_a_prompt_keeps_its_labels_in_order(tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    from maxbench.benchmark.present.explorer import write_explorer
+    from tests.support.explorer_fixtures import make_scored_run
+
+    run = make_scored_run(tmp_path)
+    gen = run / "generations.jsonl"
+    lines = [json.loads(x) for x in gen.read_text(encoding="utf-8").split("\n") if x.strip()]
+    for line in lines:
+        if line.get("prompt", "").startswith("Review 5:"):
+            line["prompt"] = f"Review 5: {RLO}evil"
+    gen.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    import hashlib
+
+    scores = json.loads((run / "scores.json").read_text(encoding="utf-8"))  # only the prompt's text changed
+    scores["generations_sha256"] = hashlib.sha256(gen.read_bytes()).hexdigest()
+    (run / "scores.json").write_text(json.dumps(scores), encoding="utf-8")
+    index = write_explorer([run], tmp_path / "explorer")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
+        )
+        page = browser.new_page(viewport={"width": 1366, "height": 800})
+        page.goto(index.as_uri())
+        page.wait_for_selector("body[data-ready]")
+        page.locator("#views button[data-view='prompts']").click()
+        page.wait_for_selector(".card")
+        page.locator("#search").fill("Review 5:")
+        page.wait_for_function("document.querySelector('#prompt-count').textContent.startsWith('1 of')")
+        page.select_option("#diff-metric", index=1)  # every listed prompt gets a "Δ ..." badge after its head
+        page.wait_for_selector("#prompt-list li .badge")
+        # the badge after the head (whose override is never closed) stays to the right of the head's text
+        text_right, badge_left, badge_text = page.evaluate(
+            """() => { const li = document.querySelector('#prompt-list li');
+                 const walk = document.createTreeWalker(li, NodeFilter.SHOW_TEXT);
+                 let node; while ((node = walk.nextNode()) && !node.data.includes('evil'));
+                 const range = document.createRange(); range.selectNodeContents(node);
+                 const badge = [...li.querySelectorAll('.badge')].pop();
+                 return [range.getBoundingClientRect().right, badge.getBoundingClientRect().left, badge.textContent]; }"""
+        )
+        assert badge_text.startswith("Δ") and badge_left >= text_right - 1, (text_right, badge_left)
+        # the prompt box: its label "prompt p05" is above, whole; the override stays inside the prompt's text
+        page.locator("#prompt-list li").first.click()
+        page.wait_for_function("document.querySelector('#prompt-head .prompt').textContent.includes('evil')")
+        assert page.locator("#prompt-head .prompt .label").inner_text().startswith("prompt p05")
+        browser.close()

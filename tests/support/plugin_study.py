@@ -1,8 +1,8 @@
 """A plugin's system from `study create` to `report --study` and `view --study` (issue 38): every page
 of the study rated through the rating app (Flask's test client, as an annotator's browser would:
 the link, consent, the comprehension check, then each page), then the report and the explorer
-built from those ratings. Shared by tests/test_plugins.py (an --include file) and
-tests/test_plugin_example.py (an installed distribution)."""
+built from those ratings. Shared by tests/core/test_plugins.py (an --include file) and
+tests/end_to_end/test_plugin_example.py (an installed distribution)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from maxbench.systems.layers.softmax import SoftmaxLayer
 from maxbench.systems.layers.sparsemax.layer import SparsemaxLayer
 from maxbench.systems.system_strings import parse_system
 
-PROMPTS = [  # those of the other parity tests (tests/test_foundation_models.py)
+PROMPTS = [  # those of the other parity tests (tests/systems/test_decoding.py)
     "I have bought these cookies twice and",
     "The soup arrived cold, but the",
     "My dog loves this food because",

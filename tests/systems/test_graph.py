@@ -1,6 +1,9 @@
 """Corpus graph: counts, normalisation, mixture, CSR transpose, cache, corruption, mismatches."""
 
 import dataclasses
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -220,3 +223,45 @@ def test_food_reviews_graph_of_the_real_model(smollm2):
     used = sums > 0
     assert np.allclose(sums[used], 1, atol=1e-6) and 1000 < used.sum() < 49152
     graph.check_model(smollm2)
+
+
+# ---------------------------------------------------------------- a full disk under the graph cache
+def test_a_full_disk_while_the_graph_cache_is_written_is_one_line(tmp_path):
+    script = textwrap.dedent(
+        """
+        import contextlib, errno, gc, sys
+        from pathlib import Path
+        import maxbench.systems.graph as g
+        from maxbench.cli import run_guarded
+
+        real = g.atomic_open
+
+        class Full:
+            def __init__(self, f):
+                self.f, self.n = f, 0
+            def write(self, b):
+                self.n += len(b)
+                if self.n > 100:
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                return self.f.write(b)
+            def __getattr__(self, k):
+                return getattr(self.f, k)
+
+        @contextlib.contextmanager
+        def full_open(path, mode=None):
+            with real(path, mode) as f:
+                yield Full(f)
+
+        g.atomic_open = full_open
+        graph = g.build_graph([[1, 2, 3, 4, 2, 1] * 50], 10)
+        rc = run_guarded("maxbench", g.save_graph, graph, Path(sys.argv[1]) / "g.npz")
+        gc.collect()
+        sys.exit(rc)
+        """
+    )
+    out = tmp_path / "graphs"
+    res = subprocess.run([sys.executable, "-c", script, str(out)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith("maxbench: error: disk full") and res.stderr.count("\n") == 1, res.stderr
+    assert "Exception ignored" not in res.stderr and "Traceback" not in res.stderr
+    assert list(out.iterdir()) == []  # no half-written graph, no temporary file left

@@ -1,6 +1,6 @@
 """maxbench reproduce: fold views and suites, the claim table, bad input, resume after kill -9, and
 the report (tiny corpora and the tiny random model). The verdict rules themselves are tested on
-constructed numbers in tests/test_verdict_rules.py."""
+constructed numbers in tests/benchmark/reproduce/test_verdicts.py."""
 
 import hashlib
 import html
@@ -186,7 +186,7 @@ def test_bad_fold_views_are_one_line(name, message):
         check_corpus(name)
 
 
-# ---------------------------------------------------------------- verdict rules (tests/test_verdict_rules.py)
+# ---------------------------------------------------------------- verdict rules (tests/benchmark/reproduce/test_verdicts.py)
 
 
 def test_ratio_interval_is_geometric_with_t():

@@ -1,6 +1,5 @@
 """maxbench run: lineup validation, kill -9 and resume, shards, re-rendering the leaderboard."""
 
-import json
 import signal
 import subprocess
 import sys
@@ -8,27 +7,10 @@ import time
 
 import pytest
 
-SYSTEMS = [
-    "tiny-random/softmax/top_p=0.9,max_new_tokens=24",
-    "tiny-random/sparsemax/top_p=0.9,max_new_tokens=24",
-    "tiny-random/softmax/greedy,max_new_tokens=24",
-]
-
-
-def _registry(tmp_path, systems=SYSTEMS, extra=""):
-    rows = [
-        {"id": f"p{i:02d}", "prompt": f"Review {i}: the soup was", "reference": f"cold and salty, sadly {i}"}
-        for i in range(12)
-    ]
-    (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "s.toml").write_text('name = "twelve"\nfile = "p.jsonl"\n')
-    reg = tmp_path / "reg.toml"
-    reg.write_text(
-        f'name = "t"\nsuite = "{tmp_path / "s.toml"}"\nsamples = 2\nbatch_size = 4\n'
-        f'baseline = "{systems[0]}"\nmetrics = ["bleu-n", "self-bleu", "rep", "distinct", "rouge-l"]\n'
-        f"systems = {json.dumps(systems)}\n{extra}"
-    )
-    return reg
+from tests.support.cli import assert_one_line_exit_2
+from tests.support.files import file_mode
+from tests.support.runs import TINY_LINEUP_SYSTEMS, write_scored_run, write_tiny_lineup
+from tests.support.suites import TINY_SYSTEM, write_lineup, write_tiny_suite
 
 
 def _cmd(reg, tmp_path, run_id, out, *extra):
@@ -50,7 +32,7 @@ def _cmd(reg, tmp_path, run_id, out, *extra):
         "--threads",
         "1",
         "--workers",
-        "1",  # one process (tests/test_parallel_run.py covers --workers)
+        "1",  # one process (tests/benchmark/run/test_workers.py covers --workers)
         "--no-progress",
         *extra,
     ]
@@ -63,7 +45,7 @@ def _outputs(tmp_path, run_id, out):
 
 
 def test_kill_9_during_run_then_rerun_is_byte_identical(tmp_path):
-    reg = _registry(tmp_path)
+    reg = write_tiny_lineup(tmp_path)
     subprocess.run(_cmd(reg, tmp_path, "clean", "lb-clean"), check=True, capture_output=True)
     proc = subprocess.Popen(
         _cmd(reg, tmp_path, "killed", "lb-killed"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -97,7 +79,7 @@ def test_kill_9_during_run_then_rerun_is_byte_identical(tmp_path):
 
 
 def test_shards_then_merge_equal_one_process(tmp_path):
-    reg = _registry(tmp_path)
+    reg = write_tiny_lineup(tmp_path)
     subprocess.run(_cmd(reg, tmp_path, "one", "lb-one"), check=True, capture_output=True)
     for i in range(2):
         p = subprocess.run(_cmd(reg, tmp_path, "sh", "lb-sh", "--shard", f"{i}/2"), capture_output=True, text=True)
@@ -108,7 +90,7 @@ def test_shards_then_merge_equal_one_process(tmp_path):
 
 
 def test_leaderboard_rerenders_without_generating(tmp_path, cli):
-    reg = _registry(tmp_path, SYSTEMS[:2])
+    reg = write_tiny_lineup(tmp_path, TINY_LINEUP_SYSTEMS[:2])
     subprocess.run(_cmd(reg, tmp_path, "r", "lb"), check=True, capture_output=True)
     before = {n: (tmp_path / "lb" / n).read_bytes() for n in ("leaderboard.csv", "leaderboard.html")}
     rc, out, _ = cli("leaderboard", tmp_path / "runs" / "r", "--out", tmp_path / "lb2")
@@ -132,14 +114,14 @@ def test_leaderboard_rerenders_without_generating(tmp_path, cli):
         (["tiny-random/softmax/greedy", "tiny-random/softmax/greedy"], "", "lists a system twice"),
         # a misspelled model in the second system fails before the first one generates
         (["tiny-random/softmax/greedy", "tiny-randon/softmax/greedy"], "", "did you mean 'tiny-random'?"),
-        (SYSTEMS, "colour = 3\n", "unknown key 'colour'"),
-        (SYSTEMS, "smaples = 3\n", "unknown key 'smaples': did you mean 'samples'?"),
-        (SYSTEMS, "seed = 'one'\n", "'seed' must be a whole number >= 0"),
-        (SYSTEMS, "", "unknown metric 'rouge': did you mean 'rouge-l'?"),
+        (TINY_LINEUP_SYSTEMS, "colour = 3\n", "unknown key 'colour'"),
+        (TINY_LINEUP_SYSTEMS, "smaples = 3\n", "unknown key 'smaples': did you mean 'samples'?"),
+        (TINY_LINEUP_SYSTEMS, "seed = 'one'\n", "'seed' must be a whole number >= 0"),
+        (TINY_LINEUP_SYSTEMS, "", "unknown metric 'rouge': did you mean 'rouge-l'?"),
     ],
 )
 def test_bad_registries_exit_2(tmp_path, cli, systems, extra, words):
-    reg = _registry(tmp_path, systems, extra)
+    reg = write_tiny_lineup(tmp_path, systems, extra)
     if "rouge" in words:
         reg.write_text(reg.read_text().replace('"rouge-l"]', '"rouge"]'))
     if "twice" in words:
@@ -150,10 +132,10 @@ def test_bad_registries_exit_2(tmp_path, cli, systems, extra, words):
 
 
 def test_run_dir_of_another_registry_is_refused(tmp_path, cli):
-    reg = _registry(tmp_path, SYSTEMS[:1])
+    reg = write_tiny_lineup(tmp_path, TINY_LINEUP_SYSTEMS[:1])
     assert subprocess.run(_cmd(reg, tmp_path, "r", "lb"), capture_output=True).returncode == 0
     before = (tmp_path / "runs" / "r" / "generations.jsonl").read_bytes()
-    other = _registry(tmp_path, SYSTEMS[1:2])
+    other = write_tiny_lineup(tmp_path, TINY_LINEUP_SYSTEMS[1:2])
     rc, _, err = cli(
         "run",
         "--lineup",
@@ -203,3 +185,79 @@ def test_builtin_lineups_are_valid():
         10.0,
         30.0,
     ]
+
+
+def test_run_and_leaderboard_files_are_readable_by_colleagues(tmp_path, cli, umask_022):
+    """manifest.json, generations.jsonl (rewritten atomically when complete) and the leaderboard
+    files were 0600 (tempfile.mkstemp's mode) before."""
+    rc, _, err = cli(
+        "generate", "--model", "tiny-random", "--suite", write_tiny_suite(tmp_path), "--decoding", "greedy,max_new_tokens=2",
+        "--runs-dir", tmp_path / "runs", "--run-id", "r", "--no-progress",
+    )  # fmt: skip
+    assert rc == 0, err
+    for name in ("manifest.json", "generations.jsonl"):
+        assert file_mode(tmp_path / "runs" / "r" / name) == 0o644, name
+    write_scored_run(tmp_path / "runs", "s", ["m/softmax/greedy"])
+    rc, _, err = cli("leaderboard", tmp_path / "runs" / "s", "--out", tmp_path / "lb")
+    assert rc == 0, err
+    for name in ("leaderboard.md", "leaderboard.csv", "leaderboard.html"):
+        assert file_mode(tmp_path / "lb" / name) == 0o644, name
+
+
+# ---------------------------------------------------------------- checked before work starts
+def _run(cli, tmp_path, lineup, *extra):
+    return cli(
+        "run", "--lineup", lineup, "--runs-dir", tmp_path / "runs", "--out", tmp_path / "lb",
+        "--no-progress", "--n-resamples", "10", *extra,
+    )  # fmt: skip
+
+
+def test_misspelled_model_in_the_second_system_answers_at_once(tmp_path, cli):
+    lineup = write_lineup(tmp_path, [TINY_SYSTEM, "tiny-rando/softmax/greedy"])
+    t0 = time.monotonic()
+    assert_one_line_exit_2(_run(cli, tmp_path, lineup), "unknown base model 'tiny-rando'", "did you mean 'tiny-random'")
+    assert time.monotonic() - t0 < 20
+    assert not (tmp_path / "runs").exists()
+
+
+def test_hub_model_offline_in_the_second_system_fails_before_the_first_generates(tmp_path, cli, monkeypatch):
+    """Before, the first system generated in full and the hub was tried for a minute; the run
+    directory was left half made."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    lineup = write_lineup(tmp_path, [TINY_SYSTEM, "no-org/no-such-model/softmax/greedy"])
+    assert_one_line_exit_2(_run(cli, tmp_path, lineup), "cannot load model 'no-org/no-such-model'", "HF_HUB_OFFLINE")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_unknown_corpus_is_refused_before_any_work(tmp_path, cli):
+    lineup = write_lineup(tmp_path, [TINY_SYSTEM], corpus="food-revews")
+    assert_one_line_exit_2(_run(cli, tmp_path, lineup), "unknown corpus 'food-revews'", "did you mean 'food-reviews'")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_leaderboard_folder_that_cannot_be_written_is_refused_before_generating(tmp_path, cli):
+    (tmp_path / "afile").write_text("x")
+    lineup = write_lineup(tmp_path, [TINY_SYSTEM])
+    rc, _, err = cli(
+        "run", "--lineup", lineup, "--runs-dir", tmp_path / "runs", "--out", tmp_path / "afile", "--no-progress"
+    )
+    assert_one_line_exit_2((rc, "", err), "--out", "is a file")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_free_disk_space_is_checked_before_the_first_token(tmp_path, cli, monkeypatch):
+    import maxbench.benchmark.run.runner
+
+    monkeypatch.setattr(maxbench.benchmark.run.runner, "free_bytes", lambda path: 1 << 20)
+    lineup = write_lineup(tmp_path, [TINY_SYSTEM])
+    assert_one_line_exit_2(_run(cli, tmp_path, lineup), "MiB are free there")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_negative_resamples_are_refused_before_any_work(tmp_path, cli):
+    assert_one_line_exit_2(
+        _run(cli, tmp_path, write_lineup(tmp_path, [TINY_SYSTEM]), "--n-resamples", "-1"), "--n-resamples must be >= 0"
+    )
+    assert not (tmp_path / "runs").exists()

@@ -9,6 +9,8 @@ import pytest
 from maxbench.benchmark.metrics.base import TextBatch, get_metric
 from maxbench.cli import main
 from maxbench.errors import MaxbenchError
+from tests.support.cli import assert_one_line_exit_2
+from tests.support.suites import write_tiny_suite
 
 FAST = "sacrebleu,bleu-n,rouge-l,self-bleu,rep,distinct,uniq,kld,ms-jaccard"
 
@@ -239,3 +241,17 @@ def test_bad_run_directories(tmp_path, capsys):
     good = write_run(tmp_path / "other")
     assert main(["score", str(good), "--metrics", "rep", "--baseline", "no/such/system"]) == 2
     assert "--baseline 'no/such/system'" in error_line(capsys)
+
+
+# ---------------------------------------------------------------- score keeps its work
+def test_score_refuses_before_computing_when_scores_json_cannot_be_written(tmp_path, cli):
+    rc, _, err = cli(
+        "generate", "--model", "tiny-random", "--suite", write_tiny_suite(tmp_path), "--decoding", "greedy,max_new_tokens=2",
+        "--runs-dir", tmp_path, "--run-id", "r", "--no-progress",
+    )  # fmt: skip
+    assert rc == 0, err
+    (tmp_path / "r" / "scores.json").mkdir()
+    err = assert_one_line_exit_2(
+        cli("score", tmp_path / "r", "--metrics", "distinct"), "scores.json", "not a regular file"
+    )
+    assert "scoring" not in err

@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from maxbench.benchmark.metrics.base import TextBatch, get_metric
-from maxbench.benchmark.metrics.perplexity import reference_perplexity, token_nll
+from maxbench.benchmark.metrics.perplexity import ReferencePPL, reference_perplexity, text_windows, token_nll
+from maxbench.systems.decoding import reference_logprobs
+from maxbench.systems.layers.softmax import SoftmaxLayer
 
 
 def test_reference_perplexity_by_hand():
@@ -120,3 +122,79 @@ def test_ppl_metric_with_the_tiny_random_model():
     assert res.scores["ppl"].value == pytest.approx(math.exp(total / n), rel=1e-4)
     assert math.isnan(res.scores["ppl"].per_text[1])  # the empty text has no tokens
     assert "model:tiny-random" in res.signature and "weights:not-loaded" not in res.signature
+
+
+def test_a_reference_longer_than_the_context_gets_finite_values_and_the_stride_in_the_signature(tiny):
+    context = tiny.model.config.max_position_embeddings
+    prompt, ref = "Once upon a time", " ".join(f"w{i}" for i in range(context))  # far more tokens than the context
+    layer = SoftmaxLayer()
+    (lp,) = reference_logprobs(tiny, layer, [prompt], [ref])
+    n_ref = len(tiny.tokenizer(" " + ref, add_special_tokens=False)["input_ids"])
+    assert len(lp) == n_ref > context and all(v is not None and math.isfinite(v) and v <= 0 for v in lp)
+    refs = {"p": ref}
+    metric = ReferencePPL()
+    plain_sig = metric.signature
+    res = metric.compute(TextBatch(["x"], ["p"], refs, {"p": prompt}, {"p": lp}, tiny.vocab_size, context // 2))
+    assert res.signature == plain_sig + f"|stride:{context // 2}"
+    assert math.isfinite(res.scores["ref-eps-ppl"].value) and math.isfinite(res.scores["ref-ppl"].value)
+    # a batch with no strided reference keeps the signature the committed leaderboards have
+    again = metric.compute(TextBatch(["x"], ["p"], {"p": "a b"}, None, {"p": [-1.0, -2.0]}, 10))
+    assert again.signature == plain_sig and "stride" not in plain_sig
+
+
+# ---------------------------------------------------------------- ppl past the evaluator's context
+def test_text_windows_score_each_text_token_once_with_enough_context():
+    assert text_windows(3, 10, 10) == [(0, 10, 3)]
+    assert text_windows(0, 10, 10) == [(0, 10, 1)]  # the first token has nothing before it
+    for n_ctx, n_total, context, stride in [
+        (3, 10, 6, None),
+        (2, 40, 8, 3),
+        (0, 100, 16, None),
+        (30, 35, 8, None),  # the prompt alone fills the context
+        (30, 100, 8, 8),  # a stride of the whole context: one token of context at least
+        (9, 10, 8, None),
+    ]:
+        windows = text_windows(n_ctx, n_total, context, stride)
+        scored = [t for _, end, first in windows for t in range(first, end)]
+        assert scored == list(range(max(n_ctx, 1), n_total))
+        s = min(stride or context // 2, context - 1)
+        for start, end, first in windows:
+            assert 0 <= start < first < end and end - start <= context
+            assert first - start >= (context - s if start else first)
+    with pytest.raises(ValueError):
+        text_windows(3, 10, 1)
+
+
+def _direct_nll(model, ids, start):
+    import torch
+
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([ids])).logits[0].double(), -1)
+    return -sum(logp[t - 1, ids[t]].item() for t in range(start, len(ids)))
+
+
+def test_ppl_scores_a_text_longer_than_the_evaluators_context_in_strided_windows(tiny):
+    context = tiny.model.config.max_position_embeddings
+    assert context == 512
+    prompt = "Once upon a time"
+    long_text = " " + " ".join(f"w{i}" for i in range(400))
+    short_text = " and then it rained."
+    ctx = tiny.tokenizer(prompt)["input_ids"]
+    cont = tiny.tokenizer(long_text, add_special_tokens=False)["input_ids"]
+    assert len(cont) > context  # the text alone is longer than the context
+    metric = get_metric("ppl", model="tiny-random")
+    plain = metric.compute(TextBatch([short_text], ["p"], None, {"p": prompt}))
+    res = metric.compute(TextBatch([long_text, short_text], ["p", "q"], None, {"p": prompt, "q": prompt}))
+    # every token of the long text scored (none cut), in windows of the context moving by half of it
+    short = tiny.tokenizer(short_text, add_special_tokens=False)["input_ids"]
+    assert f"{len(cont) + len(short)} evaluator tokens scored" in res.notes
+    assert res.signature == plain.signature + f"|stride:{context // 2}"
+    seq = ctx + cont
+    nll = sum(_direct_nll(tiny.model, seq[s:e], f - s) for s, e, f in text_windows(len(ctx), len(seq), context))
+    nll += _direct_nll(tiny.model, ctx + short, len(ctx))
+    assert res.scores["ppl"].value == pytest.approx(math.exp(nll / (len(cont) + len(short))), rel=1e-5)
+    assert all(math.isfinite(v) for v in res.scores["ppl"].per_text)
+    # a batch whose texts fit keeps the signature the committed leaderboards have, and its values
+    again = metric.compute(TextBatch([short_text], ["p"], None, {"p": prompt}))
+    assert again.signature == plain.signature and "stride" not in plain.signature
+    assert again.scores["ppl"].value == plain.scores["ppl"].value

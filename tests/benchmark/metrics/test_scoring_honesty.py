@@ -248,7 +248,7 @@ def test_signatures_are_unchanged():
         "|fit:fitting-split|empty:wrong|ceiling:references-cut-to-generation-words"
         f"|format:maxbench-attribute-classifier/1|sklearn:{package_version('scikit-learn')}",
     }
-    # the papers' own variants (texygen-*, posg-*): tests/test_metrics_paper_variants.py
+    # the papers' own variants (texygen-*, posg-*): tests/benchmark/metrics/test_paper_variants.py
     paper_variants = {name for name in METRICS if name.startswith(("texygen-", "posg-"))}
     assert {name: get_metric(name).signature for name in METRICS if name not in paper_variants} == want
     assert "|stemmer:porter|" in get_metric("rouge-l", use_stemmer=True).signature

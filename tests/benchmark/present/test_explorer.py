@@ -2,12 +2,15 @@
 
 import hashlib
 import json
+import re
+from pathlib import Path
 
 import pytest
 
 from maxbench.benchmark.present.explorer import script_json, write_explorer
 from maxbench.benchmark.present.explorer.data import quantise
 from tests.support.explorer_fixtures import HOSTILE, SYSTEMS, make_scored_run, make_study_export
+from tests.support.paths import ROOT
 
 
 @pytest.fixture(scope="module")
@@ -173,3 +176,43 @@ def test_study_export_for_the_explorer_from_the_command_line(scored, tmp_path, c
     assert json.loads((tmp_path / "s.json").read_text()) == json.loads(study.read_text())
     rc, _, err = cli("study", "export", slug, "--format", "explorer", "--blind", "--db", db)
     assert rc == 2 and "cannot be --blind" in err
+
+
+STATIC = ROOT / "benchmark" / "present" / "explorer" / "static"
+
+
+def test_the_explorer_css_isolates_untrusted_text():
+    css = re.sub(r"/\*.*?\*/", "", (STATIC / "explorer.css").read_text(encoding="utf-8"), flags=re.S)
+    rule = re.search(r"([^{}]*)\{[^}]*unicode-bidi:\s*isolate", css)
+    assert rule, "explorer.css needs a unicode-bidi: isolate rule"
+    selectors = {s.strip() for s in rule.group(1).split(",")}
+    assert {"bdi", ".card .text", "#prompt-head .prompt"} <= selectors
+
+
+def test_the_explorer_js_wraps_each_untrusted_text():
+    js = (STATIC / "explorer.js").read_text(encoding="utf-8")
+    assert re.search(r'function u\(text\) \{ return el\("bdi"', js)
+    for wrapped in (
+        "u(r.prompt)",
+        "u(r.reference)",
+        "u(p.head.slice(0, 90))",
+        "u(shortSystem(s))",
+        "u(r.model)",
+        "u(w)",
+    ):
+        assert wrapped in js, wrapped
+    # no untrusted text is glued to a label in one string any more
+    for glued in ('"prompt " + r.key', '"base model: " + r.model', 'p.key + " "', '"Partial view: " + w'):
+        assert glued not in js, glued
+
+
+def test_explorers_written_now_carry_the_isolating_static_files(tmp_path):
+    import shutil
+
+    from maxbench.benchmark.present import explorer
+
+    static = Path(explorer.__file__).parent / "static"
+    assert (static / "explorer.css").read_bytes() == (STATIC / "explorer.css").read_bytes()
+    out = tmp_path / "copy"
+    shutil.copytree(static, out)
+    assert "unicode-bidi: isolate" in (out / "explorer.css").read_text(encoding="utf-8")

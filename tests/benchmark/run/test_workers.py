@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from maxbench.benchmark.run.workers import cpu_cores
-from tests.benchmark.commands.test_run import _registry  # the same 3-system tiny-random lineup, 12 prompts x 2 samples
+from tests.support.runs import write_tiny_lineup  # the same 3-system tiny-random lineup, 12 prompts x 2 samples
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="worker processes are tested on Linux")
 
@@ -57,7 +57,7 @@ def _files(tmp: Path, run_id: str) -> dict[str, bytes]:
 def sequential(tmp_path_factory):
     """One process, one thread: the reference every parallel schedule must equal."""
     tmp = tmp_path_factory.mktemp("par")
-    _registry(tmp)
+    write_tiny_lineup(tmp)
     subprocess.run(_cmd(tmp, "one", "--workers", "1"), check=True, capture_output=True)
     assert not list((tmp / "runs" / "one").glob("generations.shard-*"))
     return tmp, _files(tmp, "one")
@@ -196,14 +196,14 @@ def test_torchrun_shard_auto_then_merge_equals_one_process(sequential):
 
 @pytest.mark.parametrize("value", ["0", "-1", "100000", "two", "1.5"])
 def test_bad_workers_is_one_line_and_exit_2(tmp_path, cli, value):
-    _registry(tmp_path)
+    write_tiny_lineup(tmp_path)
     rc, out, err = cli(*_cmd(tmp_path, "bad", "--workers", value)[3:])
     assert rc == 2 and err.count("\n") == 1 and "--workers" in err and "Traceback" not in err
     assert not (tmp_path / "runs").exists()
 
 
 def test_workers_with_shard_is_refused(tmp_path, cli):
-    _registry(tmp_path)
+    write_tiny_lineup(tmp_path)
     rc, _, err = cli(*_cmd(tmp_path, "bad", "--workers", "2", "--shard", "0/2")[3:])
     assert rc == 2 and "--workers and --shard" in err and err.count("\n") == 1
 

@@ -27,8 +27,10 @@ from maxbench.human_eval.analysis.statistics import (
     bootstrap_rank_biserial_unpaired,
     detect_design,
     mann_whitney,
+    percentile_ci,
     rank_biserial_paired,
     rank_biserial_unpaired,
+    seeded_rng,
     wilcoxon_paired,
 )
 from maxbench.intervals import ConfidenceInterval
@@ -420,3 +422,16 @@ def test_alpha_without_variation_is_undefined_and_said():
                 reliability_data=[[3, 3, 3, 3], [3, 3, 3, 3]], level_of_measurement="ordinal", value_domain=FIVE
             )
         )
+
+
+def test_one_item_gives_no_interval_and_two_do():
+    replicates = np.array([-0.194] * 50)
+    assert percentile_ci(replicates, 1) is None
+    assert percentile_ci(np.linspace(-1, 1, 50), 2) is not None
+    rng = seeded_rng(1, "t")
+    assert bootstrap_rank_biserial_paired(np.array([0.5]), 100, rng) is None
+    one = np.array([[0, 1, 0, 0, 0]])
+    assert (
+        bootstrap_rank_biserial_unpaired(one, np.array([[0, 0, 1, 0, 0], [1, 0, 0, 0, 0]]), range(1, 6), 100, rng)
+        is None
+    )

@@ -5,6 +5,7 @@ import http.client
 import logging
 import os
 import socket
+import sys
 from urllib.parse import urlsplit
 
 import pytest
@@ -13,6 +14,7 @@ from maxbench.human_eval.app.factory import create_app
 from maxbench.human_eval.logs import redact
 from maxbench.human_eval.store.db import dispose_engines
 from maxbench.human_eval.testing.participants import free_port, make_study, start_server
+from tests.support.cli import assert_one_line_exit_2
 
 TOKEN = "q9Xk2LmN8pQrStUvWxYz01Ab"  # the shape of secrets.token_urlsafe(18)
 ADMIN = "adm-Zy9Xw8Vu7Ts6Rq5Po4Nm3Lk2Jh1Gf0Ed"
@@ -109,19 +111,13 @@ def serve_cli(cli, tmp_path, monkeypatch):
     return run
 
 
-def _one_line_exit_2(rc, err, expected):
-    assert rc == 2, err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    assert expected in err, err
-
-
 def test_port_in_use_is_one_line(serve_cli, tmp_path):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
         rc, _, err = serve_cli("--port", port, "--db", f"sqlite:///{tmp_path / 'r.sqlite3'}")
-    _one_line_exit_2(rc, err, f"port {port} on 127.0.0.1 is already in use")
+    assert_one_line_exit_2((rc, "", err), f"port {port} on 127.0.0.1 is already in use")
 
 
 @pytest.mark.parametrize(
@@ -138,7 +134,7 @@ def test_bad_address_or_numbers_are_one_line(serve_cli, tmp_path, args, expected
     if "--port" not in args:
         args = [*args, "--port", str(free_port())]
     rc, _, err = serve_cli(*args, "--db", f"sqlite:///{tmp_path / 'r.sqlite3'}")
-    _one_line_exit_2(rc, err, expected)
+    assert_one_line_exit_2((rc, "", err), expected)
 
 
 def _parent_is_a_file(tmp_path):
@@ -173,7 +169,7 @@ def _in_memory(tmp_path):
 def test_database_that_cannot_exist_is_one_line(serve_cli, tmp_path, case):
     db, expected = case(tmp_path)
     rc, _, err = serve_cli("--db", db, "--port", free_port())
-    _one_line_exit_2(rc, err, expected)
+    assert_one_line_exit_2((rc, "", err), expected)
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into any folder whatever its mode")
@@ -185,7 +181,7 @@ def test_unwritable_database_folder_is_one_line(serve_cli, tmp_path):
         rc, _, err = serve_cli("--db", f"sqlite:///{locked / 'r.sqlite3'}", "--port", free_port())
     finally:
         locked.chmod(0o700)
-    _one_line_exit_2(rc, err, "is not writable")
+    assert_one_line_exit_2((rc, "", err), "is not writable")
 
 
 def test_unusable_secret_key_folder_is_one_line(serve_cli, tmp_path, monkeypatch):
@@ -193,13 +189,13 @@ def test_unusable_secret_key_folder_is_one_line(serve_cli, tmp_path, monkeypatch
     monkeypatch.setenv("MAXBENCH_HOME", str(tmp_path / "home-file"))
     monkeypatch.delenv("MAXBENCH_SECRET_KEY", raising=False)
     rc, _, err = serve_cli("--db", f"sqlite:///{tmp_path / 'r.sqlite3'}", "--port", free_port())
-    _one_line_exit_2(rc, err, "cannot keep the app's secret key")
+    assert_one_line_exit_2((rc, "", err), "cannot keep the app's secret key")
 
 
 def test_bad_busy_timeout_setting_is_one_line(serve_cli, tmp_path, monkeypatch):
     monkeypatch.setenv("MAXBENCH_DB_BUSY_TIMEOUT_MS", "5s")
     rc, _, err = serve_cli("--db", f"sqlite:///{tmp_path / 'r.sqlite3'}", "--port", free_port())
-    _one_line_exit_2(rc, err, "MAXBENCH_DB_BUSY_TIMEOUT_MS='5s' is not a whole number")
+    assert_one_line_exit_2((rc, "", err), "MAXBENCH_DB_BUSY_TIMEOUT_MS='5s' is not a whole number")
 
 
 def test_empty_secret_key_file_is_one_line(serve_cli, tmp_path, monkeypatch):
@@ -209,4 +205,28 @@ def test_empty_secret_key_file_is_one_line(serve_cli, tmp_path, monkeypatch):
     key.write_text("")
     monkeypatch.delenv("MAXBENCH_SECRET_KEY", raising=False)
     rc, _, err = serve_cli("--db", f"sqlite:///{tmp_path / 'r.sqlite3'}", "--port", free_port())
-    _one_line_exit_2(rc, err, f"the secret key file {key} is empty")
+    assert_one_line_exit_2((rc, "", err), f"the secret key file {key} is empty")
+
+
+def test_serve_without_gunicorn_names_the_server_extra(cli, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "gunicorn", None)
+    monkeypatch.setenv("MAXBENCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MAXBENCH_DB_URL", "sqlite:///unused")  # serve sets it; restored after the test
+    db = tmp_path / "r.sqlite3"
+    rc, out, err = cli("serve", "--db", f"sqlite:///{db}", "--port", free_port())
+    dispose_engines()
+    assert_one_line_exit_2(
+        (rc, "", err),
+        "maxbench serve needs the 'server' extra (gunicorn is not installed): pip install 'maxbench[server]'",
+    )
+    assert err.startswith("maxbench: error: ") and out == ""
+    assert not db.exists()  # said before anything else is checked or made
+
+
+def test_serve_on_postgresql_without_psycopg_names_the_postgres_extra(cli, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    monkeypatch.setitem(sys.modules, "psycopg2", None)
+    monkeypatch.setenv("MAXBENCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MAXBENCH_DB_URL", "sqlite:///unused")  # serve sets it; restored after the test
+    rc, _, err = cli("serve", "--db", f"postgresql://rater@127.0.0.1:{free_port()}/ratings", "--port", free_port())
+    assert_one_line_exit_2((rc, "", err), "pip install 'maxbench[postgres]'")

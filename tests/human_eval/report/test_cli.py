@@ -14,6 +14,7 @@ import pytest
 from maxbench import cli as cli_module
 from maxbench.cli import main
 from tests.support.paths import DATA, ROOT
+from tests.support.ratings import RATINGS_HEADER
 
 PAIRED = DATA / "ratings_paired.csv"
 FAST = ["--n-boot", "200"]
@@ -447,3 +448,33 @@ def test_options_reach_the_tests_and_are_stated(tmp_path, capsys):
     assert "unpaired (forced by --design)" in comparison["design"]["statement"]
     md = (tmp_path / "demo" / "report.md").read_text()
     assert "Holm-adjusted p < 0.1 (one-sided, H1: reference rated higher)" in md
+
+
+def test_a_report_over_one_item_says_n_a_with_the_reason(tmp_path, capsys):
+    ratings = write_csv(tmp_path / "r.csv", grid(items=1, annotators=("x", "y", "z")))
+    rc, out, err = run(
+        capsys,
+        "report",
+        "--ratings",
+        ratings,
+        "--reference",
+        "A",
+        "--out",
+        tmp_path / "rep",
+        "--min-seconds",
+        "0",
+        *FAST,
+    )
+    assert rc == 0, err
+    (md,) = (tmp_path / "rep").rglob("report.md")
+    text = md.read_text()
+    assert "n/a" in text and "fewer than two items to resample" in text
+    assert "[-0.19, -0.19]" not in text
+
+
+def test_report_with_a_semicolon_ratings_csv_is_one_line(tmp_path, cli):
+    f = tmp_path / "ratings.csv"
+    f.write_text(";".join(RATINGS_HEADER) + "\n" + ";".join(["s", "p1", "a", "r1", "fluency", "3"]) + "\n")
+    rc, _, err = cli("report", "--ratings", str(f))
+    assert rc == 2 and "Traceback" not in err
+    assert "seems to use ';' as its delimiter" in err

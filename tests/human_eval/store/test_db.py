@@ -1,6 +1,7 @@
 """Opening the ratings database: concurrent first starts, missing files, the write gate."""
 
 import multiprocessing
+import sys
 import threading
 
 import pytest
@@ -16,6 +17,8 @@ from maxbench.human_eval.store.db import (
     write_transaction,
 )
 from maxbench.human_eval.store.models import Study
+from maxbench.human_eval.testing.participants import free_port
+from tests.support.cli import assert_one_line_exit_2
 
 
 def _open_new_database(url, barrier, results):
@@ -155,3 +158,15 @@ def test_wal_is_checkpointed_in_the_background(tmp_path):
         time.sleep(0.1)
     assert slugs_in_main_file() == ["ckpt"]
     dispose_engines()
+
+
+@pytest.mark.parametrize("driver", ["postgresql", "postgresql+psycopg"])
+def test_postgresql_url_without_psycopg_names_the_postgres_extra(cli, monkeypatch, driver):
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    monkeypatch.setitem(sys.modules, "psycopg2", None)  # no fallback driver either
+    url = f"{driver}://rater:secret@127.0.0.1:{free_port()}/ratings"
+    rc, out, err = cli("study", "list", "--db", url)
+    assert_one_line_exit_2(
+        (rc, "", err), "needs the 'postgres' extra (psycopg is not installed): pip install 'maxbench[postgres]'"
+    )
+    assert "secret" not in err and out == ""

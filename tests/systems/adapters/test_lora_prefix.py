@@ -5,16 +5,13 @@ the adapter cache keyed by the base model's identity, and adapted systems in a r
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import random
 import textwrap
 
 import pytest
 import torch
 
 from maxbench import plugins
-from maxbench.benchmark.data.corpora import Corpus
 from maxbench.errors import MaxbenchError
 from maxbench.systems.adapters import ADAPTERS, AdapterFitContext, TrainingExample
 from maxbench.systems.adapters.lora import LoraAdapter
@@ -22,16 +19,10 @@ from maxbench.systems.adapters.prefix import PrefixAdapter
 from maxbench.systems.decoding import DecodingSetting, decode
 from maxbench.systems.layers.softmax import SoftmaxLayer
 from maxbench.systems.system_strings import parse_system
+from tests.support.corpora import tiny_adapter_corpus
 from tests.support.paths import ROOT
 
-WORDS = "the a good bad tasty coffee tea dog food is was very not really".split()
 PROMPTS = ["I have bought these cookies twice and", "The soup", "My dog loves this food because"]
-
-
-def tiny_corpus(n_fit=40, n_test=5, seed=0) -> Corpus:
-    rng = random.Random(seed)
-    docs = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 20))) for _ in range(n_fit + n_test)]
-    return Corpus("tiny", docs[:n_fit], docs[n_fit:], {"sha256": hashlib.sha256("\n".join(docs).encode()).hexdigest()})
 
 
 @pytest.fixture
@@ -48,7 +39,7 @@ def no_plugins():
 
 
 def _ctx(lm, corpus=None):
-    corpus = corpus or tiny_corpus()
+    corpus = corpus or tiny_adapter_corpus()
     return AdapterFitContext(
         model=lm,
         examples=[TrainingExample("", t) for t in corpus.fit],
@@ -146,7 +137,7 @@ def test_prefix_decoded_by_maxbench_is_token_exact_with_peft_generate(tiny, home
 def test_prefix_initialised_from_text_is_that_text_in_front(tiny, home):
     """init=text: the untrained prefix is the base model's keys and values of the first training
     text's first n tokens, so the adapted model's logits are the base model's after that text."""
-    corpus = tiny_corpus()
+    corpus = tiny_adapter_corpus()
     alm = PrefixAdapter(n=6, steps=0).prepare(_ctx(tiny, corpus))
     from maxbench.systems.adapters.base import training_order
 
@@ -179,7 +170,7 @@ def test_trained_prefix_is_cached_by_identity_and_rebuilt_for_another_base_model
     assert c.meta["loaded_from_cache"] is False and c.meta["path"] != meta["path"] and c_lm.hash != a.hash
     # other training data: another adapter
     d = PrefixAdapter(n=4, steps=3, batch=4, max_len=32)
-    d.prepare(_ctx(tiny, tiny_corpus(seed=1)))
+    d.prepare(_ctx(tiny, tiny_adapter_corpus(seed=1)))
     assert d.meta["path"] not in (meta["path"], c.meta["path"])
 
 
@@ -218,7 +209,7 @@ def test_lora_untrained_is_the_base_model_and_trained_is_deterministic(home):
 def test_adapted_and_base_systems_in_one_run_never_share_rows(cli, tmp_path, home, monkeypatch):
     import maxbench.benchmark.data.corpora as corpora
 
-    monkeypatch.setattr(corpora, "load_corpus", lambda name: tiny_corpus())
+    monkeypatch.setattr(corpora, "load_corpus", lambda name: tiny_adapter_corpus())
     monkeypatch.setattr(corpora, "check_corpus", lambda name: name)
     rows = [{"id": f"p{i}", "prompt": p, "reference": "good food"} for i, p in enumerate(PROMPTS)]
     (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -349,7 +340,7 @@ def test_a_plugin_adapters_check_attribute_values_is_called_in_preflight_with_th
 
     suite = load_suite("food-attrs")
     assert PrefixAdapter().check_attribute_values(suite, []) is None  # the contract's default accepts
-    corpus = tiny_corpus()
+    corpus = tiny_adapter_corpus()
     only_great = {t: corpora.AttributedText(t, t, {"score": "great"}) for t in corpus.fit}
     monkeypatch.setattr(corpora, "load_corpus", lambda name: corpus)
     monkeypatch.setattr(corpora, "load_attributes", lambda name: only_great)
@@ -370,7 +361,7 @@ def test_on_a_conditional_suite_adapters_learn_the_rendered_attributes(monkeypat
     from maxbench.benchmark.run.runner import adapter_training_data
     from maxbench.rundir import RunPlan
 
-    corpus = tiny_corpus()
+    corpus = tiny_adapter_corpus()
     scores = {
         t: corpora.AttributedText(t, t, {"score": "great" if i % 2 else "other"}) for i, t in enumerate(corpus.fit)
     }
@@ -398,8 +389,8 @@ GENERATE_WITH_TINY_CORPUS = """
 import sys
 sys.path.insert(0, {root!r})
 import maxbench.benchmark.data.corpora as corpora
-from tests.systems.adapters.test_lora_prefix import tiny_corpus
-corpora.load_corpus = lambda name: tiny_corpus()
+from tests.support.corpora import tiny_adapter_corpus
+corpora.load_corpus = lambda name: tiny_adapter_corpus()
 corpora.check_corpus = lambda name: name
 from maxbench.cli import main
 sys.exit(main(sys.argv[1:]))

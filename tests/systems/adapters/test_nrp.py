@@ -11,7 +11,7 @@ from maxbench.errors import MaxbenchError
 from maxbench.systems.adapters import ADAPTERS
 from maxbench.systems.adapters.nrp import NrpAdapter
 from maxbench.systems.system_strings import parse_system
-from tests.systems.adapters.test_fctg import ctx, examples, fresh, generate_on_tiny_attrs
+from tests.support.fctg import ctx, examples, fresh, generate_on_tiny_attrs
 
 PROMPTS = ["Rating: 5 stars. Review:", "Rating: 1 to 4 stars. Review:", "Rating: 5 stars. Review:"]
 SMALL = {"r": 2, "steps": 3, "batch": 4, "max_len": 40}

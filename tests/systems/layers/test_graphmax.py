@@ -14,38 +14,12 @@ from maxbench.systems.layers.graphmax import graph_operator
 from maxbench.systems.layers.graphmax.graph_operator import GraphOperator
 from maxbench.systems.layers.graphmax.operator import graphmax
 from maxbench.systems.layers.sparsemax.operator import sparsemax
-
-F64 = torch.float64
-
-
-def random_graph(n, density=0.1, seed=0, empty_rows=()):
-    """Row-normalised random bigram-like graph A = D^-1 C (rows in empty_rows have no successor)."""
-    rng = np.random.default_rng(seed)
-    C = sp.random(
-        n,
-        n,
-        density=density,
-        random_state=rng,
-        format="csr",
-        data_rvs=lambda k: rng.integers(1, 20, size=k).astype(float),
-    )
-    C = C.tolil()
-    for i in empty_rows:
-        C[i, :] = 0
-    C = C.tocsr()
-    rowsum = np.asarray(C.sum(1)).ravel()
-    return sp.diags(1.0 / (rowsum + 1e-6)) @ C
+from tests.support.graphs import F64, dual_certificate, objective, peaked_scores, random_graph, sparse_graph
 
 
 def dense_M(A):
     B = np.eye(A.shape[0]) - A.toarray()
     return B.T @ B
-
-
-def objective(x, z, A, lam):
-    Bx = x - A @ x
-    nz = x > 0
-    return -x @ z + np.sum(x[nz] * np.log(x[nz])) + lam * Bx @ Bx
 
 
 def dual_lbfgs_reference(z, A, lam):
@@ -142,13 +116,6 @@ def test_gap_bounds_the_suboptimality_of_a_loose_solve():
     u = 2 * lam * B @ x_loose.numpy()
     g = logsumexp(z.numpy() - B.T @ u) + u @ u / (4 * lam)
     assert abs(info.gap.item() - (f_loose + g)) < 1e-10
-
-
-def dual_certificate(x, z, A, lam):
-    """f(x) + g(2 lam (I - A) x), computed densely from the definition."""
-    B = np.eye(len(z)) - A.toarray()
-    u = 2 * lam * B @ x
-    return objective(x, z, A, lam) + logsumexp(z - B.T @ u) + u @ u / (4 * lam)
 
 
 @pytest.mark.parametrize("max_iter", [0, 1, 2, 3, 5])
@@ -390,7 +357,7 @@ def test_torch_backend_equals_scipy_backend():
 def test_threaded_products_give_the_single_thread_bits(monkeypatch):
     # With more than one torch thread the CPU products go through numba's row-parallel CSR
     # kernel; the solver's results must keep every bit of scipy's single-threaded ones, on every
-    # CPU (torch's CSR kernel, MKL's, did not on an Intel Xeon: tests/test_cpu_independence.py).
+    # CPU (torch's CSR kernel, MKL's, did not on an Intel Xeon: tests/end_to_end/test_cpu_independence.py).
     n = 4000
     A = random_graph(n, seed=17)
     z = torch.randn(24, n, generator=torch.Generator().manual_seed(17)) * 3
@@ -579,20 +546,6 @@ def test_float32_solve_is_certified_like_float64():
 
 
 # ---- tokens outside the graph in closed form (systems/layers/graphmax/isolated.py) -----------
-
-
-def sparse_graph(n, touched, density=0.3, seed=0):
-    """A random graph on the first ``touched`` of n tokens; the others have no edge at all."""
-    A = random_graph(touched, density=density, seed=seed)
-    A.resize((n, n))
-    return A.tocsr()
-
-
-def peaked_scores(rows, n, touched, seed, dtype=F64):
-    """Scores whose mass lies mostly on the graph's tokens, as on a real corpus."""
-    z = torch.randn(rows, n, generator=torch.Generator().manual_seed(seed), dtype=dtype) * 3
-    z[:, touched:] -= 3.0
-    return z
 
 
 def full_width(monkeypatch):
@@ -820,7 +773,7 @@ def test_solver_results_are_pinned():
             assert torch.equal(x, info.log_probs.exp())
     # the paper solver's torch path (CUDA's) keeps main's pins; the CPU kernels
     # (maxbench.systems.layers.graphmax.kernels.paper, 2026-11-25) add in another order, and the iteration
-    # amplifies that rounding (tests/test_graphmax_paper.py): their own pins
+    # amplifies that rounding (tests/systems/layers/test_graphmax_paper.py): their own pins
     torch_path = [1.024287e-04, 6.136093e-04, 4.167585e-03, 1.025247e-02, 7.991735e-04, 7.390603e-05]
     torch_path += [6.166585e-04, 9.864960e-04, 3.642140e-03, 1.462642e-04, 7.300936e-04, 3.372871e-03]
     torch_path += [4.780304e-03, 1.113206e-03, 8.842996e-03, 3.494214e-03, 4.331265e-04, 0.0]

@@ -2,7 +2,7 @@
 the torch path that CUDA runs, their exponentials against float64, threads, the layout kernels'
 bits and the solver's schedule.
 
-tests/test_graphmax.py checks the solver itself (certificates, references, pins) through the
+tests/systems/layers/test_graphmax.py checks the solver itself (certificates, references, pins) through the
 kernels, the CPU's default for float32 scores."""
 
 import numba
@@ -16,7 +16,7 @@ from maxbench.systems.layers.graphmax import isolated as graphmax_isolated
 from maxbench.systems.layers.graphmax.graph_operator import GraphOperator
 from maxbench.systems.layers.graphmax.kernels import loader as cpu_kernels
 from maxbench.systems.layers.graphmax.operator import graphmax
-from tests.systems.layers.test_graphmax import dual_certificate, peaked_scores, random_graph, sparse_graph
+from tests.support.graphs import dual_certificate, peaked_scores, random_graph, sparse_graph
 
 K = cpu_kernels.load("exact")
 
@@ -219,7 +219,7 @@ def test_the_layout_kernels_move_the_bits_unchanged():
 @pytest.mark.parametrize("threads", [1, 2])
 def test_either_graph_product_gives_the_same_bits(threads, monkeypatch):
     """The kernel's product (wide blocks) and scipy's (one thread) or numba's ``product`` (more)
-    add each row's terms in the same order, on every CPU (tests/test_cpu_independence.py). (A fifth of the tokens touched, so that the block
+    add each row's terms in the same order, on every CPU (tests/end_to_end/test_cpu_independence.py). (A fifth of the tokens touched, so that the block
     is the touched and heavy tokens, where the product is chosen by width.)"""
     n = 3000
     A = sparse_graph(n, 600, density=0.01, seed=18)

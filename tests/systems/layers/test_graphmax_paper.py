@@ -1,7 +1,7 @@
 """graphmax's paper solver on the CPU: the fused kernels (maxbench.systems.layers.graphmax.kernels.paper) against
 the torch path that CUDA runs, the graph product's bits, threads and the rare paths.
 
-tests/test_graphmax.py checks the solver itself against a plain float64 reimplementation of
+tests/systems/layers/test_graphmax.py checks the solver itself against a plain float64 reimplementation of
 Algorithm 1 (through the kernels, the CPU's default)."""
 
 import numpy as np
@@ -14,7 +14,7 @@ from maxbench.systems.layers.graphmax.exact import certify
 from maxbench.systems.layers.graphmax.graph_operator import GraphOperator
 from maxbench.systems.layers.graphmax.kernels import paper as paper_kernels
 from maxbench.systems.layers.graphmax.operator import graphmax
-from tests.systems.layers.test_graphmax import random_graph
+from tests.support.graphs import random_graph
 
 
 def partly_touched_graph(n, touched, seed):

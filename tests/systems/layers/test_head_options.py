@@ -18,8 +18,7 @@ from maxbench.systems.layers.posg.fit import POSG_VERSION
 from maxbench.systems.layers.posg.head import CATCH_ALL
 from maxbench.systems.layers.posg.layer import POSGLayer
 from maxbench.systems.system_strings import parse_system
-from tests.systems.layers.test_kerbs import tiny_corpus
-from tests.systems.layers.test_posg import rule_tagger, tagged_corpus
+from tests.support.corpora import rule_tagger, tagged_corpus, tiny_corpus
 
 # The identity of the committed default lineup's heads (SmolLM2-135M on food-reviews), as their
 # meta.json files record it, and the cache directories they live in: these keys must never move.

@@ -2,14 +2,11 @@
 initialisation, reallocation (Algorithm 1), training, caching, bad input."""
 
 import dataclasses
-import hashlib
 import math
-import random
 
 import pytest
 import torch
 
-from maxbench.benchmark.data.corpora import Corpus
 from maxbench.errors import MaxbenchError
 from maxbench.systems import hidden_cache as hc
 from maxbench.systems.decoding import DecodingSetting, decode
@@ -18,18 +15,7 @@ from maxbench.systems.layers.kerbs.fit import KerBSConfig, Reallocator, TrainDat
 from maxbench.systems.layers.kerbs.head import KerBSHead, grouped_logsumexp, kernel, normalisation_a
 from maxbench.systems.layers.kerbs.layer import KerBSLayer
 from maxbench.systems.layers.softmax import SoftmaxLayer
-
-WORDS = "the a good bad tasty coffee tea dog food is was very not really".split()
-
-
-def tiny_corpus(n_fit=120, n_test=20, seed=0):
-    rng = random.Random(seed)
-
-    def doc():
-        return " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 30)))
-
-    fit, test = [doc() for _ in range(n_fit)], [doc() for _ in range(n_test)]
-    return Corpus("tiny", fit, test, {"sha256": hashlib.sha256("\n".join(fit + test).encode()).hexdigest()})
+from tests.support.corpora import tiny_corpus
 
 
 @pytest.fixture

@@ -1,48 +1,18 @@
 """POSG: token-to-tag alignment, the Eq. 2-3 distribution, POS Guided Sampling, POS control,
 training and caching, a missing tagger."""
 
-import hashlib
 import math
-import random
 
 import pytest
 import torch
 
-from maxbench.benchmark.data.corpora import Corpus
 from maxbench.errors import MaxbenchError
 from maxbench.systems.decoding import DecodingSetting, decode
 from maxbench.systems.layers.base import FitContext
 from maxbench.systems.layers.posg.fit import EOS_TAG, SPACE_TAG, POSGConfig, char_tags, fit_posg, load_tagger, span_tag
 from maxbench.systems.layers.posg.head import CATCH_ALL, POSGHead
 from maxbench.systems.layers.posg.layer import POSGLayer
-
-ADJ, NOUN, DET, VERB = "good bad tasty sweet".split(), "coffee tea dog food".split(), ["the", "a"], ["is", "was"]
-RULES = {**{w: "JJ" for w in ADJ}, **{w: "NN" for w in NOUN}, **{w: "DT" for w in DET}, **{w: "VBZ" for w in VERB}}
-
-
-def rule_tagger(texts):
-    """Stands in for spaCy in unit tests: one tag per known word, XX otherwise."""
-    out = []
-    for text in texts:
-        words, i = [], 0
-        for w in text.split(" "):
-            words.append((i, i + len(w), RULES.get(w, "XX")))
-            i += len(w) + 1
-        out.append(words)
-    return out
-
-
-def tagged_corpus(n_fit=120, n_test=20, seed=0):
-    rng = random.Random(seed)
-
-    def doc():
-        out = []
-        for _ in range(rng.randint(2, 5)):
-            out += [rng.choice(DET), rng.choice(ADJ), rng.choice(NOUN), rng.choice(VERB), rng.choice(ADJ)]
-        return " ".join(out)
-
-    fit, test = [doc() for _ in range(n_fit)], [doc() for _ in range(n_test)]
-    return Corpus("tinypos", fit, test, {"sha256": hashlib.sha256("\n".join(fit + test).encode()).hexdigest()})
+from tests.support.corpora import rule_tagger, tagged_corpus
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from maxbench.cli import build_parser
+from tests.support.cli import assert_one_line_exit_2
 
 
 def _subcommand_paths(parser, prefix=()):
@@ -88,3 +89,13 @@ def test_subprocess_error_has_no_traceback(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("maxbench: error: unknown suite") and "Traceback" not in proc.stderr
+
+
+def test_an_operating_system_error_no_command_expected_is_one_line(cli, monkeypatch):
+    import maxbench.benchmark.commands.suites
+
+    def refused(args):
+        raise PermissionError(13, "Permission denied", "/some/where")
+
+    monkeypatch.setattr(maxbench.benchmark.commands.suites, "cmd_suites", refused)
+    assert_one_line_exit_2(cli("suites"), "cannot use /some/where: permission denied")

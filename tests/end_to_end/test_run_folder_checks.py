@@ -1,15 +1,18 @@
-"""What a new user broke in run directories (issue 41): scores of other generations, two rows with one
-key, a suite or system the manifest misstates, a score cache in an odd place, a damaged line; each is
-one line with exit status 2 (or a warning and the scores written), never a traceback, and nothing
-computed is lost."""
+"""A run folder that is damaged, edited or made elsewhere is refused in one line whichever command opens it (generate, score, view, leaderboard), and nothing computed is lost: scores of other generations, two rows with one key, a suite or system the manifest misstates, a score cache in an odd place, a damaged line, other weights, an interrupt."""
 
 import hashlib
 import json
 import shutil
+import signal
 
 import pytest
 
+from tests.support.cli import assert_one_line_exit_2
+from tests.support.runs import score_args
+
 SUITE_ROWS = [{"id": f"p{i}", "prompt": f"Review number {i}: the soup was", "reference": f"ref {i}"} for i in range(3)]
+
+
 SOFTMAX = "tiny-random/softmax/top_p=0.9,max_new_tokens=6"
 
 
@@ -37,10 +40,6 @@ def _gen_args(tmp, run_dir, *more):
     ]
 
 
-def _score_args(run_dir, *more):
-    return ["score", run_dir, "--metrics", "distinct,rep", "--bootstrap", "20", "--quiet", *more]
-
-
 @pytest.fixture(scope="module")
 def scored(tmp_path_factory):
     """A generated and scored run of two tiny-random systems on a 3-prompt suite."""
@@ -51,7 +50,7 @@ def scored(tmp_path_factory):
     (tmp / "s.toml").write_text('name = "three"\nfile = "p.jsonl"\n')
     run = tmp / "runs" / "r"
     assert main([str(a) for a in _gen_args(tmp, run)]) == 0
-    assert main([str(a) for a in _score_args(run)]) == 0
+    assert main([str(a) for a in score_args(run)]) == 0
     return tmp
 
 
@@ -61,14 +60,6 @@ def run(scored, tmp_path):
     d = tmp_path / "runs" / "r"
     shutil.copytree(scored / "runs" / "r", d)
     return d
-
-
-def _one_line_exit_2(result, *words):
-    rc, _, err = result
-    assert rc == 2 and err.startswith("maxbench: error: ") and err.count("\n") == 1, err
-    for w in words:
-        assert w in err, err
-    return err
 
 
 def _lines(run):
@@ -88,7 +79,7 @@ def _sha(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-# ---------------------------------------------------------------- 2a scores of other generations
+# ---------------------------------------------------------------- scores of other generations
 def test_leaderboard_and_view_refuse_scores_of_other_generations(cli, run, tmp_path):
     old = _sha(run / "generations.jsonl")
     lines = _lines(run)
@@ -97,11 +88,11 @@ def test_leaderboard_and_view_refuse_scores_of_other_generations(cli, run, tmp_p
     _write_lines(run, lines)
     new = _sha(run / "generations.jsonl")
     for cmd in (["leaderboard", run, "--out", tmp_path / "lb"], ["view", run, "--out", tmp_path / "ex"]):
-        _one_line_exit_2(cli(*cmd), old, new, f"maxbench score {run}")
+        assert_one_line_exit_2(cli(*cmd), old, new, f"maxbench score {run}")
     assert not (tmp_path / "lb" / "leaderboard.md").exists() and not (tmp_path / "ex" / "index.html").exists()
 
 
-# ---------------------------------------------------------------- 2b two rows with one key
+# ---------------------------------------------------------------- two rows with one key
 def test_run_and_score_refuse_two_different_rows_with_one_key(cli, run, scored):
     lines = _lines(run)
     row = json.loads(lines[1])
@@ -109,40 +100,40 @@ def test_run_and_score_refuse_two_different_rows_with_one_key(cli, run, scored):
     _write_lines(run, lines)
     before = (run / "generations.jsonl").read_bytes()
     key = f"system '{row['system']}', prompt '{row['prompt_id']}', sample {row['sample']}"
-    _one_line_exit_2(cli(*_gen_args(scored, run)), key, "lines 2 and 7")
-    _one_line_exit_2(cli(*_score_args(run)), key, "lines 2 and 7")
+    assert_one_line_exit_2(cli(*_gen_args(scored, run)), key, "lines 2 and 7")
+    assert_one_line_exit_2(cli(*score_args(run)), key, "lines 2 and 7")
     assert (run / "generations.jsonl").read_bytes() == before  # neither row dropped
 
 
-# ---------------------------------------------------------------- 2c, 2d, 5a the manifest
+# ---------------------------------------------------------------- the manifest
 def test_score_checks_the_suite_hash_against_the_suite(cli, run, scored, tmp_path):
     manifest = json.loads((run / "manifest.json").read_text())
     recorded = manifest["suite"]["sha256"]
     (scored / "p.jsonl").write_text((scored / "p.jsonl").read_text().replace("soup", "stew"))
     try:
         now = _sha(scored / "p.jsonl")
-        _one_line_exit_2(cli(*_score_args(run)), recorded[:12], now[:12], "suite 'three'")
+        assert_one_line_exit_2(cli(*score_args(run)), recorded[:12], now[:12], "suite 'three'")
     finally:
         (scored / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in SUITE_ROWS))
     manifest["suite"]["sha256"] = "0" * 64  # the manifest's hash edited: not the identity's nor the suite's
     (run / "manifest.json").write_text(json.dumps(manifest))
-    _one_line_exit_2(cli(*_score_args(run)), "sha256")
+    assert_one_line_exit_2(cli(*score_args(run)), "sha256")
 
 
 def test_score_refuses_a_system_whose_model_contradicts_its_string(cli, run):
     manifest = json.loads((run / "manifest.json").read_text())
     manifest["systems"][SOFTMAX]["model"] = "smollm2-135m"
     (run / "manifest.json").write_text(json.dumps(manifest))
-    _one_line_exit_2(cli(*_score_args(run)), SOFTMAX, "smollm2-135m", "contradicts")
+    assert_one_line_exit_2(cli(*score_args(run)), SOFTMAX, "smollm2-135m", "contradicts")
 
 
 @pytest.mark.parametrize("manifest", [[], {"systems": ["a", "b"]}, {"suite": "three"}, {"systems": {"x/y/z": 3}}])
 def test_score_refuses_a_manifest_of_the_wrong_shape(cli, run, manifest):
     (run / "manifest.json").write_text(json.dumps(manifest))
-    _one_line_exit_2(cli(*_score_args(run)), "manifest.json")
+    assert_one_line_exit_2(cli(*score_args(run)), "manifest.json")
 
 
-# ---------------------------------------------------------------- 3a, 3c the score cache
+# ---------------------------------------------------------------- the score cache
 def test_pruning_never_deletes_user_files_nor_through_a_link(cli, run, tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()
@@ -151,19 +142,19 @@ def test_pruning_never_deletes_user_files_nor_through_a_link(cli, run, tmp_path)
     shutil.rmtree(run / "score-cache")
     (run / "score-cache").symlink_to(mine)
     (run / "scores.json").unlink()
-    rc, _, err = cli(*_score_args(run))
+    rc, _, err = cli(*score_args(run))
     assert rc == 0 and "symbolic link" in err and err.count("\n") == 1, err
     assert sorted(p.name for p in mine.iterdir()) == sorted(["notes.json", "a" * 64 + ".json"])
     assert (run / "scores.json").is_file()
     # a real cache folder: a file of the user's there stays too, stale entries go
     (run / "score-cache").unlink()
-    assert cli(*_score_args(run))[0] == 0
+    assert cli(*score_args(run))[0] == 0
     entries = sorted((run / "score-cache").iterdir())
     (run / "score-cache" / "user.json").write_text("{}\n")
     (run / "score-cache" / ("b" * 64 + ".json")).write_text('{"not": "an entry"}\n')
     stale = run / "score-cache" / ("c" * 64 + ".json")
     stale.write_text(entries[0].read_text().replace(entries[0].stem, stale.stem))
-    assert cli(*_score_args(run))[0] == 0
+    assert cli(*score_args(run))[0] == 0
     left = {p.name for p in (run / "score-cache").iterdir()}
     assert {"user.json", "b" * 64 + ".json"} <= left and stale.name not in left
 
@@ -173,30 +164,30 @@ def test_a_score_cache_that_is_a_file_or_an_entry_that_is_a_folder_scores_withou
     shutil.rmtree(run / "score-cache")
     (run / "score-cache").write_text("a file\n")
     (run / "scores.json").unlink()
-    rc, _, err = cli(*_score_args(run))
+    rc, _, err = cli(*score_args(run))
     assert rc == 0 and err.startswith("maxbench: warning: score cache") and err.count("\n") == 1, err
     assert json.loads((run / "scores.json").read_text())["systems"] == good["systems"]
     (run / "score-cache").unlink()
-    assert cli(*_score_args(run))[0] == 0
+    assert cli(*score_args(run))[0] == 0
     for entry in list((run / "score-cache").iterdir()):
         entry.unlink()
         entry.mkdir()
     (run / "scores.json").unlink()
-    rc, _, err = cli(*_score_args(run))
+    rc, _, err = cli(*score_args(run))
     assert rc == 0 and "scoring without it" in err and err.count("\n") == 1, err
     assert json.loads((run / "scores.json").read_text())["systems"] == good["systems"]
 
 
-# ---------------------------------------------------------------- 3b a damaged line
+# ---------------------------------------------------------------- a damaged line
 def test_a_damaged_line_is_named_and_can_be_dropped_alone(cli, run, scored):
     lines = _lines(run)
     lines.insert(2, '{"system": "cut in the mid')
     _write_lines(run, lines)
     original = (run / "generations.jsonl").read_bytes()
-    err = _one_line_exit_2(cli(*_score_args(run)), "generations.jsonl:3", "--drop-damaged-lines")
+    err = assert_one_line_exit_2(cli(*score_args(run)), "generations.jsonl:3", "--drop-damaged-lines")
     assert "move it away" not in err
-    _one_line_exit_2(cli(*_gen_args(scored, run)), "generations.jsonl:3", "--drop-damaged-lines")
-    rc, _, err = cli(*_score_args(run, "--drop-damaged-lines"))
+    assert_one_line_exit_2(cli(*_gen_args(scored, run)), "generations.jsonl:3", "--drop-damaged-lines")
+    rc, _, err = cli(*score_args(run, "--drop-damaged-lines"))
     assert rc == 0 and "dropped" in err and "generations.jsonl:3" in err, err
     assert (run / "generations.jsonl.bak").read_bytes() == original
     assert _lines(run) == [x for i, x in enumerate(lines) if i != 2]
@@ -210,7 +201,7 @@ def test_a_damaged_line_is_named_and_can_be_dropped_alone(cli, run, scored):
     assert len(_lines(run)) == 6 and all(isinstance(json.loads(x)["text"], str) for x in _lines(run))
 
 
-# ---------------------------------------------------------------- 5b view shares score's row rule
+# ---------------------------------------------------------------- view shares score's row rule
 @pytest.mark.parametrize(
     "bad, words",
     [
@@ -225,27 +216,61 @@ def test_view_and_score_refuse_a_row_that_is_no_row(cli, run, tmp_path, bad, wor
     lines = _lines(run)
     lines[0] = bad(json.loads(lines[0]))
     _write_lines(run, lines, rehash=True)
-    _one_line_exit_2(cli("view", run, "--out", tmp_path / "ex"), "generations.jsonl", *words)
-    _one_line_exit_2(cli(*_score_args(run)), "generations.jsonl", *words)
+    assert_one_line_exit_2(cli("view", run, "--out", tmp_path / "ex"), "generations.jsonl", *words)
+    assert_one_line_exit_2(cli(*score_args(run)), "generations.jsonl", *words)
 
 
-def test_a_layer_with_parameters_agrees_with_its_system_string():
-    from maxbench.benchmark.metrics.scoring import _system_strings_problem
+# ---------------------------------------------------------------- a run copied from another machine
+def test_resume_refuses_a_run_generated_with_other_weights(cli, run, scored):  # noqa: F811
+    manifest = json.loads((run / "manifest.json").read_text())
+    here = manifest["models"]["tiny-random"]["hash"]
+    theirs = "f" * 64
+    manifest["models"]["tiny-random"]["hash"] = theirs  # as recorded on the other machine
+    (run / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    (run / "generations.jsonl").write_text("".join(x + "\n" for x in _lines(run)[:-1]))  # work left to resume
+    rows = (run / "generations.jsonl").read_bytes()
+    err = assert_one_line_exit_2(cli(*_gen_args(scored, run)), theirs, here, "tiny-random", "--run-id")
+    assert "Traceback" not in err
+    assert json.loads((run / "manifest.json").read_text())["models"]["tiny-random"]["hash"] == theirs
+    assert (run / "generations.jsonl").read_bytes() == rows  # nothing appended under the wrong hash
 
-    name = "smollm2-135m/graphmax(lam=1.0,solver=exact)/top_p=0.9"
-    entry = {"model": "smollm2-135m", "layer": "graphmax", "layer_params": {"lam": 1.0}}
-    assert _system_strings_problem({"systems": {name: entry}}) is None
-    assert "contradicts" in _system_strings_problem({"systems": {name: entry | {"layer": "graph"}}})
 
+# ---------------------------------------------------------------- Ctrl-C eaten by a destructor
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the eaten interrupt
+def test_an_interrupt_during_score_exits_130_even_when_a_destructor_eats_it(cli, run, monkeypatch):  # noqa: F811
+    import maxbench.benchmark.metrics.scoring as scoring
 
-def test_an_adapted_system_agrees_with_its_system_string():
-    # the manifest records the base model and the adapter apart; the name's model part joins them
-    from maxbench.benchmark.metrics.scoring import _system_strings_problem
+    class Closing:
+        def __del__(self):  # Ctrl-C arrives while a destructor runs: Python only prints it
+            signal.raise_signal(signal.SIGINT)
 
-    entry = {"model": "smollm2-135m", "layer": "softmax", "adapter": "lora", "adapter_params": {}}
-    assert _system_strings_problem({"systems": {"smollm2-135m+lora/softmax/top_k=40": entry}}) is None
-    with_params = entry | {"adapter": "fctg", "adapter_params": {"mu": 0.5, "alm": "cn"}}
-    assert (
-        _system_strings_problem({"systems": {"smollm2-135m+fctg(mu=0.5,alm=cn)/softmax/top_k=40": with_params}}) is None
-    )
-    assert "contradicts" in _system_strings_problem({"systems": {"smollm2-135m+prefix/softmax/top_k=40": entry}})
+    real = scoring.score_batch
+    calls = []
+
+    def score_batch(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            Closing()  # collected at once, its __del__ runs here
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(scoring, "score_batch", score_batch)
+    (run / "scores.json").unlink()
+    for entry in (run / "score-cache").iterdir():
+        entry.unlink()  # every system scored again
+    before = signal.getsignal(signal.SIGINT)  # Python's default, or SIG_IGN when started in the background
+    rc, _, err = cli(*score_args(run))
+    assert calls, "the scoring step was not reached"
+    assert rc == 130 and "interrupted" in err, err
+    assert signal.getsignal(signal.SIGINT) is before  # the handler is put back, whatever it was
+    assert json.loads((run / "scores.json").read_text())["systems"]  # what was computed is kept
+    # an interrupt raised by a scoring step itself: 130, the scores written before kept as they were
+    before = (run / "scores.json").read_bytes()
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(scoring, "score_batch", interrupted)
+    for entry in (run / "score-cache").iterdir():
+        entry.unlink()
+    rc, _, err = cli(*score_args(run))
+    assert rc == 130 and (run / "scores.json").read_bytes() == before

@@ -1,12 +1,11 @@
-"""Base models and the decoding loop: token-exact with transformers' generate."""
+"""The decoding loop: token-exact with transformers' generate, its statistics, its refusals, reference log-probabilities."""
 
 import pytest
 import torch
 
 from maxbench.errors import MaxbenchError
-from maxbench.systems.decoding import DecodingSetting, decode
+from maxbench.systems.decoding import DecodingSetting, decode, reference_logprobs, reference_states, reference_windows
 from maxbench.systems.layers.softmax import SoftmaxLayer
-from maxbench.systems.models import load_model
 
 PROMPTS = [
     "I have bought these cookies twice and",
@@ -55,63 +54,6 @@ def test_temperature_and_top_k_equal_generate(smollm2):
     assert res[0]["token_ids"] == _hf_generate(
         smollm2, PROMPTS[0], 5, do_sample=True, temperature=0.7, top_k=40, top_p=1.0
     )
-
-
-@pytest.mark.slow
-def test_embedded_model_is_the_real_smollm2(smollm2):
-    d = smollm2.describe()
-    assert d["parameters"] == 134_515_008 and d["vocab_size"] == 49_152 and d["dtype"] == "torch.float32"
-    assert smollm2.tokenizer.eos_token_id == 2
-    text = decode(
-        smollm2, SoftmaxLayer(), ["The capital of France is"], DecodingSetting(do_sample=False, max_new_tokens=4), [0]
-    )
-    assert "Paris" in text[0]["text"]
-
-
-def test_tiny_random_is_deterministic():
-    a, b = load_model("tiny-random"), load_model("tiny-random")
-    assert a.hash == b.hash and a.tokenizer_hash == b.tokenizer_hash
-    ids = a.tokenizer(["héllo"], add_special_tokens=False)["input_ids"][0]
-    assert a.tokenizer.decode(ids) == "héllo"
-
-
-def test_a_misspelled_model_fails_before_any_download(monkeypatch):
-    import transformers
-
-    from maxbench.systems.models import check_model, load_model
-
-    def no_network(*a, **k):
-        raise AssertionError("the hub was asked for a name that cannot be a model")
-
-    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", no_network)
-    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_network)
-    with pytest.raises(MaxbenchError, match="did you mean 'smollm2-135m'"):
-        load_model("smollm2-13m")
-    with pytest.raises(MaxbenchError, match="unknown base model './nowhere/model'"):
-        load_model("./nowhere/model")
-    # a hub id and an existing directory are names a model can have: they pass the check
-    assert check_model("HuggingFaceTB/SmolLM2-135M") == "HuggingFaceTB/SmolLM2-135M"
-    assert check_model(".") == "."
-
-
-def test_an_uncached_hub_id_is_refused_at_once_when_offline_and_built_ins_never_ask_the_hub(monkeypatch):
-    import socket
-
-    from huggingface_hub import constants
-
-    from maxbench.systems.models import check_model_reachable
-
-    def no_network(*a, **k):
-        raise AssertionError("the network was tried")
-
-    monkeypatch.setattr(socket, "create_connection", no_network)
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    with pytest.raises(MaxbenchError, match="cannot load model 'no-org/no-such-model'.*HF_HUB_OFFLINE is set"):
-        check_model_reachable("no-org/no-such-model")
-    with pytest.raises(MaxbenchError, match="did you mean 'smollm2-135m'"):
-        check_model_reachable("smollm2-13m")
-    assert check_model_reachable("tiny-random") == "tiny-random"
-    assert check_model_reachable(".") == "."
 
 
 def test_stats_and_finish(tiny):
@@ -191,20 +133,7 @@ def test_the_fast_finiteness_check_agrees_with_isfinite_even_when_the_sum_overfl
     assert torch.equal(out[:2], warp(None, logits[:2])) and torch.isneginf(out[2]).all()
 
 
-def test_device_choice():
-    from maxbench.systems.models import choose_device
-
-    assert choose_device("cpu") == "cpu"
-    if not torch.cuda.is_available():
-        assert choose_device(None) == "cpu"
-        with pytest.raises(MaxbenchError, match="no CUDA GPU"):
-            choose_device("cuda")
-    with pytest.raises(MaxbenchError, match="unknown device"):
-        choose_device("tpu")
-
-
 def test_reference_logprobs_are_the_layers_teacher_forced_logprobs(tiny):
-    from maxbench.systems.decoding import reference_logprobs
 
     prompt, ref = "the soup", "was cold"
     got = reference_logprobs(tiny, SoftmaxLayer(), [prompt, "x"], [ref, "  "], chunk=3)
@@ -218,7 +147,6 @@ def test_reference_logprobs_are_the_layers_teacher_forced_logprobs(tiny):
 
 
 def test_reference_logprobs_mark_zero_probability_as_none(tiny):
-    from maxbench.systems.decoding import reference_logprobs
 
     class OnlyFirstToken(SoftmaxLayer):
         def scores(self, logits, hidden):
@@ -230,48 +158,53 @@ def test_reference_logprobs_mark_zero_probability_as_none(tiny):
     assert got == [[None, None, None]]  # " ", "d", "e": none is token 0
 
 
-def test_reference_states_are_computed_once_per_model_and_give_the_same_logprobs(tiny):
-    from types import SimpleNamespace
-
-    from maxbench.benchmark.run.runner import ReferenceStateCache
-    from maxbench.systems.decoding import reference_logprobs
-    from maxbench.systems.layers.sparsemax.layer import SparsemaxLayer
-
-    item = SimpleNamespace(id="p0", prompt="the soup", reference="was cold and salty")
-    cache = ReferenceStateCache()
-    first = cache.get(tiny, "tiny-random", item)
-    assert cache.get(tiny, "tiny-random", item) is first and cache.used == first.nbytes
-    for layer in (SoftmaxLayer(), SparsemaxLayer()):
-        fresh = reference_logprobs(tiny, layer, [item.prompt], [item.reference], chunk=4)
-        assert reference_logprobs(tiny, layer, [], [], chunk=4, states=[first]) == fresh
-    full = ReferenceStateCache(max_bytes=0)  # over budget: computed again, same values
-    again = full.get(tiny, "tiny-random", item)
-    assert again is not full.get(tiny, "tiny-random", item) and torch.equal(again.hidden, first.hidden)
+# ---------------------------------------------------------------- strided reference perplexity
+def test_windows_score_each_token_once_with_enough_context():
+    assert reference_windows(3, 10, None) == [(0, 10, 3)]
+    assert reference_windows(3, 10, 10) == [(0, 10, 3)]
+    for n_prompt, n_total, context, stride in [(3, 10, 6, None), (2, 40, 8, 3), (7, 9, 8, 4), (1, 100, 16, 16)]:
+        windows = reference_windows(n_prompt, n_total, context, stride)
+        scored = [t for _, end, first in windows for t in range(first, end)]
+        assert scored == list(range(n_prompt, n_total))
+        s = stride or context // 2
+        for start, end, first in windows:
+            assert end - start <= context and start >= 0
+            assert first - start >= (context - s if start else first)
+    with pytest.raises(ValueError, match="prompt alone"):
+        reference_windows(8, 20, 8)
 
 
-def test_workers_share_reference_states_through_the_run_folder(tiny, tmp_path, monkeypatch):
-    """A second worker's cache reads the state the first wrote instead of running the forward
-    pass again; a file it cannot read (a killed writer, a corrupt disk) is computed again."""
-    from types import SimpleNamespace
+def test_strided_states_equal_plain_ones_when_everything_fits(tiny):
+    prompt, ref = "Hello there", "word " * 40
+    plain = reference_states(tiny, prompt, ref)
+    n = len(tiny.tokenizer(prompt)["input_ids"]) + len(plain.targets)
+    for context in (n, n + 5):
+        same = reference_states(tiny, prompt, ref, context=context)
+        assert torch.equal(same.hidden, plain.hidden) and torch.equal(same.targets, plain.targets)
+    # strided: the first window is the plain prefix, so its positions match; every token is scored
+    strided = reference_states(tiny, prompt, ref, context=24)
+    assert strided.hidden.shape == plain.hidden.shape and torch.equal(strided.targets, plain.targets)
+    first = 24 - (n - len(plain.targets))
+    torch.testing.assert_close(strided.hidden[:first], plain.hidden[:first])
 
-    import maxbench.systems.decoding
-    from maxbench.benchmark.run.runner import ReferenceStateCache
 
-    computed = []
-    real = maxbench.systems.decoding.reference_states
-    monkeypatch.setattr(maxbench.systems.decoding, "reference_states", lambda *a: computed.append(a[1:]) or real(*a))
-    item = SimpleNamespace(id="p0", prompt="the soup", reference="was cold and salty")
-    other = SimpleNamespace(id="p1", prompt="the soup", reference="was warm")
-    first = ReferenceStateCache(directory=tmp_path).get(tiny, "tiny-random", item)
-    assert len(computed) == 1 and len(list(tmp_path.glob("*.pt"))) == 1
-    second = ReferenceStateCache(directory=tmp_path)
-    shared = second.get(tiny, "tiny-random", item)
-    assert len(computed) == 1  # read, not computed
-    assert torch.equal(shared.hidden, first.hidden) and torch.equal(shared.targets, first.targets)
-    assert shared.hidden.dtype == first.hidden.dtype and shared.hidden.device == first.hidden.device
-    second.get(tiny, "tiny-random", other)  # another reference: its own file
-    assert len(computed) == 2 and len(list(tmp_path.glob("*.pt"))) == 2
-    for path in tmp_path.glob("*.pt"):
-        path.write_bytes(path.read_bytes()[:100])  # truncated
-    again = ReferenceStateCache(directory=tmp_path).get(tiny, "tiny-random", item)
-    assert len(computed) == 3 and torch.equal(again.hidden, first.hidden)
+def test_a_prompt_longer_than_the_context_is_refused_in_one_line(tiny):
+    with pytest.raises(MaxbenchError, match="cannot be scored for ref-ppl: the prompt alone") as exc:
+        reference_states(tiny, "a b c d e f g h", "more words here", context=4)
+    assert "\n" not in str(exc.value)
+
+
+def test_decode_itself_refuses_positions_past_the_context(tiny):
+    from maxbench.systems.decoding import DecodingSetting, decode
+    from maxbench.systems.system_strings import parse_system
+
+    layer = parse_system("tiny-random/softmax/greedy").build_layer()
+    with pytest.raises(MaxbenchError, match="context of 512"):
+        decode(tiny, layer, ["x" * 500], DecodingSetting(do_sample=False, max_new_tokens=20), [0])
+
+
+def test_memory_estimate_grows_with_batch_and_squared_length(tiny):
+    from maxbench.systems.decoding import memory_estimate
+
+    small, batch, long = (memory_estimate(tiny, b, t, False) for b, t in ((1, 100), (4, 100), (1, 400)))
+    assert batch > 3 * small and long > 4 * small

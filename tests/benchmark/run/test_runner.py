@@ -1,4 +1,4 @@
-"""Run directories: resumable, canonical, byte-identical after interruption; shards merge."""
+"""Run directories: resumable, canonical, byte-identical after interruption; shards merge; reference states shared."""
 
 import json
 import signal
@@ -7,6 +7,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from maxbench.benchmark.data.suites import load_suite
 from maxbench.benchmark.run.runner import derive_seed, generate_run
@@ -21,6 +22,7 @@ from maxbench.rundir import (
     read_rows,
     shard_file,
 )
+from maxbench.systems.layers.softmax import SoftmaxLayer
 from maxbench.systems.system_strings import parse_system
 
 
@@ -242,3 +244,50 @@ def test_kill_9_mid_generation_then_resume(tmp_path, suite_path):
     assert 0 < partial < 30, "the kill must land mid-run"
     subprocess.run(base + ["--run-id", "killed"], check=True, capture_output=True)
     assert out.read_bytes() == (tmp_path / "clean" / GENERATIONS).read_bytes()
+
+
+def test_reference_states_are_computed_once_per_model_and_give_the_same_logprobs(tiny):
+    from types import SimpleNamespace
+
+    from maxbench.benchmark.run.runner import ReferenceStateCache
+    from maxbench.systems.decoding import reference_logprobs
+    from maxbench.systems.layers.sparsemax.layer import SparsemaxLayer
+
+    item = SimpleNamespace(id="p0", prompt="the soup", reference="was cold and salty")
+    cache = ReferenceStateCache()
+    first = cache.get(tiny, "tiny-random", item)
+    assert cache.get(tiny, "tiny-random", item) is first and cache.used == first.nbytes
+    for layer in (SoftmaxLayer(), SparsemaxLayer()):
+        fresh = reference_logprobs(tiny, layer, [item.prompt], [item.reference], chunk=4)
+        assert reference_logprobs(tiny, layer, [], [], chunk=4, states=[first]) == fresh
+    full = ReferenceStateCache(max_bytes=0)  # over budget: computed again, same values
+    again = full.get(tiny, "tiny-random", item)
+    assert again is not full.get(tiny, "tiny-random", item) and torch.equal(again.hidden, first.hidden)
+
+
+def test_workers_share_reference_states_through_the_run_folder(tiny, tmp_path, monkeypatch):
+    """A second worker's cache reads the state the first wrote instead of running the forward
+    pass again; a file it cannot read (a killed writer, a corrupt disk) is computed again."""
+    from types import SimpleNamespace
+
+    import maxbench.systems.decoding
+    from maxbench.benchmark.run.runner import ReferenceStateCache
+
+    computed = []
+    real = maxbench.systems.decoding.reference_states
+    monkeypatch.setattr(maxbench.systems.decoding, "reference_states", lambda *a: computed.append(a[1:]) or real(*a))
+    item = SimpleNamespace(id="p0", prompt="the soup", reference="was cold and salty")
+    other = SimpleNamespace(id="p1", prompt="the soup", reference="was warm")
+    first = ReferenceStateCache(directory=tmp_path).get(tiny, "tiny-random", item)
+    assert len(computed) == 1 and len(list(tmp_path.glob("*.pt"))) == 1
+    second = ReferenceStateCache(directory=tmp_path)
+    shared = second.get(tiny, "tiny-random", item)
+    assert len(computed) == 1  # read, not computed
+    assert torch.equal(shared.hidden, first.hidden) and torch.equal(shared.targets, first.targets)
+    assert shared.hidden.dtype == first.hidden.dtype and shared.hidden.device == first.hidden.device
+    second.get(tiny, "tiny-random", other)  # another reference: its own file
+    assert len(computed) == 2 and len(list(tmp_path.glob("*.pt"))) == 2
+    for path in tmp_path.glob("*.pt"):
+        path.write_bytes(path.read_bytes()[:100])  # truncated
+    again = ReferenceStateCache(directory=tmp_path).get(tiny, "tiny-random", item)
+    assert len(computed) == 3 and torch.equal(again.hidden, first.hidden)

@@ -1,0 +1,58 @@
+"""The committed leaderboards render again byte-identically from the repository."""
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.support.paths import ROOT
+from tests.support.runs import leaderboard_table, write_scored_run
+
+
+def _committed_run(tmp_path, folder: Path) -> Path:
+    """The scored run behind a committed leaderboard, rebuilt from the numbers its csv holds (12
+    significant digits, which print the same at the 2 decimals shown) and its md (baseline, n/a)."""
+    md = (folder / "leaderboard.md").read_text()
+    with open(folder / "leaderboard.csv") as f:
+        rows = list(csv.reader(f))
+    cols = [c for c in rows[0][1:] if not c.endswith(("_ci_low", "_ci_high", "_p_vs_baseline"))]
+    lower = {"kld", "ppl", "ref-eps-ppl", "ref-ppl", "rep", "seq-rep-4", "ref-zero-frac"}
+    md_rows = {r[0].strip("`"): r[1:] for r in leaderboard_table(md)[1:]}
+    baseline = re.search(r"against the baseline `([^`]*)`", md).group(1)
+    source = re.search(r"^Sources: `([^`]*)`$", md, re.M).group(1)
+    num = lambda x: None if x == "" else float(x)  # noqa: E731
+    systems, comps = {}, {}
+    for row in rows[1:]:
+        scores, ps = {}, {}
+        for i, col in enumerate(cols):
+            v, lo, hi, p = row[1 + 4 * i : 5 + 4 * i]
+            if v == lo == hi == p == "" and md_rows[row[0]][i] != "n/a":
+                continue
+            hib = not (col in lower or col.startswith("self-bleu"))
+            scores[col] = {"value": num(v), "ci_low": num(lo), "ci_high": num(hi), "higher_is_better": hib}
+            if p:
+                ps[col] = {"p_value": float(p)}
+        systems[row[0]] = {"n_prompts": 96, "scores": scores}
+        comps[row[0]] = ps
+    registry, suite = re.match(r"# maxbench leaderboard: (\S+) on (\S+)\n", md).groups()
+    run = write_scored_run(tmp_path, source, list(systems), suite=suite, n_items=96)
+    ident = json.loads((run / "manifest.json").read_text())
+    ident["identity"]["registry"] = registry
+    (run / "manifest.json").write_text(json.dumps(ident))
+    doc = {"systems": systems, "comparisons": {"baseline": baseline, "systems": comps}}
+    (run / "scores.json").write_text(json.dumps(doc))
+    return Path(source)
+
+
+@pytest.mark.parametrize("folder", ["results", "results/lambda-sweep"])
+def test_committed_leaderboards_render_byte_identically_through_the_document_model(tmp_path, monkeypatch, folder):
+    from maxbench.benchmark.present.leaderboard import render
+
+    committed = ROOT / folder
+    monkeypatch.chdir(tmp_path)  # the md names its source as given: results/runs/<run>
+    source = _committed_run(tmp_path, committed)
+    render([source], tmp_path / "out")
+    for name in ("leaderboard.md", "leaderboard.csv"):
+        assert (tmp_path / "out" / name).read_bytes() == (committed / name).read_bytes(), name
