@@ -1,4 +1,5 @@
-"""Files: atomic writes keep the umask's mode and never replace a device or a folder; MAXBENCH_HOME's problems named with its value."""
+"""Files: atomic writes keep the umask's mode and never replace a device or a folder;
+MAXBENCH_HOME's problems named with its value."""
 
 import os
 import stat

@@ -1,4 +1,7 @@
-"""A run folder that is damaged, edited or made elsewhere is refused in one line whichever command opens it (generate, score, view, leaderboard), and nothing computed is lost: scores of other generations, two rows with one key, a suite or system the manifest misstates, a score cache in an odd place, a damaged line, other weights, an interrupt."""
+"""A run folder that is damaged, edited or made elsewhere is refused in one line whichever command
+opens it (generate, score, view, leaderboard), and nothing computed is lost: scores of other
+generations, two rows with one key, a suite or system the manifest misstates, a score cache in an
+odd place, a damaged line, other weights, an interrupt."""
 
 import hashlib
 import json
@@ -11,8 +14,6 @@ from tests.support.cli import assert_one_line_exit_2
 from tests.support.runs import score_args
 
 SUITE_ROWS = [{"id": f"p{i}", "prompt": f"Review number {i}: the soup was", "reference": f"ref {i}"} for i in range(3)]
-
-
 SOFTMAX = "tiny-random/softmax/top_p=0.9,max_new_tokens=6"
 
 

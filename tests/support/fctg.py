@@ -1,4 +1,5 @@
-"""The FCTG adapter's small training examples and contexts, and a generation on the tiny attribute suite, shared by the conditional adapters' tests."""
+"""The FCTG adapter's small training examples and contexts, and a generation on the tiny attribute
+suite, shared by the conditional adapters' tests."""
 
 from __future__ import annotations
 

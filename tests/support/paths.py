@@ -1,4 +1,5 @@
-"""Where the tests find the repository and their committed data, whatever folder a test file sits in."""
+"""Where the tests find the repository and their committed data, whatever folder a test file sits
+in."""
 
 from pathlib import Path
 

@@ -1,4 +1,5 @@
-"""The decoding loop: token-exact with transformers' generate, its statistics, its refusals, reference log-probabilities."""
+"""The decoding loop: token-exact with transformers' generate, its statistics, its refusals,
+reference log-probabilities."""
 
 import pytest
 import torch

@@ -1,4 +1,5 @@
-"""Base models: the embedded model is the real one, tiny-random is deterministic, names checked before any download, the device chosen."""
+"""Base models: the embedded model is the real one, tiny-random is deterministic, names checked
+before any download, the device chosen."""
 
 import pytest
 import torch

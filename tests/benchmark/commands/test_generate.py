@@ -1,4 +1,5 @@
-"""``maxbench generate``: several systems into one run, bad numbers and names refused in one line before any work, the smoke suite generated."""
+"""``maxbench generate``: several systems into one run, bad numbers and names refused in one line
+before any work, the smoke suite generated."""
 
 import json
 import math

@@ -1,4 +1,5 @@
-"""``maxbench leaderboard`` over scored runs: one row per system and run, runs that cannot be compared refused naming the difference, partial runs marked, bad run folders one line."""
+"""``maxbench leaderboard`` over scored runs: one row per system and run, runs that cannot be
+compared refused naming the difference, partial runs marked, bad run folders one line."""
 
 import csv
 from pathlib import Path

@@ -1,4 +1,5 @@
-"""Options the commands share: run ids derived from suite and systems stay one plain folder name, and the names earlier versions gave."""
+"""Options the commands share: run ids derived from suite and systems stay one plain folder name,
+and the names earlier versions gave."""
 
 
 def test_derived_run_ids_stay_one_plain_name():

@@ -1,4 +1,5 @@
-"""``maxbench view`` with a study: the export records the run and each rated text's hash, and a study of other texts or another run is refused in one line."""
+"""``maxbench view`` with a study: the export records the run and each rated text's hash, and a
+study of other texts or another run is refused in one line."""
 
 import hashlib
 import json

@@ -1,4 +1,5 @@
-"""Suites: committed built-ins match their hashes; user suites from TOML, jsonl, csv and txt read as written; malformed files rejected in one line."""
+"""Suites: committed built-ins match their hashes; user suites from TOML, jsonl, csv and txt read as
+written; malformed files rejected in one line."""
 
 import hashlib
 import json

@@ -1,4 +1,5 @@
-"""Scoring's checks of a run's manifest: a system string agrees with the model, layer and adapter recorded for it."""
+"""Scoring's checks of a run's manifest: a system string agrees with the model, layer and adapter
+recorded for it."""
 
 
 def test_a_layer_with_parameters_agrees_with_its_system_string():

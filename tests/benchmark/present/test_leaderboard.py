@@ -1,4 +1,5 @@
-"""Reading a scored run for the leaderboard: a scores file of the wrong shape is reported where it is wrong."""
+"""Reading a scored run for the leaderboard: a scores file of the wrong shape is reported where it
+is wrong."""
 
 import json
 from pathlib import Path

@@ -1,4 +1,5 @@
-"""Run directories: resumable, canonical, byte-identical after interruption; shards merge; reference states shared."""
+"""Run directories: resumable, canonical, byte-identical after interruption; shards merge; reference
+states shared."""
 
 import json
 import signal
