@@ -222,7 +222,7 @@ def test_view_and_score_refuse_a_row_that_is_no_row(cli, run, tmp_path, bad, wor
 
 
 # ---------------------------------------------------------------- a run copied from another machine
-def test_resume_refuses_a_run_generated_with_other_weights(cli, run, scored):  # noqa: F811
+def test_resume_refuses_a_run_generated_with_other_weights(cli, run, scored):
     manifest = json.loads((run / "manifest.json").read_text())
     here = manifest["models"]["tiny-random"]["hash"]
     theirs = "f" * 64
@@ -238,7 +238,7 @@ def test_resume_refuses_a_run_generated_with_other_weights(cli, run, scored):  #
 
 # ---------------------------------------------------------------- Ctrl-C eaten by a destructor
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the eaten interrupt
-def test_an_interrupt_during_score_exits_130_even_when_a_destructor_eats_it(cli, run, monkeypatch):  # noqa: F811
+def test_an_interrupt_during_score_exits_130_even_when_a_destructor_eats_it(cli, run, monkeypatch):
     import maxbench.benchmark.metrics.scoring as scoring
 
     class Closing:
