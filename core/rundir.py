@@ -40,10 +40,16 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from maxbench.errors import MaxbenchError
 from maxbench.fileio import atomic_write, os_error
 from maxbench.locks import exclusive, held
+
+if TYPE_CHECKING:  # annotations only: the shared base imports no other maxbench package at run time
+    from maxbench.benchmark.data.suites import Suite
+    from maxbench.systems.system_strings import SystemSpec
+
 
 MANIFEST = "manifest.json"
 GENERATIONS = "generations.jsonl"
@@ -209,6 +215,26 @@ def generations_sha256(run_dir: Path) -> str | None:
         return None
     except OSError as exc:
         raise os_error(path, exc, "read") from None
+
+
+def file_digests(run_dir: Path) -> dict[str, str]:
+    """The sha256 of the run's manifest, generations and scores files as they are now ('' for one that
+    is absent), keyed ``manifest``, ``generations``, ``scores``: what a report records of a run it used."""
+    out = {}
+    for name, path in (("manifest", manifest_path), ("generations", generations_path), ("scores", scores_path)):
+        try:
+            out[name] = hashlib.sha256(path(run_dir).read_bytes()).hexdigest()
+        except FileNotFoundError:
+            out[name] = ""
+        except OSError as exc:
+            raise os_error(path(run_dir), exc, "read") from None
+    return out
+
+
+def read_timings(run_dir: Path) -> list[dict]:
+    """The rows of the run's ``timings.jsonl`` (one per phase of each invocation; [] without one)."""
+    path = timings_path(run_dir)
+    return read_rows(path) if path.is_file() else []
 
 
 def shard_lines(run_dir: Path) -> int:
@@ -390,13 +416,13 @@ class RunPlan:
     """Everything that defines a run's content (what the manifest pins)."""
 
     run_dir: Path
-    suite: object  # maxbench.benchmark.data.suites.Suite
-    systems: list  # [SystemSpec]
+    suite: Suite
+    systems: list[SystemSpec]
     samples: int = 1
     seed: int = 1234
     batch_size: int = 8
     corpus: str | None = None  # fitting corpus for layers that need one
-    registry: str | None = None
+    lineup: str | None = None
     #: also record each layer's teacher-forced log-probabilities of the references (ref-ppl)
     reference_ppl: bool = True
     #: model options of every model of the run (``--model-args``, docs/models.md); part of the
@@ -424,7 +450,7 @@ class RunPlan:
             "seed": self.seed,
             "batch_size": self.batch_size,
             "corpus": self.corpus,
-            "registry": self.registry,
+            "registry": self.lineup,  # the lineup, under its old key: runs made before the rename resume
             "reference_ppl": self.reference_ppl,
         }
 
@@ -848,7 +874,7 @@ def canonicalise(plan: RunPlan, path: Path, shard) -> None:
     if unknown:
         raise MaxbenchError(
             f"{path} holds rows of system '{unknown[0]['system']}', which this run does not "
-            f"define; this run directory belongs to another registry"
+            f"define; this run directory belongs to another lineup"
         )
     by_key = rows_by_key(sources)
     if shard is None and len(by_key) < len(order):

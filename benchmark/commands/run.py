@@ -92,9 +92,9 @@ def cmd_run(args) -> int:
     if args.shard is not None and workers not in (None, 1):
         raise MaxbenchError("--workers and --shard exclude each other: a shard is one worker (give one of them)")
     started = time.perf_counter()
-    reg = load_lineup(args.lineup)
-    suite = load_suite(args.suite or reg.suite)
-    metrics = parse_metric_list(args.metrics or ",".join(reg.metrics) or None)
+    lineup = load_lineup(args.lineup)
+    suite = load_suite(args.suite or lineup.suite)
+    metrics = parse_metric_list(args.metrics or ",".join(lineup.metrics) or None)
     shard = _shard_arg(args.shard)
     device = args.device
     if shard is not None and device is None and os.environ.get("LOCAL_RANK") is not None:
@@ -102,20 +102,22 @@ def cmd_run(args) -> int:
 
         if torch.cuda.is_available():
             device = f"cuda:{os.environ['LOCAL_RANK']}"
-    run_dir = Path(args.runs_dir) / lineup_run_id(args.run_id, reg.name, suite.name)
-    out_dir = Path(args.out) if args.out else (Path("results") if reg.name == "default" else Path("results") / reg.name)
+    run_dir = Path(args.runs_dir) / lineup_run_id(args.run_id, lineup.name, suite.name)
+    out_dir = (
+        Path(args.out) if args.out else (Path("results") if lineup.name == "default" else Path("results") / lineup.name)
+    )
     plan = RunPlan(
         run_dir=run_dir,
         suite=suite,
-        systems=reg.systems,
-        samples=reg.samples,
-        seed=reg.seed,
-        batch_size=reg.batch_size,
-        corpus=reg.corpus,
-        registry=reg.name,
+        systems=lineup.systems,
+        samples=lineup.samples,
+        seed=lineup.seed,
+        batch_size=lineup.batch_size,
+        corpus=lineup.corpus,
+        lineup=lineup.name,
         model_args=parse_model_args(args.model_args),
-        per_model_args=reg.model_args,
-        sweeps={name: sweep.record() for name, sweep in reg.sweeps.items()},
+        per_model_args=lineup.model_args,
+        sweeps={name: sweep.record() for name, sweep in lineup.sweeps.items()},
     )
     outputs = () if shard is not None else ((out_dir, "--out"),)
     invocation = os.environ.get(INVOCATION_ENV) or new_invocation()
@@ -154,12 +156,12 @@ def cmd_run(args) -> int:
             ScoringOptions(
                 metrics=metrics,
                 n_resamples=args.n_resamples,
-                evaluator=args.evaluator or reg.evaluator,
+                evaluator=args.evaluator or lineup.evaluator,
                 device=device,
                 threads=args.threads,
                 progress=not args.no_progress,
             ),
-            baseline=reg.baseline,
+            baseline=lineup.baseline,
         )
     with timer.phase("render"):
         written = render([run_dir], out_dir)

@@ -82,7 +82,7 @@ class ScoredRun:
 
     path: Path
     run_id: str
-    registry: str | None
+    lineup: str | None
     suite: dict  # name, version, sha256, n_items
     seed: int | None
     samples: int | None
@@ -167,7 +167,7 @@ def load_scored_run(run_dir: Path) -> ScoredRun:
     return ScoredRun(
         path=run_dir,
         run_id=manifest.get("run_id") or scores.run_id or run_dir.name,
-        registry=ident.get("registry"),
+        lineup=ident.get("registry"),  # a manifest records its lineup under the old key
         suite=suite,
         seed=ident.get("seed", manifest.get("seed")),
         samples=ident.get("samples", manifest.get("samples")),
@@ -368,14 +368,14 @@ def _suite_text(run: ScoredRun) -> str:
 
 
 def _title(runs: list[ScoredRun]) -> str:
-    """Named after the first run's registry and suite, so a re-render gives the same page."""
+    """Named after the first run's lineup and suite, so a re-render gives the same page."""
     suites = {r.suite.get("name") for r in runs}
     if len(suites) > 1:
         return "maxbench leaderboard: runs on several suites"
     first = runs[0]
     if not first.suite.get("name"):
         return "maxbench leaderboard"
-    return f"maxbench leaderboard: {first.registry or 'generate'} on {first.suite['name']}"
+    return f"maxbench leaderboard: {first.lineup or 'generate'} on {first.suite['name']}"
 
 
 def _note(runs: list[ScoredRun], per_model: bool = False) -> Para:

@@ -23,24 +23,25 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from maxbench import rundir
 from maxbench.benchmark.reproduce.papers import Paper
 from maxbench.benchmark.reproduce.protocol import RunSpec
 from maxbench.benchmark.reproduce.verdicts import best_epoch
+from maxbench.errors import MaxbenchError
 from maxbench.fileio import atomic_write
 
 #: the report's evidence file, beside report.md
 PAIRS = "pairs.json"
 PAIRS_FORMAT = "maxbench-reproduce-pairs/1"
-#: the files of a run the report records the sha256 of
-FILES = (("manifest", "manifest.json"), ("generations", "generations.jsonl"), ("scores", "scores.json"))
-
 
 # ---------------------------------------------------------------- scores.json
 
 
 def read_scores(run_dir: Path) -> dict | None:
-    path = run_dir / "scores.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    """The run's scores document as it is (None when it has none; one that is damaged is refused in
+    one line by the run folder's owner). Whether it scores the run's generations as they are now is
+    ``RunScores``' question."""
+    return rundir.read_scores(run_dir, fresh=False).to_dict() if rundir.has_scores(run_dir) else None
 
 
 def metric_of(doc: dict, score: str) -> str | None:
@@ -51,10 +52,6 @@ def metric_of(doc: dict, score: str) -> str | None:
 def signature(doc: dict, metric: str | None) -> str:
     """The signature ``metric`` had when the run was scored ('' if none)."""
     return ((doc.get("metrics") or {}).get(metric) or {}).get("signature", "") if metric else ""
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else ""
 
 
 class RunScores:
@@ -71,9 +68,12 @@ class RunScores:
             doc = read_scores(r.run_dir)
             why = ""
             if doc is None:
-                why = "not scored" if (r.run_dir / "generations.jsonl").exists() else "not run"
+                why = "not scored" if rundir.has_generations(r.run_dir) else "not run"
                 self._whole[r.run_dir] = why
-            elif doc.get("generations_sha256") != sha256(r.run_dir / "generations.jsonl"):
+            elif not rundir.has_generations(r.run_dir):
+                why = "its generations.jsonl is missing (regenerate the run)"
+                self._whole[r.run_dir] = why
+            elif doc.get("generations_sha256") != rundir.generations_sha256(r.run_dir):
                 why = "its scores.json scores other generations (rescore it)"
                 self._whole[r.run_dir] = why
             else:
@@ -176,7 +176,7 @@ class Pairs:
                 out[name] = [c.difference, lo, hi]
             return {"run": run_dir.name, "systems": [a, b], "metric": metric, "scores": out}
 
-        gen = sha256(run_dir / "generations.jsonl")
+        gen = rundir.generations_sha256(run_dir) or ""
         key = self._key("pair", run_dir.name, gen, a, b, metric, signature, self.n_resamples)
         found = self._get(key, compute)["scores"].get(score)
         return None if found is None else tuple(found)
@@ -287,25 +287,19 @@ def time_per_token(run_dir: Path) -> dict[str, float]:
     CPU time of the generating process (wall time where a timing row has none): on a shared
     machine other processes stretch wall time by whatever else runs at that moment, so two
     systems generated at different times compare fairly only by the CPU time they used."""
-    from maxbench.rundir import GENERATIONS, TIMINGS, read_rows
-
     seconds: dict[str, float] = {}
-    for line in (run_dir / TIMINGS).read_text().splitlines() if (run_dir / TIMINGS).exists() else []:
-        row = json.loads(line)
+    for row in rundir.read_timings(run_dir):
         if row["phase"].startswith("generate "):
             name = row["phase"][len("generate ") :]
             seconds[name] = seconds.get(name, 0.0) + row.get("cpu_seconds", row["seconds"])
     tokens: dict[str, int] = {}
-    for row in read_rows(run_dir / GENERATIONS):
+    for row in rundir.read_generations(run_dir, missing_ok=True):
         tokens[row["system"]] = tokens.get(row["system"], 0) + int(row.get("n_tokens", 0))
     return {s: seconds[s] / tokens[s] for s in seconds if tokens.get(s)}
 
 
 def _train_rows(run: RunSpec) -> list[dict]:
-    from maxbench.rundir import TIMINGS, read_rows
-
-    path = run.run_dir / TIMINGS
-    return [r for r in read_rows(path) if r.get("phase", "").startswith("train ")] if path.exists() else []
+    return [r for r in rundir.read_timings(run.run_dir) if r.get("phase", "").startswith("train ")]
 
 
 def training_seconds(run: RunSpec) -> dict[str, float]:
@@ -329,10 +323,7 @@ def training_steps(run: RunSpec) -> dict[str, list[float]]:
 
 def run_wall_seconds(run: RunSpec) -> float:
     """The wall time every invocation spent on one run (all phases of its timings.jsonl; 0 if none)."""
-    path = run.run_dir / "timings.jsonl"
-    if not path.exists():
-        return 0.0
-    return sum(json.loads(line)["seconds"] for line in path.read_text().splitlines() if line.strip())
+    return sum(row["seconds"] for row in rundir.read_timings(run.run_dir))
 
 
 def total_wall_seconds(runs: list[RunSpec]) -> float:
@@ -353,7 +344,7 @@ def run_table(runs: list[RunSpec]) -> list[dict]:
             "prompts": len(r.plan.suite.items),
             "systems": len(r.plan.systems),
             "wall_seconds": round(run_wall_seconds(r), 1),
-            **{f"{n}_sha256": sha256(r.run_dir / f) for n, f in FILES},
+            **{f"{n}_sha256": digest for n, digest in rundir.file_digests(r.run_dir).items()},
         }
         for r in runs
     ]
@@ -396,7 +387,10 @@ def _head_meta(layer: str, sha: str, committed: Path | None = None) -> tuple[dic
 
 
 def _manifest(run: RunSpec) -> dict | None:
-    return _read_json(run.run_dir / "manifest.json")
+    try:
+        return rundir.read_manifest(run.run_dir) or None
+    except MaxbenchError:
+        return None
 
 
 def budget_of(meta: dict) -> dict:

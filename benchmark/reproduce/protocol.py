@@ -17,9 +17,13 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from maxbench.benchmark.reproduce.papers import Paper
 from maxbench.errors import MaxbenchError
+
+if TYPE_CHECKING:
+    from maxbench.rundir import RunPlan
 
 #: seconds per prompt for 64 new tokens on one CPU thread (SmolLM2's generation times on 16 food-review prompts,
 #: batch 16, in docs/performance-log.md's section on the second model),
@@ -62,7 +66,7 @@ class RunSpec:
     model: str
     corpus: str
     fold: int | None
-    plan: object  # maxbench.rundir.RunPlan
+    plan: RunPlan
     roles: dict[str, str] = field(default_factory=dict)  # role -> system name
     baseline: str = ""
     #: the roles the protocol plans for this run when ``--roles`` generates a piece of it (else empty):
@@ -202,7 +206,7 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
             seed=proto.get("seed", 1234),
             batch_size=proto.get("batch_size", 16),
             corpus=fit_corpus,
-            registry=f"reproduce-{paper.name}",
+            lineup=f"reproduce-{paper.name}",
         )
         names = {role: s.name for role, s in systems.items()}
         planned = tuple(full) if set(full) != set(roles) else ()

@@ -6,7 +6,7 @@ cut off, finished keys are skipped, and a batch with missing rows is decoded aga
 (batches are fixed by the suite order, so the rows come out identical).
 
 Sharding (``--shard i/n``) hands out whole batches round-robin, numbered across all systems
-in registry order (so n can exceed the batches of one system), and every row is decoded in
+in lineup order (so n can exceed the batches of one system), and every row is decoded in
 the same batch as in a single process; each shard writes its own shard file and
 ``rundir.merge_shards`` joins them. A shard that has
 finished its own batches takes over the batches another shard of the run has not reached yet,
@@ -174,7 +174,7 @@ def machine(device: str) -> dict:
 
 def shard_units(plan: RunPlan, shard: tuple[int, int] | None) -> list[list[tuple[int, list]]]:
     """Per system, the (unit, batch) pairs of ``shard`` (every pair without one): the batches of all
-    systems are numbered in registry order, and unit k belongs to shard k mod n."""
+    systems are numbered in lineup order, and unit k belongs to shard k mod n."""
     out, unit = [], 0
     for system in plan.systems:
         batches = plan.batches(system)

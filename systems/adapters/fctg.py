@@ -13,8 +13,10 @@
   the gate closed (``mu`` at 1, or ``mva=false``) the model is the one below MVA, bit for bit (the
   base model itself with ``r=0``).
 - **MAM** (masked attribute modelling, ``mam=ce``): 15% of the attribute tokens (at least one; the
-  fixed end of the template excluded) are replaced in the training input by a mask token and
-  predicted, cross-entropy through the frozen LM head, from the mean of the text's top-layer states.
+  fixed end of the template excluded) are replaced by a mask token in a copy of the training input
+  (run in the same call as the intact input, which alone carries the LM and ALM losses: the text is
+  conditioned on every attribute, as the slides' ``L_FCTG``) and predicted, cross-entropy through
+  the frozen LM head, from the mean of the copy's top-layer text states.
 - **ALM** (attribute-linguistic matching, ``alm=cn|tr|mtr``): the mean top-layer states of the
   attribute part and of the text part, projected into one space (unit vectors), are matched:
   ``cn`` InfoNCE (temperature 0.1), ``tr`` triplet (margin 0.2, averaged over every negative of the
@@ -22,9 +24,17 @@
   attributes differ from the anchor's.
 - the LM loss on the text; ``L = 1 * LM + 0.1 * MAM + 0.1 * ALM``.
 
-The pretrained model itself is fine-tuned through LoRA of rank ``r`` (the attention's query and value
-projections, as the ``lora`` adapter; ``r=0``: frozen, only the gates learn), merged after
-training. docs/conditional.md#fctg says which parts follow the slides and which are readings.
+The pretrained model is frozen (``r=0``, the slides: the attention's "Parameters will not be
+optimized"): the gates and MAM's and ALM's maps learn. ``r>0`` adds a LoRA fine-tune of rank ``r``
+(the attention's query and value projections, as the ``lora`` adapter), merged after training.
+
+The gate can learn to open: with ``select`` its start ``C_b`` and learning rate are chosen from
+``GATE_GRID`` by the LM loss on a held-out tenth of the fitting rows (``split_validation``) after a
+probe of a fifth of ``steps`` each, and the fit keeps its checkpoint of lowest held-out loss. The
+meta records the trained gate's distribution over the held-out texts' tokens and, per trained
+component, how far its values moved from their start (``moved``) and whether that is under
+``INERT`` (``inert``). docs/conditional.md#fctg says which parts follow the slides and which are
+readings.
 
 FCTG's ``[EOA]`` is the marker every conditional adapter finds (``systems/adapters/conditional.py``:
 the longest token sequence every training prompt ends with, `` stars. Review:`` for ``food-attrs``),
@@ -58,8 +68,23 @@ MAM_RATE = 0.15
 TAU = 0.1
 MARGIN = 0.2
 ALM_DIM = 128
-#: the gate's bias at initialisation: sigmoid(-4) = 0.018, nearly the base model
+#: the gate's start (its bias C_b; W_b starts at 0) and learning rate with ``select=false``:
+#: sigmoid(-4) = 0.018, nearly the base model, at the other parameters' rate (the version-1 setting)
 GATE_BIAS = -4.0
+#: ``select=true``: the (start bias, learning rate) pairs of the gate tried on the fitting split. The
+#: starts are gates of 0.018, 0.27 and 0.88 (the last above every threshold ``mu`` of the ablation:
+#: a gate below ``mu`` is shut and gets no gradient, so only a start above it can learn there); AdamW
+#: moves a parameter by about its learning rate per step, so 0.001 (the other parameters' rate) and
+#: 0.01 move a bias by up to 0.05 and 0.5 in 50 steps, and ``W_b`` (started at 0) moves ``A`` by up
+#: to that times the summed size of the gate's 2d inputs
+GATE_GRID = tuple((bias, lr) for bias in (-4.0, -1.0, 2.0) for lr in (0.001, 0.01))
+#: the validation rows: the last tenth of the fitting rows, at least 8 and at most 32 (fewer when
+#: the split is that small; at least one row is left to train on)
+VALIDATION = (0.1, 8, 32)
+#: a trained component whose values moved by less than this from their start is inert
+INERT = 0.01
+#: the quantiles of the trained gate recorded in the meta
+QUANTILES = (0.0, 0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0)
 _PREFIX = "fctg_mva_"
 
 
@@ -74,6 +99,7 @@ class MvaState:
         self.hidden: dict = {}  # layer -> that layer's attention input, this call
         self.pool: dict = {} if pool is None else pool  # layer -> mean over the attribute tokens
         self.open_gates = 0  # gate values > 0 seen in this call (for tests and diagnostics)
+        self.record: list | None = None  # when a list: (layer, B_c of every text token and head) per call
 
 
 def mva_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -98,6 +124,8 @@ def mva_attention(module, query, key, value, attention_mask, scaling=None, dropo
     usable = (~attr_q) & keys_attr.any(1, keepdim=True)
     gate = s * (s > state.mu).to(s.dtype) * usable[..., None].to(s.dtype)
     state.open_gates += int((gate > 0).sum())
+    if state.record is not None:
+        state.record.append((layer, gate[usable].detach().float().cpu()))
     if not bool((gate > 0).any()):
         return out_s, weights
     groups = query.shape[1] // key.shape[1]
@@ -130,6 +158,7 @@ class FctgLM(ConditionalLM):
         super().__init__(base, marker, install(base) if gates is not None else None)
         self.gates = gates
         self.mu = float(mu)
+        self.record: list | None = None  # set to a list to collect the gate values of the next calls
 
     def forward(self, input_ids, attention_mask=None, past_key_values=None, use_cache=None, attributes=None, **kwargs):
         """``attributes``: (batch, length) bool, the attribute tokens, when the caller knows them
@@ -152,6 +181,7 @@ class FctgLM(ConditionalLM):
         else:
             attr = attributes if attributes is not None else attribute_positions(input_ids, attention_mask, self.marker)
             state = MvaState(attr.to(input_ids.device), self.gates, self.mu)
+        state.record = self.record
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache(config=self.config)
         out = self.base(
@@ -218,8 +248,26 @@ def _group_key(attributes: dict | None) -> str:
 
 
 # --------------------------------------------------------------------------- the adapter
+def split_validation(encoded: list) -> tuple[list, list]:
+    """(training rows, validation rows): the validation rows are the last tenth of ``encoded`` (at
+    least 8, at most 32; ``VALIDATION``), never all of it; none when fewer than two rows."""
+    share, least, most = VALIDATION
+    n = min(most, max(least, round(share * len(encoded))), len(encoded) - 1) if len(encoded) > 1 else 0
+    return (encoded[: len(encoded) - n], encoded[len(encoded) - n :]) if n > 0 else (encoded, [])
+
+
+def quantiles(values: torch.Tensor) -> dict:
+    """``QUANTILES`` of ``values`` (1-D; the nearest rank), to 4 places, keyed ``q<percent>``."""
+    if values.numel() == 0:
+        return {}
+    ordered = values.double().sort().values
+    last = len(ordered) - 1
+    return {f"q{round(100 * p):g}": round(float(ordered[round(p * last)]), 4) for p in QUANTILES}
+
+
 class FctgAdapter(ConditionalAdapter):
-    """``fctg(mu=0,mam=ce,alm=tr)``: FCTG on the conditional suite's fitting split."""
+    """``fctg(mu=0,mam=ce,alm=tr)``: FCTG on the conditional suite's fitting split, the base model
+    frozen (``r=0``; ``r>0`` adds a LoRA fine-tune, the version-1 reading)."""
 
     name = "fctg"
     OPTIONS = {
@@ -227,8 +275,11 @@ class FctgAdapter(ConditionalAdapter):
         "mam": "ce",
         "alm": "tr",
         "mva": True,
-        "r": 8,
+        "r": 0,
         "alpha": 16,
+        "select": True,
+        "gate_bias": GATE_BIAS,
+        "gate_lr": 0.001,
         "steps": 50,
         "batch": 8,
         "lr": 0.001,
@@ -236,7 +287,7 @@ class FctgAdapter(ConditionalAdapter):
         "seed": 0,
     }
     CHOICES = {"mam": ("ce", "none"), "alm": ("cn", "tr", "mtr", "none")}
-    version = "1"
+    version = "2"
 
     def check(self) -> None:
         o = self.options
@@ -248,25 +299,37 @@ class FctgAdapter(ConditionalAdapter):
         for key in ("steps", "r"):
             if o[key] < 0:
                 raise MaxbenchError(f"adapter 'fctg': {key} must be >= 0, got {o[key]}")
-        if not o["lr"] > 0:
-            raise MaxbenchError(f"adapter 'fctg': lr must be > 0, got {o['lr']}")
+        for key in ("lr", "gate_lr"):
+            if not o[key] > 0:
+                raise MaxbenchError(f"adapter 'fctg': {key} must be > 0, got {o[key]}")
+        if o["select"] and (o["gate_bias"] != GATE_BIAS or o["gate_lr"] != self.OPTIONS["gate_lr"]):
+            raise MaxbenchError(
+                "adapter 'fctg': gate_bias and gate_lr are chosen on the fitting split when select=true; "
+                "give select=false to fix them"
+            )
         if not o["mva"] and o["r"] == 0:
-            raise MaxbenchError("adapter 'fctg': mva=false with r=0 leaves nothing to train; give r >= 1")
+            raise MaxbenchError(
+                "adapter 'fctg': mva=false with r=0 leaves nothing to train (it is the base model); give r >= 1"
+            )
 
     # ------------------------------------------------------------------ the parts
-    def _gates(self, config):
+    def _gates(self, config, bias: float = GATE_BIAS):
         layers = config.num_hidden_layers
         d, heads = config.hidden_size, config.num_attention_heads
         gates = torch.nn.ModuleList(torch.nn.Linear(2 * d, heads) for _ in range(layers))
         with torch.no_grad():
             for g in gates:
                 g.weight.zero_()
-                g.bias.fill_(GATE_BIAS)
+                g.bias.fill_(bias)
         return gates
 
     # ------------------------------------------------------------------ train and apply
     def train(self, lm, ctx: AdapterFitContext) -> tuple[dict, dict]:
-        from maxbench.systems.adapters.training import collate, encode_examples, tenth_mean, train_loop, training_rows
+        """The fit, after choosing the gate (``select``): each ``GATE_GRID`` pair trains a probe of a
+        fifth of ``steps`` on the training rows (``split_validation``), and the pair with the lowest
+        validation LM loss trains the adapter; that fit keeps the state of its checkpoint (every
+        fifth of ``steps``) with the lowest validation loss (its budget)."""
+        from maxbench.systems.adapters.training import encode_examples, training_rows
 
         o = self.options
         what, examples, marker = self.conditional_examples(lm, ctx)
@@ -282,10 +345,54 @@ class FctgAdapter(ConditionalAdapter):
             return out
 
         encoded = training_rows(lm, examples, o, what, encode)
+        rows, val = split_validation(encoded)
+        steps = int(o["steps"])
+        every = max(1, steps // 5)
+        progress = ctx.options.get("progress", True)
+        gate: dict = {}
+        pick = (float(o["gate_bias"]), float(o["gate_lr"]))
+        if o["mva"] and o["select"] and steps and val:
+            probes = []
+            for bias, glr in GATE_GRID:
+                fit = self._fit(lm, examples, rows, val, marker, bias, glr, every, [every], what, False)
+                probes.append({"gate_bias": bias, "gate_lr": glr, "val_loss": fit["best_loss"]})
+            best = min(range(len(probes)), key=lambda i: (probes[i]["val_loss"], i))
+            pick = (probes[best]["gate_bias"], probes[best]["gate_lr"])
+            gate["grid"] = probes
+            gate["probe_steps"] = every
+        checkpoints = sorted({*range(every, steps + 1, every), steps}) if val else []
+        fit = self._fit(lm, examples, rows, val, marker, *pick, steps, checkpoints, what, progress)
+        tensors, trained = fit["tensors"], fit["trained"]
+        if o["mva"]:
+            gate = {"selected": "grid" in gate, "gate_bias": pick[0], "gate_lr": pick[1], **gate}
+        timing = ("train_seconds", "train_cpu_seconds", "step_cpu_seconds", "step_cpu_median")
+        measured = {
+            **{k: v for k, v in trained.items() if k not in timing},
+            **{f"{k}_loss_last": v for k, v in fit["parts"].items()},
+            "validation_rows": len(val),
+            "validation_loss": fit["val_losses"],
+            "best_step": fit["best_step"],
+            **({"gate": {**gate, **fit["gate_values"]}} if o["mva"] else {}),
+            "moved": fit["moved"],
+            "inert": {k: v < INERT for k, v in fit["moved"].items()},
+            **{k: trained[k] for k in timing},
+            **self.recorded_attributes(lm, marker, ctx),
+        }
+        return tensors, measured
+
+    def _fit(self, lm, examples, rows, val, marker, bias, gate_lr, steps, checkpoints, what, progress) -> dict:
+        """One training of ``steps`` steps on ``rows`` with the gate started at ``bias`` and trained at
+        ``gate_lr``; the validation LM loss of ``val`` at each of ``checkpoints``, the state of the
+        lowest kept. Returns the tensors, train_loop's summary, each loss part's last tenth, the
+        validation losses, the best step, what each component moved from its start and, with MVA, the
+        distribution of the gate over the validation rows' text tokens."""
+        from maxbench.systems.adapters.training import collate, tenth_mean, train_loop
+
+        o = dict(self.options, steps=steps)
         config = lm.model.config
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(o["seed"])
-            gates = self._gates(config) if o["mva"] else None
+            gates = self._gates(config, bias) if o["mva"] else None
             proj_a = torch.nn.Linear(config.hidden_size, ALM_DIM)
             proj_t = torch.nn.Linear(config.hidden_size, ALM_DIM)
             mam_head = torch.nn.Linear(config.hidden_size, config.hidden_size)
@@ -299,53 +406,126 @@ class FctgAdapter(ConditionalAdapter):
             for p in lm.model.parameters():
                 p.requires_grad_(False)
         model = FctgLM(lm.model, gates, marker, o["mu"])
-        params = [p for p in model.base.parameters() if p.requires_grad] + list(extra.parameters())
+        lora_params = [p for p in model.base.parameters() if p.requires_grad]
+        heads = [p for m in (proj_a, proj_t, mam_head) for p in m.parameters()]
+        groups = [{"params": lora_params + heads}]
+        if gates is not None:
+            groups.append({"params": list(gates.parameters()), "lr": float(gate_lr)})
+        components = {"lora": lora_params, "mam": list(mam_head.parameters()), "alm": heads[:4]}
+        components = {
+            k: v
+            for k, v in components.items()
+            if v and (k != "mam" or o["mam"] != "none") and (k != "alm" or o["alm"] != "none")
+        }
+        start = {k: [p.detach().clone() for p in v] for k, v in components.items()}
         mask_id = lm.tokenizer.mask_token_id
         mask_id = mask_id if mask_id is not None else lm.tokenizer.pad_token_id
         head = lm.model.get_output_embeddings()
         gen = torch.Generator().manual_seed(int(o["seed"]) + 1)
         parts = {"lm": [], "mam": [], "alm": []}
+        pad = lm.tokenizer.pad_token_id
 
-        def loss(rows) -> torch.Tensor:
-            """One step's ``L = 1 * LM + 0.1 * MAM + 0.1 * ALM``; each part's value kept in ``parts``."""
-            batch = collate([(x, y) for x, y, _ in rows], lm.tokenizer.pad_token_id, lm.device)
-            group = torch.tensor([g for _, _, g in rows], device=lm.device)
+        def loss(batch_rows) -> torch.Tensor:
+            """One step's ``L = 1 * LM + 0.1 * MAM + 0.1 * ALM``; each part's value kept in ``parts``.
+            The LM and ALM read the input as it is; MAM reads a copy with its masked attribute tokens
+            (the same forward call, a second half of the batch), so the text is never conditioned on
+            a masked attribute."""
+            batch = collate([(x, y) for x, y, _ in batch_rows], pad, lm.device)
+            group = torch.tensor([g for _, _, g in batch_rows], device=lm.device)
             attr = attribute_positions(batch["input_ids"], batch["attention_mask"], marker)
-            ids = batch["input_ids"]
+            ids, mask, labels, attr_all = batch["input_ids"], batch["attention_mask"], batch["labels"], attr
             masked = mam_positions(attr, len(marker), gen) if o["mam"] != "none" else None
+            n = ids.shape[0]
             if masked is not None:
-                ids = ids.masked_fill(masked, mask_id)
+                ids = torch.cat([ids, ids.masked_fill(masked, mask_id)])
+                mask = torch.cat([mask, mask])
+                labels = torch.cat([labels, torch.full_like(labels, -100)])
+                attr_all = torch.cat([attr, attr])
             out = model(
                 input_ids=ids,
-                attention_mask=batch["attention_mask"],
-                labels=batch["labels"],
-                attributes=attr,
+                attention_mask=mask,
+                labels=labels,
+                attributes=attr_all,
                 use_cache=False,
                 output_hidden_states=True,
             )
             total = WEIGHTS["lm"] * out.loss
             parts["lm"].append(out.loss.item())
             top = out.hidden_states[-1]
-            valid = batch["attention_mask"].bool()
-            text = (valid & ~attr).to(top.dtype)[..., None]
-            v_text = (top * text).sum(1) / text.sum(1).clamp_min(1.0)
+            text = (batch["attention_mask"].bool() & ~attr).to(top.dtype)[..., None]
             if masked is not None and bool(masked.any()):
-                logits = head(mam_head(v_text)).float()  # (batch, vocabulary)
+                v_masked = (top[n:] * text).sum(1) / text.sum(1).clamp_min(1.0)
+                logits = head(mam_head(v_masked)).float()  # (batch, vocabulary)
                 rows_m, cols_m = masked.nonzero(as_tuple=True)
                 mam = F.cross_entropy(logits[rows_m], batch["input_ids"][rows_m, cols_m])
                 total = total + WEIGHTS["mam"] * mam
                 parts["mam"].append(mam.item())
             if o["alm"] != "none":
+                v_text = (top[:n] * text).sum(1) / text.sum(1).clamp_min(1.0)
                 a = attr.to(top.dtype)[..., None]
-                v_attr = (top * a).sum(1) / a.sum(1).clamp_min(1.0)
+                v_attr = (top[:n] * a).sum(1) / a.sum(1).clamp_min(1.0)
                 alm = alm_loss(o["alm"], proj_a(v_attr), proj_t(v_text), group)
                 total = total + WEIGHTS["alm"] * alm
                 parts["alm"].append(alm.item())
             return total
 
+        def validate(record: list | None = None) -> float:
+            """The LM loss of the validation rows (per target token), the attributes intact."""
+            total, count = 0.0, 0
+            model.record = record
+            with torch.no_grad():
+                for i in range(0, len(val), int(o["batch"])):
+                    batch = collate([(x, y) for x, y, _ in val[i : i + int(o["batch"])]], pad, lm.device)
+                    attr = attribute_positions(batch["input_ids"], batch["attention_mask"], marker)
+                    out = model(**batch, attributes=attr, use_cache=False)
+                    k = int((batch["labels"][:, 1:] != -100).sum())
+                    total, count = total + out.loss.item() * k, count + k
+            model.record = None
+            return round(total / max(count, 1), 4)
+
+        trainable = [p for g in groups for p in g["params"]]
+        val_losses: dict[int, float] = {}
+        best = {"step": None, "loss": float("inf"), "state": None}
+
+        def checkpoint(step: int) -> None:
+            if step in checkpoints:
+                v = validate()
+                val_losses[step] = v
+                if v < best["loss"]:
+                    best.update(step=step, loss=v, state=[p.detach().clone() for p in trainable])
+
         try:
-            progress = ctx.options.get("progress", True)
-            trained = train_loop(model, lm, examples, o, what, progress, params=params, encoded=encoded, loss=loss)
+            trained = train_loop(
+                model, lm, examples, o, what, progress, params=groups, encoded=rows, loss=loss, on_step=checkpoint
+            )
+            if best["state"] is not None:
+                with torch.no_grad():
+                    for p, v in zip(trainable, best["state"]):
+                        p.copy_(v)
+            moved = {
+                k: round(max((float((p.detach() - s).abs().max()) for p, s in zip(v, start[k])), default=0.0), 4)
+                for k, v in components.items()
+            }
+            gate_values: dict = {}
+            if gates is not None and val:
+                record: list = []
+                validate(record)
+                values = torch.cat([v.flatten() for _, v in record]) if record else torch.zeros(0)
+                s0 = torch.sigmoid(torch.tensor(float(bias))).item()
+                g0 = s0 if s0 > o["mu"] else 0.0
+                per_layer: dict[int, list] = {}
+                for layer, v in record:
+                    per_layer.setdefault(layer, []).append(v.flatten())
+                gate_values = {
+                    "start": round(g0, 4),
+                    "values": int(values.numel()),
+                    "quantiles": quantiles(values),
+                    "open_share": round(float((values > 0).double().mean()), 4) if values.numel() else None,
+                    "layer_median": [round(float(torch.cat(per_layer[k]).median()), 4) for k in sorted(per_layer)],
+                }
+                moved["mva"] = round(float((values - g0).abs().max()), 4) if values.numel() else 0.0
+            elif gates is not None:
+                moved["mva"] = round(max(float((g.bias.detach() - bias).abs().max()) for g in gates), 4)
             tensors = {"marker": torch.tensor(marker, dtype=torch.long)}
             if gates is not None:
                 for i, g in enumerate(gates):
@@ -359,15 +539,16 @@ class FctgAdapter(ConditionalAdapter):
                 peft_model.unload()
             for p in lm.model.parameters():
                 p.requires_grad_(False)
-        # the loop's summary with each part's last loss after the total's (the order it is recorded in)
-        timing = ("train_seconds", "train_cpu_seconds", "step_cpu_seconds")
-        measured = {
-            **{k: v for k, v in trained.items() if k not in timing},
-            **{f"{k}_loss_last": tenth_mean(v, last=True) for k, v in parts.items()},
-            **{k: trained[k] for k in timing},
-            **self.recorded_attributes(lm, marker, ctx),
+        return {
+            "tensors": tensors,
+            "trained": trained,
+            "parts": {k: tenth_mean(v, last=True) for k, v in parts.items()},
+            "val_losses": {str(k): v for k, v in sorted(val_losses.items())},
+            "best_step": best["step"],
+            "best_loss": best["loss"] if best["step"] is not None else float("inf"),
+            "moved": dict(sorted(moved.items())),
+            "gate_values": gate_values,
         }
-        return tensors, measured
 
     def apply(self, lm, tensors: dict):
         """The base model (LoRA merged into it when ``r`` > 0) with MVA, for maxbench's loop."""

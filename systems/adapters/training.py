@@ -100,12 +100,14 @@ def train_loop(
     params: list | None = None,
     encoded: list | None = None,
     loss=None,
+    on_step=None,
 ) -> dict:
     """Train for ``opts['steps']`` AdamW steps of ``opts['batch']`` examples at learning rate
     ``opts['lr']``; returns what training measured. ``params``: what it trains (default: ``model``'s
-    parameters that require gradients); ``encoded``: the rows (default: ``training_rows`` of
-    ``examples``); ``loss(rows)``: one step's loss tensor (default: ``model``'s next-token loss on the
-    collated rows)."""
+    parameters that require gradients), tensors or AdamW's parameter groups (a group may carry its own
+    ``lr``); ``encoded``: the rows (default: ``training_rows`` of ``examples``); ``loss(rows)``: one
+    step's loss tensor (default: ``model``'s next-token loss on the collated rows); ``on_step(n)``:
+    called after step n (1-based), e.g. to validate; its time is not in the steps' CPU seconds."""
     from maxbench.systems.hidden_cache import progress_bar
 
     steps = int(opts["steps"])
@@ -138,17 +140,20 @@ def train_loop(
                 losses.append(value)
                 c_now = time.process_time()
                 step_cpu.append(c_now - c_step)
-                c_step = c_now
+                if on_step is not None:
+                    on_step(len(losses))
+                c_step = time.process_time()
                 bar.update(1)
                 bar.set_postfix(loss=f"{value:.3f}")
         bar.close()
     return {
         "steps": steps,
         "examples": len(encoded),
-        "trainable_parameters": sum(p.numel() for p in params),
+        "trainable_parameters": sum(p.numel() for g in params for p in (g["params"] if isinstance(g, dict) else [g])),
         "loss_first": tenth_mean(losses, last=False),
         "loss_last": tenth_mean(losses, last=True),
         "train_seconds": round(time.perf_counter() - t0, 1),
         "train_cpu_seconds": round(time.process_time() - c0, 1),
         "step_cpu_seconds": [round(x, 4) for x in step_cpu],
+        "step_cpu_median": round(sorted(step_cpu)[len(step_cpu) // 2], 4) if step_cpu else None,
     }

@@ -44,7 +44,7 @@ OWNER = "core/rundir.py"
 #: modules still to be routed through the owner, each of which must still break the rule (so that a
 #: routed one leaves this list): the reproduction report's evidence (it reads scores, manifests,
 #: generations and timings itself) and the convergence claim (the rows' per-step statistics)
-NOT_YET_ROUTED = {"benchmark/reproduce/evidence.py", "benchmark/reproduce/claims/convergence.py"}
+NOT_YET_ROUTED: set[str] = set()
 #: a run's files, by name; the shard files' names start with "generations.shard-"
 RUN_FILES = {GENERATIONS, MANIFEST, SCORES, REMOVED, SHARD_GLOB}
 #: the owner's names of those files: a module that imports one joins it to a run folder itself
@@ -408,7 +408,7 @@ def test_a_committed_run_resumes_with_nothing_left_to_generate(tmp_path):
         seed=ident["seed"],
         batch_size=ident["batch_size"],
         corpus=ident["corpus"],
-        registry=ident["registry"],
+        lineup=ident["registry"],
         reference_ppl=ident["reference_ppl"],
     )
     assert plan.identity() == ident

@@ -6,6 +6,7 @@ in the diagnostics section, never counted and outside Holm's step."""
 
 from __future__ import annotations
 
+from maxbench import rundir
 from maxbench.benchmark.reproduce.cells import CellVerdict, Row
 from maxbench.benchmark.reproduce.claims import ClaimKind
 from maxbench.benchmark.reproduce.evidence import Evidence, runs_of
@@ -26,10 +27,8 @@ def convergence(run: RunSpec, system: str, T: int) -> dict:
     """The iterations the solver took at each decoding step of ``system`` in the run (the
     generations' ``stats.iterations``), against T - 1 updates: how many steps its stopping rule
     ended early, and the mean certified duality gap."""
-    from maxbench.rundir import GENERATIONS, read_rows
-
     steps, early, gaps = 0, 0, []
-    for row in read_rows(run.run_dir / GENERATIONS):
+    for row in rundir.read_generations(run.run_dir, missing_ok=True):
         if row.get("system") != system:
             continue
         stats = row.get("stats") or {}
@@ -59,9 +58,7 @@ class Convergence(ClaimKind):
         runs = evidence.runs
         for model in claim.models or list(dict.fromkeys(r.model for r in runs)):
             for corpus in claim.corpora:
-                found = [
-                    r for r in runs_of(runs, model, corpus, (method,)) if (r.run_dir / "generations.jsonl").exists()
-                ]
+                found = [r for r in runs_of(runs, model, corpus, (method,)) if rundir.has_generations(r.run_dir)]
                 got = [convergence(r, r.roles[method], T) for r in found]
                 steps, early = sum(g["steps"] for g in got), sum(g["early"] for g in got)
                 gaps = [g["mean_gap"] for g in got if g["mean_gap"] is not None]

@@ -250,7 +250,17 @@ def test_the_fctg_paper_has_numbers_per_baseline_and_corpus_and_roles_per_corpus
     food, news = plan_runs(f, Options(), tmp_path / "out")
     assert (food.corpus, news.corpus) == ("food-reviews", "news")
     assert food.plan.suite.name == "food-attrs" and news.plan.suite.name == "news-attrs"
-    assert food.roles["fctg-no-mva"] == "smollm2-135m+fctg(mva=false)/softmax/top_k=40,max_new_tokens=96"
+    # FCTG keeps the base model frozen (fctg(r=0)): without MVA it is the base model, the zero-shot system
+    assert food.roles["fctg-no-mva"] == food.roles["zero-shot"] == "smollm2-135m/softmax/top_k=40,max_new_tokens=96"
+    assert food.roles["fctg-lora"] == "smollm2-135m+fctg(r=8)/softmax/top_k=40,max_new_tokens=96"
+    seeds = {r: food.roles[r] for r in ("fctg-seed1", "fctg-seed2", "finetuned-seed1", "finetuned-seed2")}
+    assert seeds == {
+        "fctg-seed1": "smollm2-135m+fctg(seed=1)/softmax/top_k=40,max_new_tokens=96",
+        "fctg-seed2": "smollm2-135m+fctg(seed=2)/softmax/top_k=40,max_new_tokens=96",
+        "finetuned-seed1": "smollm2-135m+lora(seed=1)/softmax/top_k=40,max_new_tokens=96",
+        "finetuned-seed2": "smollm2-135m+lora(seed=2)/softmax/top_k=40,max_new_tokens=96",
+    }
+    assert not any(r.endswith(("-seed1", "-seed2")) or r == "fctg-lora" for r in news.roles)
     assert (
         "fctg-no-mva" not in news.roles and news.roles["nrp"] == "smollm2-135m+nrp/softmax/top_k=40,max_new_tokens=160"
     )
@@ -837,7 +847,8 @@ def test_time_per_token_counts_cpu_seconds_per_generated_token(tmp_path):
         {"phase": "generate b", "seconds": 3.0},  # an old row without CPU time: its wall time
     ]
     (tmp_path / "timings.jsonl").write_text("".join(json.dumps(t) + "\n" for t in timings))
-    rows = [{"system": "a", "n_tokens": 4}, {"system": "a", "n_tokens": 2}, {"system": "b", "n_tokens": 6}]
+    tokens = [("a", "p1", 4), ("a", "p2", 2), ("b", "p1", 6)]
+    rows = [{"system": s, "prompt_id": p, "text": "t", "reference": "r", "n_tokens": n} for s, p, n in tokens]
     (tmp_path / "generations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert time_per_token(tmp_path) == {"a": 2.0, "b": 0.5}
     assert [pct(v) for v in (None, -0.000015, 0.2, -1.0, 11.656)] == ["", "-0.0015%", "+20%", "-100%", "+1,166%"]

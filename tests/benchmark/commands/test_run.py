@@ -165,7 +165,9 @@ def test_builtin_lineups_are_valid():
     ]
     conditional = load_lineup("conditional")
     assert conditional.suite == "food-attrs" and "attr-acc" in conditional.metrics
-    assert [s.adapter for s in conditional.systems] == [None, "lora", "prefix", "fctg"]
+    assert [s.adapter for s in conditional.systems] == [None, "lora", "prefix", "fctg", "fctg"]
+    # FCTG as the slides describe it (the base model frozen), and version 1's LoRA reading beside it
+    assert [dict(s.adapter_params) for s in conditional.systems[3:]] == [{}, {"r": 8}]
     assert {s.decoding.max_new_tokens for s in conditional.systems} == {96}
     reg = load_lineup("default")
     layers = [s.layer for s in reg.systems]

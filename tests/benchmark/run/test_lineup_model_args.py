@@ -69,7 +69,7 @@ def _plan(lineup, tmp_path, model_args=None):
         suite=load_suite(reg.suite),
         systems=reg.systems,
         batch_size=reg.batch_size,
-        registry=reg.name,
+        lineup=reg.name,
         model_args=model_args or {},
         per_model_args=reg.model_args,
     )
@@ -209,7 +209,7 @@ def test_a_plan_without_per_model_options_keeps_its_identity(tmp_path):
             seed=reg.seed,
             batch_size=reg.batch_size,
             corpus=reg.corpus,
-            registry=reg.name,
+            lineup=reg.name,
             per_model_args=reg.model_args,
         )
         assert json.dumps(plan.identity()) == json.dumps(json.loads(path.read_text())["identity"])

@@ -79,3 +79,16 @@ def test_fctg_and_nrp_install_their_attention_through_one_helper():
     with pytest.raises(MaxbenchError, match="adapter 'mine': this model carries a conditional adapter's attention"):
         install_attention(base, "mine", "mine_", lambda module, *a, **k: None)
     model.uninstall()
+
+
+def test_fctg_and_nrp_record_each_steps_cpu_seconds_at_the_same_batch():
+    """The training-time claim's replicates: every step's CPU seconds (FCTG's validation outside them)
+    and their median, in each adapter's meta, for the same steps and batch."""
+    examples = EXAMPLES * 12
+    for adapter in (FctgAdapter(steps=3, batch=4, max_len=40), NrpAdapter(r=1, steps=3, batch=4, max_len=40)):
+        lm = load_model("tiny-random")
+        ctx = AdapterFitContext(model=lm, examples=examples, data={}, options={"progress": False})
+        meta = adapter.train(lm, ctx)[1]
+        steps = meta["step_cpu_seconds"]
+        assert len(steps) == 3 and all(s >= 0 for s in steps), adapter.name
+        assert meta["step_cpu_median"] == sorted(steps)[1] and meta["train_cpu_seconds"] >= 0

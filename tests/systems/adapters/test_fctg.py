@@ -1,7 +1,9 @@
 """FCTG (systems/adapters/fctg.py): multi-view attention through transformers' attention interface
 (closed gate = the base model, bit for bit; the KV-cache loop agrees with one forward), the ALM
-losses on constructed cases, options and canonical names, unseen categorical values refused, and
-deterministic training. Tiny-random model only."""
+losses on constructed cases, options and canonical names, unseen categorical values refused,
+deterministic training, the frozen base model by default, the gate chosen on the fitting split and
+opening where the attribute matters, MAM leaving the LM's input intact, and the inert flags.
+Tiny-random model only."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import torch
 from maxbench.errors import MaxbenchError
 from maxbench.systems.adapters import ADAPTERS, TrainingExample
 from maxbench.systems.adapters.conditional import attribute_positions, common_suffix
-from maxbench.systems.adapters.fctg import FctgAdapter, alm_loss
+from maxbench.systems.adapters.fctg import GATE_GRID, INERT, FctgAdapter, FctgLM, alm_loss, split_validation
 from maxbench.systems.decoding import DecodingSetting, decode
 from maxbench.systems.layers.softmax import SoftmaxLayer
 from maxbench.systems.system_strings import parse_system
@@ -30,9 +32,9 @@ def test_fctg_is_a_built_in_conditional_adapter_with_canonical_names():
     assert ADAPTERS.get("fctg") is FctgAdapter and FctgAdapter.needs_attributes
     spec = parse_system("tiny-random+fctg(mu=0,mam=ce,alm=tr)/softmax/top_k=40")
     assert spec.name == "tiny-random+fctg/softmax/top_k=40"
-    spec = parse_system("tiny-random+fctg(alm=mtr,mva=false,mu=0.5,mam=none)/softmax/greedy")
-    assert spec.name == "tiny-random+fctg(mu=0.5,mam=none,alm=mtr,mva=false)/softmax/greedy"
-    assert dict(spec.adapter_params) == {"mu": 0.5, "mam": "none", "alm": "mtr", "mva": False}
+    spec = parse_system("tiny-random+fctg(alm=mtr,r=8,mva=false,mu=0.5,mam=none)/softmax/greedy")
+    assert spec.name == "tiny-random+fctg(mu=0.5,mam=none,alm=mtr,mva=false,r=8)/softmax/greedy"
+    assert dict(spec.adapter_params) == {"mu": 0.5, "mam": "none", "alm": "mtr", "mva": False, "r": 8}
 
 
 @pytest.mark.parametrize(
@@ -42,7 +44,8 @@ def test_fctg_is_a_built_in_conditional_adapter_with_canonical_names():
         ("tiny-random+fctg(mam=cee)/softmax/greedy", "unknown mam 'cee': did you mean 'ce'?"),
         ("tiny-random+fctg(muu=0.5)/softmax/greedy", "adapter 'fctg' has no option 'muu': did you mean 'mu'?"),
         ("tiny-random+fctg(mu=1.5)/softmax/greedy", "mu must be in [0, 1]"),
-        ("tiny-random+fctg(mva=false,r=0)/softmax/greedy", "leaves nothing to train"),
+        ("tiny-random+fctg(mva=false)/softmax/greedy", "leaves nothing to train (it is the base model)"),
+        ("tiny-random+fctg(gate_lr=0.1)/softmax/greedy", "chosen on the fitting split when select=true"),
     ],
 )
 def test_bad_fctg_variants_are_one_line_exit_2(cli, tmp_path, system, message):
@@ -171,7 +174,7 @@ def test_training_is_deterministic_and_every_loss_is_used(home):
 def test_prepared_fctg_is_cached_by_identity_and_records_what_it_saw(home):
     a = FctgAdapter(**SMALL)
     lm = a.prepare(ctx(fresh()))
-    assert lm.name == "tiny-random+fctg(r=0,steps=3,batch=4,max_len=40)"
+    assert lm.name == "tiny-random+fctg(steps=3,batch=4,max_len=40)"
     assert a.meta["attribute_values"] == {"score": ["great", "other"]} and not a.meta["loaded_from_cache"]
     b = FctgAdapter(**SMALL)
     assert b.prepare(ctx(fresh())).hash == lm.hash and b.meta["loaded_from_cache"]
@@ -221,3 +224,99 @@ def test_fctg_trains_and_generates_in_a_run_on_a_conditional_suite(cli, tmp_path
     assert model["options"]["adapter"]["name"] == "fctg"
     assert len(rows) == 2 and {r["system"] for r in rows} == set(manifest["systems"])
     assert all(r["system"].startswith("tiny-random+fctg(r=2,steps=2,batch=4,max_len=40)/softmax/") for r in rows)
+
+
+# --------------------------------------------------------------------------- issue 51: the slides' FCTG
+def toy(n=48, seed=0):
+    """A task where the attribute matters: each text's words come from its rating's own vocabulary."""
+    rng = random.Random(seed)
+    words = {"great": "good tasty lovely fine".split(), "other": "bad not stale awful".split()}
+    values = [("great", "other")[i % 2] for i in range(n)]
+    return [
+        TrainingExample(f"Rating: {LABEL[v]}. Review:", " ".join(rng.choice(words[v]) for _ in range(10)), {"score": v})
+        for v in values
+    ]
+
+
+def test_fctg_keeps_the_base_model_frozen_by_default_and_its_lora_is_a_named_variant(home):
+    assert FctgAdapter().options["r"] == 0
+    assert parse_system("tiny-random+fctg(r=0)/softmax/greedy").name == "tiny-random+fctg/softmax/greedy"
+    assert parse_system("tiny-random+fctg(r=8)/softmax/greedy").name == "tiny-random+fctg(r=8)/softmax/greedy"
+    lm = fresh()
+    before = {k: v.clone() for k, v in lm.model.state_dict().items()}
+    tensors, meta = FctgAdapter(steps=3, batch=4, max_len=40).train(lm, ctx(lm))
+    assert not any(k.startswith("lora.") for k in tensors) and "lora" not in meta["moved"]
+    d = lm.model.config.hidden_size  # the gates, ALM's two maps into 128 dimensions and MAM's map
+    gates = sum(v.numel() for k, v in tensors.items() if k.startswith("gate."))
+    assert meta["trainable_parameters"] == gates + 2 * (d * 128 + 128) + d * d + d
+    applied = FctgAdapter(steps=3, batch=4, max_len=40).apply(lm, tensors)
+    assert all(torch.equal(before[k], v) for k, v in applied.base.state_dict().items())
+    tensors, meta = FctgAdapter(steps=3, batch=4, max_len=40, r=2).train(fresh(), ctx(fresh()))
+    assert any(k.startswith("lora.") for k in tensors) and "lora" in meta["inert"]
+
+
+def test_the_validation_rows_are_the_last_tenth_of_the_fitting_rows_and_never_trained_on():
+    rows = list(range(400))
+    train, val = split_validation(rows)
+    assert val == rows[-32:] and train == rows[:-32]
+    assert split_validation(list(range(50))) == (list(range(42)), list(range(42, 50)))
+    assert split_validation(list(range(5))) == ([0], [1, 2, 3, 4]) and split_validation([7]) == ([7], [])
+
+
+def test_the_gate_is_chosen_on_the_fitting_split_and_opens_where_the_attribute_matters(home):
+    lm = fresh()
+    tensors, meta = FctgAdapter(steps=20, batch=4, max_len=40).train(lm, ctx(lm, toy()))
+    gate = meta["gate"]
+    # every pair of the grid probed on the training rows, the one of lowest validation loss chosen
+    assert [(g["gate_bias"], g["gate_lr"]) for g in gate["grid"]] == list(GATE_GRID) and gate["probe_steps"] == 4
+    best = min(gate["grid"], key=lambda g: g["val_loss"])
+    assert (gate["gate_bias"], gate["gate_lr"]) == (best["gate_bias"], best["gate_lr"]) and gate["selected"]
+    # the budget: the checkpoint of lowest validation loss
+    assert meta["validation_rows"] == 8 and list(meta["validation_loss"]) == ["4", "8", "12", "16", "20"]
+    assert meta["validation_loss"][str(meta["best_step"])] == min(meta["validation_loss"].values())
+    # the trained gate's distribution over the validation rows' text tokens: it moved from its start
+    q = gate["quantiles"]
+    assert list(q) == ["q0", "q1", "q10", "q25", "q50", "q75", "q90", "q99", "q100"] and gate["values"] > 0
+    assert q["q100"] >= gate["start"] + INERT and q["q0"] <= q["q50"] <= q["q100"]
+    assert not meta["inert"]["mva"] and meta["moved"]["mva"] >= INERT
+    # the tensors are the best checkpoint's: applied, the gates are open on the text
+    model = FctgAdapter(steps=20, batch=4, max_len=40).apply(fresh(), tensors)
+    enc = fresh().tokenizer(PROMPTS, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        model(**enc)
+    assert model.last_state.open_gates > 0
+
+
+def test_mam_never_masks_the_input_the_text_is_conditioned_on(home, monkeypatch):
+    calls = []
+    forward = FctgLM.forward
+
+    def spy(self, input_ids, attention_mask=None, labels=None, attributes=None, **kw):
+        calls.append((input_ids.clone(), labels.clone() if labels is not None else None, attributes))
+        return forward(self, input_ids, attention_mask=attention_mask, labels=labels, attributes=attributes, **kw)
+
+    monkeypatch.setattr(FctgLM, "forward", spy)
+    lm = fresh()
+    mask_id = lm.tokenizer.pad_token_id  # tiny-random has no mask token
+    FctgAdapter(steps=3, batch=4, max_len=40, select=False).train(lm, ctx(lm))
+    training = [c for c in calls if c[1] is not None and c[0].shape[0] == 8]
+    assert len(training) == 3  # each step: the batch, then its masked copy, in one call
+    for ids, labels, attr in training:
+        text, copy = ids[:4], ids[4:]
+        targets = (labels[:4] != -100).any(1)
+        assert targets.all() and not (labels[4:] != -100).any()  # only the intact rows carry the LM loss
+        assert not (text[attr[:4]] == mask_id).any()  # the LM's input keeps every attribute token
+        differs = text != copy
+        assert differs.any(1).all() and not (differs & ~attr[:4]).any()  # MAM masks attribute tokens only
+        assert (copy[differs] == mask_id).all()
+
+
+def test_a_component_that_does_not_move_is_marked_inert(home):
+    lm = fresh()
+    _, meta = FctgAdapter(steps=3, batch=4, max_len=40, mu=1.0).train(lm, ctx(lm))
+    assert meta["inert"]["mva"] and meta["moved"]["mva"] == 0.0 and meta["gate"]["quantiles"]["q100"] == 0.0
+    assert sorted(meta["inert"]) == ["alm", "mam", "mva"]
+    assert meta["inert"]["mam"] == (meta["moved"]["mam"] < INERT)
+    _, meta = FctgAdapter(steps=0, mam="none", alm="none").train(fresh(), ctx(fresh()))
+    assert meta["inert"] == {"mva": True} and meta["moved"] == {"mva": 0.0}
+    assert not meta["gate"]["selected"] and "grid" not in meta["gate"]  # no step: nothing was chosen
