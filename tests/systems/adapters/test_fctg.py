@@ -8,6 +8,7 @@ Tiny-random model only."""
 from __future__ import annotations
 
 import dataclasses
+import random
 
 import pytest
 import torch
@@ -19,7 +20,7 @@ from maxbench.systems.adapters.fctg import GATE_GRID, INERT, FctgAdapter, FctgLM
 from maxbench.systems.decoding import DecodingSetting, decode
 from maxbench.systems.layers.softmax import SoftmaxLayer
 from maxbench.systems.system_strings import parse_system
-from tests.support.fctg import ctx, examples, fresh, generate_on_tiny_attrs
+from tests.support.fctg import LABEL, ctx, examples, fresh, generate_on_tiny_attrs
 
 PROMPTS = ["Rating: 5 stars. Review:", "Rating: 1 to 4 stars. Review: the tea", "Rating: 5 stars. Review: good"]
 SMALL = {"r": 0, "steps": 3, "batch": 4, "max_len": 40}
