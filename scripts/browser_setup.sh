@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs Debian's chromium for the rating app's browser test (tests/test_human_eval_browser.py).
+# Installs Debian's chromium for the rating app's browser test (tests/end_to_end/test_rating_app_browser.py).
 # Playwright drives it through executable_path=/usr/bin/chromium, so no Playwright browser
 # download is needed. Idempotent: does nothing when chromium is already installed.
 set -euo pipefail

@@ -1,5 +1,5 @@
 """Screenshots of an explorer in headless Chromium (Debian's, driven by Playwright, as in
-tests/test_explorer_browser.py), at 1366 x 800: the leaderboard, one prompt's texts side by side,
+tests/end_to_end/test_explorer_browser.py), at 1366 x 800: the leaderboard, one prompt's texts side by side,
 the frontiers view (when a run has sweeps) and (when the explorer holds a study) the metrics-vs-humans view. The README's images come from
 
     python scripts/explorer_screenshots.py results/explorer/index.html --out docs \\

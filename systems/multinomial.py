@@ -7,7 +7,7 @@ entry of the row (``exponential_``: one 64-bit draw of g's Mersenne twister per 
 themselves, and after top-p truncation all but a few hundred entries have ``p = 0`` and cannot win.
 
 :func:`multinomial_rows` takes the same draws (``random_`` on int64 consumes exactly what
-``exponential_`` does and keeps the low 53 bits; tests/test_multinomial.py checks the generator
+``exponential_`` does and keeps the low 53 bits; tests/systems/test_multinomial.py checks the generator
 states match), computes ``q`` only where ``p > 0``, finds the entries whose ratio is within
 rounding of the row's largest, and settles those with the exact double ``log1p`` of the C
 library, the one torch's kernel calls. The result is torch's index for every row, and each

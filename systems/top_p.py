@@ -15,7 +15,7 @@ within it decides which of its members go). So :class:`TopPLogitsWarper` sorts t
 order-preserving int32 keys (torch's integer sort is much faster than its float sort with
 indices), rebuilds the sorted scores from them, runs transformers' own arithmetic on them,
 finds J and masks the scores below the cut. A row with a straddling tie group goes through
-transformers' warper itself. The result is transformers' bit for bit (tests/test_top_p.py, on
+transformers' warper itself. The result is transformers' bit for bit (tests/systems/test_top_p.py, on
 real logits, ties and -inf), in a fraction of the time (``python benchmarks/top_p.py`` measures it;
 docs/performance-log.md holds the figures).
 

@@ -1,11 +1,9 @@
 import os
-from pathlib import Path
 
 import pytest
 
 import maxbench  # noqa: F401  (pins the CPU arithmetic before any test loads NumPy or torch)
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import ROOT
 
 
 def run_cli(argv, capsys):
@@ -159,3 +157,10 @@ def db_url(request, tmp_path):
     from maxbench.human_eval.store.db import dispose_engines
 
     dispose_engines()
+
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)

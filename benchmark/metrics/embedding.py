@@ -4,7 +4,7 @@ Both embed texts with the local all-MiniLM-L6-v2 sentence encoder (the asset BER
 PyPI) through sentence-transformers, as the model is meant to be used: mean pooling over its
 WordPiece tokens, then L2 normalisation. The encoder is loaded once per process and never asks the
 hub. MAUVE itself is mauve-text's ``compute_mauve`` on those features, so a score equals a direct
-call on the same features (tests/test_embedding_metrics.py). MAUVE is known not to replicate
+call on the same features (tests/benchmark/metrics/test_embedding.py). MAUVE is known not to replicate
 when the featuriser, text length and quantisation are hidden: its signature names each of them.
 """
 

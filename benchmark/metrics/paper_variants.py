@@ -1,7 +1,7 @@
 """The method papers' own metric definitions, as named variants beside maxbench's defaults.
 
 A paper's table is reproduced with the metric code that paper ran. Each metric here follows one
-original source, checked against it (tests/test_metrics_paper_variants.py holds hand-worked
+original source, checked against it (tests/benchmark/metrics/test_paper_variants.py holds hand-worked
 cases and independent re-implementations of each formula):
 
 - Texygen as shipped (geek-ai/Texygen utils/metrics/Bleu.py and SelfBleu.py): ``get_score()``

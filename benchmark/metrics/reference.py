@@ -4,7 +4,7 @@ sacreBLEU, ROUGE-L, METEOR and BERTScore compare each text with its own prompt's
 BLEU-n compares each text with the whole reference set (Texygen, the graphmax papers); KLD
 and MS-Jaccard compare the n-gram statistics of all texts with those of all references.
 Every number comes from the field's library where one exists (sacrebleu, nltk, rouge-score,
-bert-score); tests/test_metrics_library_equality.py checks equality with direct library calls.
+bert-score); tests/benchmark/metrics/test_reference.py checks equality with direct library calls.
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ Leaving text i out changes it only for n-grams where text i holds that largest c
 the second-largest count takes its place (equal to the largest on a tie). The closest
 reference length is found the same way: text i's own length drops out of the candidates
 only if no other text has it. Everything else is counting with numpy. The equality with nltk
-to 1e-9 is tested in tests/test_metrics_library_equality.py (``paired_bleu`` and ``zero_count``
-in tests/test_metrics_paper_variants.py) and measured in benchmarks/self_bleu.py.
+to 1e-9 is tested in tests/benchmark/metrics/test_reference.py (``paired_bleu`` and ``zero_count``
+in tests/benchmark/metrics/test_paper_variants.py) and measured in benchmarks/self_bleu.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Everything here is computed by scipy and the krippendorff package; what is hand-written
 (rank-biserial correlations and their bootstrap) is checked against a hand-worked case and
-against scipy in ``tests/test_report_statistics.py``. Holm's step-down correction is the shared
+against scipy in ``tests/human_eval/analysis/test_statistics.py``. Holm's step-down correction is the shared
 base's (``maxbench.multiple_testing.holm``), checked there too.
 
 Conventions, stated once because every table depends on them:

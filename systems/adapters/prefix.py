@@ -7,7 +7,7 @@ decoding, ``PeftModelForCausalLM.forward`` cannot be called by a loop that keeps
 does around the base model: on the first call the cache is ``peft``'s own ``get_prompt`` (the
 prefix keys and values), the attention mask gets ``n`` ones in front, and every position is moved
 ``n`` on. maxbench's loop then decodes it as any model, and its tokens equal ``peft``'s
-``generate`` (greedy and seeded sampling; tests/test_adapters.py).
+``generate`` (greedy and seeded sampling; tests/systems/adapters/test_lora_prefix.py).
 
 Options: ``n`` virtual tokens; ``projection`` (the paper's reparametrisation: an MLP makes the
 prefix, peft's ``prefix_projection``); training ``steps``, ``batch``, ``lr``, ``max_len`` (tokens

@@ -36,8 +36,8 @@ from maxbench.rundir import (
     write_generations,
     write_scores,
 )
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 #: the package's folders (pyproject.toml's package-dir) and the owner's file among them
 PACKAGE_FOLDERS = ("core", "benchmark", "systems", "human_eval")
 OWNER = "core/rundir.py"

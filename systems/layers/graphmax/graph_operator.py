@@ -17,7 +17,7 @@ which gives scipy's bits on an AMD CPU but not on an Intel one, where MKL's code
 multiply-add (one column) and adds in another order for blocks of columns, an order that varies
 with the batch width; ``MKL_CBWR`` does not reach it. That made the thread count and the
 compaction of finished problems change graphmax's bits on an Intel Xeon (issue 41), so the CPU
-no longer calls it (tests/test_cpu_independence.py forces MKL's Intel code on any x86-64 CPU).
+no longer calls it (tests/end_to_end/test_cpu_independence.py forces MKL's Intel code on any x86-64 CPU).
 
 Besides the products: the diagonal of M (the exact solver's step scaling), the tokens some edge
 touches (for the closed form of the others, ``maxbench.systems.layers.graphmax.isolated``), M
@@ -211,7 +211,7 @@ class GraphOperator:
             if torch.get_num_threads() > 1:
                 # scipy's kernel runs on one thread; numba's splits the rows over torch's
                 # threads and adds each row's terms in the same order, so the bits are scipy's
-                # on every CPU (tests/test_graphmax.py) in less time (benchmarks/graph_products.py).
+                # on every CPU (tests/systems/layers/test_graphmax.py) in less time (benchmarks/graph_products.py).
                 bounds_A, bounds_AT = self._row_blocks()
                 BXT = _cpu_times(A.indptr, A.indices, A.data, XT, bounds_A)
                 np.subtract(XT, BXT, out=BXT)

@@ -20,7 +20,7 @@ Two implementations of the same arithmetic:
 
 Rounding differs between the two (the sums run in another order), and from the third update on
 the iteration amplifies such differences by orders of magnitude per update
-(tests/test_graphmax_paper.py), so the two paths' outputs differ by more than one rounding
+(tests/systems/layers/test_graphmax_paper.py), so the two paths' outputs differ by more than one rounding
 (benchmarks/graphmax_kernels.py measures by how much on real decoding logits). Either is the
 paper's algorithm.
 """

@@ -15,7 +15,7 @@ per number, several times slower than torch's vectorised exponential.
 ``exp32`` is range reduction to ``|r| <= ln 2 / 2`` (Cody and Waite's two-part ln 2, exact in
 float32) and a degree-7 Taylor polynomial, scaled by ``2^k`` through the float's bits: within 2
 ulp of the exact value for every float32 whose e^x is finite and normal
-(tests/test_exact_kernels.py), and LLVM turns the loop into vector code. ``expm1_32`` is the
+(tests/systems/layers/test_graphmax_exact_kernels.py), and LLVM turns the loop into vector code. ``expm1_32`` is the
 Taylor polynomial of ``e^x - 1`` itself near 0, so that it keeps its relative accuracy where the
 duality gap needs it (centred residuals of 1e-8).
 

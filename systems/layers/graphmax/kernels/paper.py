@@ -15,7 +15,7 @@ between the rows' and the columns' layout. benchmarks/graphmax_decode.py measure
 
 Sums run over fixed chunks of ``CHUNK`` rows, each chunk's partial sum in row order, and the
 chunks' partials are added in chunk order afterwards: the result does not depend on the number
-of threads (tests/test_graphmax_paper.py). The arithmetic is IEEE without contraction or
+of threads (tests/systems/layers/test_graphmax_paper.py). The arithmetic is IEEE without contraction or
 reordering (numba's default, no fastmath; the compiled kernels hold no fused multiply-add), so
 it does not depend on the vector width either.
 """
@@ -124,7 +124,7 @@ def residual(indptr, indices, data, X, rows, out):  # pragma: no cover - compile
     """``out[k] = X[rows[k]] - (A X)[k]`` for the rows of A in CSR (indptr, indices, data),
     in parallel: ``(I - A) X`` on the tokens ``rows`` (A's rows, with X's row numbers as
     column indices). Each row's terms are added in stored order, as scipy's and torch's CSR
-    kernels do: the same bits (tests/test_graphmax_paper.py)."""
+    kernels do: the same bits (tests/systems/layers/test_graphmax_paper.py)."""
     b = out.shape[1]
     for k in numba.prange(out.shape[0]):
         for c in range(b):
