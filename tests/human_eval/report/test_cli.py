@@ -358,6 +358,7 @@ def test_report_from_a_study_in_the_database(tmp_path, capsys):
                             "sample": 0,
                             "prompt": f"Prompt {p}",
                             "text": f" text {p} by {system}",
+                            "reference": f" reference {p}",
                         }
                     )
                     + "\n"
