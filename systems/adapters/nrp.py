@@ -2,7 +2,7 @@
 as an adapter of the base model: ``nrp(r=8)``.
 
 The official code is GPT-2 only, pins transformers 4.8.1 and downloads a prompt model trained on a
-large corpus (../shared/facts.md); this is a rebuild on maxbench's base models, trained on the
+large corpus (FreddeFrallan/Non-Residual-Prompting on GitHub, the authors' repository); this is a rebuild on maxbench's base models, trained on the
 conditional suite's fitting split like the other adapters, and called what it is. Three streams
 of states (the FCTG slides' colours):
 
