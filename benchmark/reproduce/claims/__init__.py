@@ -20,6 +20,8 @@ verdict rules themselves are ``verdicts.RULES`` and are the same for every kind.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 from maxbench.benchmark.reproduce import fmt
 from maxbench.benchmark.reproduce.cells import CellVerdict, Row
 from maxbench.benchmark.reproduce.evidence import Evidence
@@ -29,7 +31,7 @@ from maxbench.benchmark.reproduce.verdicts import LEVEL, NEGLIGIBLE, NOT_COMPARA
 from maxbench.document import Cell, Table, num
 
 
-class ClaimKind:
+class ClaimKind(ABC):
     """One kind of claim. ``cells`` is the one method a kind must define; the rest have the
     defaults of a relative effect, method / baseline - 1, judged on its log-ratio interval."""
 
@@ -73,10 +75,10 @@ class ClaimKind:
             return claim.paper_method[i] - claim.paper_baseline[i]
         return None
 
+    @abstractmethod
     def cells(self, claim: Claim, paper: Paper, evidence: Evidence) -> tuple[list[Row], list[CellVerdict]]:
         """Every row of a runnable claim and its cells, before Holm's step (cells with comparisons
         are judged by ``judge.decide_cells``; a cell without is decided here)."""
-        raise NotImplementedError
 
     def interval(self, est: Estimate, level: float = LEVEL) -> tuple[float | None, float | None]:
         """A comparison's interval on the scale the verdict is decided on (at ``level``: a family's
