@@ -4,9 +4,15 @@ One forward pass per step over the whole batch (left padding, KV cache, logits o
 position only), then ``layer.scores`` maps logits (and hidden states, when the layer asks)
 to scores, the decoding setting is applied with Hugging Face's own logits warpers in
 ``generate``'s order (temperature, top-k, top-p, min-p, typical, epsilon, eta; transformers'
-``_get_logits_processor``), and each row draws from its own
-``torch.Generator`` seeded for its (prompt, sample). Because rows never share random
-numbers, a row's text does not depend on which other rows share its batch.
+``_get_logits_processor``), and each row draws with its own generator seeded for its (prompt,
+sample). Because rows never share random numbers, a row's text does not depend on which other
+rows share its batch.
+
+Two generators (``GENERATORS``): ``cpu``, one CPU ``torch.Generator`` per row drawing
+``torch.multinomial``'s token (token-exact with transformers' ``generate`` on the CPU; on a GPU
+the probabilities come to the host every step), the CPU's default; and ``device``, a
+counter-based generator on the probabilities' device (``maxbench.systems.counter_sampling``),
+CUDA's default, whose draws never wait for the device.
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ import torch
 
 from maxbench.errors import MaxbenchError
 from maxbench.registry import unknown_name
+from maxbench.systems.counter_sampling import CounterGenerator
 from maxbench.systems.layers.base import (
+    CHECK_EVERY,
     OutputLayer,
     ScoreCheck,
     all_finite,
@@ -29,6 +37,24 @@ from maxbench.systems.layers.base import (
 )
 
 _STAT_DIGITS = 6  # significant digits: keeps certified gaps near 1e-7 readable
+
+#: the random generators a run may draw with (module docstring)
+GENERATORS = ("cpu", "device")
+#: on a GPU, decoding reads whether every row has ended once per this many steps (a read waits
+#: for the device); the steps past the end decode padding and change no row
+EOS_EVERY_GPU = 8
+
+
+def default_generator(device: str) -> str:
+    """The generator a run on ``device`` draws with unless told: ``device`` on CUDA, ``cpu`` elsewhere."""
+    return "device" if str(device).startswith("cuda") else "cpu"
+
+
+def check_generator(name: str) -> str:
+    """``name`` if it is one of ``GENERATORS``, else one line naming them."""
+    if name not in GENERATORS:
+        raise MaxbenchError(f"unknown generator '{name}'; use {' or '.join(GENERATORS)}")
+    return name
 
 
 #: the keys a decoding label may set (``temp`` is short for ``temperature``)
@@ -172,7 +198,11 @@ class DecodingSetting:
 def warp_rows(warp, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
     """``warp(input_ids, scores)`` on the rows that have a distribution; a row of -inf only (an
     empty POS class of POSG) has none, is left as it is, and would make eta's entropy NaN. The
-    warpers of ``DecodingSetting`` do not read ``input_ids``."""
+    warpers of ``DecodingSetting`` do not read ``input_ids``. Off the CPU nothing is read back: every
+    row is warped (a dead row as zeros) and the dead rows are put back, as the warpers work row by row."""
+    if scores.device.type != "cpu":
+        alive = torch.isfinite(scores).any(-1, keepdim=True)
+        return torch.where(alive, warp(input_ids, torch.where(alive, scores, 0.0)), scores)
     if all_finite(scores):  # the common case, in a fraction of the exact check's time
         return warp(input_ids, scores)
     alive = torch.isfinite(scores).any(-1)
@@ -343,6 +373,35 @@ def token_pieces(tok, ids: list[int]) -> list[str]:
     return pieces
 
 
+class LogitCheck:
+    """Off the CPU, the base model's logits are checked on the device: one flag per step for the rows
+    with a NaN or an infinite logit, read with the layer's :class:`ScoreCheck` (every
+    ``CHECK_EVERY`` steps and at the end), so that a step never waits for the device. The
+    refusal is ``require_finite_logits``'s, naming the first bad step's rows."""
+
+    def __init__(self, what: str, cause: str = "", every: int = CHECK_EVERY):
+        self.what, self.cause, self.every = what, cause, every
+        self.flags: list[torch.Tensor] = []
+
+    def add(self, logits: torch.Tensor) -> None:
+        self.flags.append(~torch.isfinite(logits).all(-1))
+        if len(self.flags) >= self.every:
+            self.read()
+
+    def read(self) -> None:
+        if not self.flags:
+            return
+        bad = torch.stack(self.flags).cpu()
+        self.flags = []
+        if bool(bad.any()):
+            step = int(bad.any(-1).int().argmax())
+            rows = bad[step].nonzero().flatten().tolist()
+            raise MaxbenchError(
+                f"{self.what}: the model's logits contain NaN or infinite values (batch rows {rows[:8]}); "
+                f"{self.cause or 'check the model weights and dtype (fp16 overflows: use fp32 on CPU)'}"
+            )
+
+
 @torch.inference_mode()
 def decode(
     lm,
@@ -353,12 +412,20 @@ def decode(
     record_stats: bool = True,
     clock: dict | None = None,
     label: str | None = None,
+    generator: str = "cpu",
+    eos_every: int | None = None,
 ) -> list[dict]:
     """Continue each prompt; returns one dict per prompt: token_ids, text, finish, stats.
 
     Every step's scores are checked (``ScoreCheck``: the form at once, finiteness on the device, read
     every ``CHECK_EVERY`` steps and at the end); a bad step is one line naming the layer (``label``,
     e.g. "plugin output layer 'x' from file ...") and the step, and nothing of the batch is returned.
+
+    ``generator`` is the random generator of sampled rows (``GENERATORS``; row i's seed is
+    ``seeds[i]``). Decoding stops once every row has ended, read every ``eos_every`` steps (default:
+    every step on the CPU, ``EOS_EVERY_GPU`` elsewhere); the steps decoded past the end change no
+    row. Per-step statistics stay on the device until the end. Running out of CUDA memory stops with
+    one line naming a smaller batch (the batches written before are kept).
 
     ``clock``, when given, gets the wall seconds of the output layer (``layer.scores`` and
     ``layer.sample``) added under "layer" and of the whole call under "decode" (``maxbench run
@@ -370,6 +437,8 @@ def decode(
     for i, p in enumerate(prompts):
         if not p.strip():
             raise MaxbenchError(f"prompt {i} is empty; every prompt needs text to continue")
+    if eos_every is not None and eos_every < 1:
+        raise ValueError("eos_every must be >= 1")
     tok, model = lm.tokenizer, lm.model
     # the tokenizer's own prefix (Gemma's BOS; SmolLM2 adds none), as generate() is given
     enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=True)
@@ -383,73 +452,103 @@ def decode(
     mask = enc["attention_mask"].to(lm.device)
     bsz = input_ids.shape[0]
     eos = tok.eos_token_id
+    on_cpu = torch.device(lm.device).type == "cpu"
+    eos_every = eos_every or (1 if on_cpu else EOS_EVERY_GPU)
     # Left padding: positions count real tokens only, as generate() does.
     position_ids = (mask.long().cumsum(-1) - 1).clamp_min(0)
-    generators = [torch.Generator(device="cpu").manual_seed(int(s)) for s in seeds] if setting.do_sample else []
+    generators: list | CounterGenerator = []
+    if check_generator(generator) == "device":
+        generators = CounterGenerator(seeds, device=lm.device)
+    elif setting.do_sample:
+        generators = [torch.Generator(device="cpu").manual_seed(int(s)) for s in seeds]
     warp = setting.warpers()
     out_ids = torch.empty((bsz, 0), dtype=torch.long, device=lm.device)
     finished = torch.zeros(bsz, dtype=torch.bool, device=lm.device)
+    pad = torch.tensor(tok.pad_token_id, dtype=torch.long, device=lm.device)
     stats: dict[str, list[torch.Tensor]] = {}
     cache = None
     cur_ids, cur_pos = input_ids, position_ids
     check = ScoreCheck(label or f"output layer '{layer.name}'")
     base_cause = model_nan_cause(lm)
-    for step in range(setting.max_new_tokens):
-        out = model(
-            input_ids=cur_ids,
-            attention_mask=mask,
-            position_ids=cur_pos,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-            output_hidden_states=layer.needs_hidden,
-        )
-        cache = out.past_key_values
-        logits = out.logits[:, -1, :].float()
-        require_finite_logits(logits, base_cause[0], base_cause[1])
-        hidden = out.hidden_states[-1][:, -1, :].float() if layer.needs_hidden else None
-        t0 = time.perf_counter()
-        try:
-            scores = layer.scores(logits, hidden)
-        except Exception as exc:
-            if not check.what.startswith("plugin "):
-                raise  # a built-in's failure is maxbench's bug: keep its traceback
-            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            raise MaxbenchError(
-                f"{check.what}: scores() failed at decoding step {step}: {type(exc).__name__}"
-                + (f": {detail}" if detail else "")
-            ) from None
-        check.add(scores, logits, step)
-        if setting.do_sample:
-            # Warpers work on CPU generators' device-agnostic scores; sampling draws on CPU.
+    logit_check = None if on_cpu else LogitCheck(*base_cause)
+    try:
+        for step in range(setting.max_new_tokens):
+            out = model(
+                input_ids=cur_ids,
+                attention_mask=mask,
+                position_ids=cur_pos,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+                output_hidden_states=layer.needs_hidden,
+            )
+            cache = out.past_key_values
+            logits = out.logits[:, -1, :].float()
+            if logit_check is None:
+                require_finite_logits(logits, base_cause[0], base_cause[1])
+            else:
+                logit_check.add(logits)
+            hidden = out.hidden_states[-1][:, -1, :].float() if layer.needs_hidden else None
+            t0 = time.perf_counter()
             try:
-                next_tok = layer.sample(scores, lambda s, ids=out_ids: warp_rows(warp, ids, s), generators)
+                scores = layer.scores(logits, hidden)
+            except torch.cuda.OutOfMemoryError:
+                raise
             except Exception as exc:
-                check.read()  # a bad step is the cause: name it, not the sampler's failure on it
-                if not check.what.startswith("plugin ") or isinstance(exc, MaxbenchError):
-                    raise
+                if not check.what.startswith("plugin "):
+                    raise  # a built-in's failure is maxbench's bug: keep its traceback
                 detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                 raise MaxbenchError(
-                    f"{check.what}: sample() failed at decoding step {step}: {type(exc).__name__}"
+                    f"{check.what}: scores() failed at decoding step {step}: {type(exc).__name__}"
                     + (f": {detail}" if detail else "")
                 ) from None
-            next_tok = next_tok.to(lm.device)
-        else:
-            next_tok = scores.argmax(-1)
-        t_layer += time.perf_counter() - t0
-        if record_stats:
-            row_stats = distribution_stats(scores, next_tok)
-            row_stats.update(layer.step_stats())
-            for k, v in row_stats.items():
-                stats.setdefault(k, []).append(v.detach().float().cpu())
-        next_tok = torch.where(finished, torch.full_like(next_tok, tok.pad_token_id), next_tok)
-        out_ids = torch.cat([out_ids, next_tok[:, None]], dim=1)
-        finished |= next_tok == eos
-        if finished.all():
-            break
-        mask = torch.cat([mask, torch.ones((bsz, 1), dtype=mask.dtype, device=mask.device)], dim=1)
-        cur_ids, cur_pos = next_tok[:, None], cur_pos[:, -1:] + 1
-    check.read()
+            check.add(scores, logits, step)
+            if setting.do_sample:
+                try:
+                    next_tok = layer.sample(scores, lambda s, ids=out_ids: warp_rows(warp, ids, s), generators)
+                except torch.cuda.OutOfMemoryError:
+                    raise
+                except Exception as exc:
+                    check.read()  # a bad step is the cause: name it, not the sampler's failure on it
+                    if not check.what.startswith("plugin ") or isinstance(exc, MaxbenchError):
+                        raise
+                    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                    raise MaxbenchError(
+                        f"{check.what}: sample() failed at decoding step {step}: {type(exc).__name__}"
+                        + (f": {detail}" if detail else "")
+                    ) from None
+                next_tok = next_tok.to(lm.device)
+            else:
+                next_tok = scores.argmax(-1)
+            t_layer += time.perf_counter() - t0
+            if record_stats:  # kept on the device: one copy to the host at the end
+                row_stats = distribution_stats(scores, next_tok)
+                row_stats.update(layer.step_stats())
+                for k, v in row_stats.items():
+                    stats.setdefault(k, []).append(v.detach().float())
+            next_tok = torch.where(finished, pad, next_tok)
+            out_ids = torch.cat([out_ids, next_tok[:, None]], dim=1)
+            finished |= next_tok == eos
+            if step % eos_every == eos_every - 1 and bool(finished.all()):
+                break
+            mask = torch.cat([mask, torch.ones((bsz, 1), dtype=mask.dtype, device=mask.device)], dim=1)
+            cur_ids, cur_pos = next_tok[:, None], cur_pos[:, -1:] + 1
+        check.read()
+        if logit_check is not None:
+            logit_check.read()
+        if isinstance(generators, CounterGenerator):
+            generators.read(check.what)
+        host_stats = {k: torch.stack(v).cpu() for k, v in stats.items()}
+    except torch.cuda.OutOfMemoryError:
+        half = max(1, bsz // 2)
+        raise MaxbenchError(
+            f"{lm.device} ran out of memory decoding a batch of {bsz} prompt{'s' if bsz > 1 else ''} "
+            + (
+                f"(every batch finished before is kept); try a batch size of {half}"
+                if bsz > 1
+                else "(every batch finished before is kept); lower max_new_tokens or use a device with more memory"
+            )
+        ) from None
     results = []
     ids_cpu = out_ids.cpu().tolist()
     for i in range(bsz):
@@ -463,7 +562,7 @@ def decode(
             "finish": "eos" if n < len(ids) else "length",
         }
         if record_stats:
-            row["stats"] = {k: [_round(float(x)) for x in torch.stack(v)[:steps, i]] for k, v in stats.items()}
+            row["stats"] = {k: [_round(float(x)) for x in v[:steps, i]] for k, v in host_stats.items()}
             row["pieces"] = token_pieces(tok, ids[:n])
         results.append(row)
     if clock is not None:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from maxbench.benchmark.commands.options import DEFAULT_RUNS, add_model_args_option, add_model_options, run_id
+from maxbench.benchmark.commands.options import (
+    DEFAULT_RUNS,
+    add_generator_option,
+    add_model_args_option,
+    add_model_options,
+    run_id,
+)
 from maxbench.errors import MaxbenchError
 
 
@@ -54,6 +60,7 @@ def register(sub) -> None:
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_drop_option(p)
     add_model_options(p)
+    add_generator_option(p)
     add_model_args_option(p)
     p.set_defaults(func=cmd_generate)
 
@@ -109,6 +116,7 @@ def cmd_generate(args) -> int:
         batch_size=args.batch_size,
         corpus=args.corpus,
         model_args=parse_model_args(args.model_args),
+        generator=args.generator,
     )
     shard = parse_shard(args.shard)
     drop_damaged(plan.run_dir, args.drop_damaged_lines)

@@ -21,6 +21,17 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_generator_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--generator",
+        default=None,
+        help="the random generator of sampled rows: cpu (torch.multinomial's draw per row, token-exact with "
+        "transformers' generate on the CPU) or device (a counter-based generator on the model's device: the "
+        "same draws at any batch size, no wait for a GPU); default: device on CUDA, cpu otherwise. Recorded "
+        "in the run's manifest; a run resumes only with the generator it was made with",
+    )
+
+
 def add_model_args_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model-args",

@@ -5,7 +5,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from maxbench.benchmark.commands.options import DEFAULT_RUNS, add_model_args_option, add_model_options, lineup_run_id
+from maxbench.benchmark.commands.options import (
+    DEFAULT_RUNS,
+    add_generator_option,
+    add_model_args_option,
+    add_model_options,
+    lineup_run_id,
+)
 from maxbench.errors import MaxbenchError
 
 
@@ -54,6 +60,7 @@ def register(sub) -> None:
     p.add_argument("--no-progress", action="store_true")
     add_drop_option(p)
     add_model_options(p)
+    add_generator_option(p)
     add_model_args_option(p)
     p.set_defaults(func=cmd_run)
 
@@ -117,6 +124,7 @@ def cmd_run(args) -> int:
         corpus=lineup.corpus,
         lineup=lineup.name,
         model_args=parse_model_args(args.model_args),
+        generator=args.generator,
         per_model_args=lineup.model_args,
         sweeps={name: sweep.record() for name, sweep in lineup.sweeps.items()},
     )

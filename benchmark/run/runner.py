@@ -284,10 +284,12 @@ def preflight(
     against free memory (``maxbench.systems.decoding.check_limits``), and last the free disk space."""
     from maxbench.benchmark.data.corpora import check_corpus
     from maxbench.benchmark.data.suites import require_attributes
-    from maxbench.systems.decoding import check_limits
-    from maxbench.systems.models import check_model_reachable, load_model, options_for_model
+    from maxbench.systems.decoding import check_generator, check_limits, default_generator
+    from maxbench.systems.models import check_model_reachable, choose_device, load_model, options_for_model
     from maxbench.systems.system_strings import probe_layer
 
+    # the device (CUDA asked for on a machine without it is refused here) and the generator it draws with
+    plan.generator = check_generator(plan.generator or default_generator(choose_device(device)))
     layers = [s.build_layer() for s in plan.systems]
     adapters = {s.model_key: s.build_adapter() for s in plan.systems if s.adapter}
     for system, layer in zip(plan.systems, layers):
@@ -594,7 +596,16 @@ class _Decoder:
         t0, c0 = time.perf_counter(), time.process_time()
         seeds = [derive_seed(plan.seed, it.id, s) for it, s in batch]
         label = layer_label(system.layer)
-        results = decode(lm, layer, [it.prompt for it, _ in batch], system.decoding, seeds, clock=clock, label=label)
+        results = decode(
+            lm,
+            layer,
+            [it.prompt for it, _ in batch],
+            system.decoding,
+            seeds,
+            clock=clock,
+            label=label,
+            generator=plan.generator or "cpu",
+        )
         t1, c1 = time.perf_counter(), time.process_time()
         spent["generate"] += t1 - t0
         spent["cpu generate"] += c1 - c0

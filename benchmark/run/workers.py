@@ -105,6 +105,8 @@ def worker_command(args, run_id: str, shard: tuple[int, int], threads: int, devi
         cmd += ["--model-args", args.model_args]
     if device:
         cmd += ["--device", device]
+    if getattr(args, "generator", None):
+        cmd += ["--generator", args.generator]
     return cmd
 
 

@@ -70,10 +70,11 @@ class OutputLayer:
     def scores(self, logits: torch.Tensor, hidden: torch.Tensor | None) -> torch.Tensor:
         raise NotImplementedError
 
-    def sample(self, scores: torch.Tensor, warp, generators: list[torch.Generator]) -> torch.Tensor:
+    def sample(self, scores: torch.Tensor, warp, generators) -> torch.Tensor:
         """Default sampling: warp scores, softmax, one multinomial draw per row.
 
-        ``warp`` is a callable (scores) -> scores applying the decoding setting.
+        ``warp`` is a callable (scores) -> scores applying the decoding setting; ``generators``
+        are the rows' generators, to draw with through :func:`sample_rows`.
         Returns the chosen token ids (B,) and leaves the final probabilities in
         ``self.last_probs`` for the statistics.
         """
@@ -93,11 +94,21 @@ def same_value(value, default) -> bool:
     return value == default
 
 
-def sample_rows(probs: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
+def sample_rows(probs: torch.Tensor, generators) -> torch.Tensor:
     """One draw per row, each from its own generator, so a row's tokens do not depend on
-    which other rows share its batch (this is what makes resumed and sharded runs equal):
+    which other rows share its batch (this is what makes resumed and sharded runs equal).
+
+    ``generators`` is what the decoding loop passes to ``sample``: with the CPU generator (the
+    CPU's default) a list of CPU ``torch.Generator``, one per row, and the draw is
     ``torch.multinomial(probs[i:i+1], 1, generator=generators[i])``, computed by
-    :func:`maxbench.systems.multinomial.multinomial_rows` (the same draws; half the time after top-p truncation)."""
+    :func:`maxbench.systems.multinomial.multinomial_rows` (the same draws; half the time after
+    top-p truncation), returned on the CPU; with the device generator (CUDA's default) a
+    :class:`maxbench.systems.counter_sampling.CounterGenerator`, whose draw stays on the
+    probabilities' device. A layer that draws should call this, not index ``generators``."""
+    from maxbench.systems.counter_sampling import CounterGenerator
+
+    if isinstance(generators, CounterGenerator):
+        return generators.draw(probs)
     from maxbench.systems.multinomial import multinomial_rows
 
     return multinomial_rows(probs, generators)
