@@ -402,6 +402,18 @@ class LogitCheck:
             )
 
 
+def out_of_memory(device, batch: int) -> MaxbenchError:
+    """The one line for CUDA running out of memory on a batch of ``batch`` prompts: a batch size to try."""
+    kept = "(every batch finished before is kept)"
+    if batch > 1:
+        advice = f"try a batch size of {max(1, batch // 2)}"
+    else:
+        advice = "lower max_new_tokens or use a device with more memory"
+    return MaxbenchError(
+        f"{device} ran out of memory decoding a batch of {batch} prompt{'s' if batch > 1 else ''} {kept}; {advice}"
+    )
+
+
 @torch.inference_mode()
 def decode(
     lm,
@@ -540,15 +552,7 @@ def decode(
             generators.read(check.what)
         host_stats = {k: torch.stack(v).cpu() for k, v in stats.items()}
     except torch.cuda.OutOfMemoryError:
-        half = max(1, bsz // 2)
-        raise MaxbenchError(
-            f"{lm.device} ran out of memory decoding a batch of {bsz} prompt{'s' if bsz > 1 else ''} "
-            + (
-                f"(every batch finished before is kept); try a batch size of {half}"
-                if bsz > 1
-                else "(every batch finished before is kept); lower max_new_tokens or use a device with more memory"
-            )
-        ) from None
+        raise out_of_memory(lm.device, bsz) from None
     results = []
     ids_cpu = out_ids.cpu().tolist()
     for i in range(bsz):

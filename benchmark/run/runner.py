@@ -586,6 +586,18 @@ class _Decoder:
         return True
 
     def _decode(self, si: int, batch: list) -> None:
+        """Decode one batch and append its rows; CUDA running out of memory on it (decoding or ref-ppl)
+        is one line naming a batch size to try, the rows of the batches before kept."""
+        import torch
+
+        from maxbench.systems.decoding import out_of_memory
+
+        try:
+            self._decode_batch(si, batch)
+        except torch.cuda.OutOfMemoryError:
+            raise out_of_memory(self.pre.models[self.plan.systems[si].model_key].device, len(batch)) from None
+
+    def _decode_batch(self, si: int, batch: list) -> None:
         from maxbench.systems.decoding import decode, reference_logprobs, reference_stride_used
         from maxbench.systems.system_strings import layer_label
 
