@@ -100,6 +100,11 @@ def main() -> None:
         default=",".join(LAYERS),
         help=f"comma-separated layers to time, softmax always included (from: {', '.join(LAYERS)})",
     )
+    ap.add_argument(
+        "--generator",
+        default=None,
+        help="cpu or device: the random generator of sampled rows (default: the device's, as a run draws)",
+    )
     args = ap.parse_args()
     chosen = ["softmax"] + [name for name in args.layers.split(",") if name and name != "softmax"]
     unknown = [name for name in chosen if name not in LAYERS]
@@ -108,13 +113,13 @@ def main() -> None:
 
     from maxbench.benchmark.data.corpora import load_corpus
     from maxbench.benchmark.data.suites import load_suite
-    from maxbench.systems.decoding import DecodingSetting, decode
+    from maxbench.systems.decoding import DecodingSetting, check_generator, decode, default_generator
     from maxbench.systems.graph import get_graph
     from maxbench.systems.layers.graphmax.layer import GraphmaxLayer
     from maxbench.systems.layers.graphmax.operator import check_graphmax_args
     from maxbench.systems.layers.softmax import SoftmaxLayer
     from maxbench.systems.layers.sparsemax.layer import SparsemaxLayer
-    from maxbench.systems.models import load_model
+    from maxbench.systems.models import choose_device, load_model
 
     # every name and setting is checked before the model loads (each corpus's suite gives the prompts)
     check_inputs(args.model, args.corpora, args.corpora)
@@ -122,11 +127,12 @@ def main() -> None:
     setting = DecodingSetting.parse(args.decoding)
     setting = DecodingSetting(**{**setting.__dict__, "max_new_tokens": args.new_tokens})
     torch.set_num_threads(args.threads)
+    generator = check_generator(args.generator or default_generator(choose_device(args.device)))
     lm = load_model(args.model, device=args.device, threads=args.threads)
     batch_sizes = args.batch_sizes
     print(
         f"model {args.model} on {lm.device}, {torch.get_num_threads()} torch thread(s), batch sizes {batch_sizes}, "
-        f"{args.new_tokens} new tokens, decoding {setting.label}, lam {args.lam}"
+        f"{args.new_tokens} new tokens, decoding {setting.label} ({generator} generator), lam {args.lam}"
     )
     once = ("sparsemax", "graphmax paper")  # slow or not the subject: one timed run each
 
@@ -164,7 +170,7 @@ def main() -> None:
                         values.clear()
                     scores_cpu[name][0] = 0.0
                     t0, c0 = time.perf_counter(), time.process_time()
-                    results[name] = decode(lm, layers[name], prompts, setting, seeds)
+                    results[name] = decode(lm, layers[name], prompts, setting, seeds, generator=generator)
                     times[name].append(time.perf_counter() - t0)
                     cpu_times[name].append(time.process_time() - c0)
                     layer_cpu[name].append(scores_cpu[name][0])

@@ -6,6 +6,9 @@
 #       (a part may already be waiting in $2, from an earlier call: the device carries 64 MiB a call)
 #   $2  a folder for the parts carried earlier (default /tmp/maxbench-gpu)
 # Prepare them on the CPU machine with `bash scripts/gpu_check.sh --pack DIR1 DIR2 [SPLIT_BYTES]`.
+# Sections: scripts/gpu_check.py's (SECTIONS, default 1,2,3,5), then 6, benchmarks/generation_overhead.py
+# at batch 16 and 48 in fp32 and bf16 (OVERHEAD_BENCH=0 skips it), then 4, benchmarks/graphmax_decode.py
+# (DECODE_BENCH=0 skips it). Everything printed also goes to $OUT/report.txt.
 set -euo pipefail
 GGUF=SmolLM2-135M-Instruct.Q4_1.gguf
 GGUF_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
@@ -44,6 +47,15 @@ expect=$(tar -xzOf "$carry/home.tar.gz" --wildcards 'heads/kerbs/*/meta.json' | 
   'import json,sys; print(json.load(sys.stdin)["model_hash"])')
 python3 scripts/gpu_check.py --out "$OUT" --prompts "${PROMPTS:-16}" --precision-prompts "${PRECISION_PROMPTS:-48}" --device "${DEVICE:-cuda}" --sections "${SECTIONS:-1,2,3,5}" \
   --skip-layers "${SKIP_LAYERS:-}" --expect-weights "$expect"
+if [ "${OVERHEAD_BENCH:-1}" != 0 ]; then
+  # maxbench's loop (CPU and device generators) against transformers' generate, fp32 and bf16
+  for dtype in ${DTYPES:-fp32 bf16}; do
+    echo "## 6. benchmarks/generation_overhead.py --device cuda --dtype $dtype" | tee -a "$OUT/report.txt"
+    python3 benchmarks/generation_overhead.py --device "${DEVICE:-cuda}" --dtype "$dtype" --threads "${THREADS:-4}" \
+      --batch-sizes "${BATCHES:-16,48}" --new-tokens "${NEW_TOKENS:-64}" --repeats "${OVERHEAD_REPEATS:-5}" 2>&1 \
+      | tee -a "$OUT/report.txt" || echo "(generation_overhead.py --dtype $dtype failed; the checks go on)" | tee -a "$OUT/report.txt"
+  done
+fi
 [ "${DECODE_BENCH:-1}" = 0 ] && exit 0
 echo "## 4. benchmarks/graphmax_decode.py --device cuda" | tee -a "$OUT/report.txt"
 python3 benchmarks/graphmax_decode.py --device "${DEVICE:-cuda}" --corpora food-reviews --batch-sizes "${BATCHES:-16,48}" \
