@@ -426,6 +426,7 @@ def decode(
     label: str | None = None,
     generator: str = "cpu",
     eos_every: int | None = None,
+    kv_cache: str = "dynamic",
 ) -> list[dict]:
     """Continue each prompt; returns one dict per prompt: token_ids, text, finish, stats.
 
@@ -438,6 +439,11 @@ def decode(
     every step on the CPU, ``EOS_EVERY_GPU`` elsewhere); the steps decoded past the end change no
     row. Per-step statistics stay on the device until the end. Running out of CUDA memory stops with
     one line naming a smaller batch (the batches written before are kept).
+
+    ``kv_cache`` is ``dynamic`` (transformers' default cache, grown each step) or ``static``
+    (transformers' ``StaticCache``, allocated once for the prompt and ``max_new_tokens``: fixed
+    shapes, what a captured CUDA graph needs). The two give the same tokens; the statistics may
+    differ in their last digits, as attention then reduces over the cache's whole length.
 
     ``clock``, when given, gets the wall seconds of the output layer (``layer.scores`` and
     ``layer.sample``) added under "layer" and of the whole call under "decode" (``maxbench run
@@ -479,6 +485,12 @@ def decode(
     pad = torch.tensor(tok.pad_token_id, dtype=torch.long, device=lm.device)
     stats: dict[str, list[torch.Tensor]] = {}
     cache = None
+    if kv_cache == "static":
+        from transformers import StaticCache
+
+        cache = StaticCache(config=model.config, max_cache_len=input_ids.shape[1] + setting.max_new_tokens)
+    elif kv_cache != "dynamic":
+        raise MaxbenchError(f"unknown kv_cache '{kv_cache}'; use dynamic or static")
     cur_ids, cur_pos = input_ids, position_ids
     check = ScoreCheck(label or f"output layer '{layer.name}'")
     base_cause = model_nan_cause(lm)

@@ -67,3 +67,28 @@ def test_cuda_out_of_memory_is_one_line_naming_a_smaller_batch(tiny, monkeypatch
     with pytest.raises(MaxbenchError, match=said) as caught:
         decode(tiny, SoftmaxLayer(), ["abc"] * batch, DecodingSetting(max_new_tokens=4), list(range(batch)))
     assert "\n" not in str(caught.value) and "ran out of memory" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("decoding", "generator"),
+    [
+        ("greedy,max_new_tokens=16", "cpu"),
+        ("top_p=0.9,max_new_tokens=16", "cpu"),
+        ("top_k=20,max_new_tokens=16", "device"),
+    ],
+)
+def test_the_static_kv_cache_gives_the_eager_loops_tokens(tiny, decoding, generator):
+    setting = DecodingSetting.parse(decoding)
+    prompts = [f"Review {i}: the {'soup ' * (i % 5)}was" for i in range(8)]
+    eager = decode(tiny, SoftmaxLayer(), prompts, setting, list(range(8)), generator=generator)
+    static = decode(tiny, SoftmaxLayer(), prompts, setting, list(range(8)), generator=generator, kv_cache="static")
+    assert [r["token_ids"] for r in static] == [r["token_ids"] for r in eager]
+    assert [r["text"] for r in static] == [r["text"] for r in eager]
+    for a, b in zip(eager, static):  # attention over the whole static cache: the last digits may move
+        for key, values in a["stats"].items():
+            assert b["stats"][key] == pytest.approx(values, rel=1e-4, abs=1e-6)
+
+
+def test_an_unknown_kv_cache_is_one_line(tiny):
+    with pytest.raises(MaxbenchError, match="unknown kv_cache 'paged'; use dynamic or static"):
+        decode(tiny, SoftmaxLayer(), ["abc"], DecodingSetting(), [0], kv_cache="paged")
