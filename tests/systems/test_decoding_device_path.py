@@ -33,8 +33,10 @@ def test_reading_the_end_every_k_steps_changes_no_row(tiny, generator, decoding)
     setting = DecodingSetting.parse(decoding)
     prompts = ["abc", "a longer prompt here", "xyz q", "the soup"]
     eos = tiny.tokenizer.eos_token_id
-    every = decode(tiny, EndsRowByRow(eos), prompts, setting, [1, 2, 3, 4], generator=generator, eos_every=1)
-    batched = decode(tiny, EndsRowByRow(eos), prompts, setting, [1, 2, 3, 4], generator=generator, eos_every=8)
+    one, eight = EndsRowByRow(eos), EndsRowByRow(eos)
+    every = decode(tiny, one, prompts, setting, [1, 2, 3, 4], generator=generator, eos_every=1)
+    batched = decode(tiny, eight, prompts, setting, [1, 2, 3, 4], generator=generator, eos_every=8)
+    assert (one.step, eight.step) == (4, 8)  # the end read at once, and at the 8th step
     assert [r["finish"] for r in every] == ["eos"] * 4 and [r["n_tokens"] for r in every] == [0, 1, 2, 3]
     assert batched == every  # tokens, text, pieces and every step's statistics
 
