@@ -375,8 +375,8 @@ def token_pieces(tok, ids: list[int]) -> list[str]:
 
 class LogitCheck:
     """Off the CPU, the base model's logits are checked on the device: one flag per step for the rows
-    with a NaN or an infinite logit, read with the layer's :class:`ScoreCheck` (every
-    ``CHECK_EVERY`` steps and at the end), so that a step never waits for the device. The
+    with a NaN or an infinite logit, read like the layer's :class:`ScoreCheck` every
+    ``CHECK_EVERY`` steps and at the end, so that a step never waits for the device. The
     refusal is ``require_finite_logits``'s, naming the first bad step's rows."""
 
     def __init__(self, what: str, cause: str = "", every: int = CHECK_EVERY):
@@ -442,8 +442,10 @@ def decode(
 
     ``kv_cache`` is ``dynamic`` (transformers' default cache, grown each step) or ``static``
     (transformers' ``StaticCache``, allocated once for the prompt and ``max_new_tokens``: fixed
-    shapes, what a captured CUDA graph needs). The two give the same tokens; the statistics may
-    differ in their last digits, as attention then reduces over the cache's whole length.
+    shapes, what a captured CUDA graph needs). The two compute the same but for the order of
+    attention's sums, which run over the static cache's whole length (its unused positions masked):
+    the same tokens unless two are within rounding of each other, statistics equal but for their
+    last digits.
 
     ``clock``, when given, gets the wall seconds of the output layer (``layer.scores`` and
     ``layer.sample``) added under "layer" and of the whole call under "decode" (``maxbench run
