@@ -4,7 +4,8 @@ Inputs are real: the embedded model's next-token distributions after the first -
 prompts of the food-reviews suite, whole (softmax) and after top-p 0.9 (what the default
 registry samples from), each row with its own generator as the decoding loop draws. Prints the
 median time of both over --repeats alternating runs, their ratio, and whether the tokens and
-the generators' states are equal; then the load average.
+the generators' states are equal; beside them the device generator's draw
+(``maxbench.systems.counter_sampling``: other random numbers, so other tokens); then the load average.
 
     .venv/bin/python benchmarks/multinomial.py --threads 1
 """
@@ -31,6 +32,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=positive_int, default=7)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    from maxbench.systems.counter_sampling import CounterGenerator
     from maxbench.systems.decoding import DecodingSetting, warp_rows
     from maxbench.systems.multinomial import multinomial_rows
 
@@ -52,10 +54,16 @@ def main() -> int:
         same = torch.equal(*draws.values()) and all(map(torch.equal, *states.values()))
         theirs, ours = (statistics.median(times[k]) for k in ways)
         support = float((probs > 0).sum(-1).float().mean())
+        device_gen = []
+        for r in range(args.repeats):
+            gen = CounterGenerator([1000 * r + i for i in range(len(probs))])
+            t0 = time.perf_counter()
+            gen.draw(probs)
+            device_gen.append(time.perf_counter() - t0)
         print(
             f"{name:<10} {tuple(probs.shape)}, mean support {support:8.1f}: torch {theirs * 1e3:6.1f} ms, "
             f"maxbench {ours * 1e3:6.1f} ms, ratio {theirs / ours:4.1f}x, same tokens and generator states: "
-            f"{'yes' if same else 'NO'}"
+            f"{'yes' if same else 'NO'}; device generator {statistics.median(device_gen) * 1e3:6.1f} ms"
         )
     print(load_average())
     return 0
