@@ -28,7 +28,7 @@ SMOKE = {
     "cpu_arithmetic.py": (["--batch-size", "2", "--new-tokens", "3", "--repeats", "1"], "pinned/native"),
     "explorer_size.py": (["--prompts", "4", "--systems", "2", "--tokens", "5"], "first render (Chromium)"),
     "finite_check.py": (["--batch-size", "2", "--repeats", "1"], "same answer"),
-    "generation_overhead.py": (["--batch-sizes", "2", "--new-tokens", "3", "--repeats", "1"], "top_p"),
+    "generation_overhead.py": (["--batch-sizes", "2", "--new-tokens", "3", "--repeats", "1"], "dev/cpu"),
     "graph_products.py": (["--corpora", "food-reviews", "--batch-sizes", "2", "--repeats", "1"], "same bits"),
     "graphmax_decode.py": (
         ["--corpora", "food-reviews", "--batch-sizes", "2", "--new-tokens", "3", "--repeats", "1", "--show", "1"],
@@ -40,7 +40,10 @@ SMOKE = {
         "test perplexity",
     ),
     "model_conversion.py": (["--gguf", "{tiny_gguf}"], "same files"),
-    "multinomial.py": (["--batch-size", "2", "--repeats", "1"], "same tokens and generator states: yes"),
+    "multinomial.py": (
+        ["--batch-size", "2", "--repeats", "1"],
+        "same tokens and generator states: yes; device generator",
+    ),
     "parallel_run.py": (
         ["--prompts", "2", "--batch-size", "2", "--new-tokens", "3", "--schedules", "seq1", "--systems", "softmax"],
         "same generations as seq1",
@@ -78,6 +81,9 @@ BAD = [
     ("head_training.py", ["--kerbs", "lr_thta=1"], "unknown key 'lr_thta'"),
     ("head_training.py", ["--posg", "lm_prior"], "write key=value"),
     ("generation_overhead.py", ["--suite", "nope"], "unknown suite 'nope'"),
+    ("generation_overhead.py", ["--decodings", "greedy,beam"], "unknown decoding 'beam'"),
+    ("generation_overhead.py", ["--dtype", "bf16"], "dtype=bf16 is refused on the CPU"),
+    ("graphmax_decode.py", ["--generator", "gpu"], "unknown generator 'gpu'; use cpu or device"),
     ("cpu_arithmetic.py", ["--new-tokens", "zero"], "'zero' is not an integer"),
     ("explorer_size.py", ["--systems", "9"], "at most 8 synthetic systems"),
     ("self_bleu.py", ["--texts", "1"], "give 2 or more"),
