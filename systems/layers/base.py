@@ -114,6 +114,15 @@ def sample_rows(probs: torch.Tensor, generators) -> torch.Tensor:
     return multinomial_rows(probs, generators)
 
 
+def draws_on_device(generators) -> bool:
+    """Whether ``generators`` (what ``sample`` is given) draw on the probabilities' device (the device
+    generator) rather than on the host (CPU ``torch.Generator``s): a layer then keeps its
+    probabilities where they are."""
+    from maxbench.systems.counter_sampling import CounterGenerator
+
+    return isinstance(generators, CounterGenerator)
+
+
 def all_finite(t: torch.Tensor) -> bool:
     """Whether every entry of ``t`` is finite. A NaN or an infinity anywhere makes the sum NaN or
     infinite, and the sum is one pass with no temporary (isfinite's mask and its ``all`` take 12x

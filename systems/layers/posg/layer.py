@@ -23,7 +23,7 @@ import torch
 
 from maxbench.errors import MaxbenchError
 from maxbench.systems import hidden_cache as hc
-from maxbench.systems.layers.base import FitContext, OutputLayer, sample_rows
+from maxbench.systems.layers.base import FitContext, OutputLayer, draws_on_device, sample_rows
 from maxbench.systems.layers.head_cache import check_fit_options, progress_log, untrained_best_warning
 from maxbench.systems.layers.posg.fit import POSGConfig, config_from_options, fit_posg
 from maxbench.systems.layers.posg.head import CATCH_ALL, POSGHead
@@ -156,10 +156,13 @@ class POSGLayer(OutputLayer):
         top_p, top_c = tag_p.topk(k, dim=-1)  # (B, k)
         top_p = top_p / top_p.sum(-1, keepdim=True)
         self._kept = (top_p, top_c, warp)
-        slot = sample_rows(top_p.cpu(), generators)
-        self.last_tags = top_c.cpu().gather(1, slot[:, None])[:, 0]
-        chosen = self._within(self.last_tags[:, None].to(top_c.device), warp)[:, 0]
-        return sample_rows(chosen.cpu(), generators)
+        # the CPU generator draws on the host; the device generator where the probabilities are
+        host = not draws_on_device(generators)
+        slot = sample_rows(top_p.cpu() if host else top_p, generators)
+        tags = top_c.gather(1, slot.to(top_c.device)[:, None])[:, 0]
+        self.last_tags = tags.cpu() if host else tags
+        chosen = self._within(tags[:, None], warp)[:, 0]
+        return sample_rows(chosen.cpu() if host else chosen, generators)
 
     def _within(self, classes: torch.Tensor, warp) -> torch.Tensor:
         """(B, k, V): for each row's classes (B, k), the token distribution within that class's

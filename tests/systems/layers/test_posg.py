@@ -212,6 +212,31 @@ def test_guided_sampling_warps_only_the_drawn_tag_and_draws_what_warping_every_k
     torch.testing.assert_close(layer.last_probs, (top_p[:, :, None] * within).sum(1), atol=0, rtol=0)
 
 
+def test_guided_sampling_with_the_device_generator_draws_the_tag_then_the_token_and_keeps_rows_apart():
+    from maxbench.systems.counter_sampling import CounterGenerator
+
+    head = random_head(seed=7)
+    layer = POSGLayer(tag_topk=3)
+    layer.set_head(head)
+    g = torch.Generator().manual_seed(8)
+    n = 16
+    logits, h = torch.randn(n, 40, generator=g) * 3, torch.randn(n, 8, generator=g)
+    warp = lambda s: DecodingSetting(top_p=0.6).warpers()(None, s)  # noqa: E731
+    got = layer.sample(layer.scores(logits, h), warp, CounterGenerator(range(n)))
+    tags = layer.last_tags
+    # the same rule by hand: draw 0 of each row picks a kept tag, draw 1 a token within it
+    gen = CounterGenerator(range(n))
+    top_p, top_c = layer._tag_logp.exp().topk(3, dim=-1)
+    slot = gen.draw(top_p / top_p.sum(-1, keepdim=True))
+    assert torch.equal(tags, top_c.gather(1, slot[:, None])[:, 0])
+    assert torch.equal(got, gen.draw(layer._within(tags[:, None], warp)[:, 0]))
+    assert bool(head.membership[got, tags].all())  # each token belongs to its drawn tag
+    for i in (0, 5, 15):  # a row alone draws what it drew in the batch
+        assert int(layer.sample(layer.scores(logits[i : i + 1], h[i : i + 1]), warp, CounterGenerator([i]))) == int(
+            got[i]
+        )
+
+
 def test_pos_control_raises_the_controlled_tags_share():
     head = random_head(seed=5)
     g = torch.Generator().manual_seed(5)
