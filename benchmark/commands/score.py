@@ -48,7 +48,8 @@ def register(sub) -> None:
     p.add_argument(
         "--baseline",
         metavar="SYSTEM",
-        help="system the others are tested against (default: the run's one softmax system)",
+        help="system the others are tested against (default: the one the run was last scored against, "
+        "else the run's one softmax system)",
     )
     add_evaluator_option(p)
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N for model-based metrics")

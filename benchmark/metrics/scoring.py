@@ -459,6 +459,23 @@ def model_baselines(manifest: dict, systems: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def previous_baseline(run_dir: Path, systems: Sequence[str]) -> str | None:
+    """The baseline the run's ``scores.json`` was scored against, when it is still one of its
+    systems: a plain rescoring (``maxbench score RUN``) keeps a lineup's ``baseline`` or an earlier
+    ``--baseline`` instead of falling back to the default. None without scores, or with scores that
+    cannot be read (they are replaced)."""
+    from maxbench.rundir import has_scores, read_scores
+
+    if not has_scores(run_dir):
+        return None
+    try:
+        comparisons = read_scores(run_dir, fresh=False).comparisons
+    except MaxbenchError:
+        return None
+    baseline = comparisons.get("baseline") if isinstance(comparisons, dict) else None
+    return baseline if isinstance(baseline, str) and baseline in systems else None
+
+
 def baselines_of(manifest: dict, systems: Sequence[str], baseline: str | None) -> tuple[str | None, dict[str, str]]:
     """(the run's one baseline or None, each system's baseline). A baseline that is given, or a run
     of one base model, compares every system with one baseline (by default the run's one softmax
@@ -496,7 +513,9 @@ def score_run(
     takes its scores from the run's score cache (``score_cache``), and so does its comparison
     with a baseline that is unchanged too: only what changed is computed. ``use_cache=False``
     computes everything (the file is the same bytes either way). When nothing but the time would
-    differ, the existing ``scores.json`` is kept as it is."""
+    differ, the existing ``scores.json`` is kept as it is. Without ``baseline``, a run scored before
+    keeps the baseline it was scored against (``previous_baseline``); a run scored for the first time
+    gets ``baselines_of``'s default."""
     from maxbench.benchmark.metrics.score_cache import ScoreCache, comparison_key, system_key
     from maxbench.rundir import generations_sha256, scores_path, write_scores
 
@@ -504,6 +523,8 @@ def score_run(
     manifest, batches = load_batches(run_dir)
     if baseline is not None and baseline not in batches:
         raise MaxbenchError(f"--baseline '{baseline}' is not a system of this run; systems: {', '.join(batches)}")
+    if baseline is None:
+        baseline = previous_baseline(run_dir, list(batches))
     baseline, baselines = baselines_of(manifest, list(batches), baseline)
     metrics = build_metrics(options)
     if any(b.reference_logprobs for b in batches.values()) and "ref-ppl" not in options.metrics:
