@@ -14,11 +14,14 @@ from maxbench.registry import current_origin, describe_origin
 
 
 def _origin_of(obj) -> dict:
-    """The origin of a plugin registered now: the file being included, else this session, by the
-    sha256 of the object's source (of its qualified name where the source cannot be read)."""
+    """The origin of a plugin registered now: the file being included (or the file of the user's that
+    defines it, which the included file imported: ``plugins.registration_origin``), else this session, by
+    the sha256 of the object's source (of its qualified name where the source cannot be read)."""
+    from maxbench.plugins import registration_origin
+
     origin = current_origin()
     if origin is not None:
-        return origin
+        return registration_origin(obj, origin)
     try:
         text = inspect.getsource(obj)
     except (OSError, TypeError):

@@ -102,6 +102,24 @@ def _options(args):
     )
 
 
+def unrequested_plugin_metrics(args) -> list[str]:
+    """One note per registered plugin metric that this scoring leaves out: without ``--metrics`` the
+    default set is scored, which holds no plugin metric (a plugin runs only when named), and saying
+    nothing would look as if it had been scored."""
+    if args.metrics:
+        return []
+    from maxbench.benchmark.metrics.base import METRICS
+    from maxbench.registry import describe_origin
+
+    return [
+        f"plugin metric '{name}' (from {describe_origin(origin)}) is not scored: a plugin metric runs only when "
+        f"named; ask for it with --metrics {name} (add the default metrics beside it to keep them, e.g. "
+        f"--metrics {DEFAULT_METRICS[0]},{name})"
+        for name, origin in METRICS.plugins().items()
+        if name not in DEFAULT_METRICS
+    ]
+
+
 def _fmt(x) -> str:
     if x is None:
         return "-"
@@ -191,6 +209,8 @@ def _score(args) -> int:
     if args.references and not args.generations:
         raise MaxbenchError("--references goes with --generations; a run's rows carry their references")
     options = _options(args)
+    for line in unrequested_plugin_metrics(args):
+        print(f"maxbench: note: {line}", file=sys.stderr)
     if args.generations:
         doc = score_files(args.generations, args.references, options)
         print(json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) if args.json else _table(doc["scores"]))

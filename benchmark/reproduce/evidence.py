@@ -56,7 +56,8 @@ def signature(doc: dict, metric: str | None) -> str:
 
 class RunScores:
     """What the report reads of each run's scores, read once: scores.json, the generations' sha256,
-    and why the run is partial (not scored, scored on other generations, part of its suite)."""
+    and why the run is partial (not scored, its generations or its manifest missing, scored on other
+    generations, part of its suite)."""
 
     def __init__(self, runs: list[RunSpec]):
         self.runs = runs
@@ -72,6 +73,9 @@ class RunScores:
                 self._whole[r.run_dir] = why
             elif not rundir.has_generations(r.run_dir):
                 why = "its generations.jsonl is missing (regenerate the run)"
+                self._whole[r.run_dir] = why
+            elif not rundir.manifest_path(r.run_dir).is_file():  # its texts' provenance is gone
+                why = "its manifest.json is missing (regenerate the run)"
                 self._whole[r.run_dir] = why
             elif doc.get("generations_sha256") != rundir.generations_sha256(r.run_dir):
                 why = "its scores.json scores other generations (rescore it)"

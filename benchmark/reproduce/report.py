@@ -75,6 +75,18 @@ def _committed_heads(out: Path) -> list[dict]:
         return []
 
 
+def check_out(paper: Paper, out: Path) -> None:
+    """Refuse, before anything is planned or written, an ``--out`` that is not and cannot become a folder
+    (an existing file), or whose report files would land on the paper file: ``maxbench.fileio``'s shared
+    output checks, as every command's."""
+    from maxbench.fileio import check_not_input, check_output_dir
+
+    check_output_dir(out, "--out")
+    inputs = [(paper.path, "the paper file")] if paper.path is not None else []
+    for name in [*(f"report.{ext}" for ext in ("md", "html", "csv", "json")), exports.PLOT, PAIRS]:
+        check_not_input(out / name, f"--out {out}: its", inputs)
+
+
 def write_report(
     paper: Paper, runs: list[RunSpec], out: Path, command: str, n_resamples: int = 1000, flips: tuple = ()
 ) -> list[Path]:
