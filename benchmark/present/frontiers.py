@@ -190,6 +190,20 @@ def _samples(scores: ScoresFile, systems: tuple, name: str, prompts: list[str], 
     return fr.Samples(values, None, se)
 
 
+def curves(scores: ScoresFile, sweeps: list[Sweep], quality: str, match: str, level: float) -> list[fr.Curve]:
+    """Each sweep as a curve in the plane of ``quality`` against ``match``, every curve's per-prompt
+    values in the one prompt order of these sweeps (so that one resample moves every point at once)."""
+    prompts = _prompt_order(scores, sweeps)
+    return [
+        fr.Curve(
+            s.name, s.knob, s.values, s.systems,
+            _samples(scores, s.systems, match, prompts, level),
+            _samples(scores, s.systems, quality, prompts, level),
+        )
+        for s in sweeps
+    ]  # fmt: skip
+
+
 def _check_plane(scores: ScoresFile, sweeps: list[Sweep], plane: tuple[str, str]) -> None:
     for name in plane:
         if not _scored_anywhere(scores, sweeps, name):
@@ -251,7 +265,6 @@ def build(
         int(boot.get("seed", 0)),
         float(boot.get("level", 0.95)),
     )
-    prompts = _prompt_order(scores, sweeps)
     human = human_entry(scores)
     out = []
     for quality, match_name in planes:
@@ -270,17 +283,10 @@ def build(
             target, source = None, "none: no human row and no --match value"
         if goal == "closest" and not math.isfinite(hy):
             goal = "higher"  # no human value to be close to: the score's own direction
-        curves = [
-            fr.Curve(
-                s.name, s.knob, s.values, s.systems,
-                _samples(scores, s.systems, match_name, prompts, level),
-                _samples(scores, s.systems, quality, prompts, level),
-            )
-            for s in sweeps
-        ]  # fmt: skip
-        ref = curves[names.index(against)]
+        drawn = curves(scores, sweeps, quality, match_name, level)
+        ref = drawn[names.index(against)]
         matched, dominance = [], []
-        for c in curves:
+        for c in drawn:
             if c is ref:
                 continue
             if not (np.isfinite(c.x.value).any() or np.isfinite(ref.x.value).any()):
@@ -291,7 +297,7 @@ def build(
             if target is not None:
                 matched.append(fr.matched(c, ref, target, n_resamples, seed, level))
             dominance.append(fr.dominance(c, ref, goal, hy, n_resamples, seed, level))
-        budget = {b.name: b for b in fr.budgets(curves, goal, hy, n_resamples, seed, level)}
+        budget = {b.name: b for b in fr.budgets(drawn, goal, hy, n_resamples, seed, level)}
         entries = {
             x: (_score(scores, x, match_name) or {}, _score(scores, x, quality) or {})
             for s in sweeps
@@ -305,7 +311,7 @@ def build(
                 human_point,
                 target,
                 source,
-                curves,
+                drawn,
                 sweeps,
                 entries,
                 matched,
