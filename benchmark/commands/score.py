@@ -26,8 +26,9 @@ def register(sub) -> None:
         epilog="metrics: " + ", ".join(DEFAULT_METRICS) + " (default: all), and ref-ppl and attr-acc (each joining "
         "a run's by itself: ref-ppl when its rows carry reference log-probabilities, attr-acc on a conditional "
         "suite); on request, the papers' "
-        "own definitions: " + ", ".join(PAPER_METRICS) + ", and heldout-bleu (on a suite that names the held-out "
-        "split its prompts came from).\n"
+        "own definitions: " + ", ".join(PAPER_METRICS) + ", heldout-bleu (on a suite that names the held-out "
+        "split its prompts came from), and ppl under a fixed evaluator beside the run's ppl (cross-evaluation): "
+        "ppl-smollm2-135m, ppl-gemma3-270m.\n"
         "files: .jsonl/.json = one JSON object per line with a string field 'text' (and optionally "
         "'prompt', used by ppl); any other name = one text per line.",
     )

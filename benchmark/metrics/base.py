@@ -453,6 +453,9 @@ METRICS: Registry[type[Metric]] = Registry(
         "distinct": "maxbench.benchmark.metrics.diversity:Distinct",
         "uniq": "maxbench.benchmark.metrics.diversity:Uniq",
         "ppl": "maxbench.benchmark.metrics.perplexity:Perplexity",
+        # ppl under a fixed evaluator, beside the run's ppl (cross-evaluation between base models)
+        "ppl-smollm2-135m": "maxbench.benchmark.metrics.perplexity:SmolLM2Perplexity",
+        "ppl-gemma3-270m": "maxbench.benchmark.metrics.perplexity:GemmaPerplexity",
         "ref-ppl": "maxbench.benchmark.metrics.perplexity:ReferencePPL",
         "diversity": "maxbench.benchmark.metrics.diversity:SuDiversity",
         "mauve": "maxbench.benchmark.metrics.embedding:Mauve",

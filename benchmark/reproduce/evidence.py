@@ -244,6 +244,18 @@ def _mean_of_per_prompt(entry: dict) -> list | None:
     return per if abs(sum(vals) / len(vals) - value) <= 1e-9 * max(1.0, abs(value)) else None
 
 
+def paired_binary(run: RunSpec, doc: dict, method: str, baseline: str, score: str) -> tuple[list, list] | None:
+    """The two systems' per-prompt values of ``score`` in one run, paired by prompt, where the score is
+    the mean of them and every one is 0 or 1 (a rate over one text per prompt), else None."""
+    pa = _mean_of_per_prompt(_entry(run, doc, method, score))
+    pb = _mean_of_per_prompt(_entry(run, doc, baseline, score))
+    if pa is None or pb is None or set(pa) != set(pb):
+        return None
+    keys = sorted(pa)
+    a, b = [pa[k] for k in keys], [pb[k] for k in keys]
+    return (a, b) if all(v in (0, 1) for v in (*a, *b)) else None
+
+
 def log_ratio(
     run: RunSpec, doc: dict, method: str, baseline: str, score: str, diff: tuple, n_resamples: int = 1000
 ) -> tuple[tuple[float, float, float] | None, str]:

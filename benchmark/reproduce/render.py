@@ -17,6 +17,7 @@ from maxbench.benchmark.reproduce.controls import summary as control_summary
 from maxbench.benchmark.reproduce.evidence import read_scores, run_table
 from maxbench.benchmark.reproduce.judge import FLAG_PARTIAL, claim_verdict, headline, unadjusted, with_settings
 from maxbench.benchmark.reproduce.kinds import kind_of
+from maxbench.benchmark.reproduce.matched import section as matched_section
 from maxbench.benchmark.reproduce.papers import SCORES_KEY, SETTING_SEP, Claim, Paper
 from maxbench.benchmark.reproduce.verdicts import NOT_COMPARABLE, RULES
 from maxbench.document import Cell, Code, Para, Section, Table, num
@@ -389,6 +390,9 @@ def sections(rep: Report) -> list[Section]:
     sens = sensitivity_section(paper, rep.cells)
     if sens is not None:
         out.append(sens)
+    matched = matched_section(paper, rep.matched)
+    if matched is not None:
+        out.append(matched)
     out += diagnostic_sections(rep, by_id)
     if rep.heads:
         out.append(heads_section(rep.heads))

@@ -43,6 +43,7 @@ from maxbench.benchmark.reproduce.judge import (
     missing_baselines,
     with_settings,
 )
+from maxbench.benchmark.reproduce.matched import rows as matched_rows
 from maxbench.benchmark.reproduce.papers import Paper
 from maxbench.benchmark.reproduce.protocol import RunSpec
 
@@ -64,7 +65,8 @@ def build(paper: Paper, runs: list[RunSpec], pairs: Pairs, previous_heads: list[
     heads = trained_heads(runs, previous_heads)
     flag_cells(judged, runs, evidence.scores, cells, heads)
     mark_identical(rows)
-    return Report(paper=paper, evidence=evidence, rows=rows, cells=cells, heads=heads)
+    found = matched_rows(paper, evidence)  # outside the counts: read after every verdict is decided
+    return Report(paper=paper, evidence=evidence, rows=rows, cells=cells, heads=heads, matched=found)
 
 
 def _committed_heads(out: Path) -> list[dict]:

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from scipy.stats import norm
 
 from maxbench.benchmark.reproduce.cells import CellVerdict, Comparison
 from maxbench.benchmark.reproduce.evidence import RunScores, head_training, log_ratio, trained_heads
@@ -30,6 +31,7 @@ from maxbench.benchmark.reproduce.verdicts import (
     family_level,
     log_ratio_bootstrap,
     log_ratio_delta,
+    mcnemar_p,
     relative,
     summarise,
 )
@@ -355,3 +357,55 @@ def test_report_only_warns_of_each_missing_control_and_exits_0(cli, tmp_path, mo
         assert f"warning: cell table1-lm-ppl x {c['model']} x {c['corpus']} (kerbs): its baseline 'ft-softmax'" in err
         assert c["baselines"] == "ft-softmax"
     assert all(c["baselines"] == "ft-softmax" for c in doc["cells"] if c["claim"] == "table1-lm-ppl")
+
+
+# ---------------------------------------------------------------- Holm's p-value of a 0/1 rate
+
+
+def test_the_exact_mcnemar_p_of_paired_rates_by_hand_and_only_for_0_1_values():
+    # POSG's rep on Gemma: 4 prompts where only POSG repeats, 18 where only MLE does; under 'no difference'
+    # the 4 is Binomial(22, 1/2): two-sided p = 2 P(X <= 4) = 2 (C(22,0) + ... + C(22,4)) / 2^22
+    a = [1] * 3 + [1] * 4 + [0] * 18 + [0] * 167
+    b = [1] * 3 + [0] * 4 + [1] * 18 + [0] * 167
+    by_hand = 2 * sum(math.comb(22, k) for k in range(5)) / 2**22
+    assert mcnemar_p(a, b) == pytest.approx(by_hand, rel=1e-12) and by_hand == pytest.approx(0.0043435, rel=1e-4)
+    assert mcnemar_p([0, 1, 1], [0, 1, 1]) == 1.0  # no discordant pair
+    assert mcnemar_p([0.5, 1], [0, 1]) is None and mcnemar_p([1, 0], [1]) is None
+
+
+def test_a_one_fold_0_1_rate_enters_holm_with_its_exact_p_and_other_scores_with_estimate_and_se(tmp_path):
+    per_a = {f"p{i:03d}": float(i < 7) for i in range(192)}  # 7 of 192 texts repeat
+    per_b = {f"p{i:03d}": float(3 <= i < 24) for i in range(192)}  # 21 of 192, 3 prompts shared
+
+    def entry(per, scale=1.0):
+        vals = {k: v * scale for k, v in per.items()}
+        v = sum(vals.values()) / len(vals)
+        return {"value": v, "ci_low": v - 0.02, "ci_high": v + 0.02, "per_prompt": vals}
+
+    comparisons = {"A": {s: {"difference": -0.073, "ci_low": -0.125, "ci_high": -0.026} for s in ("rep", "rep2")}}
+    doc = {
+        "systems": {
+            "A": {"scores": {"rep": entry(per_a), "rep2": entry(per_a, 2.0)}},
+            "B": {"scores": {"rep": entry(per_b), "rep2": entry(per_b, 2.0)}},
+        },
+        "metrics": {"rep": {"scores": ["rep", "rep2"]}},
+        "comparisons": {"systems": comparisons},
+    }
+    run = SimpleNamespace(roles={"m": "A", "b": "B"}, baseline="B", run_dir=tmp_path)
+    evidence = SimpleNamespace(pairs=SimpleNamespace(n_resamples=1000))
+    from maxbench.benchmark.reproduce.cells import Row
+    from maxbench.benchmark.reproduce.claims.difference import Difference
+
+    rows = {}
+    for score in ("rep", "rep2"):  # rep2: the same texts, values 0 or 2 (not a 0/1 rate)
+        rows[score] = Row(claim="a", model="m1", corpus="c", method="m", baseline="b", score=score, kind="difference")
+        Difference().measure(rows[score], None, [(run, doc)], evidence)
+    exact = mcnemar_p(list(per_a.values()), list(per_b.values()))
+    assert rows["rep"].rel.p_value == exact and "exact McNemar" in rows["rep"].rel.method
+    assert rows["rep2"].rel.exact_p is None  # the normal approximation from estimate / se
+    assert rows["rep2"].rel.p_value == pytest.approx(2 * norm.sf(abs(rows["rep2"].rel.centre) / rows["rep2"].rel.se))
+    # two folds: no exact test is combined across them, estimate / se decide
+    Difference().measure(two := Row(claim="a", model="m1", corpus="c", method="m", baseline="b", score="rep",
+                                    kind="difference"), None, [(run, doc), (run, doc)], evidence)  # fmt: skip
+    assert two.rel.exact_p is None
+    assert "exact McNemar p-value" in RULES
