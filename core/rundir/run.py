@@ -14,16 +14,25 @@ from maxbench.rundir.scores import ScoresFile, read_scores
 
 @dataclass
 class RunFiles:
-    """What a run folder holds for its readers, each part read and checked here (``read_run``)."""
+    """A run folder as its readers hold it, each part read and checked by ``read_run``: the one type of
+    a run's read data. The Python API's ``maxbench.RunResult`` is this type with the API's methods
+    (``rows``, ``to_pandas``, ``compare``), so its ``path``, ``manifest``, ``generations`` and
+    ``scores`` are these."""
 
     #: the run directory
-    run_dir: Path
+    path: Path
     #: its manifest ({} for a folder without one)
     manifest: dict
-    #: its rows (``read_generations``)
-    rows: list[dict]
-    #: its scores, fresh (``ScoresFile.stale``); None for a run that is not scored
-    scores: ScoresFile | None
+    #: its rows of ``generations.jsonl`` (``read_generations``)
+    generations: list[dict]
+    #: its scores file, fresh (``ScoresFile.stale``); None for a run that is not scored
+    scores_file: ScoresFile | None
+
+    @property
+    def scores(self) -> dict | None:
+        """The scores file's document (``scores.json`` as a dict; ``ScoresFile.to_dict``), None for a run
+        that is not scored."""
+        return None if self.scores_file is None else self.scores_file.to_dict()
 
 
 def read_run(run_dir: Path, scored: bool = False, rows_missing_ok: bool = False) -> RunFiles:
@@ -34,4 +43,4 @@ def read_run(run_dir: Path, scored: bool = False, rows_missing_ok: bool = False)
     manifest = read_manifest(run_dir)
     scores = read_scores(run_dir) if scored or has_scores(run_dir) else None
     rows = read_generations(run_dir, missing_ok=rows_missing_ok)
-    return RunFiles(run_dir, manifest, rows, scores)
+    return RunFiles(path=run_dir, manifest=manifest, generations=rows, scores_file=scores)
