@@ -1,8 +1,12 @@
 """A toy paper and constructed cells, for the tests of the verdict rules and of the reproduction
 report's judging and plots."""
 
+import json
+from types import SimpleNamespace
+
 from maxbench.benchmark.reproduce.cells import CellVerdict, Comparison
 from maxbench.benchmark.reproduce.papers import load_paper
+from maxbench.benchmark.reproduce.protocol import RunSpec
 from maxbench.benchmark.reproduce.verdicts import Estimate
 
 PAPER = """
@@ -66,3 +70,17 @@ def toy_cell(claim: str, est: Estimate, paper=0.1, model="m1", method="graphmax"
         details=[Comparison(baseline="softmax", est=est, paper=paper)],
         **fields,
     )
+
+
+def kerbs_run(root, resources: dict, role: str = "kerbs") -> tuple[RunSpec, str]:
+    """A run of the toy paper (m1 on c) under ``root/runs/m1-c`` whose manifest records a KerBS head's
+    ``resources`` (its cache key, its training history's flags), the KerBS system in the protocol's
+    ``role``; returns the run and that system."""
+    run_dir = root / "runs" / "m1-c"
+    run_dir.mkdir(parents=True)
+    system = "m1/kerbs/greedy,max_new_tokens=1"
+    manifest = {"systems": {system: {"layer": "kerbs"}}, "resources": {system: resources}}
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    plan = SimpleNamespace(run_dir=run_dir, suite=SimpleNamespace(items=[{}] * 96, name="s"), systems=[], corpus="c")
+    roles = {"softmax": "m1/softmax/greedy,max_new_tokens=1", role: system}
+    return RunSpec("m1", "c", None, plan, roles, roles["softmax"]), system

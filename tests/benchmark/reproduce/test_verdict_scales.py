@@ -13,7 +13,6 @@ import pytest
 
 from maxbench.benchmark.reproduce.evidence import RunScores, head_training, log_ratio, trained_heads
 from maxbench.benchmark.reproduce.judge import decide_cells, flag_cells, headline, missing_baselines
-from maxbench.benchmark.reproduce.protocol import RunSpec
 from maxbench.benchmark.reproduce.verdicts import (
     ALPHA,
     INCONCLUSIVE,
@@ -33,7 +32,7 @@ from maxbench.benchmark.reproduce.verdicts import (
 )
 from maxbench.errors import MaxbenchError
 from tests.support.paths import ROOT
-from tests.support.verdicts import toy_cell, toy_claim, toy_paper
+from tests.support.verdicts import kerbs_run, toy_cell, toy_claim, toy_paper
 
 Z = 1.959963984540054
 REPORTS = ROOT / "results" / "reproductions"
@@ -203,17 +202,6 @@ def test_a_cost_beyond_the_papers_effect_is_larger_than_claimed_and_counted_apar
 # ---------------------------------------------------------------- trained heads: the recorded history
 
 
-def _kerbs_run(root, resources):
-    run_dir = root / "runs" / "m1-c"
-    run_dir.mkdir(parents=True)
-    system = "m1/kerbs/greedy,max_new_tokens=1"
-    manifest = {"systems": {system: {"layer": "kerbs"}}, "resources": {system: resources}}
-    (run_dir / "manifest.json").write_text(json.dumps(manifest))
-    plan = SimpleNamespace(run_dir=run_dir, suite=SimpleNamespace(items=[{}] * 96, name="s"), systems=[], corpus="c")
-    roles = {"softmax": "m1/softmax/greedy,max_new_tokens=1", "kerbs": system}
-    return RunSpec("m1", "c", None, plan, roles, roles["softmax"]), system
-
-
 def _meta(sha, valid, loss=None):
     history = [
         {"epoch": i, "valid_ppl": v, **({} if loss is None or i == 0 else {"train_loss": loss[i - 1]})}
@@ -229,7 +217,7 @@ def _meta(sha, valid, loss=None):
 
 def test_the_head_rule_reads_the_committed_history_and_scopes_the_conclusion_to_the_budget(tmp_path, monkeypatch):
     monkeypatch.setenv("MAXBENCH_HOME", str(tmp_path / "home"))  # no cache: the committed copy only
-    run, system = _kerbs_run(tmp_path, {"kerbs_head": "abc"})
+    run, system = kerbs_run(tmp_path, {"kerbs_head": "abc"})
     heads_dir = tmp_path / "heads" / "m1-c"
     heads_dir.mkdir(parents=True)
     (heads_dir / "kerbs-seed0.json").write_text(json.dumps(_meta("abc", [55.8, 49.6, 48.3], [4.1, 3.9])))
@@ -251,7 +239,7 @@ def test_the_head_rule_reads_an_untrained_best_and_a_missing_history(tmp_path, m
     monkeypatch.setenv("MAXBENCH_HOME", str(tmp_path / "home"))
     paper = _paper(tmp_path, _claim("a"))
     root = tmp_path / "one"
-    run, system = _kerbs_run(root, {"kerbs_head": "abc"})
+    run, system = kerbs_run(root, {"kerbs_head": "abc"})
     (root / "heads" / "m1-c").mkdir(parents=True)
     (root / "heads" / "m1-c" / "h.json").write_text(json.dumps(_meta("abc", [30.0, 30.4, 30.9])))
     cell = _log_cell("a", math.log(1.2), 0.02)
@@ -266,7 +254,7 @@ def test_the_head_rule_reads_an_untrained_best_and_a_missing_history(tmp_path, m
     flag_cells(paper, [run], RunScores([run]), [cell], trained_heads([run]))
     assert cell.verdict == REPRODUCED and any(f.startswith("budget") for f in cell.flags)
     # no history anywhere: labelled, never guessed from the interval
-    run2, _ = _kerbs_run(tmp_path / "two", {"kerbs_head": "zzz"})
+    run2, _ = kerbs_run(tmp_path / "two", {"kerbs_head": "zzz"})
     cell = _log_cell("a", math.log(1.00001), 0.00001)
     decide_cells(paper, [cell])
     flag_cells(paper, [run2], RunScores([run2]), [cell], trained_heads([run2]))
@@ -279,7 +267,7 @@ def test_the_head_rule_reads_an_untrained_best_and_a_missing_history(tmp_path, m
 
 def test_a_cell_without_its_control_is_not_comparable_with_a_warning_naming_it(tmp_path):
     paper = _paper(tmp_path, _claim("a").replace('baseline = "softmax"', 'baseline = "ft-softmax"'))
-    run, _ = _kerbs_run(tmp_path, {"kerbs_head": "abc"})
+    run, _ = kerbs_run(tmp_path, {"kerbs_head": "abc"})
     run.roles["ft-softmax"] = "m1/ft-softmax/greedy,max_new_tokens=1"
     (run.run_dir / "generations.jsonl").write_text("")
     scores = {"generations_sha256": "", "systems": {run.roles["softmax"]: {}, run.roles["kerbs"]: {}}}

@@ -7,14 +7,13 @@ bad input that is one line. No model, no corpus: constructed numbers and folders
 import copy
 import json
 import math
-from types import SimpleNamespace
 
 import pytest
 
 from maxbench.benchmark.reproduce.cells import CellVerdict, Comparison, Row
 from maxbench.benchmark.reproduce.evidence import RunScores, head_training, trained_heads
 from maxbench.benchmark.reproduce.judge import claim_verdict, decide_cells, flag_cells, headline, mark_identical
-from maxbench.benchmark.reproduce.protocol import RunSpec, check_controls, check_metrics
+from maxbench.benchmark.reproduce.protocol import check_controls, check_metrics
 from maxbench.benchmark.reproduce.verdicts import (
     INCONCLUSIVE,
     NOT_COMPARABLE,
@@ -31,7 +30,7 @@ from maxbench.benchmark.reproduce.verdicts import (
 )
 from maxbench.errors import MaxbenchError
 from maxbench.multiple_testing import holm
-from tests.support.verdicts import toy_cell, toy_claim, toy_paper
+from tests.support.verdicts import kerbs_run, toy_cell, toy_claim, toy_paper
 
 Z = 1.959963984540054  # the normal 97.5% quantile: an interval d +- Z has se 1
 
@@ -278,15 +277,8 @@ def test_few_prompts_are_labelled(tmp_path):
 # ---------------------------------------------------------------- the untrained head
 
 
-def _kerbs_run(tmp_path, resources):
-    run_dir = tmp_path / "runs" / "m1-c"
-    run_dir.mkdir(parents=True)
-    system = "m1/kerbs/greedy,max_new_tokens=1"
-    manifest = {"systems": {system: {"layer": "kerbs"}}, "resources": {system: resources}}
-    (run_dir / "manifest.json").write_text(json.dumps(manifest))
-    plan = SimpleNamespace(run_dir=run_dir, suite=SimpleNamespace(items=[{}] * 96, name="s"), systems=[], corpus="c")
-    roles = {"softmax": "m1/softmax/greedy,max_new_tokens=1", "graphmax": system}
-    return RunSpec("m1", "c", None, plan, roles, roles["softmax"]), system
+def _kerbs_run(root, resources):
+    return kerbs_run(root, resources, role="graphmax")  # the toy paper's method here
 
 
 def test_a_head_whose_best_epoch_is_0_is_flagged_and_never_reproduced(tmp_path, monkeypatch):
