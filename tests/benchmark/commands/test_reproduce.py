@@ -906,26 +906,12 @@ def test_the_differences_plot_turns_symmetric_log_when_one_claim_dwarfs_the_othe
     import matplotlib.axes
 
     from maxbench.benchmark.reproduce import exports
-    from maxbench.benchmark.reproduce.cells import CellVerdict, Comparison
     from maxbench.benchmark.reproduce.verdicts import REPRODUCED, Estimate
+    from tests.support.verdicts import toy_cell
 
     def row(difference, baseline=10.0):
         rel = difference / baseline
-        est = Estimate(rel, rel - 0.1, rel + 0.1, 0.05, None, 1)
-        return CellVerdict(
-            claim="c",
-            model="m",
-            corpus="k",
-            method="graphmax",
-            baselines="softmax",
-            scores="ppl",
-            kind="difference",
-            est=est,
-            n_folds=1,
-            n_prompts=64,
-            verdict=REPRODUCED,
-            details=[Comparison(baseline="softmax", est=est)],
-        )
+        return toy_cell("c", Estimate(rel, rel - 0.1, rel + 0.1, 0.05, None, 1), paper=None, verdict=REPRODUCED)
 
     scales, labels = [], []
     monkeypatch.setattr(matplotlib.axes.Axes, "set_xscale", lambda ax, v, **kw: scales.append((v, kw)), raising=True)
