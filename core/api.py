@@ -272,6 +272,7 @@ def evaluate(
             device=device,
             threads=threads,
             progress=progress,
+            defaults=not metrics,
         ),
         baseline=baseline,
     )

@@ -98,6 +98,7 @@ def _options(args):
         device=args.device,
         threads=args.threads,
         progress=not args.quiet,
+        defaults=not args.metrics,
     )
 
 
