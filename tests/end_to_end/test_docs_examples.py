@@ -269,7 +269,7 @@ def test_every_command_of_the_readme_quick_start_runs(docs_dir, cli):
     assert (docs_dir / "results" / "reports" / sub.study / "report.md").is_file()
 
 
-def test_every_python_block_of_docs_api_runs(docs_dir):
+def test_every_python_block_of_docs_api_runs(docs_dir, capsys):
     blocks = [body for info, body in fenced_blocks(ROOT / "docs" / "api.md") if info == "python"]
     assert len(blocks) == 2
     tiny, smol = blocks
@@ -283,6 +283,7 @@ def test_every_python_block_of_docs_api_runs(docs_dir):
     )
     pre, post = smol.split("other = maxbench.load_run", 1)
     exec(compile(pre, "docs/api.md (SmolLM2)", "exec"), namespace)
+    assert "maxbench: warning: not applicable (n/a): mauve needs at least 20" in capsys.readouterr().err
     shutil.copytree(docs_dir / "results" / "runs" / "smol-smoke", docs_dir / "results" / "runs" / "smol-smoke-copy")
     exec(compile("other = maxbench.load_run" + post, "docs/api.md (SmolLM2, compare)", "exec"), namespace)
     # the default metrics on smoke: MAUVE is n/a with its reason, the run is scored
