@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import sys
 from collections.abc import Callable
 
 from maxbench.errors import MaxbenchError
@@ -263,7 +264,7 @@ def evaluate(
         reference_ppl=reference_ppl,
     )
     generate_run(plan, device=device, threads=threads, progress=progress)
-    score_run(
+    doc = score_run(
         plan.run_dir,
         ScoringOptions(
             metrics=names_of_metrics,
@@ -272,7 +273,12 @@ def evaluate(
             device=device,
             threads=threads,
             progress=progress,
+            defaults=not metrics,
         ),
         baseline=baseline,
     )
+    from maxbench.benchmark.commands.score import warning_lines
+
+    for line in warning_lines(doc):  # as `maxbench score` prints them: a partial run, metrics n/a (MAUVE on smoke)
+        print(f"maxbench: warning: {line}", file=sys.stderr)
     return load_run(plan.run_dir)

@@ -75,6 +75,10 @@ class ScoringOptions:
     device: str | None = None
     threads: int | None = None
     progress: bool = True
+    #: the metrics are the default set (none named): a metric the batch is too small for
+    #: (``Metric.too_small``: MAUVE on a suite of fewer than 20 references) is recorded as not applicable
+    #: with its reason, and the command goes on; a metric named explicitly stops it with its error
+    defaults: bool = False
 
 
 def _log(options: ScoringOptions, msg: str) -> None:
@@ -335,11 +339,14 @@ def score_batch(
     with ``not_applicable``, gives its scores as None with the reason, and the others go on. With
     ``errors`` (a list), a metric that fails on the batch (MAUVE on too few texts, an encoder that
     cannot be loaded) gives its scores as None with its error, which is appended there, and the
-    other metrics go on: the caller writes what was computed, then stops with the first error."""
+    other metrics go on: the caller writes what was computed, then stops with the first error. With
+    ``options.defaults``, a metric the batch is too small for (``Metric.too_small``) is not applicable."""
     results = []
     for metric in metrics:
         t0 = time.perf_counter()
         why = metric.unavailable(batch) if not_applicable else None
+        if not why and options.defaults:
+            why = metric.too_small(batch)
         if why:
             results.append(metric.not_applicable(why))
         elif errors is None:
@@ -624,7 +631,11 @@ def score_run(
     for system, batch in batches.items():
         cover = coverage(manifest, batch)
         code = plugin_code(manifest, system)
-        keys[system] = system_key(batch, cover, signatures, settings | ({"code": code} if code else {}), versions_now)
+        extra = {"code": code} if code else {}
+        if options.defaults:  # a named metric the batch is too small for is an error, not a cached n/a
+            left_out = [m.name for m in metrics if m.too_small(batch)]
+            extra |= {"left_out": left_out} if left_out else {}
+        keys[system] = system_key(batch, cover, signatures, settings | extra, versions_now)
         body = cache.get(keys[system]) if use_cache else None
         if body is None:
             failed_before = len(errors)
