@@ -163,20 +163,6 @@ def warning_lines(doc: dict) -> list[str]:
     return out
 
 
-def unscored_plugins(metrics: list[str]) -> str | None:
-    """The line saying which registered plugin metrics the default set left out (a plugin metric is scored
-    only when named), or None when there are none."""
-    from maxbench.benchmark.metrics.base import METRICS
-
-    left = [n for n in METRICS.names() if not METRICS.is_builtin(n) and n not in metrics]
-    if not left:
-        return None
-    return (
-        f"plugin metric{'s' if len(left) > 1 else ''} {', '.join(left)} not scored: the default metrics are the "
-        f"built-ins; name a plugin metric to score it (--metrics {','.join(left)},...)"
-    )
-
-
 @contextlib.contextmanager
 def interrupts_not_lost():
     """Ctrl-C inside the block always ends the command as an interrupt (exit 130, ``run_guarded``).
@@ -239,10 +225,6 @@ def _score(args) -> int:
     doc = score_run(Path(args.run_dir), options, baseline=args.baseline)
     for line in warning_lines(doc):
         print(f"maxbench: warning: {line}", file=sys.stderr)
-    if options.defaults:
-        note = unscored_plugins(options.metrics)
-        if note:
-            print(f"maxbench: note: {note}", file=sys.stderr)
     if args.json:
         print(json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False))
         return 0

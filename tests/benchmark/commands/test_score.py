@@ -282,7 +282,11 @@ def test_the_default_metrics_say_which_registered_plugin_metrics_they_left_out(t
         run = write_run(tmp_path)
         assert main(["score", str(run), "--bootstrap", "20", "--quiet"]) == 0
         err = capsys.readouterr().err
-        assert "maxbench: note: plugin metric test-length not scored" in err and "--metrics test-length" in err
+        assert (
+            "maxbench: note: plugin metric 'test-length'" in err
+            and "is not scored" in err
+            and "--metrics test-length" in err
+        )
         assert main(["score", str(run), "--metrics", "rep,test-length", "--bootstrap", "20", "--quiet"]) == 0
         assert "not scored" not in capsys.readouterr().err
     finally:
