@@ -7,18 +7,23 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import sys
 from collections.abc import Callable
 
 from maxbench.errors import MaxbenchError
 from maxbench.registry import current_origin, describe_origin
+from maxbench.rundir import RunFiles
 
 
 def _origin_of(obj) -> dict:
-    """The origin of a plugin registered now: the file being included, else this session, by the
-    sha256 of the object's source (of its qualified name where the source cannot be read)."""
+    """The origin of a plugin registered now: the file being included (or the file of the user's that
+    defines it, which the included file imported: ``plugins.registration_origin``), else this session, by
+    the sha256 of the object's source (of its qualified name where the source cannot be read)."""
+    from maxbench.plugins import registration_origin
+
     origin = current_origin()
     if origin is not None:
-        return origin
+        return registration_origin(obj, origin)
     try:
         text = inspect.getsource(obj)
     except (OSError, TypeError):
@@ -90,15 +95,11 @@ def register_model(name: str, loader: Callable[[], tuple]) -> Callable[[], tuple
 DEFAULT_RUNS_DIR = "results/runs"
 
 
-class RunResult:
-    """A run directory as Python objects: ``path``, ``manifest`` (dict), ``generations`` (one dict
-    per row of generations.jsonl), ``scores`` (scores.json as a dict; None before scoring)."""
-
-    def __init__(self, path, manifest: dict, generations: list[dict], scores: dict | None):
-        self.path = path
-        self.manifest = manifest
-        self.generations = generations
-        self.scores = scores
+class RunResult(RunFiles):
+    """A run directory as Python objects (``maxbench.rundir.RunFiles``, the one type of a run's read
+    data, with the API's methods): ``path``, ``manifest`` (dict), ``generations`` (one dict per row of
+    generations.jsonl), ``scores`` (scores.json as a dict; None before scoring) and ``scores_file``
+    (the same, typed: ``maxbench.rundir.ScoresFile``)."""
 
     def __repr__(self) -> str:
         systems = list((self.scores or {}).get("systems", {})) or sorted({r["system"] for r in self.generations})
@@ -149,7 +150,7 @@ class RunResult:
         from maxbench.benchmark.metrics.compare import check_compare_args, compare_runs, default_metrics
         from maxbench.benchmark.metrics.scoring import ScoringOptions
 
-        other_path = other.path if isinstance(other, RunResult) else arguments.path(other, "other")
+        other_path = other.path if isinstance(other, RunFiles) else arguments.path(other, "other")
         check_compare_args(n_resamples, level, seed, ("n_resamples", "level", "seed"))
         systems = arguments.names(systems, "systems", optional=True)
         metrics = arguments.names(metrics, "metrics", optional=True)
@@ -179,7 +180,7 @@ def load_run(path) -> RunResult:
     from maxbench.rundir import read_run
 
     run = read_run(Path(arguments.path(path, "path")))
-    return RunResult(run.run_dir, run.manifest, run.rows, run.scores.to_dict() if run.scores else None)
+    return RunResult(path=run.path, manifest=run.manifest, generations=run.generations, scores_file=run.scores_file)
 
 
 def evaluate(
@@ -263,7 +264,7 @@ def evaluate(
         reference_ppl=reference_ppl,
     )
     generate_run(plan, device=device, threads=threads, progress=progress)
-    score_run(
+    doc = score_run(
         plan.run_dir,
         ScoringOptions(
             metrics=names_of_metrics,
@@ -272,7 +273,12 @@ def evaluate(
             device=device,
             threads=threads,
             progress=progress,
+            defaults=not metrics,
         ),
         baseline=baseline,
     )
+    from maxbench.benchmark.commands.score import warning_lines
+
+    for line in warning_lines(doc):  # as `maxbench score` prints them: a partial run, metrics n/a (MAUVE on smoke)
+        print(f"maxbench: warning: {line}", file=sys.stderr)
     return load_run(plan.run_dir)

@@ -1,13 +1,17 @@
 """Plugins from files: ``include(path)`` imports a ``.py`` file, or every ``.py`` of a folder, so that
 the output layers, base models and metrics it registers (``maxbench.register_layer`` and its
 siblings, ``core/api.py``) become known by name. While a file is imported, what it registers records
-the file's path and sha256 as its origin (docs/plugins.md). Every command that builds systems or
+the file's path and sha256 as its origin (docs/plugins.md), or, for code defined in another file of the
+user's that it imported (a sibling module registering on import), that file's (``registration_origin``).
+What a file prints while imported goes to standard error, so that a command's standard output (``plugins
+--json``, a table) stays its own; a file that exits while imported (``sys.exit``) is refused. Every command that builds systems or
 scores takes ``--include PATH`` (``add_include_option``), and a lineup file ``include = [...]``.
 
 A base module: it imports nothing above ``maxbench.registry``."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import sys
@@ -21,6 +25,9 @@ from maxbench.registry import recording
 
 #: files included in this process: resolved path -> sha256 of the content imported
 INCLUDED: dict[str, str] = {}
+#: per include under way (innermost last): the origins given to code of other user files it imported,
+#: by path, with their module's name; their helper modules are filled in when the include ends
+_SIBLINGS: list[dict[str, tuple[dict, str]]] = []
 
 
 def add_include_option(parser) -> None:
@@ -77,22 +84,61 @@ def _include_file(file: Path) -> None:
     sys.modules[name] = module
     origin = {"source": "file", "path": str(file), "sha256": sha}
     before = set(sys.modules)
+    _SIBLINGS.append({})
     try:
-        with recording(origin):
+        with recording(origin), contextlib.redirect_stdout(sys.stderr):
             spec.loader.exec_module(module)
-            helpers = helper_code(module, [sys.modules[m] for m in sorted(set(sys.modules) - before) if m != name])
-            if helpers:  # the registrations made above hold this very dict
-                origin["helpers"] = helpers
+        imported = [sys.modules[m] for m in sorted(set(sys.modules) - before) if m != name]
+        helpers = helper_code(module, imported)
+        if helpers:  # the registrations made above hold this very dict
+            origin["helpers"] = helpers
+        for sibling, module_name in _SIBLINGS[-1].values():  # each with what the include brought in, as above
+            helpers = helper_code(sys.modules[module_name], imported) if module_name in sys.modules else {}
+            if helpers:
+                sibling["helpers"] = helpers
     except MaxbenchError:
         sys.modules.pop(name, None)
         raise  # already one line naming the plugin and its file
+    except SystemExit as exc:  # a script's sys.exit(): exit status 0 would hide that nothing was registered
+        sys.modules.pop(name, None)
+        raise MaxbenchError(
+            f"plugin file {file} exited while being imported (sys.exit({exc.code!r})); a plugin file defines and "
+            "registers only: put a script's own work under 'if __name__ == \"__main__\":'"
+        ) from None
     except Exception as exc:  # noqa: BLE001 - any failure of a user's file is one line naming it
         sys.modules.pop(name, None)
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise MaxbenchError(
             f"plugin file {file} failed to import: {type(exc).__name__}" + (f": {detail}" if detail else "")
         ) from None
+    finally:
+        _SIBLINGS.pop()
     INCLUDED[str(file)] = sha
+
+
+def registration_origin(obj, origin: dict) -> dict:
+    """The origin of ``obj`` registered while the file of ``origin`` is included: ``origin`` itself when
+    ``obj``'s code is in that file, or not in a user's file; else the user's file that defines ``obj``,
+    a module the included file imported that registers on import (a sibling), with its path and sha256
+    as an included file's, so that the registration names the file whose code it runs. Its helper modules
+    join its origin when the include ends, found as the included file's are (``helper_code``)."""
+    module_name = getattr(obj, "__module__", None)
+    module = sys.modules.get(module_name) if isinstance(module_name, str) else None
+    if origin.get("source") != "file" or module is None or module_name.split(".", 1)[0] == "maxbench":
+        return origin
+    path = user_code_file(module)
+    if path is None or str(path) == origin.get("path"):
+        return origin
+    pending = _SIBLINGS[-1] if _SIBLINGS else {}
+    if str(path) in pending:
+        return pending[str(path)][0]
+    try:
+        sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return origin
+    found = {"source": "file", "path": str(path), "sha256": sha}
+    pending[str(path)] = (found, module_name)
+    return found
 
 
 def _library_roots() -> list[Path]:

@@ -22,6 +22,7 @@ import hashlib
 import importlib
 import importlib.util
 import json
+import sys
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib import metadata
@@ -286,7 +287,9 @@ class Registry(Generic[T]):
         if isinstance(target, str):
             module, _, attr = target.partition(":")
             try:
-                obj = getattr(importlib.import_module(module), attr)
+                # a plugin's prints on import go to standard error: a command's standard output is its own
+                with contextlib.redirect_stdout(sys.stderr) if name in self._origins else contextlib.nullcontext():
+                    obj = getattr(importlib.import_module(module), attr)
             except ModuleNotFoundError as exc:
                 if name in self._origins:
                     raise MaxbenchError(

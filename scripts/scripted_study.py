@@ -1,7 +1,7 @@
 """Reports from real generations rated through the real server by SCRIPTED participants.
 
 For each judgment type (likert ``fluency``, direct ``direct-quality``, pairwise
-``pairwise-quality``, best-worst ``bestworst-quality``) this creates a study over a run's
+``pairwise-quality``, best-worst ``best-worst-quality``) this creates a study over a run's
 generations, serves it with ``maxbench serve`` (gunicorn, ``maxbench.human_eval.testing.participants.start_server``),
 lets scripted participants rate every page over HTTP and writes ``maxbench report`` for the study
 under ``--out``/scripted-<judgment>/.
@@ -55,7 +55,7 @@ RUBRICS = {
     "likert": "fluency",
     "direct": "direct-quality",
     "pairwise": "pairwise-quality",
-    "best-worst": "bestworst-quality",
+    "best-worst": "best-worst-quality",
 }
 _TEXT = re.compile(r'id="text(?:-\d)?">(.*?)</div>', re.S)
 

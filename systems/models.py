@@ -78,6 +78,22 @@ IDENTITY_FILES = (
     "sentencepiece.bpe.model",
     "chat_template.jinja",
 )
+#: the files any one of which gives a model folder a tokenizer transformers can load
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "vocab.json",
+    "vocab.txt",
+)
+#: the weight index files transformers reads for a sharded checkpoint
+WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+#: what a usable local model folder holds, said when one is broken
+FOLDER_ADVICE = (
+    "a model folder holds config.json, the tokenizer's files and the weights, as transformers' "
+    "save_pretrained (model and tokenizer) writes them"
+)
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA3_GGUF = "gemma-3-270m-q4_k_m.gguf"
 
@@ -503,6 +519,59 @@ def check_model(name: str) -> str:
     )
 
 
+def check_model_folder(name: str, folder: Path) -> None:
+    """Refuse in one line, before anything is loaded, a local model folder that lacks what loading
+    needs, naming it: config.json (missing or not JSON), a tokenizer file (any of ``TOKENIZER_FILES``),
+    weight files, or a weight index (``WEIGHT_INDEXES``) that is not JSON, has no ``weight_map``, or
+    names shards the folder lacks. Such a folder is the user's, so the message names its fault rather
+    than pointing at the hub."""
+    what = f"local model folder '{name}'"
+
+    def read_json(file: Path):
+        try:
+            return json.loads(file.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise os_error(file, exc) from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            reason = str(exc).splitlines()[0]
+            raise MaxbenchError(f"{what}: {file.name} is not valid JSON ({reason}); {FOLDER_ADVICE}") from None
+
+    if not (folder / "config.json").is_file():
+        raise MaxbenchError(f"{what} has no config.json; {FOLDER_ADVICE}")
+    if not isinstance(read_json(folder / "config.json"), dict):
+        raise MaxbenchError(f"{what}: config.json is not a JSON object; {FOLDER_ADVICE}")
+    if not any((folder / n).is_file() for n in TOKENIZER_FILES):
+        raise MaxbenchError(
+            f"{what} has no tokenizer files (none of {', '.join(TOKENIZER_FILES)}); save the tokenizer into it "
+            "(tokenizer.save_pretrained(folder))"
+        )
+    indexes = [folder / n for n in WEIGHT_INDEXES if (folder / n).is_file()]
+    for index in indexes:
+        data = read_json(index)
+        shards = data.get("weight_map") if isinstance(data, dict) else None
+        if not isinstance(shards, dict) or not shards or not all(isinstance(v, str) for v in shards.values()):
+            raise MaxbenchError(
+                f"{what}: {index.name} has no weight_map of weight names to shard files; {FOLDER_ADVICE}"
+            )
+        lacking = sorted({v for v in shards.values() if not (folder / v).is_file()})
+        if lacking:
+            raise MaxbenchError(
+                f"{what}: {index.name} names shard files the folder lacks ({_listed(lacking)}); copy them into "
+                "the folder, or save the model again"
+            )
+    if not indexes and not any((folder / n).is_file() for n in ("model.safetensors", "pytorch_model.bin")):
+        found = sorted(p.name for p in [*folder.glob("*.safetensors"), *folder.glob("*.bin")])
+        raise MaxbenchError(
+            f"{what} has no weights: "
+            + (
+                f"its weight files ({_listed(found)}) are shards without {WEIGHT_INDEXES[0]}"
+                if found
+                else "no model.safetensors (or pytorch_model.bin, or a sharded checkpoint with its index)"
+            )
+            + f"; {FOLDER_ADVICE}"
+        )
+
+
 def check_model_reachable(name: str, revision: str | None = None) -> str:
     """``check_model``, and then for a hub id that is neither a local folder nor in the local
     Hugging Face cache (at its revision): refuse it at once when HF_HUB_OFFLINE is set or the
@@ -511,7 +580,10 @@ def check_model_reachable(name: str, revision: str | None = None) -> str:
     check_model(name)
     base, rev = split_revision(name)
     rev = rev or revision
-    if base in MODELS or Path(base).expanduser().is_dir():
+    if base in MODELS:
+        return name
+    if Path(base).expanduser().is_dir():
+        check_model_folder(name, Path(base).expanduser())
         return name
     import socket
     from urllib.parse import urlparse
@@ -658,6 +730,21 @@ def load_weights(name: str, source, **kwargs):
     return model
 
 
+def _from_folder(name: str, what: str, load, *args, **kwargs):
+    """``load(*args, **kwargs)`` for a local model folder: any failure but a ``MaxbenchError`` is a damaged
+    file of the user's folder, refused in one line naming ``what`` could not be loaded and why."""
+    try:
+        return load(*args, **kwargs)
+    except MaxbenchError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a damaged file of the user's folder, as one line
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        reason = type(exc).__name__ + (f": {detail[:200]}" if detail else "")
+        raise MaxbenchError(
+            f"cannot load the local model folder '{name}': {what} cannot be loaded ({reason}); {FOLDER_ADVICE}"
+        ) from None
+
+
 def load_model(
     name: str = "smollm2-135m",
     device: str | None = None,
@@ -686,12 +773,15 @@ def load_model(
         model, tok, whash = _from_loader(base)
     else:
         local = Path(base).expanduser()
-        try:
-            if local.is_dir():
-                tok = AutoTokenizer.from_pretrained(local, trust_remote_code=trust)
-                model = load_weights(name, local, dtype=torch_dtype, trust_remote_code=trust)
-                whash = folder_identity(local, trust)
-            else:
+        if local.is_dir():
+            check_model_folder(name, local)
+            tok = _from_folder(name, "its tokenizer", AutoTokenizer.from_pretrained, local, trust_remote_code=trust)
+            model = _from_folder(
+                name, "its model", load_weights, name, local, dtype=torch_dtype, trust_remote_code=trust
+            )
+            whash = folder_identity(local, trust)
+        else:
+            try:
                 tok = AutoTokenizer.from_pretrained(base, revision=rev, trust_remote_code=trust)
                 model = load_weights(name, base, revision=rev, dtype=torch_dtype, trust_remote_code=trust)
                 commit = str(getattr(model.config, "_commit_hash", "") or "")
@@ -701,13 +791,13 @@ def load_model(
                     if snapshot is not None
                     else "hub:" + base + "@" + (commit or "unknown")
                 )
-        except (OSError, ValueError) as exc:
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise MaxbenchError(
-                f"cannot load model '{name}': it is not a built-in name ({', '.join(MODELS)}), not a local "
-                f"model directory, and the Hugging Face hub did not provide it ({reason[:160]}); download it "
-                f"on a connected machine (hf download {base} --local-dir DIR) and pass DIR"
-            ) from None
+            except (OSError, ValueError) as exc:
+                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise MaxbenchError(
+                    f"cannot load model '{name}': it is not a built-in name ({', '.join(MODELS)}), not a local "
+                    f"model directory, and the Hugging Face hub did not provide it ({reason[:160]}); download it "
+                    f"on a connected machine (hf download {base} --local-dir DIR) and pass DIR"
+                ) from None
     model.eval()
     if dev != "cpu" or next(model.parameters()).dtype != torch_dtype:
         model.to(device=dev, dtype=torch_dtype)

@@ -90,6 +90,22 @@ def _default_threads() -> int:
         return os.cpu_count() or 1
 
 
+def _check_base_model(model: str, layer: str) -> None:
+    """``fit`` trains a head on a base model: a model with an adapter (``MODEL+ADAPTER``) is refused in
+    one line naming the adapter, pointing at the system string that fits the head on the adapted model
+    (generate and run fit it there)."""
+    from maxbench.errors import MaxbenchError
+    from maxbench.systems.adapters import split_adapter
+
+    base, adapter, _ = split_adapter(model)  # stacked adapters are refused here, by name
+    if adapter is not None:
+        raise MaxbenchError(
+            f"--model '{model}' is base model '{base}' with adapter '{adapter}': fit trains a head on a base model; "
+            f"give --model {base}, or name the system '{model}/{layer}/greedy' in generate or run, which fit the "
+            "head on the adapted model"
+        )
+
+
 def cmd_fit(args) -> int:
     import time
 
@@ -98,6 +114,7 @@ def cmd_fit(args) -> int:
     from maxbench.systems.hidden_cache import MIN_TRAIN_POSITIONS
 
     # Cheap checks first, so bad input fails before the model loads.
+    _check_base_model(args.model, args.layer)
     corpus = load_corpus(args.corpus)
     if args.budget_tokens is not None and args.budget_tokens < MIN_TRAIN_POSITIONS:
         raise MaxbenchError(

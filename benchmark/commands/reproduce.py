@@ -71,15 +71,16 @@ def cmd_reproduce(args) -> int:
         execute,
         plan_runs,
     )
-    from maxbench.benchmark.reproduce.report import write_report
+    from maxbench.benchmark.reproduce.report import check_out, write_report
     from maxbench.rundir import parse_shard
 
     paper = load_paper(args.paper)
     if args.n_resamples < 1:
         raise MaxbenchError(f"--n-resamples must be >= 1, got {args.n_resamples}")
     shard = parse_shard(args.shard)
-    metrics = [] if args.estimate else check_metrics(paper)  # before any file is written
+    metrics = check_metrics(paper)  # before any file is written; --estimate checks what a run would
     out = Path(args.out) if args.out else DEFAULT_OUT / paper.name
+    check_out(paper, out)
     opts = Options(
         models=_list(args.models),
         corpora=_list(args.corpora),

@@ -26,8 +26,9 @@ def register(sub) -> None:
         epilog="metrics: " + ", ".join(DEFAULT_METRICS) + " (default: all), and ref-ppl and attr-acc (each joining "
         "a run's by itself: ref-ppl when its rows carry reference log-probabilities, attr-acc on a conditional "
         "suite); on request, the papers' "
-        "own definitions: " + ", ".join(PAPER_METRICS) + ", and heldout-bleu (on a suite that names the held-out "
-        "split its prompts came from).\n"
+        "own definitions: " + ", ".join(PAPER_METRICS) + ", heldout-bleu (on a suite that names the held-out "
+        "split its prompts came from), and ppl under a fixed evaluator beside the run's ppl (cross-evaluation): "
+        "ppl-smollm2-135m, ppl-gemma3-270m.\n"
         "files: .jsonl/.json = one JSON object per line with a string field 'text' (and optionally "
         "'prompt', used by ppl); any other name = one text per line.",
     )
@@ -48,7 +49,8 @@ def register(sub) -> None:
     p.add_argument(
         "--baseline",
         metavar="SYSTEM",
-        help="system the others are tested against (default: the run's one softmax system)",
+        help="system the others are tested against (default: the one the run was last scored against, "
+        "else the run's one softmax system)",
     )
     add_evaluator_option(p)
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N for model-based metrics")
@@ -98,7 +100,26 @@ def _options(args):
         device=args.device,
         threads=args.threads,
         progress=not args.quiet,
+        defaults=not args.metrics,
     )
+
+
+def unrequested_plugin_metrics(args) -> list[str]:
+    """One note per registered plugin metric that this scoring leaves out: without ``--metrics`` the
+    default set is scored, which holds no plugin metric (a plugin runs only when named), and saying
+    nothing would look as if it had been scored."""
+    if args.metrics:
+        return []
+    from maxbench.benchmark.metrics.base import METRICS
+    from maxbench.registry import describe_origin
+
+    return [
+        f"plugin metric '{name}' (from {describe_origin(origin)}) is not scored: a plugin metric runs only when "
+        f"named; ask for it with --metrics {name} (add the default metrics beside it to keep them, e.g. "
+        f"--metrics {DEFAULT_METRICS[0]},{name})"
+        for name, origin in METRICS.plugins().items()
+        if name not in DEFAULT_METRICS
+    ]
 
 
 def _fmt(x) -> str:
@@ -190,6 +211,8 @@ def _score(args) -> int:
     if args.references and not args.generations:
         raise MaxbenchError("--references goes with --generations; a run's rows carry their references")
     options = _options(args)
+    for line in unrequested_plugin_metrics(args):
+        print(f"maxbench: note: {line}", file=sys.stderr)
     if args.generations:
         doc = score_files(args.generations, args.references, options)
         print(json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) if args.json else _table(doc["scores"]))

@@ -18,6 +18,7 @@ import lzma
 import re
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from maxbench.errors import MaxbenchError
 from maxbench.fileio import atomic_write, maxbench_home
@@ -315,6 +316,13 @@ def check_corpus(name: str) -> str:
         guess = f": did you mean '{near}'?" if near else ";"
         raise MaxbenchError(f"unknown corpus '{name}'{guess} known corpora: {', '.join(CORPORA)}")
     return name
+
+
+def corpus_inputs(name: str) -> list[tuple[Path, str]]:
+    """The cache files of corpus ``name`` (``load_corpus``'s), as inputs of a command that reads it
+    (``maxbench.fileio.check_not_input``): an output never replaces them."""
+    root = maxbench_home() / "corpora"
+    return [(root / f"{name}.jsonl", f"corpus {name}'s texts"), (root / f"{name}.json", f"corpus {name}'s record")]
 
 
 def is_extracted(name: str) -> bool:

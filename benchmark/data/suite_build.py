@@ -10,6 +10,7 @@ from pathlib import Path
 
 from maxbench.benchmark.data.suites import SUITE_DIR, AttributeSpec, Suite, SuiteItem, render_prompt, save_suite
 from maxbench.errors import MaxbenchError
+from maxbench.fileio import check_not_input, check_output_dir, ensure_dir
 
 
 def review_items(texts: list[str], prefix: str, n: int, max_prompt_words: int = 8) -> list[dict]:
@@ -240,8 +241,15 @@ def build_suites(names: list[str] | None = None, out_dir: str | Path = SUITE_DIR
     for name in names:
         if name not in known:
             raise MaxbenchError(f"no built-in suite '{name}' to build; built-in suites: {', '.join(known)}")
+    from maxbench.benchmark.data.corpora import corpus_inputs
+
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    check_output_dir(out_dir, "--out")  # the shared output checks, before any corpus is read
+    for name in names:
+        corpus = CONDITIONAL_BUILD[name]["corpus"] if name in CONDITIONAL_BUILD else BUILD[name][0]
+        for ext in ("jsonl", "toml"):
+            check_not_input(out_dir / f"{name}.{ext}", f"--out {out_dir}: its", corpus_inputs(corpus))
+    ensure_dir(out_dir, "--out")
     return {name: _build_one(name, out_dir) for name in names}
 
 

@@ -554,7 +554,8 @@ def flipped_suite(suite: Suite, attribute: str | None = None) -> Suite:
     from it and counts how often attr-acc's classifier follows the flip
     (``maxbench.benchmark.metrics.attributes.flip_check``). Items keep their ids (a run of the flipped
     suite pairs with a run of the suite by prompt id) and have no reference (the reference has the
-    attribute that is not asked for). Write it with ``save_suite`` before running it."""
+    attribute that is not asked for). Write it with ``save_suite`` before running it. An attribute of
+    one value has no opposite: refused, rather than a copy of the suite under a flipped name."""
     if not suite.conditional or suite.template is None:
         raise MaxbenchError(f"suite '{suite.name}' has no attributes rendered by a template: nothing to flip")
     categorical = [k for k, a in suite.attributes.items() if a.categorical]
@@ -569,6 +570,11 @@ def flipped_suite(suite: Suite, attribute: str | None = None) -> Suite:
             f"suite '{suite.name}' has no categorical attribute '{attribute}' (categorical: {', '.join(categorical)})"
         )
     spec = suite.attributes[attribute]
+    if len(spec.values) < 2:  # its opposite is itself: the "flipped" suite would be the suite again
+        raise MaxbenchError(
+            f"suite '{suite.name}': attribute '{attribute}' has one value ('{spec.values[0]}'), nothing to flip to; "
+            f"declare its other values under [attributes.{attribute}] in the suite's manifest, or flip another attribute"
+        )
     items = []
     for it in suite.items:
         attributes = dict(it.attributes) | {attribute: opposite(spec, it.attributes[attribute])}

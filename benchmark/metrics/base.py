@@ -329,6 +329,13 @@ class Metric:
             )
         return None
 
+    def too_small(self, batch: TextBatch) -> str | None:
+        """Why ``batch`` is too small for this metric whatever its texts (fewer references than it
+        needs), or None. Only the default metric set asks: there the metric is recorded as not
+        applicable with this reason and a note, while a metric named in ``--metrics`` on a batch too
+        small for it stops the command with ``compute``'s error."""
+        return None
+
     def require(self, batch: TextBatch) -> None:
         """The one-line error of ``unavailable``, if there is one."""
         why = self.unavailable(batch)
@@ -453,6 +460,9 @@ METRICS: Registry[type[Metric]] = Registry(
         "distinct": "maxbench.benchmark.metrics.diversity:Distinct",
         "uniq": "maxbench.benchmark.metrics.diversity:Uniq",
         "ppl": "maxbench.benchmark.metrics.perplexity:Perplexity",
+        # ppl under a fixed evaluator, beside the run's ppl (cross-evaluation between base models)
+        "ppl-smollm2-135m": "maxbench.benchmark.metrics.perplexity:SmolLM2Perplexity",
+        "ppl-gemma3-270m": "maxbench.benchmark.metrics.perplexity:GemmaPerplexity",
         "ref-ppl": "maxbench.benchmark.metrics.perplexity:ReferencePPL",
         "diversity": "maxbench.benchmark.metrics.diversity:SuDiversity",
         "mauve": "maxbench.benchmark.metrics.embedding:Mauve",

@@ -177,6 +177,18 @@ class Mauve(Metric):
             ).mauve
         )
 
+    def too_small(self, batch: TextBatch) -> str | None:
+        """A suite of fewer non-empty references than two clusters of ten need (``smoke`` has 4)."""
+        if batch.references is None:
+            return None
+        n = len(batch.reference_list) - batch.n_empty_references
+        if n >= self.MIN_TEXTS:
+            return None
+        return (
+            f"needs at least {self.MIN_TEXTS} non-empty references (two k-means clusters of ten) and this suite "
+            f"has {n}; left out of the default metrics (score a larger suite, e.g. food-reviews, for MAUVE)"
+        )
+
     def _features(self, texts: list[str]) -> np.ndarray:
         return embed(texts, self.max_text_length, self.name)
 

@@ -23,6 +23,12 @@ once (the same prompt indices for all of them, as ``stats.paired_test`` resample
   replacement, from a sweep of ``K`` points, for ``N = 1..K`` (closed form): with the points' values
   sorted from worst to best by the goal, ``v_(1), ..., v_(K)``, the best of ``N`` draws is ``v_(i)`` with
   probability ``C(i-1, N-1) / C(K, N)``, so ``E[best of N] = sum_i v_(i) C(i-1, N-1) / C(K, N)``.
+  Its interval is the percentile interval of the same closed form applied to each resample's point
+  values, drawn as for the other statistics (one draw of prompt weights for every point of every
+  sweep), the points re-sorted by the goal within each resample: the ranking is part of what is
+  uncertain. Each resample's value is a weighted mean of that resample's point values (the weights
+  sum to 1), so the interval stays on the score's own scale. A closest-to-human goal ranks by the
+  distance to the human value, held fixed (as in dominance).
 
 Resampling a score through its per-prompt values is exact only where the score is the mean of its
 per-prompt values (a mean of per-text values with one text per prompt, or with each prompt's texts
@@ -380,6 +386,14 @@ def dominance(
     )
 
 
+def _best_of_n_weights(k: int) -> np.ndarray:
+    """(K, K): row ``N-1`` holds the probability that the ``i``-th worst of K points is the best of N
+    drawn without replacement, ``C(i-1, N-1) / C(K, N)`` (each row sums to 1)."""
+    return np.array(
+        [[comb(i - 1, n - 1) / comb(k, n) for i in range(1, k + 1)] for n in range(1, k + 1)], dtype=np.float64
+    )
+
+
 def expected_best(values, goal: str, human: float | None = None) -> list[float]:
     """E[best of N points drawn without replacement] for N = 1..K, on the score's own scale
     (module docstring's closed form); undefined values (NaN, None) are left out of the sweep."""
@@ -387,8 +401,61 @@ def expected_best(values, goal: str, human: float | None = None) -> list[float]:
     k = vals.size
     order = np.argsort(advantage(vals, goal, human), kind="stable")
     ranked = vals[order]  # worst to best
+    return [float(v) for v in _best_of_n_weights(k) @ ranked]
+
+
+def expected_best_draws(draws: np.ndarray, goal: str, human: float | None = None) -> np.ndarray:
+    """The closed form of ``expected_best`` on each row of ``draws`` (R, K), each row's points ranked by
+    the goal on their own values: (R, K), column ``N-1`` the expected best of N; a row with an
+    undefined point is NaN throughout (it has no ranking)."""
+    draws = np.asarray(draws, dtype=np.float64)
+    r, k = draws.shape
+    if k == 0:
+        return np.empty((r, 0))
+    undefined = ~np.isfinite(draws).all(axis=1)
+    safe = np.where(np.isfinite(draws), draws, 0.0)
+    order = np.argsort(advantage(safe, goal, human), axis=1, kind="stable")
+    ranked = np.take_along_axis(safe, order, axis=1)  # each row worst to best
+    out = ranked @ _best_of_n_weights(k).T
+    out[undefined] = np.nan
+    return out
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A sweep's tuning-budget curve: the expected best quality of N of its defined points, N = 1..K,
+    each with its interval (module docstring), and how the resamples were drawn."""
+
+    name: str
+    estimates: tuple[float, ...]
+    intervals: tuple[ConfidenceInterval | None, ...]
+    method: str
+    level: float
+
+
+def budgets(
+    curves: list[Curve],
+    goal: str,
+    human: float | None = None,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> list[Budget]:
+    """Each curve's tuning-budget curve with intervals, every curve's points resampled on one draw of
+    prompts; a point undefined in the estimate (NaN) is left out of its sweep, as in ``expected_best``."""
+    draws = _draws(curves, n_resamples, seed) if curves else []
     out = []
-    for n in range(1, k + 1):
-        probs = np.array([comb(i - 1, n - 1) for i in range(1, k + 1)], dtype=np.float64) / comb(k, n)
-        out.append(float(probs @ ranked))
+    for c, (_, ry) in zip(curves, draws):
+        keep = np.isfinite(c.y.value)
+        est = expected_best(c.y.value.tolist(), goal, human)
+        dist = expected_best_draws(ry[:, keep], goal, human)
+        out.append(
+            Budget(
+                c.name,
+                tuple(est),
+                tuple(percentile(dist[:, n], level) for n in range(dist.shape[1])),
+                JOINT_METHOD if c.y.joint else NORMAL_METHOD,
+                level,
+            )
+        )
     return out

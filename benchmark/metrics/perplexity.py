@@ -8,6 +8,10 @@
   than the evaluator's context is scored with strided (sliding-window) perplexity, as ref-ppl
   scores long references (``text_windows``): every text token is scored, none cut, and the
   signature then names the stride; a batch whose texts all fit keeps its signature and values.
+- ``ppl-smollm2-135m``, ``ppl-gemma3-270m``: ``ppl`` under that evaluator, whatever ``--evaluator``
+  says, kept under its own score name beside ``ppl``: cross-evaluation, one base model's texts scored
+  by another's perplexity (a model finds its own samples likely: perplexity under the generating
+  model alone favours it), without replacing the run's ``ppl``.
 - ``ref-ppl`` (``reference_perplexity`` in systems/layers/perplexity.py): how likely a *system* finds the human references,
   from the probabilities its own output layer gave each reference token (what KerBS reports).
   A sparse layer (sparsemax, POSG) gives some reference tokens probability 0, so plain
@@ -175,7 +179,7 @@ class Perplexity(Metric):
         # stride (text_windows); a batch in which every text fits keeps the signature it always had
         stride = {} if self.stride is None else {"stride": str(self.stride)}
         return signature(
-            "ppl",
+            self.name,
             model=self.model,
             weights=(weights or "not-loaded")[:16],
             context="prompt",
@@ -238,9 +242,44 @@ class Perplexity(Metric):
         np.add.at(rows, batch.prompt_index, np.column_stack([nll, counts]))
         stats = PromptStats(tuple(batch.prompt_order), (rows,), lambda agg: np.exp(agg[0][:, 0] / agg[0][:, 1]))
         return self.result(
-            [stats_score("ppl", stats, per_text, "no evaluator token was scored (every text is empty)")],
+            [stats_score(self.name, stats, per_text, "no evaluator token was scored (every text is empty)")],
             notes=f"{int(counts.sum())} evaluator tokens scored",
         )
+
+
+class EvaluatorPerplexity(Perplexity):
+    """``ppl`` under one fixed evaluator (``evaluator``), its score named as the metric (module
+    docstring): a subclass per evaluator, registered under its name; ``--evaluator`` does not apply."""
+
+    evaluator: str = ""
+    label: str = ""
+
+    @property
+    def variant(self) -> str:
+        return f"{Perplexity.variant}; evaluator {self.evaluator}, whatever --evaluator says"
+
+    @property
+    def score_info(self):
+        return {self.name: info(f"PPL ({self.label})", "human", percent=False, column=175)}
+
+    @property
+    def score_ranges(self):
+        return {self.name: PERPLEXITY}
+
+    def __init__(self, device: str | None = None, threads: int | None = None, batch_size: int = 8):
+        super().__init__(self.evaluator, device, threads, batch_size)
+
+
+class SmolLM2Perplexity(EvaluatorPerplexity):
+    name = "ppl-smollm2-135m"
+    evaluator = "smollm2-135m"
+    label = "SmolLM2-135M"
+
+
+class GemmaPerplexity(EvaluatorPerplexity):
+    name = "ppl-gemma3-270m"
+    evaluator = "gemma3-270m"
+    label = "Gemma 3 270M"
 
 
 class ReferencePPL(Metric):

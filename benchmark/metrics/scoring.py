@@ -75,6 +75,10 @@ class ScoringOptions:
     device: str | None = None
     threads: int | None = None
     progress: bool = True
+    #: the metrics are the default set (none named): a metric the batch is too small for
+    #: (``Metric.too_small``: MAUVE on a suite of fewer than 20 references) is recorded as not applicable
+    #: with its reason, and the command goes on; a metric named explicitly stops it with its error
+    defaults: bool = False
 
 
 def _log(options: ScoringOptions, msg: str) -> None:
@@ -335,11 +339,14 @@ def score_batch(
     with ``not_applicable``, gives its scores as None with the reason, and the others go on. With
     ``errors`` (a list), a metric that fails on the batch (MAUVE on too few texts, an encoder that
     cannot be loaded) gives its scores as None with its error, which is appended there, and the
-    other metrics go on: the caller writes what was computed, then stops with the first error."""
+    other metrics go on: the caller writes what was computed, then stops with the first error. With
+    ``options.defaults``, a metric the batch is too small for (``Metric.too_small``) is not applicable."""
     results = []
     for metric in metrics:
         t0 = time.perf_counter()
         why = metric.unavailable(batch) if not_applicable else None
+        if not why and options.defaults:
+            why = metric.too_small(batch)
         if why:
             results.append(metric.not_applicable(why))
         elif errors is None:
@@ -459,6 +466,23 @@ def model_baselines(manifest: dict, systems: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def previous_baseline(run_dir: Path, systems: Sequence[str]) -> str | None:
+    """The baseline the run's ``scores.json`` was scored against, when it is still one of its
+    systems: a plain rescoring (``maxbench score RUN``) keeps a lineup's ``baseline`` or an earlier
+    ``--baseline`` instead of falling back to the default. None without scores, or with scores that
+    cannot be read (they are replaced)."""
+    from maxbench.rundir import has_scores, read_scores
+
+    if not has_scores(run_dir):
+        return None
+    try:
+        comparisons = read_scores(run_dir, fresh=False).comparisons
+    except MaxbenchError:
+        return None
+    baseline = comparisons.get("baseline") if isinstance(comparisons, dict) else None
+    return baseline if isinstance(baseline, str) and baseline in systems else None
+
+
 def baselines_of(manifest: dict, systems: Sequence[str], baseline: str | None) -> tuple[str | None, dict[str, str]]:
     """(the run's one baseline or None, each system's baseline). A baseline that is given, or a run
     of one base model, compares every system with one baseline (by default the run's one softmax
@@ -496,7 +520,9 @@ def score_run(
     takes its scores from the run's score cache (``score_cache``), and so does its comparison
     with a baseline that is unchanged too: only what changed is computed. ``use_cache=False``
     computes everything (the file is the same bytes either way). When nothing but the time would
-    differ, the existing ``scores.json`` is kept as it is."""
+    differ, the existing ``scores.json`` is kept as it is. Without ``baseline``, a run scored before
+    keeps the baseline it was scored against (``previous_baseline``); a run scored for the first time
+    gets ``baselines_of``'s default."""
     from maxbench.benchmark.metrics.score_cache import ScoreCache, comparison_key, system_key
     from maxbench.rundir import generations_sha256, scores_path, write_scores
 
@@ -504,6 +530,8 @@ def score_run(
     manifest, batches = load_batches(run_dir)
     if baseline is not None and baseline not in batches:
         raise MaxbenchError(f"--baseline '{baseline}' is not a system of this run; systems: {', '.join(batches)}")
+    if baseline is None:
+        baseline = previous_baseline(run_dir, list(batches))
     baseline, baselines = baselines_of(manifest, list(batches), baseline)
     metrics = build_metrics(options)
     if any(b.reference_logprobs for b in batches.values()) and "ref-ppl" not in options.metrics:
@@ -603,7 +631,11 @@ def score_run(
     for system, batch in batches.items():
         cover = coverage(manifest, batch)
         code = plugin_code(manifest, system)
-        keys[system] = system_key(batch, cover, signatures, settings | ({"code": code} if code else {}), versions_now)
+        extra = {"code": code} if code else {}
+        if options.defaults:  # a named metric the batch is too small for is an error, not a cached n/a
+            left_out = [m.name for m in metrics if m.too_small(batch)]
+            extra |= {"left_out": left_out} if left_out else {}
+        keys[system] = system_key(batch, cover, signatures, settings | extra, versions_now)
         body = cache.get(keys[system]) if use_cache else None
         if body is None:
             failed_before = len(errors)

@@ -319,11 +319,42 @@ def paired_test(
     diff = a.value() - b.value()
     if not math.isfinite(diff):
         return PairedComparison(diff, None, None, n, n_resamples, seed, level)
+    return _exchange_and_resample(
+        a,
+        b,
+        n,
+        diff,
+        lambda x, y: x - y,
+        lambda w: a.evaluate(w) - b.evaluate(w),
+        a.bootstrap_ok and b.bootstrap_ok,
+        (n_resamples, seed, level),
+        TEST_METHOD,
+    )
+
+
+def _exchange_and_resample(
+    a: PromptStats,
+    b: PromptStats,
+    n: int,
+    diff: float,
+    contrast: Callable,
+    resampled: Callable,
+    bootstrap_ok: bool,
+    settings: tuple[int, int, float],
+    method: str,
+) -> PairedComparison:
+    """The p-value and the interval of a comparison of A and B on the same ``n`` prompts (aligned), shared
+    by ``paired_test`` and ``closeness_test``. ``contrast(x, y)`` is the compared quantity of two
+    systems' values (``x - y``, or the difference of their distances to the references): the paired
+    permutation test exchanges A's and B's texts of a prompt under the null hypothesis and recomputes
+    it. ``resampled(w)`` is the quantity under prompt weights ``w``, for the interval (paired bootstrap,
+    or the jackknife without ``bootstrap_ok``). ``settings`` is (n_resamples, seed, level)."""
+    n_resamples, seed, level = settings
     both = _stack(a, b)
     batch = _batch(both, n_resamples)
 
     def swapped(x, y, axis=-1):
-        return both.evaluate(_weights(x, 2 * n)) - both.evaluate(_weights(y, 2 * n))
+        return contrast(both.evaluate(_weights(x, 2 * n)), both.evaluate(_weights(y, 2 * n)))
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -336,20 +367,9 @@ def paired_test(
             batch=batch,
             rng=np.random.default_rng(seed),
         )
-    ci, ci_method = _interval(
-        lambda w: a.evaluate(w) - b.evaluate(w),
-        n,
-        diff,
-        a.bootstrap_ok and b.bootstrap_ok,
-        n_resamples,
-        seed,
-        level,
-        batch,
-    )
+    ci, ci_method = _interval(resampled, n, diff, bootstrap_ok, n_resamples, seed, level, batch)
     p = float(perm.pvalue)
-    return PairedComparison(
-        diff, ci, p if math.isfinite(p) else None, n, n_resamples, seed, level, TEST_METHOD, ci_method
-    )
+    return PairedComparison(diff, ci, p if math.isfinite(p) else None, n, n_resamples, seed, level, method, ci_method)
 
 
 def _aligned_all(stats: Sequence[PromptStats]) -> list[PromptStats]:
@@ -388,39 +408,19 @@ def closeness_test(
     diff = abs(a.value() - h) - abs(b.value() - h)
     if not math.isfinite(diff):
         return PairedComparison(diff, None, None, n, n_resamples, seed, level)
-    both = _stack(a, b)
-    batch = _batch(both, n_resamples)
-
-    def swapped(x, y, axis=-1):
-        return np.abs(both.evaluate(_weights(x, 2 * n)) - h) - np.abs(both.evaluate(_weights(y, 2 * n)) - h)
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        perm = scipy.stats.permutation_test(
-            (np.arange(n), np.arange(n) + n),
-            swapped,
-            permutation_type="samples",
-            vectorized=True,
-            n_resamples=n_resamples,
-            batch=batch,
-            rng=np.random.default_rng(seed),
-        )
 
     def distance(w):
         hw = human.evaluate(w)
         return np.abs(a.evaluate(w) - hw) - np.abs(b.evaluate(w) - hw)
 
-    ci, ci_method = _interval(
-        distance,
+    return _exchange_and_resample(
+        a,
+        b,
         n,
         diff,
+        lambda x, y: np.abs(x - h) - np.abs(y - h),
+        distance,
         a.bootstrap_ok and b.bootstrap_ok and human.bootstrap_ok,
-        n_resamples,
-        seed,
-        level,
-        batch,
-    )
-    p = float(perm.pvalue)
-    return PairedComparison(
-        diff, ci, p if math.isfinite(p) else None, n, n_resamples, seed, level, CLOSENESS_METHOD, ci_method
+        (n_resamples, seed, level),
+        CLOSENESS_METHOD,
     )

@@ -64,7 +64,7 @@ def run_table(run_dir: Path) -> list[dict]:
     from maxbench.rundir import read_run
 
     run = read_run(run_dir, scored=True)
-    return tidy_rows(run.scores.to_dict(), run.rows)
+    return tidy_rows(run.scores, run.generations)
 
 
 def to_frame(rows: list[dict]):

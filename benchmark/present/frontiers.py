@@ -190,6 +190,20 @@ def _samples(scores: ScoresFile, systems: tuple, name: str, prompts: list[str], 
     return fr.Samples(values, None, se)
 
 
+def curves(scores: ScoresFile, sweeps: list[Sweep], quality: str, match: str, level: float) -> list[fr.Curve]:
+    """Each sweep as a curve in the plane of ``quality`` against ``match``, every curve's per-prompt
+    values in the one prompt order of these sweeps (so that one resample moves every point at once)."""
+    prompts = _prompt_order(scores, sweeps)
+    return [
+        fr.Curve(
+            s.name, s.knob, s.values, s.systems,
+            _samples(scores, s.systems, match, prompts, level),
+            _samples(scores, s.systems, quality, prompts, level),
+        )
+        for s in sweeps
+    ]  # fmt: skip
+
+
 def _check_plane(scores: ScoresFile, sweeps: list[Sweep], plane: tuple[str, str]) -> None:
     for name in plane:
         if not _scored_anywhere(scores, sweeps, name):
@@ -220,7 +234,7 @@ class Plane:
     entries: dict  # system -> (x entry, y entry)
     matched: list[fr.Matched]
     dominance: list[fr.Dominance]
-    budget: dict  # sweep -> [E best of N]
+    budget: dict  # sweep -> fr.Budget (E best of N with intervals)
     against: str
 
 
@@ -251,7 +265,6 @@ def build(
         int(boot.get("seed", 0)),
         float(boot.get("level", 0.95)),
     )
-    prompts = _prompt_order(scores, sweeps)
     human = human_entry(scores)
     out = []
     for quality, match_name in planes:
@@ -270,17 +283,10 @@ def build(
             target, source = None, "none: no human row and no --match value"
         if goal == "closest" and not math.isfinite(hy):
             goal = "higher"  # no human value to be close to: the score's own direction
-        curves = [
-            fr.Curve(
-                s.name, s.knob, s.values, s.systems,
-                _samples(scores, s.systems, match_name, prompts, level),
-                _samples(scores, s.systems, quality, prompts, level),
-            )
-            for s in sweeps
-        ]  # fmt: skip
-        ref = curves[names.index(against)]
+        drawn = curves(scores, sweeps, quality, match_name, level)
+        ref = drawn[names.index(against)]
         matched, dominance = [], []
-        for c in curves:
+        for c in drawn:
             if c is ref:
                 continue
             if not (np.isfinite(c.x.value).any() or np.isfinite(ref.x.value).any()):
@@ -291,7 +297,7 @@ def build(
             if target is not None:
                 matched.append(fr.matched(c, ref, target, n_resamples, seed, level))
             dominance.append(fr.dominance(c, ref, goal, hy, n_resamples, seed, level))
-        budget = {c.name: fr.expected_best(c.y.value.tolist(), goal, hy) for c in curves}
+        budget = {b.name: b for b in fr.budgets(drawn, goal, hy, n_resamples, seed, level)}
         entries = {
             x: (_score(scores, x, match_name) or {}, _score(scores, x, quality) or {})
             for s in sweeps
@@ -305,7 +311,7 @@ def build(
                 human_point,
                 target,
                 source,
-                curves,
+                drawn,
                 sweeps,
                 entries,
                 matched,
@@ -474,17 +480,25 @@ def _dominance_section(p: Plane) -> Section:
 
 def _budget_section(p: Plane) -> Section:
     sec = Section(f"Tuning budget: expected best {p.quality} of N points", level=3)
-    k = max((len(v) for v in p.budget.values()), default=0)
+    k = max((len(b.estimates) for b in p.budget.values()), default=0)
     rows = tuple(
-        (_cell(name), *(num(_f(vals[n]) if n < len(vals) else "") for n in range(k))) for name, vals in p.budget.items()
+        (
+            _cell(name),
+            *(
+                num(_f(b.estimates[n]), detail=_ci(b.intervals[n])) if n < len(b.estimates) else num("")
+                for n in range(k)
+            ),
+        )
+        for name, b in p.budget.items()
     )
+    methods = sorted({b.method for b in p.budget.values()})
     sec.tables.append(
         Table(
             ("sweep", *(f"N={n + 1}" for n in range(k))),
             rows,
             Para(
-                "Expected best {} ({}) over N points drawn at random without replacement from the sweep: the closed form of the expectation of the best of N draws.",
-                (p.quality, _goal_text(p.goal)),
+                "Expected best {} ({}) over N points drawn at random without replacement from the sweep: the closed form of the expectation of the best of N draws, with its 95% interval ({}; the points re-ranked in each resample).",
+                (p.quality, _goal_text(p.goal), "; ".join(methods) or fr.JOINT_METHOD),
             ),
         )
     )
@@ -531,12 +545,16 @@ def _plots(planes: list[Plane], plot_dir: Path) -> dict:
         ax.legend(fontsize=7, loc="best")
         out.setdefault((p.quality, p.match), []).append(_save(fig, plot_dir / f"frontier-{slug}.png", meta, plt))
         fig, ax = plt.subplots(figsize=(6.5, 4.5))
-        for name, vals in p.budget.items():
-            ax.plot(range(1, len(vals) + 1), vals, marker="o", ms=4, label=name)
+        for name, b in p.budget.items():
+            ns = np.arange(1, len(b.estimates) + 1)
+            line = ax.plot(ns, b.estimates, marker="o", ms=4, label=name)
+            lo = [math.nan if ci is None else ci.low for ci in b.intervals]
+            hi = [math.nan if ci is None else ci.high for ci in b.intervals]
+            ax.fill_between(ns, lo, hi, color=line[0].get_color(), alpha=0.15, lw=0)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("N points tuned (drawn at random from the sweep)")
         ax.set_ylabel(f"expected best {p.quality}")
-        ax.set_title(f"Tuning budget: {p.quality}")
+        ax.set_title(f"Tuning budget: {p.quality} (bands: 95% intervals)")
         ax.legend(fontsize=7, loc="best")
         out[(p.quality, p.match)].append(_save(fig, plot_dir / f"budget-{slug}.png", meta, plt))
     return out
@@ -623,7 +641,9 @@ def data(planes: list[Plane]) -> dict:
                     }
                     for d in p.dominance
                 ],
-                "budget": p.budget,
+                "budget": {name: [_json_num(v) for v in b.estimates] for name, b in p.budget.items()},
+                "budget_ci": {name: [_json_ci(ci) for ci in b.intervals] for name, b in p.budget.items()},
+                "budget_method": {name: b.method for name, b in p.budget.items()},
             }
         )
     return {"format": "maxbench-frontier/1", "planes": out}

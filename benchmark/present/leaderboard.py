@@ -168,8 +168,8 @@ def load_scored_run(run_dir: Path) -> ScoredRun:
     from maxbench.rundir import json_type, read_run
 
     run = read_run(run_dir, scored=True, rows_missing_ok=True)
-    run_dir, scores, manifest = run.run_dir, run.scores, run.manifest
-    doc = scores.to_dict()
+    run_dir, scores, manifest = run.path, run.scores_file, run.manifest
+    doc = run.scores
     systems = scores.systems
     ident = manifest.get("identity") or {}
     suite = ident.get("suite") or manifest.get("suite") or scores.suite or {}
@@ -178,7 +178,7 @@ def load_scored_run(run_dir: Path) -> ScoredRun:
             f"{run_dir}: the run's 'suite' is {json_type(suite)}, expected an object with the suite's name; "
             f"rescore the run (maxbench score {run_dir}) or restore its manifest.json"
         )
-    steps, prompts = _from_generations(run.rows)
+    steps, prompts = _from_generations(run.generations)
     return ScoredRun(
         path=run_dir,
         run_id=manifest.get("run_id") or scores.run_id or run_dir.name,

@@ -209,3 +209,4 @@ class Report:
     trace: dict | None = None  # graphmax's Figure 2 trace (figure2-trace.json)
     controls: list = field(default_factory=list)  # ``controls.check``'s results
     flipped: list = field(default_factory=list)  # ``flipped.flip_rows``
+    matched: list = field(default_factory=list)  # ``matched.rows``: the [[matched]] entries' rows

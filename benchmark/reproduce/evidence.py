@@ -56,7 +56,8 @@ def signature(doc: dict, metric: str | None) -> str:
 
 class RunScores:
     """What the report reads of each run's scores, read once: scores.json, the generations' sha256,
-    and why the run is partial (not scored, scored on other generations, part of its suite)."""
+    and why the run is partial (not scored, its generations or its manifest missing, scored on other
+    generations, part of its suite)."""
 
     def __init__(self, runs: list[RunSpec]):
         self.runs = runs
@@ -72,6 +73,9 @@ class RunScores:
                 self._whole[r.run_dir] = why
             elif not rundir.has_generations(r.run_dir):
                 why = "its generations.jsonl is missing (regenerate the run)"
+                self._whole[r.run_dir] = why
+            elif not rundir.manifest_path(r.run_dir).is_file():  # its texts' provenance is gone
+                why = "its manifest.json is missing (regenerate the run)"
                 self._whole[r.run_dir] = why
             elif doc.get("generations_sha256") != rundir.generations_sha256(r.run_dir):
                 why = "its scores.json scores other generations (rescore it)"
@@ -238,6 +242,18 @@ def _mean_of_per_prompt(entry: dict) -> list | None:
         return None
     vals = list(per.values())
     return per if abs(sum(vals) / len(vals) - value) <= 1e-9 * max(1.0, abs(value)) else None
+
+
+def paired_binary(run: RunSpec, doc: dict, method: str, baseline: str, score: str) -> tuple[list, list] | None:
+    """The two systems' per-prompt values of ``score`` in one run, paired by prompt, where the score is
+    the mean of them and every one is 0 or 1 (a rate over one text per prompt), else None."""
+    pa = _mean_of_per_prompt(_entry(run, doc, method, score))
+    pb = _mean_of_per_prompt(_entry(run, doc, baseline, score))
+    if pa is None or pb is None or set(pa) != set(pb):
+        return None
+    keys = sorted(pa)
+    a, b = [pa[k] for k in keys], [pb[k] for k in keys]
+    return (a, b) if all(v in (0, 1) for v in (*a, *b)) else None
 
 
 def log_ratio(

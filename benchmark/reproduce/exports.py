@@ -83,7 +83,7 @@ def report_json(rep: Report) -> dict:
         "heads": [{"run": k[0], "system": k[1], **v} for k, v in sorted(rep.heads.items())],
         "controls": [c.to_dict() for c in rep.controls],
         "flipped": rep.flipped,
-    }
+    } | ({"matched": [r.to_dict() for r in rep.matched]} if rep.paper.matched else {})
 
 
 def _wide(pts: list[tuple]) -> bool:

@@ -29,6 +29,14 @@ pattern with ``{model}``, ``{corpus}``, ``{layer}`` and ``{seed}``) each head's 
 the reproduction's folder. Fewer seeds than planned make the control partial (rendered, labelled);
 a folder that does not exist, or no seed with both files, is a control naming a missing run.
 
+A paper's ``[[matched]]`` entries are matched-operating-point rows (``matched.py``), a sensitivity
+reading outside the counts for claims that trade quality for diversity: ``method`` and ``baseline``
+(roles) each swept over one option (``sweeps``: role -> { option = [values] }), compared on the
+``quality`` score where their curves share a value of the ``match`` score (``at``: the method's own
+operating point, the baseline's, the human row's value, or a number), on ``models`` x ``corpora``.
+The sweep points are roles ``ROLE~OPTION=VALUE`` that the protocol plans only when ``--roles`` names
+the entry's id (in the first fold: the points are a sensitivity reading, not every fold's work).
+
 Bad input is one line (exit status 2): an unknown direction, kind, base model, corpus or system role,
 a score no metric of the protocol computes (``protocol.check_metrics``), a control run that does not
 exist (``protocol.check_controls``, ``controls.check``).
@@ -141,6 +149,39 @@ class ControlSpec:
         return root / self.folder / name
 
 
+#: a matched entry's sweep point role: the role, "~", OPTION=VALUE (e.g. "mle~top_p=0.7")
+POINT_SEP = "~"
+#: where a matched comparison is made: the method's operating point's value of the matching score,
+#: the baseline's, the human row's, or a number given
+MATCH_AT = ("method", "baseline", "human")
+
+
+@dataclass(frozen=True)
+class MatchedSpec:
+    """A matched-operating-point entry (a paper's ``[[matched]]``; see the module docstring)."""
+
+    id: str
+    title: str
+    statement: str
+    claims: tuple[str, ...]
+    method: str
+    baseline: str
+    quality: str
+    match: str
+    at: str | float
+    models: tuple[str, ...]
+    corpora: tuple[str, ...]
+    sweeps: tuple  # ((role, option, (values...)), ...)
+
+    def sweep(self, role: str) -> tuple[str, tuple]:
+        """(option, values) of ``role``'s sweep."""
+        return next((k, v) for r, k, v in self.sweeps if r == role)
+
+    def point_roles(self) -> dict[str, tuple[str, str, float]]:
+        """Each sweep point's role name -> (role, option, value)."""
+        return {f"{r}{POINT_SEP}{k}={v:g}": (r, k, v) for r, k, v in self.sweeps for v in sorted(v)}
+
+
 @dataclass(frozen=True)
 class Paper:
     name: str
@@ -153,6 +194,7 @@ class Paper:
     diagnostic_roles: tuple[str, ...] = ()
     diagnostics: str = ""  # what the diagnostic roles are, for the report
     seed_controls: tuple[ControlSpec, ...] = ()  # the [[controls]] entries
+    matched: tuple[MatchedSpec, ...] = ()  # the [[matched]] entries
 
     def roles(self) -> dict[str, str]:
         """Every system role of the protocol -> its LAYER/DECODING (one corpus's, where roles differ by corpus)."""
@@ -418,6 +460,9 @@ def load_paper(name: str, path: Path | None = None) -> Paper:
         if role not in roles:
             raise MaxbenchError(f"paper file {path}: diagnostic_roles: {unknown_name('system role', role, roles)}")
     seed_controls = tuple(_control(raw, path, protocol, claims) for raw in spec.get("controls", []))
+    matched = tuple(_matched(raw, path, protocol, claims) for raw in spec.get("matched", []))
+    if len({m.id for m in matched}) != len(matched):
+        raise MaxbenchError(f"paper file {path}: two [[matched]] entries share an id; give each its own")
     return Paper(
         name=spec.get("paper", name),
         title=spec.get("title", name),
@@ -429,6 +474,7 @@ def load_paper(name: str, path: Path | None = None) -> Paper:
         diagnostic_roles=diagnostic_roles,
         diagnostics=str(protocol.get("diagnostics", "")),
         seed_controls=seed_controls,
+        matched=matched,
     )
 
 
@@ -474,4 +520,68 @@ def _control(raw: dict, path: Path, protocol: dict, claims: list[Claim]) -> Cont
         seeds=tuple(seeds),
         folder=raw["folder"],
         file=pattern,
+    )
+
+
+def _matched(raw: dict, path: Path, protocol: dict, claims: list[Claim]) -> MatchedSpec:
+    """One ``[[matched]]`` entry, checked: its claims, roles, base models and corpora known, one option
+    swept per role with two numbers or more, ``at`` one of ``MATCH_AT`` or a number (its scores are
+    checked against the protocol's metrics with the claims', ``protocol.check_metrics``)."""
+    mid = raw.get("id", "?")
+    what = f"paper file {path}, matched '{mid}'"
+    roles = all_roles(protocol)
+    ids = [c.id for c in claims]
+    for key in ("id", "method", "baseline", "quality", "match"):
+        if not isinstance(raw.get(key), str) or not raw[key]:
+            raise MaxbenchError(f"{what}: needs '{key}' (a string)")
+    for cid in _tuple(raw.get("claims"), what):
+        if cid not in ids:
+            raise MaxbenchError(f"{what}: {unknown_name('claim', str(cid), ids)}")
+    for key in ("method", "baseline"):
+        if raw[key] not in roles:
+            raise MaxbenchError(f"{what}: {key}: {unknown_name('system role', raw[key], roles)}")
+    models = _tuple(raw.get("models", protocol.get("models")), what)
+    corpora = _tuple(raw.get("corpora", protocol.get("corpora")), what)
+    for model in models:
+        if model not in protocol.get("models", []):
+            raise MaxbenchError(f"{what}: {unknown_name('base model', str(model), protocol.get('models', []))}")
+    for corpus in corpora:
+        if corpus not in protocol.get("corpora", []):
+            raise MaxbenchError(f"{what}: {unknown_name('corpus', str(corpus), protocol.get('corpora', []))}")
+    form = "sweeps = { ROLE = { OPTION = [value, value, ...] } } for the method and the baseline"
+    sweeps = raw.get("sweeps")
+    if not isinstance(sweeps, dict) or set(sweeps) != {raw["method"], raw["baseline"]}:
+        raise MaxbenchError(f"{what}: needs {form}")
+    out = []
+    for role in (raw["method"], raw["baseline"]):
+        table = sweeps[role]
+        if not isinstance(table, dict) or len(table) != 1:
+            raise MaxbenchError(f"{what}: the sweep of {role} must vary exactly one option ({form})")
+        ((option, values),) = table.items()
+        if (
+            not isinstance(values, list)
+            or len(values) < 2
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+            or len(set(values)) != len(values)
+        ):
+            raise MaxbenchError(
+                f"{what}: the sweep of {role} over {option} needs two distinct numbers or more, got {values!r}"
+            )
+        out.append((role, str(option), tuple(sorted(values))))
+    at = raw.get("at", "method")
+    if not (at in MATCH_AT or (isinstance(at, (int, float)) and not isinstance(at, bool))):
+        raise MaxbenchError(f"{what}: 'at' must be one of {', '.join(MATCH_AT)} or a number, got {at!r}")
+    return MatchedSpec(
+        id=raw["id"],
+        title=str(raw.get("title", f"Matched operating point: {raw['quality']} at equal {raw['match']}")),
+        statement=str(raw.get("statement", "")),
+        claims=_tuple(raw.get("claims"), what),
+        method=raw["method"],
+        baseline=raw["baseline"],
+        quality=raw["quality"],
+        match=raw["match"],
+        at=at if isinstance(at, str) else float(at),
+        models=models,
+        corpora=corpora,
+        sweeps=tuple(out),
     )

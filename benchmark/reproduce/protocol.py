@@ -123,8 +123,11 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
     from maxbench.benchmark.data.corpora import fold_view
     from maxbench.benchmark.reproduce.papers import SETTING_SEP, all_roles, sensitivity_roles
 
+    matched = matched_roles(paper, opts.roles or [])
     if opts.roles:
-        _subset(opts.roles, list(all_roles(proto)) + list(sensitivity_roles(proto)), "system role")
+        known = list(all_roles(proto)) + list(sensitivity_roles(proto)) + [m.id for m in paper.matched]
+        known += [r for m in paper.matched for r in m.point_roles()]
+        _subset(opts.roles, known, "system role (or [[matched]] entry)")
     specs: list[tuple] = []
     for model in models:
         n_run = min(k, opts.folds_run or per_model.get(model, k)) if k else 0
@@ -137,9 +140,11 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
                 sens = proto.get("sensitivity") or {}
                 if model in sens.get("models", []) and corpus in sens.get("corpora", []):
                     roles |= sensitivity_roles(proto)  # every fold: the settings are judged over folds
+                if fold in (0, None):  # a matched entry's sweep points, named by --roles: the first fold
+                    roles |= {r: layer for r, (m, c, layer) in matched.items() if model in m and corpus in c}
                 full = dict(roles)
                 if opts.roles:  # the baseline stays: every comparison of the run is against it
-                    keep = set(opts.roles) | {proto["baseline"]}
+                    keep = set(opts.roles) | {proto["baseline"]} | set(matched)
                     roles = {k: v for k, v in roles.items() if k in keep or k.split(SETTING_SEP)[0] in keep}
                 if not roles:
                     continue
@@ -214,6 +219,25 @@ def plan_runs(paper: Paper, opts: Options, out: Path) -> list[RunSpec]:
     return runs
 
 
+def matched_roles(paper: Paper, named: list[str]) -> dict[str, tuple]:
+    """The sweep points of the ``[[matched]]`` entries that ``--roles`` names (by the entry's id or by
+    the point's role, ``ROLE~OPTION=VALUE``): role -> (its base models, its corpora, its LAYER/DECODING).
+    They are planned only when named: a sensitivity reading, not the protocol's own work."""
+    from maxbench.benchmark.run.lineup import sweep_point
+
+    roles = paper.roles()
+    out = {}
+    for spec in paper.matched:
+        for name, (role, knob, value) in spec.point_roles().items():
+            if spec.id not in named and name not in named:
+                continue
+            model = spec.models[0]
+            point = sweep_point(system_string(model, roles[role]), knob, value).name
+            layer = point[len(model) :].removeprefix("/")  # the point's LAYER/DECODING (or +ADAPTER/...)
+            out[name] = (spec.models, spec.corpora, layer)
+    return out
+
+
 def _manifest_systems(run_dir: Path) -> list[str]:
     """The systems an existing run's manifest lists ([] for a new run or an unreadable manifest)."""
     from maxbench.rundir import read_manifest
@@ -255,6 +279,13 @@ def check_metrics(paper: Paper) -> list[str]:
             if score not in computed:
                 raise MaxbenchError(
                     f"paper file {paper.path}, claim '{claim.id}': {unknown_name('score', score, sorted(computed))} "
+                    f"(the scores of the protocol's metrics: {', '.join(metrics)})"
+                )
+    for spec in paper.matched:
+        for score in (spec.quality, spec.match):
+            if score not in computed:
+                raise MaxbenchError(
+                    f"paper file {paper.path}, matched '{spec.id}': {unknown_name('score', score, sorted(computed))} "
                     f"(the scores of the protocol's metrics: {', '.join(metrics)})"
                 )
     return metrics

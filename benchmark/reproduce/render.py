@@ -17,6 +17,7 @@ from maxbench.benchmark.reproduce.controls import summary as control_summary
 from maxbench.benchmark.reproduce.evidence import read_scores, run_table
 from maxbench.benchmark.reproduce.judge import FLAG_PARTIAL, claim_verdict, headline, unadjusted, with_settings
 from maxbench.benchmark.reproduce.kinds import kind_of
+from maxbench.benchmark.reproduce.matched import section as matched_section
 from maxbench.benchmark.reproduce.papers import SCORES_KEY, SETTING_SEP, Claim, Paper
 from maxbench.benchmark.reproduce.verdicts import NOT_COMPARABLE, RULES
 from maxbench.document import Cell, Code, Para, Section, Table, num
@@ -339,7 +340,9 @@ def heads_section(heads: dict) -> Section:
 
 
 def runs_section(rep: Report) -> Section:
-    """Every run used: its fitting corpus, size, wall time, the sha256 of its files and its status."""
+    """Every run used: its fitting corpus, size, wall time, the sha256 of its files and its status. A file
+    absent from a run that generated nothing is "(not run)"; from one that did, "(missing)", and the run's
+    status says why it is partial (never "complete" beside a missing file)."""
     runs = rep.evidence.runs
     s = Section("Runs used", level=2)
     cols = (
@@ -352,15 +355,19 @@ def runs_section(rep: Report) -> Section:
         "generations sha256",
         "status",
     )
+
+    def absent(x: dict) -> str:  # a file a run lacks: all of it when nothing was generated, else lost
+        return "(missing)" if x["generations_sha256"] else "(not run)"
+
     body = tuple(
         (
             Cell(x["run"], code=True),
             Cell(x["corpus"], code=True),
             num(str(x["prompts"])),
             num(str(x["systems"])),
-            num(f"{x['wall_seconds'] / 60:.1f}" if x["wall_seconds"] else "(not run)"),
-            num(x["manifest_sha256"][:16] or "(not run)"),
-            num(x["generations_sha256"][:16] or "(not run)"),
+            num(f"{x['wall_seconds'] / 60:.1f}" if x["wall_seconds"] else absent(x)),
+            num(x["manifest_sha256"][:16] or absent(x)),
+            num(x["generations_sha256"][:16] or absent(x)),
             Cell(rep.evidence.scores.partial(r) or "complete"),
         )
         for x, r in zip(run_table(runs), runs)
@@ -383,6 +390,9 @@ def sections(rep: Report) -> list[Section]:
     sens = sensitivity_section(paper, rep.cells)
     if sens is not None:
         out.append(sens)
+    matched = matched_section(paper, rep.matched)
+    if matched is not None:
+        out.append(matched)
     out += diagnostic_sections(rep, by_id)
     if rep.heads:
         out.append(heads_section(rep.heads))

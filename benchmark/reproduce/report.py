@@ -43,6 +43,7 @@ from maxbench.benchmark.reproduce.judge import (
     missing_baselines,
     with_settings,
 )
+from maxbench.benchmark.reproduce.matched import rows as matched_rows
 from maxbench.benchmark.reproduce.papers import Paper
 from maxbench.benchmark.reproduce.protocol import RunSpec
 
@@ -64,7 +65,8 @@ def build(paper: Paper, runs: list[RunSpec], pairs: Pairs, previous_heads: list[
     heads = trained_heads(runs, previous_heads)
     flag_cells(judged, runs, evidence.scores, cells, heads)
     mark_identical(rows)
-    return Report(paper=paper, evidence=evidence, rows=rows, cells=cells, heads=heads)
+    found = matched_rows(paper, evidence)  # outside the counts: read after every verdict is decided
+    return Report(paper=paper, evidence=evidence, rows=rows, cells=cells, heads=heads, matched=found)
 
 
 def _committed_heads(out: Path) -> list[dict]:
@@ -73,6 +75,18 @@ def _committed_heads(out: Path) -> list[dict]:
         return list(json.loads((out / "report.json").read_text()).get("heads") or [])
     except (OSError, ValueError, AttributeError):
         return []
+
+
+def check_out(paper: Paper, out: Path) -> None:
+    """Refuse, before anything is planned or written, an ``--out`` that is not and cannot become a folder
+    (an existing file), or whose report files would land on the paper file: ``maxbench.fileio``'s shared
+    output checks, as every command's."""
+    from maxbench.fileio import check_not_input, check_output_dir
+
+    check_output_dir(out, "--out")
+    inputs = [(paper.path, "the paper file")] if paper.path is not None else []
+    for name in [*(f"report.{ext}" for ext in ("md", "html", "csv", "json")), exports.PLOT, PAIRS]:
+        check_not_input(out / name, f"--out {out}: its", inputs)
 
 
 def write_report(

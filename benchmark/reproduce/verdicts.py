@@ -72,7 +72,10 @@ RULES = (
     "bound whatever their correlation), and the paper's effect is the mean of its relative effects; each "
     "score is still shown. A claim that a method is best among several competitors is reproduced only "
     "against each of them (intersection-union test). Error control, both ways: Holm's step-down correction "
-    "over the paper's counted cells (p-values from each cell's estimate and standard error) controls the "
+    "over the paper's counted cells (p-values from each cell's estimate and standard error; a cell resting on "
+    "one score and one fold whose per-prompt values are 0 or 1 for both systems, a rate such as rep, enters "
+    "with the exact McNemar p-value of its paired values instead, the exact paired permutation test of the "
+    "same null for such data, not a normal approximation) controls the "
     f"family-wise error of 'differs from 0' at {ALPHA:g}: a cell whose adjusted p-value is not below {ALPHA:g} "
     "is judged as if its interval contained 0; and every other statement a verdict makes about an interval "
     "(it lies below or beyond the paper's effect, excludes it, or lies inside the negligible band: the "
@@ -116,6 +119,9 @@ class Estimate:
     #: a relative effect estimated on the log-ratio scale: estimate, low and high are ratio - 1,
     #: se and df are those of log(ratio)
     log: bool = False
+    #: the p-value of 'no difference' from an exact test of the same paired data (``mcnemar_p``), which
+    #: ``p_value`` gives instead of the normal approximation from estimate / se
+    exact_p: float | None = None
 
     @property
     def centre(self) -> float | None:
@@ -131,8 +137,13 @@ class Estimate:
 
     @property
     def p_value(self) -> float | None:
-        """Two-sided p-value of 'no difference' from estimate / se (t with df, else normal)."""
-        if not self.defined or self.se is None or not math.isfinite(self.se):
+        """Two-sided p-value of 'no difference': the exact test's where there is one (``exact_p``), else
+        from estimate / se (t with df, else normal)."""
+        if not self.defined:
+            return None
+        if self.exact_p is not None:
+            return self.exact_p
+        if self.se is None or not math.isfinite(self.se):
             return None
         if self.se <= 0:
             return 1.0 if self.estimate == 0 else 0.0
@@ -277,6 +288,21 @@ def relative(log_est: Estimate) -> Estimate:
         log_est.method,
         True,
     )
+
+
+def mcnemar_p(a: list[float], b: list[float]) -> float | None:
+    """The exact two-sided McNemar p-value of paired 0/1 outcomes (one text per prompt: a rate such as
+    rep's share of texts with a repetition): under 'no difference' each discordant pair (1, 0) or
+    (0, 1) is either with probability 1/2, so the count of (1, 0) among the n discordant pairs is
+    Binomial(n, 1/2) (the paired permutation test's distribution for 0/1 data, computed exactly);
+    1 without discordant pairs. None unless every value of both is 0 or 1 and they pair up."""
+    from scipy.stats import binomtest
+
+    if len(a) != len(b) or not a or any(v not in (0, 1) for v in (*a, *b)):
+        return None
+    n10 = sum(1 for x, y in zip(a, b) if x == 1 and y == 0)
+    n01 = sum(1 for x, y in zip(a, b) if x == 0 and y == 1)
+    return 1.0 if n10 + n01 == 0 else float(binomtest(n10, n10 + n01, 0.5).pvalue)
 
 
 def log_ratio_bootstrap(

@@ -335,6 +335,24 @@ def _point(base, knob: str, value):
     return spec
 
 
+def sweep_point(system: str, knob: str, value):
+    """``system`` (a system string) with ``knob`` set to ``value``: a sweep's point as a lineup's sweep
+    makes it (canonical, its layer built; bad input is one line). A decoding option ``system`` already
+    sets is replaced, not given twice."""
+    from maxbench.systems.decoding import DecodingSetting
+    from maxbench.systems.system_strings import parse_system
+
+    knob = "temp" if knob == "temperature" else knob
+    base = parse_system(system)
+    if knob in SWEEP_DECODING:
+        names = {knob, "temperature"} if knob == "temp" else {knob}
+        rest = [p for p in base.decoding.label.split(",") if p.split("=")[0] not in names]
+        if base.decoding.do_sample and "sample" not in rest:
+            rest.insert(0, "sample")
+        base = replace(base, decoding=DecodingSetting.parse(",".join(rest)))
+    return _point(base, knob, value)
+
+
 def _starred(base, knob: str) -> str:
     """The default name of a sweep: ``base``'s system string with ``knob`` written ``knob=*``."""
     from maxbench.systems.decoding import DecodingSetting

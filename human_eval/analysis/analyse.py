@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from maxbench.errors import MaxbenchError
-from maxbench.human_eval.analysis.bestworst import BestWorst, bws_agreement, counting_scores
+from maxbench.human_eval.analysis.best_worst import BestWorst, bws_agreement, counting_scores
 from maxbench.human_eval.analysis.direct import z_scores
 from maxbench.human_eval.analysis.options import ReportOptions
 from maxbench.human_eval.analysis.pairwise import PairJudgment, bradley_terry, pairwise_agreement, sign_tests
@@ -562,9 +562,9 @@ def analyse_pairwise(
 # --------------------------------------------------------------------------- best-worst studies
 
 
-def analyse_bestworst(rows: Sequence[dict], options: ReportOptions, source: str) -> BestWorstAnalysis:
-    """A best-worst study's rows (``export.bestworst_rows``): per criterion, counting scores with
-    item-bootstrap intervals and agreement (``human_eval/analysis/bestworst.py``)."""
+def analyse_best_worst(rows: Sequence[dict], options: ReportOptions, source: str) -> BestWorstAnalysis:
+    """A best-worst study's rows (``export.best_worst_rows``): per criterion, counting scores with
+    item-bootstrap intervals and agreement (``human_eval/analysis/best_worst.py``)."""
     if not rows:
         raise MaxbenchError(f"{source} holds no best-worst judgments; nothing to report")
     if options.exclude_gold_below is not None:

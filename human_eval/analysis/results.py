@@ -364,14 +364,14 @@ class BestWorstAspect:
     """One criterion of a best-worst study: counting scores, agreement, judgments kept."""
 
     aspect: str
-    scores: tuple  # of bestworst.CountingScore, in the order of BestWorstAnalysis.systems
-    agreement: Any  # bestworst.BwsAgreement
+    scores: tuple  # of best_worst.CountingScore, in the order of BestWorstAnalysis.systems
+    agreement: Any  # best_worst.BwsAgreement
     n_judgments: int
 
 
 @dataclass(frozen=True)
 class BestWorstAnalysis:
-    """The analysis of a best-worst scaling study (``analysis.analyse_bestworst``)."""
+    """The analysis of a best-worst scaling study (``analysis.analyse_best_worst``)."""
 
     study: str
     source: str

@@ -209,7 +209,7 @@ def _render_study(study: Study, new_link: tuple[str, str] | None = None, new_adm
     summaries = annotator_summaries(study)
     rows = long_format_rows(get_db(), study.id)
     rubric = study.rubric
-    # Best-worst places are not ratings on a scale: their agreement is in the report (bestworst.bws_agreement).
+    # Best-worst places are not ratings on a scale: their agreement is in the report (best_worst.bws_agreement).
     criteria = [] if rubric.get("kind") == "best-worst" else [c["name"] for c in rubric["criteria"]]
     agreement = agreement_so_far(rows, criteria, rubric["scale_min"], rubric["scale_max"])
     return render_template(

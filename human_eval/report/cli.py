@@ -156,13 +156,13 @@ def run_report(args: argparse.Namespace) -> int:
         studies = sorted({r.study for r in ratings.rows})
         default_name = options.study or (studies[0] if len(studies) == 1 else Path(args.ratings).stem)
     else:
-        bestworst = judgment_rows_from_database(args.db_study, args.db, "best-worst")
-        if bestworst is not None:
-            from maxbench.human_eval.analysis.analyse import analyse_bestworst
-            from maxbench.human_eval.report.bestworst import write_bestworst_report
+        best_worst = judgment_rows_from_database(args.db_study, args.db, "best-worst")
+        if best_worst is not None:
+            from maxbench.human_eval.analysis.analyse import analyse_best_worst
+            from maxbench.human_eval.report.best_worst import write_best_worst_report
 
-            analysis = analyse_bestworst(bestworst, options, "the rating database")
-            folder = write_bestworst_report(
+            analysis = analyse_best_worst(best_worst, options, "the rating database")
+            folder = write_best_worst_report(
                 analysis, args.out, args.name or _folder_name(analysis.study), study_code(args.db_study, args.db)
             )
             print(f"wrote {folder}/report.md, report.html and report.json")
@@ -242,16 +242,16 @@ def study_code(study: str, url: str | None) -> dict:
 
 def judgment_rows_from_database(study: str, url: str | None, judgment: str) -> list[dict] | None:
     """A pairwise or best-worst study's judgment rows (``export.pair_judgment_rows`` or
-    ``export.bestworst_rows``); None for a study of another judgment type."""
+    ``export.best_worst_rows``); None for a study of another judgment type."""
     try:
         from maxbench.human_eval.store.db import session_for
-        from maxbench.human_eval.studies.export import bestworst_rows, pair_judgment_rows, study_judgment
+        from maxbench.human_eval.studies.export import best_worst_rows, pair_judgment_rows, study_judgment
     except ImportError:
         return None  # ratings_from_database says what is missing
     with session_for(url, create=False) as session:
         if study_judgment(session, study) != judgment:
             return None
-        rows = (pair_judgment_rows if judgment == "pairwise" else bestworst_rows)(session, study)
+        rows = (pair_judgment_rows if judgment == "pairwise" else best_worst_rows)(session, study)
     if not rows:
         raise MaxbenchError(f"study {study!r} has no judgments yet; nothing to report")
     return rows

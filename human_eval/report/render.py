@@ -8,7 +8,7 @@ input's sha256 and the package versions are recorded instead of a timestamp.
 
 Each judgment kind builds its own sections: ratings on a scale (Likert, direct assessment) in
 ``human_eval/report/ratings.py``, pairwise preferences in ``human_eval/report/pairwise.py``,
-best-worst scaling in ``human_eval/report/bestworst.py``.
+best-worst scaling in ``human_eval/report/best_worst.py``.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from maxbench.errors import MaxbenchError
-from maxbench.human_eval.analysis.bestworst import TUPLE_SIZE
+from maxbench.human_eval.analysis.best_worst import TUPLE_SIZE
 from maxbench.human_eval.store.db import hash_token, write_transaction
 from maxbench.human_eval.store.models import (
     Annotator,
@@ -33,7 +33,7 @@ from maxbench.human_eval.store.models import (
     StudySystem,
 )
 from maxbench.human_eval.studies.design import (
-    bestworst_sequence,
+    best_worst_sequence,
     build_design,
     interleaved_sequence,
     paired_sequence,
@@ -326,7 +326,7 @@ def _page_sequence(
         units = [(prompt_list[pi], (systems[a], systems[b])) for pi, a, b in grid]
         return units, list(range(len(units)))
     if kind == "best-worst":
-        tuples = bestworst_sequence(len(prompt_list), len(systems), min(TUPLE_SIZE, len(systems)), rng)
+        tuples = best_worst_sequence(len(prompt_list), len(systems), min(TUPLE_SIZE, len(systems)), rng)
         units = [(prompt_list[pi], tuple(systems[k] for k in shown)) for pi, shown in tuples]
         return units, list(range(len(units)))
     if paired:

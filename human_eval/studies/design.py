@@ -81,7 +81,7 @@ def pairwise_sequence(n_prompts: int, n_systems: int, rng: random.Random) -> lis
     return out
 
 
-def bestworst_sequence(
+def best_worst_sequence(
     n_prompts: int, n_systems: int, size: int, rng: random.Random
 ) -> list[tuple[int, tuple[int, ...]]]:
     """(prompt, systems in places 1..size) tuples for best-worst scaling, balanced.

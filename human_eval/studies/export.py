@@ -161,7 +161,7 @@ def pair_judgment_rows(session: Session, study_id: str | int, blind: bool = Fals
     return rows
 
 
-def bestworst_rows(session: Session, study_id: str | int, blind: bool = False) -> list[dict]:
+def best_worst_rows(session: Session, study_id: str | int, blind: bool = False) -> list[dict]:
     """A best-worst study's judgments, one row per (page, criterion): ``shown`` the systems in places
     1, 2, ... (';'-joined), ``best`` and ``worst`` two of them."""
     study = find_study(session, study_id)

@@ -18,7 +18,7 @@ the reference system at 0 and every other one ``effect`` within-system standard 
   annotator bias cancel: P(prefer) = Phi(difference / sqrt 2), no ties); ``pairwise.sign_tests``
   (exact sign test per pair, Holm over the pairs);
 - best-worst: tuples of up to 4 systems per item (all of them with 4 or fewer), best and worst
-  the highest and lowest latent quality of the tuple; ``bestworst.counting_scores`` with
+  the highest and lowest latent quality of the tuple; ``best_worst.counting_scores`` with
   bootstrap intervals, detected when the reference's and the other's 95% intervals do not overlap
   (the report gives intervals, not a test: a conservative criterion).
 
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from maxbench.errors import MaxbenchError
-from maxbench.human_eval.analysis.bestworst import TUPLE_SIZE, BestWorst, counting_scores
+from maxbench.human_eval.analysis.best_worst import TUPLE_SIZE, BestWorst, counting_scores
 from maxbench.human_eval.analysis.pairwise import PairJudgment, sign_tests
 from maxbench.human_eval.analysis.ratings import Ratings
 from maxbench.human_eval.analysis.statistics import wilcoxon_paired

@@ -36,7 +36,7 @@ loaded by name through the same validator as a researcher's own file::
 - ``pairwise``: two texts for the same prompt, "which is better" per criterion, with a
   tie option when ``allow_tie = true`` (statistics in ``human_eval/analysis/pairwise.py``);
 - ``best-worst``: a tuple of texts for the same prompt, the best and the worst per
-  criterion (statistics in ``human_eval/analysis/bestworst.py``).
+  criterion (statistics in ``human_eval/analysis/best_worst.py``).
 
 Pairwise and best-worst rubrics have no ``[scale]`` and no worked-example scores.
 
@@ -186,14 +186,22 @@ class Rubric:
         )
 
 
+#: names a preset had before it was renamed -> its name now: a command line or script that names the
+#: old one still loads it (a study stores its rubric whole, so stored studies never look a name up)
+PRESET_ALIASES = {"bestworst-quality": "best-worst-quality"}
+
+
 def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
 
 
 def load_rubric(name_or_path: str | Path) -> Rubric:
-    """A preset by name (``graphmax``, ``posg-lm``, ...) or a rubric TOML file by path."""
+    """A preset by name (``graphmax``, ``posg-lm``, ...; an old name by ``PRESET_ALIASES``) or a rubric
+    TOML file by path."""
     text = str(name_or_path)
     path = Path(text).expanduser()
+    if text in PRESET_ALIASES and not path.exists():
+        text = PRESET_ALIASES[text]
     if text in preset_names():
         path = PRESET_DIR / f"{text}.toml"
     elif not (text.endswith(".toml") or path.exists()):

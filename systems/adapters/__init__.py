@@ -39,6 +39,7 @@ __all__ = [
     "adapter_suffix",
     "canonical_adapter",
     "split_adapter",
+    "stacked_adapters",
 ]
 
 #: the adapters; each class's ``name`` is its key here
@@ -75,6 +76,12 @@ def split_adapter(model_part: str, value=lambda s: s) -> tuple[str, str | None, 
         raise MaxbenchError(
             f"cannot read the adapter in '{model_part}'; write MODEL+ADAPTER(key=value,...), e.g. smollm2-135m+prefix(n=10)"
         )
+    stacked, base = stacked_adapters(model_part)
+    if len(stacked) > 1:
+        raise MaxbenchError(
+            f"'{model_part}' stacks {len(stacked)} adapters ({', '.join(stacked)}) on '{base}': a system has at most "
+            f"one adapter (stacking is not supported); give one, e.g. '{base}+{stacked[-1]}'"
+        )
     params = []
     for part in filter(None, (p.strip() for p in (m.group("params") or "").split(","))):
         if "=" not in part:
@@ -84,6 +91,21 @@ def split_adapter(model_part: str, value=lambda s: s) -> tuple[str, str | None, 
             raise MaxbenchError(f"adapter '{m.group('adapter')}': option '{key}' is given twice")
         params.append((key, value(val)))
     return m.group("model"), m.group("adapter"), tuple(params)
+
+
+def stacked_adapters(model_part: str) -> tuple[list[str], str]:
+    """The adapters ``model_part`` names one after another (``MODEL+A(..)+B(..)`` -> ([A, B], MODEL)),
+    innermost first, and the model under them; only registered adapter names count, so a model name
+    that merely holds a '+' is left whole."""
+    names: list[str] = []
+    rest = model_part
+    while "+" in rest and not Path(rest).expanduser().is_dir():
+        m = _ADAPTER.match(rest)
+        if not m or m.group("adapter") not in ADAPTERS:
+            break
+        names.insert(0, m.group("adapter"))
+        rest = m.group("model")
+    return names, rest
 
 
 def canonical_adapter(name: str, params: tuple) -> tuple:

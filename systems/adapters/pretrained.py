@@ -6,7 +6,8 @@ by ``PeftModel.from_pretrained``. How it is decoded depends on its ``peft_type``
 
 - a type that changes the weights (LoRA, LoHa, LoKr, IA3, ...): merged into them with peft's
   ``merge_and_unload``, as ``lora`` does, so decoding runs a plain model of the base architecture;
-  a type whose tuner cannot merge is refused;
+  a type whose tuner has no merge (``ADAPTION_PROMPT``'s gated prompts inside attention) is refused by
+  name before loading, and one whose merge fails, when it is merged;
 - ``PREFIX_TUNING``: decoded by maxbench's loop through ``prefix.PrefixLM``, as ``prefix`` is;
 - every other prompt-learning type (prompt tuning, p-tuning, ...), whose virtual tokens maxbench's
   loop cannot put in front faithfully, is refused in one line.
@@ -143,9 +144,26 @@ class PeftAdapter(Adapter):
                 "loop cannot reproduce faithfully; supported: weight adapters that peft merges (LORA, ...) and "
                 "PREFIX_TUNING"
             )
+        tuner = self._unmergeable_tuner(kind)
+        if kind != "PREFIX_TUNING" and tuner is not None:
+            raise MaxbenchError(
+                f"{where}: peft_type {kind} is not supported: its tuner ({tuner}) cannot be merged into the weights, "
+                "so maxbench's decoding loop cannot reproduce it faithfully; supported: weight adapters that peft "
+                "merges (LORA, ...) and PREFIX_TUNING"
+            )
         if not any((folder / w).is_file() for w in WEIGHTS):
             raise MaxbenchError(f"{where} has no {' or '.join(WEIGHTS)}")
         return config
+
+    @staticmethod
+    def _unmergeable_tuner(kind: str) -> str | None:
+        """The name of the peft tuner of ``kind`` when it has no ``merge_and_unload`` (it adds learned
+        prompts inside the model instead of changing weights, e.g. ADAPTION_PROMPT), else None."""
+        from peft import PeftType
+        from peft.mapping import PEFT_TYPE_TO_TUNER_MAPPING
+
+        tuner = PEFT_TYPE_TO_TUNER_MAPPING.get(PeftType(kind))
+        return tuner.__name__ if tuner is not None and not hasattr(tuner, "merge_and_unload") else None
 
     @staticmethod
     def _prompt_learning(kind: str) -> bool:

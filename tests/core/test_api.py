@@ -61,3 +61,22 @@ def test_evaluate_load_run_and_to_pandas_give_the_numbers_of_maxbench_score(tmp_
     # and a run compared with itself differs in nothing
     doc = loaded.compare(again, n_resamples=50)
     assert all(s["difference"] in (0, None) for p in doc["pairs"] for s in p["scores"].values())
+
+
+def test_run_result_is_the_run_folder_owners_one_run_type_with_the_apis_methods():
+    """``RunResult`` holds no fields of its own: it is ``maxbench.rundir.RunFiles`` (what ``read_run``
+    reads) with the API's methods, so a run read by the API and by a command is the same data."""
+    import dataclasses
+
+    import maxbench
+    from maxbench.api import RunResult
+    from maxbench.rundir import RunFiles, read_run
+    from tests.support.paths import ROOT
+
+    assert issubclass(RunResult, RunFiles)
+    assert dataclasses.fields(RunResult) == dataclasses.fields(RunFiles)
+    run = ROOT / "results" / "base-lms" / "runs" / "base-lms-food-reviews"
+    loaded, read = maxbench.load_run(run), read_run(run)
+    assert type(loaded) is RunResult and vars(loaded) == vars(read)
+    assert loaded.scores == read.scores_file.to_dict() == json.loads((run / "scores.json").read_text())
+    assert repr(loaded).startswith(f"RunResult({str(run)!r}, {len(read.generations)} generations, scored")

@@ -59,9 +59,9 @@ def test_prolific_participant_by_keyboard_in_chromium(tmp_path, artifacts_dir):
     url = f"sqlite:///{tmp_path / 'ratings.sqlite3'}"
     slugs = {}
     with session_for(url, create=True) as s:
-        for rubric in ("pairwise-quality", "direct-quality", "bestworst-quality"):
+        for rubric in ("pairwise-quality", "direct-quality", "best-worst-quality"):
             options = StudyOptions(
-                items_per_system=4 if rubric == "bestworst-quality" else 2,
+                items_per_system=4 if rubric == "best-worst-quality" else 2,
                 raters_per_item=1,
                 annotators=2 if rubric == "pairwise-quality" else 1,
                 attention_rate=0,

@@ -64,7 +64,8 @@ def test_an_uncached_hub_id_is_refused_at_once_when_offline_and_built_ins_never_
     with pytest.raises(MaxbenchError, match="did you mean 'smollm2-135m'"):
         check_model_reachable("smollm2-13m")
     assert check_model_reachable("tiny-random") == "tiny-random"
-    assert check_model_reachable(".") == "."
+    with pytest.raises(MaxbenchError, match="local model folder '.' has no config.json"):  # its files, not the hub
+        check_model_reachable(".")
 
 
 def test_device_choice():

@@ -10,6 +10,7 @@ row beside it, outside the verdict."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from maxbench.benchmark.reproduce.cells import CellVerdict, Comparison, Row
 from maxbench.benchmark.reproduce.claims import ClaimKind
@@ -19,12 +20,13 @@ from maxbench.benchmark.reproduce.evidence import (
     log_ratio,
     metric_of,
     n_prompts,
+    paired_binary,
     paired_difference,
     runs_of,
 )
 from maxbench.benchmark.reproduce.papers import Claim, Paper
 from maxbench.benchmark.reproduce.protocol import RunSpec
-from maxbench.benchmark.reproduce.verdicts import Estimate, combine_folds, relative, summarise
+from maxbench.benchmark.reproduce.verdicts import Estimate, combine_folds, mcnemar_p, relative, summarise
 
 
 def mean_sd(values: list[float | None]) -> tuple[float | None, float | None]:
@@ -115,6 +117,12 @@ class Difference(ClaimKind):
             why = why or (how if lr is None else "")
         row.diff = combine_folds(diffs)
         row.rel = relative(combine_folds(rels))
+        pairs = paired_binary(docs[0][0], docs[0][1], method, baseline, score) if len(docs) == 1 else None
+        if pairs is not None and row.rel.defined:  # one fold of a 0/1 rate: the exact test (verdicts.RULES)
+            p = mcnemar_p(*pairs)
+            row.rel = replace(
+                row.rel, exact_p=p, method=f"{row.rel.method}; p: exact McNemar test of the paired 0/1 values"
+            )
         row.method_mean, row.method_sd = mean_sd(m_vals)
         row.baseline_mean, row.baseline_sd = mean_sd(b_vals)
         if docs and not any(metric_of(d, score) for _, d in docs):

@@ -646,6 +646,52 @@ def test_a_partial_run_makes_its_cells_say_so(clean, monkeypatch, tmp_path):
     assert next(r for r in doc["rows"] if r["claim"] == "bleu" and r["score"] == "bleu-4")["n_folds"] == 1
 
 
+def test_a_run_missing_its_manifest_is_partial_and_never_complete_beside_a_missing_file(clean, monkeypatch, tmp_path):
+    import shutil
+
+    from maxbench.benchmark.reproduce.protocol import Options, plan_runs
+    from maxbench.benchmark.reproduce.report import write_report
+
+    monkeypatch.setenv("MAXBENCH_HOME", str(clean / "home"))
+    out = tmp_path / "no-manifest"
+    shutil.copytree(clean / "clean", out)
+    (out / "runs" / RUNS[1] / "manifest.json").unlink()  # generated and scored, its provenance gone
+    paper = load_paper(str(clean / "toy.toml"))
+    write_report(paper, plan_runs(paper, Options(), out), out, "maxbench reproduce toy", 200)
+    md = (out / "report.md").read_text()
+    (row,) = [line for line in md.splitlines() if line.startswith(f"| `{RUNS[1]}`")]
+    assert "(missing)" in row and "(not run)" not in row and "| complete |" not in row
+    assert row.endswith("| its manifest.json is missing (regenerate the run) |")
+    assert f"{RUNS[1]}: its manifest.json is missing" in md  # the cells resting on it say so first
+    doc = json.loads((out / "report.json").read_text())
+    bleu = next(c for c in doc["cells"] if c["claim"] == "bleu")
+    assert any(f.startswith("partial") and "manifest.json is missing" in f for f in bleu["flags"])
+
+
+def test_reproduce_out_an_existing_file_is_refused_before_anything_is_planned(cli, home, paper_file, tmp_path):
+    from tests.support.cli import assert_one_line_exit_2
+
+    target = tmp_path / "a-file"
+    target.write_text("keep me\n")
+    for mode in ("--estimate", "--report-only"):
+        assert_one_line_exit_2(cli("reproduce", paper_file, "--out", target, mode), f"--out {target}", "give a folder")
+    assert target.read_text() == "keep me\n" and not (tmp_path / "a-file" / "suites").exists()
+
+
+def test_estimate_refuses_the_claim_score_report_only_refuses(cli, home, paper_file, tmp_path):
+    from tests.support.cli import assert_one_line_exit_2
+
+    paper_file.write_text(PAPER.replace('also = ["bleu-2"]', 'also = ["bleu-9"]', 1))
+    out = tmp_path / "out"
+    errs = [
+        assert_one_line_exit_2(
+            cli("reproduce", paper_file, "--out", out, mode), "claim 'bleu'", "unknown score 'bleu-9'"
+        )
+        for mode in ("--estimate", "--report-only")
+    ]
+    assert errs[0] == errs[1] and not out.exists()
+
+
 def test_the_paired_difference_against_another_system_matches_a_direct_test(clean, monkeypatch):
     """The claim table's difference against a system that is not the run's baseline is the
     paired test of the two systems' scores (the same as scores.json would hold)."""
@@ -860,26 +906,12 @@ def test_the_differences_plot_turns_symmetric_log_when_one_claim_dwarfs_the_othe
     import matplotlib.axes
 
     from maxbench.benchmark.reproduce import exports
-    from maxbench.benchmark.reproduce.cells import CellVerdict, Comparison
     from maxbench.benchmark.reproduce.verdicts import REPRODUCED, Estimate
+    from tests.support.verdicts import toy_cell
 
     def row(difference, baseline=10.0):
         rel = difference / baseline
-        est = Estimate(rel, rel - 0.1, rel + 0.1, 0.05, None, 1)
-        return CellVerdict(
-            claim="c",
-            model="m",
-            corpus="k",
-            method="graphmax",
-            baselines="softmax",
-            scores="ppl",
-            kind="difference",
-            est=est,
-            n_folds=1,
-            n_prompts=64,
-            verdict=REPRODUCED,
-            details=[Comparison(baseline="softmax", est=est)],
-        )
+        return toy_cell("c", Estimate(rel, rel - 0.1, rel + 0.1, 0.05, None, 1), paper=None, verdict=REPRODUCED)
 
     scales, labels = [], []
     monkeypatch.setattr(matplotlib.axes.Axes, "set_xscale", lambda ax, v, **kw: scales.append((v, kw)), raising=True)

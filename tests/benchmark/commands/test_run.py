@@ -162,6 +162,7 @@ def test_builtin_lineups_are_valid():
         "default",
         "frontier",
         "lambda-sweep",
+        "smoke-sweep",
     ]
     conditional = load_lineup("conditional")
     assert conditional.suite == "food-attrs" and "attr-acc" in conditional.metrics
@@ -179,6 +180,12 @@ def test_builtin_lineups_are_valid():
     assert samplers == {"top_p=0.9", "typical_p=0.95", "epsilon=0.0006", "eta=0.002", "min_p=0.1"}
     assert {s.layer for s in baselines.systems} == {"softmax", "sparsemax", "graphmax", "kerbs", "posg"}
     assert {"mauve", "coherence", "diversity"} <= set(baselines.metrics) and baselines.suite == "food-reviews"
+    smoke = load_lineup("smoke-sweep")  # the README's sweep: two sweeps sharing pure sampling, baseline among them
+    assert smoke.suite == "smoke" and {k: v.record()["values"] for k, v in smoke.sweeps.items()} == {
+        "softmax temp": [0.7, 1.0, 1.3],
+        "softmax top-p": [0.7, 0.9, 1.0],
+    }
+    assert len(smoke.systems) == 5 and smoke.baseline in smoke.sweeps["softmax top-p"].record()["systems"]
     sweep = load_lineup("lambda-sweep")
     assert sorted({dict(s.params).get("lam") for s in sweep.systems if s.layer == "graphmax"}) == [
         0.3,

@@ -2,7 +2,7 @@
 decoded (the others' bytes untouched), only its texts are scored (the others' scores, and the
 baseline's statistics for its paired test, come from the score cache), and the run ends as a fresh
 run of the new lineup would. A system dropped from the lineup keeps its rows aside, unscored, and
-gets them back when it is listed again (core/rundir.py: apply_lineup)."""
+gets them back when it is listed again (core/rundir/lineup.py: apply_lineup)."""
 
 import json
 

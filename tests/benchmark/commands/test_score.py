@@ -255,3 +255,39 @@ def test_score_refuses_before_computing_when_scores_json_cannot_be_written(tmp_p
         cli("score", tmp_path / "r", "--metrics", "distinct"), "scores.json", "not a regular file"
     )
     assert "scoring" not in err
+
+
+def test_the_default_metrics_say_which_registered_plugin_metrics_they_left_out(tmp_path, capsys, monkeypatch):
+    import maxbench
+    from maxbench import plugins
+    from maxbench.benchmark.commands import score as score_command
+    from maxbench.benchmark.metrics.base import Metric, mean_score
+
+    class Length(Metric):
+        name = "test-length"
+        variant = "characters per text"
+        signature = "test-length|v:1"
+
+        @property
+        def score_ranges(self):
+            return {"test-length": (0.0, float("inf"))}
+
+        def _compute(self, batch):
+            return self.result([mean_score(batch, "test-length", [len(t) for t in batch.texts])])
+
+    plugins.forget()
+    try:
+        maxbench.register_metric(Length)
+        monkeypatch.setattr(score_command, "DEFAULT_METRICS", ("rep",))  # the defaults, cut to one cheap metric
+        run = write_run(tmp_path)
+        assert main(["score", str(run), "--bootstrap", "20", "--quiet"]) == 0
+        err = capsys.readouterr().err
+        assert (
+            "maxbench: note: plugin metric 'test-length'" in err
+            and "is not scored" in err
+            and "--metrics test-length" in err
+        )
+        assert main(["score", str(run), "--metrics", "rep,test-length", "--bootstrap", "20", "--quiet"]) == 0
+        assert "not scored" not in capsys.readouterr().err
+    finally:
+        plugins.forget()

@@ -137,6 +137,37 @@ def test_too_few_texts_for_mauve_is_one_line_exit_2_and_the_other_scores_are_wri
     assert scores["mauve"]["value"] is None and "needs at least 20" in scores["mauve"]["reason"]
 
 
+def test_the_default_metrics_on_a_suite_too_small_for_mauve_leave_it_out_with_a_note_not_an_error(
+    tmp_path, capsys, monkeypatch
+):
+    from maxbench.benchmark.commands import score as score_command
+    from maxbench.benchmark.metrics import names
+
+    run = _run(tmp_path, 6)
+    # the default set, cut to metrics that load no model: what `maxbench score RUN` does without --metrics
+    monkeypatch.setattr(score_command, "DEFAULT_METRICS", ("diversity", "mauve", "rep"))
+    monkeypatch.setattr(names, "DEFAULT_METRICS", ("diversity", "mauve", "rep"))
+    assert main(["score", str(run), "--bootstrap", "50", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "maxbench: warning: not applicable (n/a): mauve needs at least 20 non-empty references" in err
+    assert "left out of the default metrics" in err and "error" not in err
+    scores = json.loads((run / "scores.json").read_text())["systems"]["smollm2-135m/softmax/min_p=0.1"]
+    assert scores["scores"]["mauve"]["value"] is None and "this suite has 6" in scores["scores"]["mauve"]["reason"]
+    assert scores["scores"]["diversity"]["value"] is not None and "mauve" in scores["not_applicable"]
+    # named, the same metric on the same run is still the one-line error (not a cached n/a)
+    assert main(["score", str(run), "--metrics", "diversity,mauve,rep", "--bootstrap", "50", "--quiet"]) == 2
+    assert "metric 'mauve' needs at least 20" in capsys.readouterr().err
+
+
+def test_mauve_is_too_small_only_for_fewer_than_20_non_empty_references():
+    mauve_metric = get_metric("mauve")
+    assert mauve_metric.too_small(batch_of(20)) is None
+    assert "this suite has 19" in mauve_metric.too_small(batch_of(19))
+    refs = {f"p{i:03d}": ("" if i < 3 else f"reference {i}") for i in range(22)}
+    assert "this suite has 19" in mauve_metric.too_small(batch_of(22, refs=refs))
+    assert get_metric("rep").too_small(batch_of(2)) is None
+
+
 def test_an_encoder_that_cannot_load_offline_is_one_line_naming_what_to_do(tmp_path, capsys, monkeypatch):
     import maxbench.systems.assets
     from maxbench.benchmark.metrics import embedding

@@ -198,3 +198,37 @@ def test_ppl_scores_a_text_longer_than_the_evaluators_context_in_strided_windows
     again = metric.compute(TextBatch([short_text], ["p"], None, {"p": prompt}))
     assert again.signature == plain.signature and "stride" not in plain.signature
     assert again.scores["ppl"].value == plain.scores["ppl"].value
+
+
+def test_ppl_under_a_fixed_evaluator_is_ppl_under_that_model_kept_under_its_own_score_name():
+    """ppl-gemma3-270m and ppl-smollm2-135m (cross-evaluation) are ppl under their evaluator whatever
+    --evaluator says; the computation is ppl's, checked here with an evaluator of the same class on
+    tiny-random against ppl with --evaluator tiny-random."""
+    pytest.importorskip("maxbench.systems.models")
+    from maxbench.benchmark.metrics.perplexity import EvaluatorPerplexity
+
+    gemma = get_metric("ppl-gemma3-270m", model="smollm2-135m")  # --evaluator does not apply
+    assert gemma.model == "gemma3-270m" and list(gemma.score_ranges) == ["ppl-gemma3-270m"]
+    assert list(gemma.score_info) == ["ppl-gemma3-270m"] and gemma.score_info["ppl-gemma3-270m"].goal == "human"
+    assert get_metric("ppl-smollm2-135m").model == "smollm2-135m"
+
+    class TinyPerplexity(EvaluatorPerplexity):
+        name = "ppl-tiny-random"
+        evaluator = "tiny-random"
+        label = "tiny"
+
+    b = TextBatch(
+        [" and then it rained.", " Fine.", " So it goes."],
+        ["p", "q", "q"],
+        {"p": "r", "q": "r"},
+        prompts={"p": "It was sunny", "q": "Well"},
+    )
+    cross = TinyPerplexity().compute(b)
+    plain = get_metric("ppl", model="tiny-random").compute(b)
+    assert list(cross.scores) == ["ppl-tiny-random"]
+    got, want = cross.scores["ppl-tiny-random"], plain.scores["ppl"]
+    assert got.value == pytest.approx(want.value, rel=1e-9) and got.value > 1
+    assert list(got.per_text) == pytest.approx(list(want.per_text), rel=1e-9)
+    assert (
+        cross.signature.startswith("ppl-tiny-random|model:tiny-random|") and "weights:not-loaded" not in cross.signature
+    )

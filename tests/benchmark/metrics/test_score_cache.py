@@ -196,3 +196,16 @@ def test_damaged_baseline_statistics_are_computed_again_never_trusted(fresh, tmp
     score_run(plain, _options(), use_cache=False)
     assert _without_created(fresh / "scores.json") == _without_created(plain / "scores.json")
     assert score_cache.ScoreCache(fresh).get_stats(key) is not None, "and written again"
+
+
+def test_rescoring_without_a_baseline_keeps_the_one_the_run_was_scored_against(fresh):
+    """A lineup's baseline (or an earlier --baseline) is not the default one softmax: a plain
+    `maxbench score RUN` later must not drop its paired tests or swap its baseline."""
+    sparse = "tiny-random/sparsemax/top_p=0.9,max_new_tokens=16"
+    first = score_run(fresh, _options(), baseline=sparse)
+    assert first["comparisons"]["baseline"] == sparse
+    again = score_run(fresh, _options())
+    assert again["comparisons"]["baseline"] == sparse
+    assert list(again["comparisons"]["systems"]) == ["tiny-random/softmax/top_p=0.9,max_new_tokens=16"]
+    (fresh / "scores.json").unlink()
+    assert score_run(fresh, _options())["comparisons"]["baseline"] == "tiny-random/softmax/top_p=0.9,max_new_tokens=16"

@@ -233,6 +233,11 @@ def test_signatures_are_unchanged():
         "uniq": f"uniq|{tok}|unit:types",
         "ppl": "ppl|model:smollm2-135m|weights:not-loaded|context:prompt|tok:evaluator|agg:exp(sum-NLL/sum-tokens)"
         f"|torch:{torch}|transformers:{tf}",
+        # ppl under a fixed evaluator (cross-evaluation): ppl's signature under its own name and model
+        "ppl-smollm2-135m": "ppl-smollm2-135m|model:smollm2-135m|weights:not-loaded|context:prompt|tok:evaluator"
+        f"|agg:exp(sum-NLL/sum-tokens)|torch:{torch}|transformers:{tf}",
+        "ppl-gemma3-270m": "ppl-gemma3-270m|model:gemma3-270m|weights:not-loaded|context:prompt|tok:evaluator"
+        f"|agg:exp(sum-NLL/sum-tokens)|torch:{torch}|transformers:{tf}",
         "ref-ppl": "ref-ppl|tok:system|eps:1e-06|eps-form:(p+eps)/(1+eps*V)|agg:exp(-sum-log-p/sum-tokens)"
         "|refs:prompt-reference",
         "diversity": f"diversity|{tok}|n:2,3,4|rep:1-sum(unique-per-text)/sum(ngrams)|last-ngram:not-counted(as-SimCTG)"

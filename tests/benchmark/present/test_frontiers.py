@@ -72,6 +72,15 @@ def test_frontier_writes_the_report_plots_and_explorer_data_beside_the_runs(tmp_
     soft = next(c for c in bleu["curves"] if c["name"] == "softmax temp")
     assert [p["value"] for p in soft["points"]] == [0.6, 0.8, 1.0, 1.2]
     assert [p["x"] for p in soft["points"]] == [0.30, 0.20, 0.10, 0.05]
+    # the tuning budget carries an interval at every N, in the data and in the report's table
+    mauve = data["planes"][0]
+    assert mauve["budget_method"]["softmax temp"] == frontiers.fr.NORMAL_METHOD  # MAUVE: no per-prompt values
+    assert all(len(cis) == len(mauve["budget"][n]) and None not in cis for n, cis in mauve["budget_ci"].items())
+    best = bleu["budget_ci"]["softmax temp"][-1]
+    assert best[0] <= 0.08 <= best[1]
+    md = (folder / "frontier.md").read_text()
+    budget_table = md.split("Tuning budget: expected best bleu-4")[1]
+    assert f"[{best[0]:.4g}, {best[1]:.4g}]" in budget_table
 
 
 def test_the_matched_comparison_at_the_human_value_is_the_interpolation_on_each_curve(tmp_path):
@@ -119,9 +128,15 @@ def test_without_a_human_row_the_value_given_is_matched_and_none_is_said_so(tmp_
 def test_the_tuning_budget_of_each_sweep_is_the_expected_best_of_n_of_its_points(tmp_path):
     _, planes = frontiers.build(make_run(tmp_path), [("bleu-4", "self-bleu-4")])
     soft = planes[0].budget["softmax temp"]
-    assert soft[0] == pytest.approx(sum([0.02, 0.05, 0.07, 0.08]) / 4) and soft[-1] == pytest.approx(0.08)
+    assert soft.estimates[0] == pytest.approx(sum([0.02, 0.05, 0.07, 0.08]) / 4)
+    assert soft.estimates[-1] == pytest.approx(0.08)
+    # each N has its interval, around its estimate and on the score's scale (the points' per-prompt
+    # values lie within 0.002 of their values)
+    for est, ci in zip(soft.estimates, soft.intervals):
+        assert ci.low <= est <= ci.high and 0.018 <= ci.low and ci.high <= 0.082
+    assert soft.intervals[-1].low == pytest.approx(0.08, abs=0.0021) and soft.method == frontiers.fr.JOINT_METHOD
     lower = frontiers.build(make_run(tmp_path / "2"), [("self-bleu-4", "bleu-4")])[1][0]
-    assert lower.goal == "lower" and lower.budget["softmax temp"][-1] == pytest.approx(0.05)
+    assert lower.goal == "lower" and lower.budget["softmax temp"].estimates[-1] == pytest.approx(0.05)
 
 
 def one_line_exit_2(cli, *argv):
@@ -218,6 +233,8 @@ def test_a_real_sweep_run_s_scores_resample_jointly_and_its_explorer_holds_the_f
     assert [p["value"] for p in plane["curves"][0]["points"]] == [0.5, 1.0, 1.5]
     assert plane["matched"][0]["method"].startswith("percentile bootstrap over prompts, resampled jointly")
     assert all(len(b) == 3 for b in plane["budget"].values())
+    for name, cis in plane["budget_ci"].items():  # each N's interval holds its estimate
+        assert [ci[0] <= v <= ci[1] for ci, v in zip(cis, plane["budget"][name])] == [True] * 3
     html = (out / "explorer" / "index.html").read_text()
     index = json.loads(html.split('id="maxbench-data" type="application/json">')[1].split("</script>")[0])
     (view,) = index["frontiers"]

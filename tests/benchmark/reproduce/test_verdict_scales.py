@@ -10,12 +10,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from scipy.stats import norm
 
-from maxbench.benchmark.reproduce.cells import CellVerdict, Comparison
 from maxbench.benchmark.reproduce.evidence import RunScores, head_training, log_ratio, trained_heads
 from maxbench.benchmark.reproduce.judge import decide_cells, flag_cells, headline, missing_baselines
-from maxbench.benchmark.reproduce.papers import load_paper
-from maxbench.benchmark.reproduce.protocol import RunSpec
 from maxbench.benchmark.reproduce.verdicts import (
     ALPHA,
     INCONCLUSIVE,
@@ -30,67 +28,31 @@ from maxbench.benchmark.reproduce.verdicts import (
     family_level,
     log_ratio_bootstrap,
     log_ratio_delta,
+    mcnemar_p,
     relative,
     summarise,
 )
 from maxbench.errors import MaxbenchError
 from tests.support.paths import ROOT
+from tests.support.verdicts import kerbs_run, toy_cell, toy_claim, toy_paper
 
 Z = 1.959963984540054
 REPORTS = ROOT / "results" / "reproductions"
 
-TOY = """
-paper = "toy"
-title = "toy"
-source = "tests"
-[protocol]
-models = ["m1", "m2"]
-corpora = ["c"]
-folds = 0
-baseline = "softmax"
-metrics = ["bleu-n"]
-[protocol.systems]
-softmax = "softmax"
-kerbs = "kerbs"
-ft-softmax = "ft-softmax"
-{claims}
-"""
-
-CLAIM = """
-[[claims]]
-id = "{id}"
-where = "Table {id}"
-statement = "kerbs raises BLEU-2"
-methods = ["kerbs"]
-baseline = "softmax"
-scores = ["bleu-2"]
-direction = "higher"
-paper_baseline = [0.5]
-paper_method = [0.55]
-"""
+#: the toy paper's systems here: a trained head and a fine-tuned baseline (the trained-head rule)
+SYSTEMS = ("softmax", "kerbs", "ft-softmax")
 
 
 def _paper(tmp_path, claims: str):
-    path = tmp_path / "toy.toml"
-    path.write_text(TOY.format(claims=claims))
-    return load_paper(str(path))
+    return toy_paper(tmp_path, claims, SYSTEMS)
+
+
+def _claim(claim_id: str) -> str:
+    return toy_claim(claim_id, "kerbs")
 
 
 def _cell(claim, est: Estimate, paper=0.1, model="m1"):
-    return CellVerdict(
-        claim=claim,
-        model=model,
-        corpus="c",
-        method="kerbs",
-        baselines="softmax",
-        scores="bleu-2",
-        kind="difference",
-        paper_relative=paper,
-        est=est,
-        n_folds=1,
-        n_prompts=64,
-        details=[Comparison(baseline="softmax", est=est, paper=paper)],
-    )
+    return toy_cell(claim, est, paper, model, method="kerbs")
 
 
 def _log_cell(claim, centre, se, paper=0.1, model="m1"):
@@ -194,7 +156,7 @@ def test_two_folds_never_go_through_hksj():
 
 
 def test_the_family_widens_the_intervals_behind_smaller_than_claimed(tmp_path):
-    claims = "".join(CLAIM.format(id=x) for x in "abcdefghij")
+    claims = "".join(_claim(x) for x in "abcdefghij")
     paper = _paper(tmp_path, claims)
     # +6% [+2.2%, +9.8%] on the log scale: alone 'smaller than claimed' against the paper's +10%
     cells = [_log_cell(x, math.log(1.06), 0.018, paper=0.1) for x in "abcdefghij"]
@@ -213,7 +175,7 @@ def test_the_family_widens_the_intervals_behind_smaller_than_claimed(tmp_path):
 
 
 def test_not_reproduced_for_a_missing_effect_is_decided_on_the_widened_interval(tmp_path):
-    paper = _paper(tmp_path, "".join(CLAIM.format(id=x) for x in "abcdef"))
+    paper = _paper(tmp_path, "".join(_claim(x) for x in "abcdef"))
     # contains 0, its 95% interval just below the paper's +10%: alone 'not reproduced'
     cells = [_log_cell(x, math.log(1.02), 0.035, paper=0.1) for x in "abcdef"]
     assert decide("higher", cells[0].est.low, cells[0].est.high, 0.1).verdict == NOT_REPRODUCED
@@ -230,7 +192,7 @@ def test_a_cost_beyond_the_papers_effect_is_larger_than_claimed_and_counted_apar
     assert v.verdict == LARGER and "pays more than the paper says" in v.why
     assert decide("higher", 0.14, 0.21, 0.052).verdict == REPRODUCED  # not a cost: reproduced
     assert decide("higher", 0.03, 0.21, 0.052, cost=True).verdict == REPRODUCED  # reaches the effect
-    paper = _paper(tmp_path, CLAIM.format(id="a").replace('direction = "higher"', 'direction = "higher"\ncost = true'))
+    paper = _paper(tmp_path, _claim("a").replace('direction = "higher"', 'direction = "higher"\ncost = true'))
     assert paper.claims[0].cost
     cell = _log_cell("a", math.log(1.175), 0.015, paper=0.052)
     decide_cells(paper, [cell])
@@ -240,17 +202,6 @@ def test_a_cost_beyond_the_papers_effect_is_larger_than_claimed_and_counted_apar
 
 
 # ---------------------------------------------------------------- trained heads: the recorded history
-
-
-def _kerbs_run(root, resources):
-    run_dir = root / "runs" / "m1-c"
-    run_dir.mkdir(parents=True)
-    system = "m1/kerbs/greedy,max_new_tokens=1"
-    manifest = {"systems": {system: {"layer": "kerbs"}}, "resources": {system: resources}}
-    (run_dir / "manifest.json").write_text(json.dumps(manifest))
-    plan = SimpleNamespace(run_dir=run_dir, suite=SimpleNamespace(items=[{}] * 96, name="s"), systems=[], corpus="c")
-    roles = {"softmax": "m1/softmax/greedy,max_new_tokens=1", "kerbs": system}
-    return RunSpec("m1", "c", None, plan, roles, roles["softmax"]), system
 
 
 def _meta(sha, valid, loss=None):
@@ -268,7 +219,7 @@ def _meta(sha, valid, loss=None):
 
 def test_the_head_rule_reads_the_committed_history_and_scopes_the_conclusion_to_the_budget(tmp_path, monkeypatch):
     monkeypatch.setenv("MAXBENCH_HOME", str(tmp_path / "home"))  # no cache: the committed copy only
-    run, system = _kerbs_run(tmp_path, {"kerbs_head": "abc"})
+    run, system = kerbs_run(tmp_path, {"kerbs_head": "abc"})
     heads_dir = tmp_path / "heads" / "m1-c"
     heads_dir.mkdir(parents=True)
     (heads_dir / "kerbs-seed0.json").write_text(json.dumps(_meta("abc", [55.8, 49.6, 48.3], [4.1, 3.9])))
@@ -277,7 +228,7 @@ def test_the_head_rule_reads_the_committed_history_and_scopes_the_conclusion_to_
     assert (
         rec["budget"] == {"tokens": 60000, "epochs": 2, "lr": 5e-5} and rec["source"] == "heads/m1-c/kerbs-seed0.json"
     )
-    paper = _paper(tmp_path, CLAIM.format(id="a"))
+    paper = _paper(tmp_path, _claim("a"))
     cell = _log_cell("a", math.log(1.2), 0.02)
     decide_cells(paper, [cell])
     flag_cells(paper, [run], RunScores([run]), [cell], trained_heads([run]))
@@ -288,9 +239,9 @@ def test_the_head_rule_reads_the_committed_history_and_scopes_the_conclusion_to_
 
 def test_the_head_rule_reads_an_untrained_best_and_a_missing_history(tmp_path, monkeypatch):
     monkeypatch.setenv("MAXBENCH_HOME", str(tmp_path / "home"))
-    paper = _paper(tmp_path, CLAIM.format(id="a"))
+    paper = _paper(tmp_path, _claim("a"))
     root = tmp_path / "one"
-    run, system = _kerbs_run(root, {"kerbs_head": "abc"})
+    run, system = kerbs_run(root, {"kerbs_head": "abc"})
     (root / "heads" / "m1-c").mkdir(parents=True)
     (root / "heads" / "m1-c" / "h.json").write_text(json.dumps(_meta("abc", [30.0, 30.4, 30.9])))
     cell = _log_cell("a", math.log(1.2), 0.02)
@@ -305,7 +256,7 @@ def test_the_head_rule_reads_an_untrained_best_and_a_missing_history(tmp_path, m
     flag_cells(paper, [run], RunScores([run]), [cell], trained_heads([run]))
     assert cell.verdict == REPRODUCED and any(f.startswith("budget") for f in cell.flags)
     # no history anywhere: labelled, never guessed from the interval
-    run2, _ = _kerbs_run(tmp_path / "two", {"kerbs_head": "zzz"})
+    run2, _ = kerbs_run(tmp_path / "two", {"kerbs_head": "zzz"})
     cell = _log_cell("a", math.log(1.00001), 0.00001)
     decide_cells(paper, [cell])
     flag_cells(paper, [run2], RunScores([run2]), [cell], trained_heads([run2]))
@@ -317,8 +268,8 @@ def test_the_head_rule_reads_an_untrained_best_and_a_missing_history(tmp_path, m
 
 
 def test_a_cell_without_its_control_is_not_comparable_with_a_warning_naming_it(tmp_path):
-    paper = _paper(tmp_path, CLAIM.format(id="a").replace('baseline = "softmax"', 'baseline = "ft-softmax"'))
-    run, _ = _kerbs_run(tmp_path, {"kerbs_head": "abc"})
+    paper = _paper(tmp_path, _claim("a").replace('baseline = "softmax"', 'baseline = "ft-softmax"'))
+    run, _ = kerbs_run(tmp_path, {"kerbs_head": "abc"})
     run.roles["ft-softmax"] = "m1/ft-softmax/greedy,max_new_tokens=1"
     (run.run_dir / "generations.jsonl").write_text("")
     scores = {"generations_sha256": "", "systems": {run.roles["softmax"]: {}, run.roles["kerbs"]: {}}}
@@ -335,7 +286,7 @@ def test_a_cell_without_its_control_is_not_comparable_with_a_warning_naming_it(t
 
 def test_a_claim_without_a_baseline_is_one_line_naming_it(tmp_path, cli):
     with pytest.raises(MaxbenchError, match="claim 'a'.*has no 'baseline'") as err:
-        _paper(tmp_path, CLAIM.format(id="a").replace('baseline = "softmax"\n', ""))
+        _paper(tmp_path, _claim("a").replace('baseline = "softmax"\n', ""))
     assert "\n" not in str(err.value)
     rc, _, err = cli("reproduce", str(tmp_path / "toy.toml"), "--estimate")
     assert rc == 2 and "has no 'baseline'" in err and err.count("\n") == 1
@@ -355,3 +306,55 @@ def test_report_only_warns_of_each_missing_control_and_exits_0(cli, tmp_path, mo
         assert f"warning: cell table1-lm-ppl x {c['model']} x {c['corpus']} (kerbs): its baseline 'ft-softmax'" in err
         assert c["baselines"] == "ft-softmax"
     assert all(c["baselines"] == "ft-softmax" for c in doc["cells"] if c["claim"] == "table1-lm-ppl")
+
+
+# ---------------------------------------------------------------- Holm's p-value of a 0/1 rate
+
+
+def test_the_exact_mcnemar_p_of_paired_rates_by_hand_and_only_for_0_1_values():
+    # POSG's rep on Gemma: 4 prompts where only POSG repeats, 18 where only MLE does; under 'no difference'
+    # the 4 is Binomial(22, 1/2): two-sided p = 2 P(X <= 4) = 2 (C(22,0) + ... + C(22,4)) / 2^22
+    a = [1] * 3 + [1] * 4 + [0] * 18 + [0] * 167
+    b = [1] * 3 + [0] * 4 + [1] * 18 + [0] * 167
+    by_hand = 2 * sum(math.comb(22, k) for k in range(5)) / 2**22
+    assert mcnemar_p(a, b) == pytest.approx(by_hand, rel=1e-12) and by_hand == pytest.approx(0.0043435, rel=1e-4)
+    assert mcnemar_p([0, 1, 1], [0, 1, 1]) == 1.0  # no discordant pair
+    assert mcnemar_p([0.5, 1], [0, 1]) is None and mcnemar_p([1, 0], [1]) is None
+
+
+def test_a_one_fold_0_1_rate_enters_holm_with_its_exact_p_and_other_scores_with_estimate_and_se(tmp_path):
+    per_a = {f"p{i:03d}": float(i < 7) for i in range(192)}  # 7 of 192 texts repeat
+    per_b = {f"p{i:03d}": float(3 <= i < 24) for i in range(192)}  # 21 of 192, 3 prompts shared
+
+    def entry(per, scale=1.0):
+        vals = {k: v * scale for k, v in per.items()}
+        v = sum(vals.values()) / len(vals)
+        return {"value": v, "ci_low": v - 0.02, "ci_high": v + 0.02, "per_prompt": vals}
+
+    comparisons = {"A": {s: {"difference": -0.073, "ci_low": -0.125, "ci_high": -0.026} for s in ("rep", "rep2")}}
+    doc = {
+        "systems": {
+            "A": {"scores": {"rep": entry(per_a), "rep2": entry(per_a, 2.0)}},
+            "B": {"scores": {"rep": entry(per_b), "rep2": entry(per_b, 2.0)}},
+        },
+        "metrics": {"rep": {"scores": ["rep", "rep2"]}},
+        "comparisons": {"systems": comparisons},
+    }
+    run = SimpleNamespace(roles={"m": "A", "b": "B"}, baseline="B", run_dir=tmp_path)
+    evidence = SimpleNamespace(pairs=SimpleNamespace(n_resamples=1000))
+    from maxbench.benchmark.reproduce.cells import Row
+    from maxbench.benchmark.reproduce.claims.difference import Difference
+
+    rows = {}
+    for score in ("rep", "rep2"):  # rep2: the same texts, values 0 or 2 (not a 0/1 rate)
+        rows[score] = Row(claim="a", model="m1", corpus="c", method="m", baseline="b", score=score, kind="difference")
+        Difference().measure(rows[score], None, [(run, doc)], evidence)
+    exact = mcnemar_p(list(per_a.values()), list(per_b.values()))
+    assert rows["rep"].rel.p_value == exact and "exact McNemar" in rows["rep"].rel.method
+    assert rows["rep2"].rel.exact_p is None  # the normal approximation from estimate / se
+    assert rows["rep2"].rel.p_value == pytest.approx(2 * norm.sf(abs(rows["rep2"].rel.centre) / rows["rep2"].rel.se))
+    # two folds: no exact test is combined across them, estimate / se decide
+    Difference().measure(two := Row(claim="a", model="m1", corpus="c", method="m", baseline="b", score="rep",
+                                    kind="difference"), None, [(run, doc), (run, doc)], evidence)  # fmt: skip
+    assert two.rel.exact_p is None
+    assert "exact McNemar p-value" in RULES

@@ -7,15 +7,13 @@ bad input that is one line. No model, no corpus: constructed numbers and folders
 import copy
 import json
 import math
-from types import SimpleNamespace
 
 import pytest
 
 from maxbench.benchmark.reproduce.cells import CellVerdict, Comparison, Row
 from maxbench.benchmark.reproduce.evidence import RunScores, head_training, trained_heads
 from maxbench.benchmark.reproduce.judge import claim_verdict, decide_cells, flag_cells, headline, mark_identical
-from maxbench.benchmark.reproduce.papers import load_paper
-from maxbench.benchmark.reproduce.protocol import RunSpec, check_controls, check_metrics
+from maxbench.benchmark.reproduce.protocol import check_controls, check_metrics
 from maxbench.benchmark.reproduce.verdicts import (
     INCONCLUSIVE,
     NOT_COMPARABLE,
@@ -32,6 +30,7 @@ from maxbench.benchmark.reproduce.verdicts import (
 )
 from maxbench.errors import MaxbenchError
 from maxbench.multiple_testing import holm
+from tests.support.verdicts import kerbs_run, toy_cell, toy_claim, toy_paper
 
 Z = 1.959963984540054  # the normal 97.5% quantile: an interval d +- Z has se 1
 
@@ -134,63 +133,12 @@ def test_holm_step_hand_worked():
     assert holm_step([]) == ([], [])
 
 
-def _paper(tmp_path, claims: str):
-    text = f"""
-paper = "toy"
-title = "toy"
-source = "tests"
-[protocol]
-models = ["m1", "m2"]
-corpora = ["c"]
-folds = 0
-baseline = "softmax"
-metrics = ["bleu-n"]
-[protocol.systems]
-softmax = "softmax"
-graphmax = "graphmax"
-sparsemax = "sparsemax"
-{claims}
-"""
-    path = tmp_path / "toy.toml"
-    path.write_text(text)
-    return load_paper(str(path))
-
-
-CLAIM = """
-[[claims]]
-id = "{id}"
-where = "Table {id}"
-statement = "graphmax raises BLEU-2"
-methods = ["graphmax"]
-baseline = "softmax"
-scores = ["bleu-2"]
-direction = "higher"
-paper_baseline = [0.5]
-paper_method = [0.55]
-"""
-
-
 def _cell(claim, low, high, se, paper=0.1, model="m1", counted=True):
-    est = Estimate((low + high) / 2, low, high, se, None, 1)
-    return CellVerdict(
-        claim=claim,
-        model=model,
-        corpus="c",
-        method="graphmax",
-        baselines="softmax",
-        scores="bleu-2",
-        kind="difference",
-        paper_relative=paper,
-        est=est,
-        n_folds=1,
-        n_prompts=64,
-        counted=counted,
-        details=[Comparison(baseline="softmax", est=est, paper=paper)],
-    )
+    return toy_cell(claim, Estimate((low + high) / 2, low, high, se, None, 1), paper, model, counted=counted)
 
 
 def test_holm_over_a_papers_cells_holds_back_the_weak_ones(tmp_path):
-    paper = _paper(tmp_path, CLAIM.format(id="a") + CLAIM.format(id="b"))
+    paper = toy_paper(tmp_path, toy_claim("a") + toy_claim("b"))
     strong = _cell("a", 0.16, 0.24, 0.02)  # +20%, se 2%: p ~ 1e-23
     weak = _cell("b", 0.001, 0.079, 0.0199)  # +4%, se 2%: p = 0.044 alone
     weak2 = _cell("b", 0.002, 0.080, 0.0199, model="m2")  # p = 0.039 alone
@@ -298,7 +246,7 @@ def test_identical_rows_are_shown_once():
 
 
 def test_a_cell_repeating_another_cells_evidence_is_counted_once(tmp_path):
-    paper = _paper(tmp_path, CLAIM.format(id="a") + CLAIM.format(id="b"))
+    paper = toy_paper(tmp_path, toy_claim("a") + toy_claim("b"))
     cells = [_cell("a", 0.16, 0.24, 0.02), _cell("b", 0.16, 0.24, 0.02), _cell("a", 0.16, 0.24, 0.02, model="m2")]
     decide_cells(paper, cells)
     flag_cells(paper, [], RunScores([]), cells, {})
@@ -318,7 +266,7 @@ def test_a_claim_with_cells_that_differ_is_mixed():
 
 
 def test_few_prompts_are_labelled(tmp_path):
-    paper = _paper(tmp_path, CLAIM.format(id="a"))
+    paper = toy_paper(tmp_path, toy_claim("a"))
     cell = _cell("a", 0.16, 0.24, 0.02)
     cell.n_prompts = 16
     decide_cells(paper, [cell])
@@ -329,15 +277,8 @@ def test_few_prompts_are_labelled(tmp_path):
 # ---------------------------------------------------------------- the untrained head
 
 
-def _kerbs_run(tmp_path, resources):
-    run_dir = tmp_path / "runs" / "m1-c"
-    run_dir.mkdir(parents=True)
-    system = "m1/kerbs/greedy,max_new_tokens=1"
-    manifest = {"systems": {system: {"layer": "kerbs"}}, "resources": {system: resources}}
-    (run_dir / "manifest.json").write_text(json.dumps(manifest))
-    plan = SimpleNamespace(run_dir=run_dir, suite=SimpleNamespace(items=[{}] * 96, name="s"), systems=[], corpus="c")
-    roles = {"softmax": "m1/softmax/greedy,max_new_tokens=1", "graphmax": system}
-    return RunSpec("m1", "c", None, plan, roles, roles["softmax"]), system
+def _kerbs_run(root, resources):
+    return kerbs_run(root, resources, role="graphmax")  # the toy paper's method here
 
 
 def test_a_head_whose_best_epoch_is_0_is_flagged_and_never_reproduced(tmp_path, monkeypatch):
@@ -354,7 +295,7 @@ def test_a_head_whose_best_epoch_is_0_is_flagged_and_never_reproduced(tmp_path, 
     run, system = _kerbs_run(tmp_path, {"kerbs_head": "abc"})
     rec = head_training(run, system)
     assert rec["best_epoch"] == 0 and rec["untrained"] and rec["history"] == history
-    paper = _paper(tmp_path, CLAIM.format(id="a"))
+    paper = toy_paper(tmp_path, toy_claim("a"))
     cell = _cell("a", 0.16, 0.24, 0.02)  # its interval alone says 'reproduced'
     decide_cells(paper, [cell])
     assert cell.verdict == REPRODUCED
@@ -377,7 +318,7 @@ def test_the_manifests_untrained_mark_flags_too_and_a_trained_head_is_not_flagge
     hist = [{"epoch": 0, "valid_ppl": 30.0}, {"epoch": 1, "valid_ppl": 29.0}]
     (head / "meta.json").write_text(json.dumps({"sha256": "ghi", "training": {"history": hist}}))
     assert head_training(run2, system2)["best_epoch"] == 1
-    paper = _paper(tmp_path, CLAIM.format(id="a"))
+    paper = toy_paper(tmp_path, toy_claim("a"))
     cell = _cell("a", 0.16, 0.24, 0.02)
     decide_cells(paper, [cell])
     flag_cells(paper, [run2], RunScores([run2]), [cell], trained_heads([run2]))
@@ -397,16 +338,16 @@ def test_the_manifests_untrained_mark_flags_too_and_a_trained_head_is_not_flagge
 )
 def test_a_claim_with_an_unknown_direction_kind_or_base_model_is_one_line(tmp_path, change, message):
     with pytest.raises(MaxbenchError, match=message) as err:
-        _paper(tmp_path, CLAIM.format(id="a").replace(*change))
+        toy_paper(tmp_path, toy_claim("a").replace(*change))
     assert "\n" not in str(err.value)
 
 
 def test_a_claim_with_an_unknown_metric_or_a_missing_control_run_is_one_line(tmp_path):
-    paper = _paper(tmp_path, CLAIM.format(id="a").replace('["bleu-2"]', '["blue-2"]'))
+    paper = toy_paper(tmp_path, toy_claim("a").replace('["bleu-2"]', '["blue-2"]'))
     with pytest.raises(MaxbenchError, match="unknown score 'blue-2': did you mean 'bleu-2'") as err:
         check_metrics(paper)
     assert "\n" not in str(err.value)
-    paper = _paper(tmp_path, CLAIM.format(id="a") + 'controls = ["m1-c-ft-softmax"]\n')
+    paper = toy_paper(tmp_path, toy_claim("a") + 'controls = ["m1-c-ft-softmax"]\n')
     (tmp_path / "out" / "runs").mkdir(parents=True)
     with pytest.raises(MaxbenchError, match="control run 'm1-c-ft-softmax' is missing") as err:
         check_controls(paper, tmp_path / "out")
@@ -418,7 +359,7 @@ def test_a_claim_with_an_unknown_metric_or_a_missing_control_run_is_one_line(tmp
 
 def test_bad_paper_files_exit_2_with_one_line(cli, tmp_path):
     bad = tmp_path / "bad.toml"
-    _paper(tmp_path, CLAIM.format(id="a"))
+    toy_paper(tmp_path, toy_claim("a"))
     bad.write_text((tmp_path / "toy.toml").read_text().replace('direction = "higher"', 'direction = "up"'))
     rc, _, err = cli("reproduce", str(bad), "--estimate")
     assert rc == 2 and "unknown direction 'up'" in err and err.count("\n") == 1
@@ -490,12 +431,12 @@ def test_a_new_claim_kind_is_one_registered_class_that_a_paper_file_can_name(tmp
             cell.details = [Comparison(baseline="", est=est, paper=claim.paper_relative(0))]
             return [], [cell]
 
-    text = CLAIM.format(id="a").replace('direction = "higher"', 'direction = "higher"\nkind = "share"')
-    paper = _paper(tmp_path, text)
+    text = toy_claim("a").replace('direction = "higher"', 'direction = "higher"\nkind = "share"')
+    paper = toy_paper(tmp_path, text)
     assert paper.claims[0].kind == "share" and paper.claims[0].paper_relative(0) == pytest.approx(0.1)
     rows, cells = claim_cells(paper.claims[0], paper, Evidence.of([], Pairs()))
     decide_cells(paper, cells)
     assert rows == [] and cells[0].verdict == REPRODUCED and "+0.1" in cells[0].why  # the paper's effect on r
     with pytest.raises(MaxbenchError, match="a share claim needs one score") as err:
-        _paper(tmp_path, text.replace('["bleu-2"]', '["bleu-2", "bleu-3"]'))
+        toy_paper(tmp_path, text.replace('["bleu-2"]', '["bleu-2", "bleu-3"]'))
     assert "\n" not in str(err.value)

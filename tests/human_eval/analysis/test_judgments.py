@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from maxbench.human_eval.analysis.bestworst import BestWorst, bws_agreement, counting_scores
+from maxbench.human_eval.analysis.best_worst import BestWorst, bws_agreement, counting_scores
 from maxbench.human_eval.analysis.direct import z_scores
 from maxbench.human_eval.analysis.pairwise import BT_ALPHA, PairJudgment, bradley_terry, pairwise_agreement, sign_tests
 from maxbench.human_eval.analysis.ratings import Rating

@@ -3,7 +3,7 @@
 import pytest
 
 from maxbench.errors import MaxbenchError
-from maxbench.human_eval.studies.rubrics import Rubric, load_rubric, preset_names
+from maxbench.human_eval.studies.rubrics import PRESET_ALIASES, Rubric, load_rubric, preset_names
 
 PAPER_PRESETS = {
     # name: (scale, criteria) as the papers define them
@@ -36,6 +36,13 @@ def test_kerbs_preset_defines_each_score_as_in_appendix_b():
 
 def test_presets_are_listed():
     assert set(PAPER_PRESETS) <= set(preset_names())
+
+
+def test_a_renamed_preset_still_loads_by_its_old_name_as_the_new_one():
+    assert load_rubric("bestworst-quality") == load_rubric("best-worst-quality")
+    assert load_rubric("bestworst-quality").name == "best-worst-quality"
+    for old, new in PRESET_ALIASES.items():
+        assert new in preset_names() and old not in preset_names()
 
 
 GOOD = """

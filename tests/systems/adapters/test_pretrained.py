@@ -213,6 +213,9 @@ def _bad(tmp_path, lora_dir, case):
     if case == "prompt-tuning":
         config.write_text(json.dumps({"peft_type": "PROMPT_TUNING", "task_type": "CAUSAL_LM", "num_virtual_tokens": 4}))
         return folder, "PROMPT_TUNING puts virtual tokens in front of the input"
+    if case == "relabelled-adaption-prompt":  # a LoRA config relabelled: refused by its type, before peft reads it
+        config.write_text(json.dumps(data | {"peft_type": "ADAPTION_PROMPT"}))
+        return folder, "peft_type ADAPTION_PROMPT is not supported: its tuner (AdaptionPromptModel) cannot be merged"
     if case == "no-weights":
         (folder / "adapter_model.safetensors").unlink()
         return folder, "has no adapter_model.safetensors or adapter_model.bin"
@@ -235,6 +238,7 @@ def _bad(tmp_path, lora_dir, case):
         "not-an-object",
         "unknown-type",
         "prompt-tuning",
+        "relabelled-adaption-prompt",
         "no-weights",
         "shapes",
         "modules",

@@ -11,12 +11,12 @@ import pytest
 
 from maxbench.human_eval.app.factory import create_app
 from maxbench.human_eval.store.db import session_for
-from maxbench.human_eval.studies.design import bestworst_sequence
-from maxbench.human_eval.studies.export import bestworst_rows
+from maxbench.human_eval.studies.design import best_worst_sequence
+from maxbench.human_eval.studies.export import best_worst_rows
 from maxbench.human_eval.studies.rubrics import load_rubric
 from maxbench.human_eval.testing.participants import csrf_token, enter_with_client, make_study
 
-RUBRIC = load_rubric("bestworst-quality")
+RUBRIC = load_rubric("best-worst-quality")
 FOUR = [f"tiny/layer{k}/top_p=0.9" for k in range(4)]
 QUALITY = {s: k for k, s in enumerate(FOUR)}  # scripted: layer3 best, layer0 worst
 
@@ -24,7 +24,7 @@ QUALITY = {s: k for k, s in enumerate(FOUR)}  # scripted: layer3 best, layer0 wo
 @pytest.mark.parametrize("n_systems", [3, 4, 5, 6])
 def test_tuples_are_balanced_over_systems_and_places(n_systems):
     size = min(4, n_systems)
-    tuples = bestworst_sequence(7, n_systems, size, random.Random(0))
+    tuples = best_worst_sequence(7, n_systems, size, random.Random(0))
     shown = Counter(s for _, t in tuples for s in t)
     assert len(set(shown.values())) == 1  # every system shown equally often
     assert all(len(set(t)) == size for _, t in tuples)
@@ -34,11 +34,11 @@ def test_tuples_are_balanced_over_systems_and_places(n_systems):
     assert max(places.values()) - min(places.values()) <= 2
 
 
-def test_bestworst_pages_store_export_and_report(tmp_path, db_url, cli):
+def test_best_worst_pages_store_export_and_report(tmp_path, db_url, cli):
     url, created, _ = make_study(
         tmp_path,
         db_url=db_url,
-        rubric="bestworst-quality",
+        rubric="best-worst-quality",
         systems=FOUR,
         n_prompts=5,
         items_per_system=4,
@@ -85,8 +85,8 @@ def test_bestworst_pages_store_export_and_report(tmp_path, db_url, cli):
     assert dashboard.status_code == 200 and "a02" in dashboard.text
 
     with session_for(url) as s:
-        rows = bestworst_rows(s, created.slug)
-        blind = bestworst_rows(s, created.slug, blind=True)
+        rows = best_worst_rows(s, created.slug)
+        blind = best_worst_rows(s, created.slug, blind=True)
     assert sorted((r["shown"], r["best"], r["worst"]) for r in rows) == sorted((";".join(t), b, w) for t, b, w in sent)
     assert "tiny/" not in json.dumps(blind)
 
@@ -109,9 +109,9 @@ def test_bestworst_pages_store_export_and_report(tmp_path, db_url, cli):
     assert "best-worst scaling" in md and "Counting scores" in md
 
 
-def test_bestworst_study_refuses_what_it_cannot_serve(tmp_path, cli):
+def test_best_worst_study_refuses_what_it_cannot_serve(tmp_path, cli):
     url, _, run_dir = make_study(tmp_path, systems=FOUR, rubric="fluency", items_per_system=2)
-    base = ["study", "create", run_dir, "--db", url, "--rubric", "bestworst-quality", "--items-per-system", "2"]
+    base = ["study", "create", run_dir, "--db", url, "--rubric", "best-worst-quality", "--items-per-system", "2"]
     for extra, needle in (
         (["--raters-per-item", "1"], "--attention-rate 0"),
         (["--raters-per-item", "1", "--attention-rate", "0", "--independent"], "same prompts"),

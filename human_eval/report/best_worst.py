@@ -1,6 +1,6 @@
 """The report of a best-worst scaling study: per aspect, each system's counting score with a
 bootstrap interval and the annotators' agreement on the best and the worst text (the statistics
-of ``human_eval/analysis/bestworst.py``)."""
+of ``human_eval/analysis/best_worst.py``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from maxbench.human_eval.report.render import REPORT_PACKAGES, fmt, fmt_ci, judg
 from maxbench.provenance import versions
 
 
-def bestworst_sections(a: BestWorstAnalysis) -> list[Section]:
+def best_worst_sections(a: BestWorstAnalysis) -> list[Section]:
     o = a.options
     intro = judgment_intro(a, "best-worst scaling")
     sections = [intro]
@@ -57,8 +57,8 @@ def bestworst_sections(a: BestWorstAnalysis) -> list[Section]:
     return sections
 
 
-def write_bestworst_report(
+def write_best_worst_report(
     analysis: BestWorstAnalysis, out_dir: str | Path, name: str, code: dict | None = None
 ) -> Path:
     """``code``: the rated systems' plugin code (``render.plugin_code``), named in the provenance."""
-    return write_judgment_report(bestworst_sections(analysis), "best-worst", analysis.to_dict(), out_dir, name, code)
+    return write_judgment_report(best_worst_sections(analysis), "best-worst", analysis.to_dict(), out_dir, name, code)
