@@ -47,6 +47,10 @@ class RunPlan:
     #: the lineup's sweeps, ``{name: {knob, values, systems}}`` (``Sweep.record``): kept in the manifest
     #: under ``sweeps`` and brought up to date with the lineup, not part of the identity
     sweeps: dict = field(default_factory=dict)
+    #: the random generator of sampled rows (``maxbench.systems.decoding.GENERATORS``): None until
+    #: the run's device is known, then that device's default unless one was asked for. Part of the
+    #: identity only when not ``cpu``, so runs made before the option existed keep theirs
+    generator: str | None = None
 
     def options_for(self, model: str) -> dict:
         """The options ``model`` (a ``SystemSpec.model``) is loaded with: its own, then ``model_args``."""
@@ -54,6 +58,8 @@ class RunPlan:
 
     def identity(self) -> dict:
         extra = {"model_args": dict(sorted(self.model_args.items()))} if self.model_args else {}
+        if self.generator not in (None, "cpu"):
+            extra["generator"] = self.generator
         if any(self.per_model_args.values()):
             extra["per_model_args"] = {m: dict(sorted(o.items())) for m, o in sorted(self.per_model_args.items()) if o}
         return extra | {
@@ -144,6 +150,12 @@ def existing_manifest(plan: RunPlan) -> dict | None:
     ident = plan.identity()
     old = read_manifest(plan.run_dir)
     recorded = recorded_identity(old)
+    if isinstance(old, dict) and recorded.get("generator", "cpu") != ident.get("generator", "cpu"):
+        made, asked = recorded.get("generator", "cpu"), ident.get("generator", "cpu")
+        raise MaxbenchError(
+            f"run directory {plan.run_dir} was generated with the {made} generator, not the {asked} one; its "
+            f"rows must not be mixed: resume it with --generator {made}, or pick another --run-id"
+        )
     if not isinstance(old, dict) or recorded != ident:
         diff = [k for k in ident if recorded.get(k) != ident[k]]
         diff += [k for k in recorded if k not in ident]
