@@ -584,7 +584,7 @@ def _table(
     for i, row in enumerate(rows):
         # the model names its group once, on the group's first row, as the papers' tables do
         first = i == 0 or rows[i - 1].model != row.model
-        cells = [Cell(row.model if first else "", code=first)] * layout.model + [
+        cells = [Cell(row.model if first else "", code=first and bool(row.model))] * layout.model + [
             Cell(row.label if i < skip else row.system, code=i >= skip)
         ]
         cells += [Cell(row.run.run_id, code=True)] * layout.run

@@ -68,3 +68,20 @@ def test_a_one_model_leaderboard_keeps_its_order_and_has_no_base_model_column(tm
     assert rows[0] == ["system", "bleu-4"]
     assert [r[0].strip("`") for r in rows[1:]] == list(one)  # the run's order, softmax not moved
     assert "bold = best in column: " in (tmp_path / "lb/leaderboard.md").read_text()
+
+
+def test_the_human_row_of_a_several_model_leaderboard_has_a_blank_model_cell_not_an_empty_code_span(tmp_path):
+    run = _run(tmp_path, SYSTEMS)
+    doc = json.loads((run / "scores.json").read_text())
+    doc["human"] = {
+        "label": "human (references)",
+        "signature": "human|texts:references",
+        "n_prompts": 4,
+        "scores": {"bleu-4": {"value": None, "reason": "compares texts with the references"}},
+    }
+    (run / "scores.json").write_text(json.dumps(doc))
+    render([run], tmp_path / "lb")
+    rows = _md_rows(tmp_path / "lb")
+    assert rows[1][:2] == ["", "human (references)"]
+    assert "``" not in (tmp_path / "lb" / "leaderboard.md").read_text()
+    assert rows[2][:2] == [f"`{SMOL}`", f"`{SMOL}/softmax/top_p=0.9`"]
