@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 
-from maxbench.benchmark.metrics.names import DEFAULT_METRICS, PAPER_METRICS
+from maxbench.benchmark.metrics.names import DEFAULT_METRICS, FIXED_EVALUATOR_METRICS, PAPER_METRICS
 from maxbench.errors import MaxbenchError
 from maxbench.fileio import check_output_file
 
@@ -28,7 +28,8 @@ def register(sub) -> None:
         "suite); on request, the papers' "
         "own definitions: " + ", ".join(PAPER_METRICS) + ", heldout-bleu (on a suite that names the held-out "
         "split its prompts came from), and ppl under a fixed evaluator beside the run's ppl (cross-evaluation): "
-        "ppl-smollm2-135m, ppl-gemma3-270m.\n"
+        + ", ".join(FIXED_EVALUATOR_METRICS)
+        + ".\n"
         "files: .jsonl/.json = one JSON object per line with a string field 'text' (and optionally "
         "'prompt', used by ppl); any other name = one text per line.",
     )

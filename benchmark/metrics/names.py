@@ -35,3 +35,6 @@ PAPER_METRICS = (
     "posg-distinct-pos",
     "posg-rep",
 )
+# ppl under a fixed evaluator, beside a run's own ppl (a reproduction's cross-evaluation): scored only
+# when named.
+FIXED_EVALUATOR_METRICS = ("ppl-smollm2-135m", "ppl-gemma3-270m")
