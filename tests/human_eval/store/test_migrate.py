@@ -103,7 +103,10 @@ def test_a_new_database_is_stamped_at_head(url):
     assert version(url) == migrate.HEAD
 
 
-@pytest.mark.parametrize(("revision", "stamped"), [("0001", True), ("0001", False), ("0002", True), ("0002", False), ("0003", True), ("0003", False)])
+@pytest.mark.parametrize(
+    ("revision", "stamped"),
+    [("0001", True), ("0001", False), ("0002", True), ("0002", False), ("0003", True), ("0003", False)],
+)
 def test_upgrade_from_an_older_schema_keeps_every_rating(url, tmp_path, capsys, revision, stamped):
     created = build_old_database(url, tmp_path, revision, stamped)
     before = all_ratings(url)
