@@ -201,6 +201,30 @@ def register(subparsers) -> None:
     upgrade.add_argument("--db", help="database URL (default $MAXBENCH_DB_URL or the SQLite default)")
     upgrade.set_defaults(func=cmd_db_upgrade)
 
+    judge = subparsers.add_parser(
+        "judge",
+        help="rate a study's texts with a language model: a rater of kind 'model' beside the people",
+        description="Rate every unit of a study (a text, a pair in both orders, a best-worst tuple) with a model, "
+        "using the study's rubric and judgment kind and showing it what a person sees. The score is read from the "
+        "model's probabilities of the rubric's labels (see docs/human-evaluation.md, Judges). Judgments are stored "
+        "in the study's database under the judge's rater id; a run that was stopped resumes where it stopped.",
+    )
+    judge.add_argument("study_id", metavar="STUDY", help="study id (as printed by study create)")
+    judge.add_argument(
+        "--judge",
+        required=True,
+        metavar="MODEL",
+        help="a maxbench base model: built-in name (smollm2-135m, gemma3-270m, tiny-random), local directory or hub id",
+    )
+    judge.add_argument(
+        "--rater-id", metavar="ID", help="the judge's rater id in the study (default judge-<model>-<identity hash>)"
+    )
+    judge.add_argument("--limit", type=int, metavar="N", help="judge at most N units not yet judged, then stop")
+    judge.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: CUDA when present, else CPU)")
+    judge.add_argument("--threads", type=int, default=None, help="torch CPU threads (set it on a shared machine)")
+    judge.add_argument("--db", help="database URL (default $MAXBENCH_DB_URL or the SQLite default)")
+    judge.set_defaults(func=cmd_judge)
+
     rubric = study_sub.add_parser("rubric", help="check and show a rubric preset or TOML file")
     rubric.add_argument(
         "rubric", metavar="NAME|FILE.toml", nargs="?", help="rubric to show (default: list the presets)"
@@ -403,6 +427,28 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
         print(f"database {where} is at schema revision {after}, the current one; nothing changed")
     else:
         print(f"database {where} upgraded from schema revision {before} to {after}; every row kept")
+    return 0
+
+
+def cmd_judge(args: argparse.Namespace) -> int:
+    from maxbench.human_eval.judges.judge import judge_study
+    from maxbench.human_eval.store.db import database_errors, session_for
+    from maxbench.systems.models import check_model, load_model
+
+    if args.limit is not None and args.limit < 1:
+        raise MaxbenchError("--limit must be 1 or more")
+    check_model(args.judge)
+    with database_errors(args.db), session_for(args.db) as session:
+        from maxbench.human_eval.judges.judge import study_rubric
+        from maxbench.human_eval.studies.create import find_study
+
+        study_rubric(find_study(session, args.study_id))  # before the model loads: a study without a rubric
+        loaded = load_model(args.judge, device=args.device, threads=args.threads)
+        summary = judge_study(session, args.study_id, loaded, rater_id=args.rater_id, limit=args.limit)
+    print(
+        f"judge {summary.rater}: {summary.judged} units judged now, {summary.already} before, of {summary.units} "
+        f"({summary.units_per_second:.2f} units/s; labels scored as {', '.join(sorted(summary.scoring)) or '-'})"
+    )
     return 0
 
 
