@@ -87,7 +87,7 @@ def test_humans_for_width_is_the_smallest_n_reaching_the_width():
     for rho, N in ((0.6, None), (0.8, 2000), (0.9, 500)):
         n = humans_for_width(width, sd, rho, N)
 
-        def half(k):
+        def half(k, rho=rho, N=N):
             share = 1.0 if N is None else N / (k + N)
             return Z * sd * math.sqrt((1 - rho**2 * share) / k)
 
