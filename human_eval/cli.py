@@ -136,6 +136,28 @@ def register(subparsers) -> None:
     size = plan.add_mutually_exclusive_group(required=True)
     size.add_argument("--effect", type=float, metavar="D", help="assumed effect: Cohen's d of one rating (e.g. 0.3)")
     size.add_argument("--pilot", metavar="FILE", help="pilot ratings (long-format CSV/JSON): the effect is estimated")
+    size.add_argument(
+        "--width",
+        type=float,
+        metavar="W",
+        help="instead of power: the human-rated texts whose 95%% interval of a system's mean rating is at most W "
+        "wide, without a judge and with one of correlation --judge-correlation (PPI++)",
+    )
+    plan.add_argument(
+        "--judge-correlation",
+        type=float,
+        metavar="R",
+        help="with --width: the judge's measured correlation with people's ratings (judges.json: pearson)",
+    )
+    plan.add_argument(
+        "--sd", type=float, default=1.0, help="with --width: sd of a text's mean rating by people (default 1.0)"
+    )
+    plan.add_argument(
+        "--judged",
+        type=int,
+        metavar="N",
+        help="with --width: texts the judge rates beyond the people's (default: unbounded)",
+    )
     plan.add_argument(
         "--reference", metavar="SYSTEM", help="with --pilot: the reference system (default: first by name)"
     )
@@ -504,6 +526,10 @@ def cmd_study_plan(args: argparse.Namespace) -> int:
     from maxbench.human_eval.analysis.ratings import load_ratings
     from maxbench.human_eval.studies.plan import ITEMS, JUDGMENTS, RATERS, format_plan, pilot_effect, plan
 
+    if args.width is not None:
+        return _plan_width(args)
+    if args.judge_correlation is not None or args.judged is not None:
+        raise MaxbenchError("--judge-correlation and --judged go with --width W (the target interval width)")
     if args.reference and not args.pilot:
         raise MaxbenchError("--reference names the pilot's reference system: give --pilot FILE with it")
     items, raters = args.items or ITEMS, args.raters or RATERS
@@ -519,4 +545,27 @@ def cmd_study_plan(args: argparse.Namespace) -> int:
     )
     print(f"effect: {source}")
     print(format_plan(rows, effect, args.systems, args.power, args.alpha, args.n_sim, max(items)), end="")
+    return 0
+
+
+def _plan_width(args: argparse.Namespace) -> int:
+    from maxbench.human_eval.analysis.ppi import humans_for_width
+
+    if args.width <= 0 or args.sd <= 0:
+        raise MaxbenchError("--width and --sd must be positive (on the rating scale, e.g. --width 0.3 --sd 1.0)")
+    rho = args.judge_correlation
+    if rho is not None and not -1 <= rho <= 1:
+        raise MaxbenchError(f"--judge-correlation {rho} is not a correlation: give a value in [-1, 1]")
+    if args.judged is not None and args.judged < 1:
+        raise MaxbenchError("--judged must be 1 or more")
+    alone = humans_for_width(args.width, args.sd, 0.0)
+    print(f"95% interval of a mean rating at most {args.width:g} wide (sd {args.sd:g}):")
+    print(f"  people only: {alone} human-rated texts per system")
+    if rho is not None:
+        judged = "as many more texts as needed" if args.judged is None else f"{args.judged} more texts"
+        with_judge = humans_for_width(args.width, args.sd, rho, args.judged)
+        print(
+            f"  with a judge of correlation {rho:g} rating {judged} (PPI++): {with_judge} human-rated texts "
+            f"per system ({with_judge / alone:.0%} of people only); valid when the people's texts are a random sample"
+        )
     return 0
