@@ -236,8 +236,21 @@ def register(subparsers) -> None:
         "--judge",
         required=True,
         metavar="MODEL",
-        help="a maxbench base model: built-in name (smollm2-135m, gemma3-270m, tiny-random), local directory or hub id",
+        help="a maxbench base model: built-in name (smollm2-135m, gemma3-270m, tiny-random), local directory or hub "
+        "id; or openai:URL:MODEL, an OpenAI-compatible server (e.g. openai:http://127.0.0.1:8080/v1:smollm2)",
     )
+    judge.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        metavar="NAME",
+        help="with openai:: the environment variable holding the API key (default OPENAI_API_KEY; never logged)",
+    )
+    judge.add_argument("--concurrency", type=int, default=4, help="with openai:: requests at once (default 4)")
+    judge.add_argument(
+        "--rate", type=float, default=10.0, help="with openai:: requests per second at most (default 10)"
+    )
+    judge.add_argument("--retries", type=int, default=4, help="with openai:: retries of a failed request (default 4)")
+    judge.add_argument("--timeout", type=float, default=60.0, help="with openai:: seconds per request (default 60)")
     judge.add_argument(
         "--rater-id", metavar="ID", help="the judge's rater id in the study (default judge-<model>-<identity hash>)"
     )
@@ -453,25 +466,38 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
 
 
 def cmd_judge(args: argparse.Namespace) -> int:
-    from maxbench.human_eval.judges.judge import judge_study
+    from maxbench.human_eval.judges.judge import judge_study, study_rubric
     from maxbench.human_eval.store.db import database_errors, session_for
-    from maxbench.systems.models import check_model, load_model
+    from maxbench.human_eval.studies.create import find_study
 
     if args.limit is not None and args.limit < 1:
         raise MaxbenchError("--limit must be 1 or more")
-    check_model(args.judge)
+    make_backend = _judge_backend(args)
     with database_errors(args.db), session_for(args.db) as session:
-        from maxbench.human_eval.judges.judge import study_rubric
-        from maxbench.human_eval.studies.create import find_study
-
         study_rubric(find_study(session, args.study_id))  # before the model loads: a study without a rubric
-        loaded = load_model(args.judge, device=args.device, threads=args.threads)
-        summary = judge_study(session, args.study_id, loaded, rater_id=args.rater_id, limit=args.limit)
+        summary = judge_study(session, args.study_id, make_backend(), rater_id=args.rater_id, limit=args.limit)
     print(
         f"judge {summary.rater}: {summary.judged} units judged now, {summary.already} before, of {summary.units} "
         f"({summary.units_per_second:.2f} units/s; labels scored as {', '.join(sorted(summary.scoring)) or '-'})"
     )
     return 0
+
+
+def _judge_backend(args: argparse.Namespace):
+    """What makes the judge's backend, checked before the database is opened (the model loads later)."""
+    if args.judge.startswith("openai:"):
+        from maxbench.human_eval.judges.http import OpenAIJudge, parse_endpoint
+
+        url, model = parse_endpoint(args.judge)
+        key = OpenAIJudge.key_from_env(args.api_key_env)
+        return lambda: OpenAIJudge(
+            url, model, key, concurrency=args.concurrency, rate=args.rate, retries=args.retries, timeout=args.timeout
+        )
+    from maxbench.human_eval.judges.scoring import InProcessJudge
+    from maxbench.systems.models import check_model, load_model
+
+    check_model(args.judge)
+    return lambda: InProcessJudge(load_model(args.judge, device=args.device, threads=args.threads))
 
 
 def _set_closed(args: argparse.Namespace, closed: bool):

@@ -137,6 +137,7 @@ def judge_studies(slugs: dict[str, str], db_url: str, models: list[str], threads
     """Each study judged by each model, in this process; per study, per judge: units, seconds,
     units per second (model loading excluded) and the load average before and after."""
     from maxbench.human_eval.judges.judge import judge_study
+    from maxbench.human_eval.judges.scoring import InProcessJudge
     from maxbench.systems.models import load_model
 
     out: dict[str, list[dict]] = {j: [] for j in slugs}
@@ -145,7 +146,7 @@ def judge_studies(slugs: dict[str, str], db_url: str, models: list[str], threads
         for judgment, slug in slugs.items():
             before = os.getloadavg()
             with session_for(db_url) as session:
-                summary = judge_study(session, slug, loaded)
+                summary = judge_study(session, slug, InProcessJudge(loaded))
             out[judgment].append(
                 {
                     "judge": model,

@@ -28,6 +28,7 @@ import secrets
 import sys
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -35,8 +36,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from maxbench.errors import MaxbenchError
-from maxbench.human_eval.judges.scoring import InProcessScorer, label_tokens
-from maxbench.human_eval.judges.template import questions, render, template_hash
+from maxbench.human_eval.judges.template import questions
 from maxbench.human_eval.store.db import hash_token, write_transaction
 from maxbench.human_eval.store.models import Annotator, Assignment, Item, Judgment, PageText
 from maxbench.human_eval.studies.create import find_study
@@ -89,20 +89,9 @@ def study_units(session: Session, study, rubric: Rubric) -> list[Unit]:
     return [Unit(",".join(map(str, t)), t) for t in sorted(tuples)]
 
 
-def identity(loaded) -> dict:
-    tok = loaded.tokenizer
-    chat = getattr(tok, "chat_template", None) or None
-    ident = {
-        "model": loaded.name,
-        "weights": loaded.hash,
-        "tokenizer": loaded.tokenizer_hash,
-        "template": template_hash(chat if isinstance(chat, str) else json.dumps(chat, sort_keys=True)),
-        "decoding": {
-            "method": "label-probabilities",
-            "framing": "chat-template" if chat else "plain",
-            "dtype": loaded.dtype,
-        },
-    }
+def identity(backend) -> dict:
+    """The backend's identity (model, weights, tokenizer, template, decoding) and its sha256, ``key``."""
+    ident = backend.identity()
     return ident | {"key": hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()}
 
 
@@ -163,17 +152,19 @@ class JudgeSummary:
 
 
 def judge_study(
-    session: Session, study_id: str, loaded, rater_id: str | None = None, limit: int | None = None, log=sys.stderr
+    session: Session, study_id: str, backend, rater_id: str | None = None, limit: int | None = None, log=sys.stderr
 ) -> JudgeSummary:
-    """Judge every unit of the study not yet judged by this judge identity (``limit``: at most that many)."""
+    """Judge every unit of the study not yet judged by this judge identity (``limit``: at most that
+    many), with ``backend`` (``scoring.InProcessJudge``, ``http.OpenAIJudge``): units are scored
+    ``backend.concurrency`` at a time and written one transaction each, in order."""
     study = find_study(session, study_id)
     rubric = study_rubric(study)
-    ident = identity(loaded)
+    ident = identity(backend)
     units = study_units(session, study, rubric)
     texts = {i.id: i for i in session.scalars(select(Item).where(Item.study_id == study.id))}
     # Check the labels before the rater row exists: a refused judge leaves nothing behind.
     sample = questions(rubric, "", ["" for _ in (units[0].items if units else (0,))])
-    tokens = {q.labels: label_tokens(loaded.tokenizer, q.labels, loaded.name) for q in sample}
+    prepared = {q.labels: backend.prepare(q.labels) for q in sample}
     rater = judge_rater(session, study, ident, rater_id)
     wanted = len(rubric.stored_criteria)
     done_counts: dict[str, int] = defaultdict(int)
@@ -183,42 +174,55 @@ def judge_study(
     todo = [u for u in units if u.key not in done]
     if limit is not None:
         todo = todo[:limit]
-    scorer = InProcessScorer(loaded)
+    work = [
+        (unit, questions(rubric, texts[unit.items[0]].prompt, [texts[i].text for i in unit.items])) for unit in todo
+    ]
+
+    def score(job):
+        unit, qs = job
+        return [backend.score(q.page, prepared.get(q.labels) or backend.prepare(q.labels)) for q in qs]
+
     start, judged, scoring = time.perf_counter(), 0, set()
-    for n, unit in enumerate(todo, 1):
-        first = texts[unit.items[0]]
-        rows = []
-        for q in questions(rubric, first.prompt, [texts[i].text for i in unit.items]):
-            ids = tokens.get(q.labels) or label_tokens(loaded.tokenizer, q.labels, loaded.name)
-            text, framed = render(q.page, loaded.tokenizer)
-            scored = scorer.score(text, framed, ids)
-            scoring.add(scored.scoring)
-            best = scored.argmax()
-            if q.criterion.endswith("_worst") and rows and rows[-1].criterion.endswith("_best"):
-                # a person cannot name one text both best and worst: the worst is the likeliest other place
-                taken = rows[-1].value - 1
-                best = max((i for i in range(len(q.labels)) if i != taken), key=lambda i: scored.probabilities[i])
-            rows.append(
-                Judgment(
-                    annotator_id=rater.id,
-                    item_id=unit.items[0],
-                    unit=unit.key,
-                    items=list(unit.items),
-                    criterion=q.criterion,
-                    value=q.values[best],
-                    expected=scored.expectation(q.values) if q.ordered else None,
-                    probabilities=dict(zip(q.labels, scored.probabilities, strict=True)),
-                    label_mass=scored.label_mass,
-                    scoring=scored.scoring,
-                )
-            )
-        try:
-            with write_transaction(session):
-                session.add_all(rows)
-                session.commit()
-            judged += 1
-        except IntegrityError:  # another process stored this unit first: it stays judged once
-            session.rollback()
-        if log is not None and (n % 25 == 0 or n == len(todo)):
-            print(f"judge {rater.label}: {n}/{len(todo)} units", file=log, flush=True)
+    pool = ThreadPoolExecutor(max_workers=max(1, backend.concurrency))
+    try:
+        results = pool.map(score, work) if backend.concurrency > 1 else map(score, work)
+        for n, ((unit, qs), scored_all) in enumerate(zip(work, results, strict=True), 1):
+            rows = _judgment_rows(rater.id, unit, qs, scored_all)
+            scoring.update(r.scoring for r in rows)
+            try:
+                with write_transaction(session):
+                    session.add_all(rows)
+                    session.commit()
+                judged += 1
+            except IntegrityError:  # another process stored this unit first: it stays judged once
+                session.rollback()
+            if log is not None and (n % 25 == 0 or n == len(work)):
+                print(f"judge {rater.label}: {n}/{len(work)} units", file=log, flush=True)
+    finally:  # a failure stops the units still queued; what was stored stays
+        pool.shutdown(wait=True, cancel_futures=True)
     return JudgeSummary(rater.label, len(units), judged, len(done), time.perf_counter() - start, scoring)
+
+
+def _judgment_rows(rater_id: int, unit: Unit, qs, scored_all) -> list[Judgment]:
+    rows: list[Judgment] = []
+    for q, scored in zip(qs, scored_all, strict=True):
+        best = scored.argmax()
+        if q.criterion.endswith("_worst") and rows and rows[-1].criterion.endswith("_best"):
+            # a person cannot name one text both best and worst: the worst is the likeliest other place
+            taken = rows[-1].value - 1
+            best = max((i for i in range(len(q.labels)) if i != taken), key=lambda i: scored.probabilities[i])
+        rows.append(
+            Judgment(
+                annotator_id=rater_id,
+                item_id=unit.items[0],
+                unit=unit.key,
+                items=list(unit.items),
+                criterion=q.criterion,
+                value=q.values[best],
+                expected=scored.expectation(q.values) if q.ordered else None,
+                probabilities=dict(zip(q.labels, scored.probabilities, strict=True)),
+                label_mass=scored.label_mass,
+                scoring=scored.scoring,
+            )
+        )
+    return rows

@@ -19,9 +19,11 @@ apart by probabilities: ``label_tokens`` refuses them (MaxbenchError) before any
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from maxbench.errors import MaxbenchError
+from maxbench.human_eval.judges.template import render, template_hash
 
 SINGLE, SEQUENCE = "single-token", "sequence"
 
@@ -60,13 +62,42 @@ def label_tokens(tokenizer, labels: tuple[str, ...], judge: str) -> list[list[in
     return ids
 
 
-class InProcessScorer:
-    """Scores labels with a ``maxbench.systems.models.LoadedModel`` (its tokenizer and weights)."""
+class InProcessJudge:
+    """A judge backend over a ``maxbench.systems.models.LoadedModel`` (its tokenizer and weights).
+
+    A backend has a ``name``, an ``identity()`` (what ``judge.identity`` hashes), ``prepare(labels)``
+    (checks the labels, once per label set, before anything is judged), ``score(page, prepared)``
+    and ``concurrency`` (units scored at once)."""
+
+    concurrency = 1
 
     def __init__(self, loaded):
         self.loaded = loaded
+        self.name = loaded.name
 
-    def score(self, text: str, framed: bool, label_ids: list[list[int]]) -> Scored:
+    def identity(self) -> dict:
+        tok = self.loaded.tokenizer
+        chat = getattr(tok, "chat_template", None) or None
+        return {
+            "model": self.loaded.name,
+            "weights": self.loaded.hash,
+            "tokenizer": self.loaded.tokenizer_hash,
+            "template": template_hash(chat if isinstance(chat, str) else json.dumps(chat, sort_keys=True)),
+            "decoding": {
+                "method": "label-probabilities",
+                "framing": "chat-template" if chat else "plain",
+                "dtype": self.loaded.dtype,
+            },
+        }
+
+    def prepare(self, labels: tuple[str, ...]) -> list[list[int]]:
+        return label_tokens(self.loaded.tokenizer, labels, self.name)
+
+    def score(self, page: str, label_ids: list[list[int]]) -> Scored:
+        text, framed = render(page, self.loaded.tokenizer)
+        return self.score_text(text, framed, label_ids)
+
+    def score_text(self, text: str, framed: bool, label_ids: list[list[int]]) -> Scored:
         import torch
 
         tok, model = self.loaded.tokenizer, self.loaded.model

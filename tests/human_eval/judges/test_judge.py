@@ -13,6 +13,7 @@ from sqlalchemy import func, select, text, update
 
 from maxbench.cli import main
 from maxbench.human_eval.judges.judge import identity, judge_study
+from maxbench.human_eval.judges.scoring import InProcessJudge
 from maxbench.human_eval.judges.template import questions, render
 from maxbench.human_eval.store.db import dispose_engines, session_for
 from maxbench.human_eval.store.models import Annotator, Item, Judgment, Study
@@ -52,7 +53,7 @@ def judgments(url):
 def test_expected_likert_score_is_the_hand_computed_expectation_over_label_token_probabilities(url, tmp_path, tiny):
     slug = make(url, tmp_path, "fluency")
     with session_for(url) as s:
-        summary = judge_study(s, slug, tiny, log=None)
+        summary = judge_study(s, slug, InProcessJudge(tiny), log=None)
         item = s.get(Item, judgments(url)[0].item_id)
         rubric = load_rubric("fluency")
     assert summary.judged == 6 and summary.scoring == {"single-token"}
@@ -75,7 +76,7 @@ def test_expected_likert_score_is_the_hand_computed_expectation_over_label_token
 def test_direct_assessment_scores_multi_token_labels_as_sequences(url, tmp_path, tiny):
     slug = make(url, tmp_path, "direct-quality", items=1)
     with session_for(url) as s:
-        summary = judge_study(s, slug, tiny, log=None)
+        summary = judge_study(s, slug, InProcessJudge(tiny), log=None)
     rows = judgments(url)
     assert summary.scoring == {"sequence"} and {r.scoring for r in rows} == {"sequence"}
     for r in rows:
@@ -88,7 +89,7 @@ def test_direct_assessment_scores_multi_token_labels_as_sequences(url, tmp_path,
 def test_pairwise_units_are_judged_in_both_orders_and_counted(url, tmp_path, tiny):
     slug = make(url, tmp_path, "pairwise-quality", systems=THREE, items=2)
     with session_for(url) as s:
-        summary = judge_study(s, slug, tiny, log=None)
+        summary = judge_study(s, slug, InProcessJudge(tiny), log=None)
         codes = {i.id: i.code for i in s.scalars(select(Item))}
     rows = judgments(url)
     # 2 prompts x 3 pairs of systems x 2 orders, one criterion
@@ -103,7 +104,7 @@ def test_pairwise_units_are_judged_in_both_orders_and_counted(url, tmp_path, tin
 def test_best_worst_tuples_are_the_pages_and_best_differs_from_worst(url, tmp_path, tiny):
     slug = make(url, tmp_path, "bestworst-quality", systems=THREE, items=2)
     with session_for(url) as s:
-        judge_study(s, slug, tiny, log=None)
+        judge_study(s, slug, InProcessJudge(tiny), log=None)
     by_unit = {}
     for r in judgments(url):
         by_unit.setdefault(r.unit, {})[r.criterion] = r.value
@@ -124,7 +125,7 @@ def test_a_judge_is_a_model_rater_left_out_of_every_human_export(url, tmp_path, 
         assert rater.judge["weights"] == tiny.hash and rater.judge["tokenizer"] == tiny.tokenizer_hash
         assert set(rater.judge) == {"model", "weights", "tokenizer", "template", "decoding", "key"}
         assert rater.judge["decoding"]["method"] == "label-probabilities"
-        assert rater.label == f"judge-tiny-random-{identity(tiny)['key'][:8]}"
+        assert rater.label == f"judge-tiny-random-{identity(InProcessJudge(tiny))['key'][:8]}"
         assert long_format_rows(s, slug) == before_rows
         assert participant_rows(s, slug) == before_people
     assert len(judgments(url)) == 12  # 6 texts x 2 criteria

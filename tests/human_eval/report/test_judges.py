@@ -8,6 +8,7 @@ from sqlalchemy import select
 
 from maxbench.cli import main
 from maxbench.human_eval.judges.judge import judge_study
+from maxbench.human_eval.judges.scoring import InProcessJudge
 from maxbench.human_eval.store.db import dispose_engines, session_for
 from maxbench.human_eval.store.models import Assignment, Rating, utcnow
 from maxbench.human_eval.studies.create import create_study
@@ -68,7 +69,7 @@ def test_the_judges_report_sits_beside_a_human_report_a_judge_does_not_change(ur
     assert report(url, slug, tmp_path / "none", "--name", "r", "--judges") == 2
     assert "has no judge yet" in capsys.readouterr().err
     with session_for(url) as s:
-        judge_study(s, slug, tiny, log=None)
+        judge_study(s, slug, InProcessJudge(tiny), log=None)
     assert report(url, slug, tmp_path / "after", "--name", "r", "--judges", "--human-share", "0.5") == 0, err
     for name in ("report.md", "report.json"):  # the human report never includes the judge
         assert (tmp_path / "after" / "r" / name).read_bytes() == (tmp_path / "before" / "r" / name).read_bytes()
