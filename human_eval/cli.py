@@ -475,7 +475,9 @@ def cmd_judge(args: argparse.Namespace) -> int:
     make_backend = _judge_backend(args)
     with database_errors(args.db), session_for(args.db) as session:
         study_rubric(find_study(session, args.study_id))  # before the model loads: a study without a rubric
-        summary = judge_study(session, args.study_id, make_backend(), rater_id=args.rater_id, limit=args.limit)
+        summary = judge_study(
+            session, args.study_id, make_backend(), rater_id=args.rater_id, limit=args.limit, log=sys.stderr
+        )
     print(
         f"judge {summary.rater}: {summary.judged} units judged now, {summary.already} before, of {summary.units} "
         f"({summary.units_per_second:.2f} units/s; labels scored as {', '.join(sorted(summary.scoring)) or '-'})"

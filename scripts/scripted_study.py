@@ -146,7 +146,7 @@ def judge_studies(slugs: dict[str, str], db_url: str, models: list[str], threads
         for judgment, slug in slugs.items():
             before = os.getloadavg()
             with session_for(db_url) as session:
-                summary = judge_study(session, slug, InProcessJudge(loaded))
+                summary = judge_study(session, slug, InProcessJudge(loaded), log=sys.stderr)
             out[judgment].append(
                 {
                     "judge": model,

@@ -25,7 +25,6 @@ import itertools
 import json
 import re
 import secrets
-import sys
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -152,10 +151,10 @@ class JudgeSummary:
 
 
 def judge_study(
-    session: Session, study_id: str, backend, rater_id: str | None = None, limit: int | None = None, log=sys.stderr
+    session: Session, study_id: str, backend, rater_id: str | None = None, limit: int | None = None, log=None
 ) -> JudgeSummary:
     """Judge every unit of the study not yet judged by this judge identity (``limit``: at most that
-    many), with ``backend`` (``scoring.InProcessJudge``, ``http.OpenAIJudge``): units are scored
+    many; progress lines to ``log``), with ``backend`` (``scoring.InProcessJudge``, ``http.OpenAIJudge``): units are scored
     ``backend.concurrency`` at a time and written one transaction each, in order."""
     study = find_study(session, study_id)
     rubric = study_rubric(study)
