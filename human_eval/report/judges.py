@@ -89,6 +89,7 @@ def judge_data(
 
     data = {
         "study": study.slug,
+        "title": study.title,
         "judgment": rubric.kind,
         "baseline": baseline,
         "prompts": len(prompts),
@@ -262,11 +263,12 @@ def judge_sections(data: dict) -> list[Section]:
     intro = Section(f"Judges of study {data['study']} ({data['judgment']})", level=1)
     intro.paragraphs.append(
         Para(
-            "Model raters (judges) against the study's people. Judges are kept out of the human report; "
+            "Study title: {}. Model raters (judges) against the study's raters (a scripted study's raters are "
+            "scripts: agreement there is agreement with a script). Judges are kept out of the human report; "
             "here each is measured on the texts both rated, and PPI++ combines the people's ratings of "
             "{} of {} prompts with the judge's scores of the rest (valid when those prompts are a random "
             "sample). Baseline: {}.",
-            (str(data["human_prompts"]), str(data["prompts"]), data["baseline"]),
+            (data["title"], str(data["human_prompts"]), str(data["prompts"]), data["baseline"]),
         )
     )
     sections = [intro]

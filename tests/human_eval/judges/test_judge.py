@@ -16,7 +16,7 @@ from maxbench.human_eval.judges.judge import identity, judge_study
 from maxbench.human_eval.judges.scoring import InProcessJudge
 from maxbench.human_eval.judges.template import questions, render
 from maxbench.human_eval.store.db import dispose_engines, session_for
-from maxbench.human_eval.store.models import Annotator, Item, Judgment, Study
+from maxbench.human_eval.store.models import Annotator, Item, Judgment, Study, utcnow
 from maxbench.human_eval.studies.create import create_study
 from maxbench.human_eval.studies.export import long_format_rows, participant_rows
 from maxbench.human_eval.studies.options import StudyOptions
@@ -129,6 +129,18 @@ def test_a_judge_is_a_model_rater_left_out_of_every_human_export(url, tmp_path, 
         assert long_format_rows(s, slug) == before_rows
         assert participant_rows(s, slug) == before_people
     assert len(judgments(url)) == 12  # 6 texts x 2 criteria
+    from maxbench.human_eval.app.admin import annotator_summaries
+    from maxbench.human_eval.app.enrolment import _free_block
+
+    with session_for(url) as s:
+        study = s.scalar(select(Study))
+        assert "judge" not in " ".join(a["label"] for a in annotator_summaries(study))
+        for a in study.annotators:  # every person's block taken: open enrolment must not hand out the judge's
+            if a.kind == "human":
+                a.consented_at = utcnow()
+        s.flush()
+        assert _free_block(s, study, utcnow()) is None
+        s.rollback()
     # again: nothing left to judge, nothing judged twice
     assert main(["judge", slug, "--judge", "tiny-random", "--threads", "1", "--db", url]) == 0
     assert "0 units judged now, 6 before" in capsys.readouterr().out

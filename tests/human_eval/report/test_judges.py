@@ -38,12 +38,17 @@ def rated_study(url, tmp_path, rubric_name):
         THREE,
         10,
         text_for=lambda s, i: " word" * (3 + i % 4 + 2 * THREE.index(s)) + f" {s[:9]} {i}.",
+        reference_for=lambda i: f"the reference text of prompt {i} is long enough to be degraded for gold.",
     )
+    gold = 0 if rubric_name == "bestworst-quality" else 2
     rubric = load_rubric(rubric_name)
     rng = random.Random(0)
     with session_for(url, create=True) as s:
         slug = create_study(
-            s, run, rubric, StudyOptions(items_per_system=8, raters_per_item=2, attention_rate=0, seed=1)
+            s,
+            run,
+            rubric,
+            StudyOptions(items_per_system=8, raters_per_item=2, attention_rate=0, seed=1, gold_items=gold),
         ).slug
         for page in s.scalars(select(Assignment)):
             page.completed_at = utcnow()
@@ -87,11 +92,13 @@ def test_the_judges_report_sits_beside_a_human_report_a_judge_does_not_change(ur
             for s in c["ppi"]["systems"].values():
                 assert s["ppi"]["n"] == 4 and s["ppi"]["N"] == 4 and s["people"]["n"] == 4
             assert sorted(c["ppi"]["differences"]) == sorted(set(THREE) - {data["baseline"]})
+            assert c["gold"]["n"] == 2  # each gold pair: the reference's score against its degraded copy's
         assert "PPI++" in md
     elif rubric == "pairwise-quality":
         (c,) = criteria.values()
         assert c["behaviour"]["pairs_both_orders"] == 24 and c["agreement"]["judgments"] == 48
         assert sorted(c["length_controlled"]) == sorted(set(THREE) - {data["baseline"]})
+        assert c["gold"]["n"] == 4  # each gold pair in both orders
         assert "Order consistency" in md and "Position bias" in md and "LC" in md
     else:
         (c,) = criteria.values()
