@@ -154,16 +154,17 @@ def judge_study(
     session: Session, study_id: str, backend, rater_id: str | None = None, limit: int | None = None, log=None
 ) -> JudgeSummary:
     """Judge every unit of the study not yet judged by this judge identity (``limit``: at most that
-    many; progress lines to ``log``), with ``backend`` (``scoring.InProcessJudge``, ``http.OpenAIJudge``): units are scored
-    ``backend.concurrency`` at a time and written one transaction each, in order."""
+    many; progress lines to ``log``) with ``backend`` (``scoring.InProcessJudge``,
+    ``http.OpenAIJudge``): units are scored ``backend.concurrency`` at a time and written one
+    transaction each, in order."""
     study = find_study(session, study_id)
     rubric = study_rubric(study)
     ident = identity(backend)
     units = study_units(session, study, rubric)
     texts = {i.id: i for i in session.scalars(select(Item).where(Item.study_id == study.id))}
     # Check the labels before the rater row exists: a refused judge leaves nothing behind.
-    sample = questions(rubric, "", ["" for _ in (units[0].items if units else (0,))])
-    prepared = {q.labels: backend.prepare(q.labels) for q in sample}
+    shown = {"pairwise": 2}.get(rubric.kind, len(units[0].items) if units else 1)
+    prepared = {q.labels: backend.prepare(q.labels) for q in questions(rubric, "", [""] * shown)}
     rater = judge_rater(session, study, ident, rater_id)
     wanted = len(rubric.stored_criteria)
     done_counts: dict[str, int] = defaultdict(int)
