@@ -86,6 +86,32 @@ def test_direct_assessment_scores_multi_token_labels_as_sequences(url, tmp_path,
         assert r.expected == pytest.approx(sum(int(k) * p for k, p in r.probabilities.items()))
 
 
+def test_sequence_scores_are_the_hand_computed_products_of_each_label_tokens_probabilities(url, tmp_path, tiny):
+    """ "100" is three tokens of tiny-random: p("100") = p("1") p("0" | "1") p("0" | "10"), each
+    from its own forward pass here (the judge scores all labels in one right-padded batch)."""
+    slug = make(url, tmp_path, "direct-quality", items=1)
+    with session_for(url) as s:
+        judge_study(s, slug, InProcessJudge(tiny), log=None, limit=1)
+        row = judgments(url)[0]
+        item = s.get(Item, row.item_id)
+    page = questions(load_rubric("direct-quality"), item.prompt, [item.text])[0].page
+    context = tiny.tokenizer(render(page, tiny.tokenizer)[0])["input_ids"]
+    vocab = tiny.tokenizer.get_vocab()
+    p = {}
+    for label in [str(v) for v in range(0, 101, 10)]:
+        prob, seen = 1.0, list(context)
+        for ch in label:
+            with torch.inference_mode():
+                logits = tiny.model(torch.tensor([seen])).logits[0, -1].double()
+            prob *= float(torch.softmax(logits, dim=-1)[vocab[ch]])
+            seen.append(vocab[ch])
+        p[label] = prob
+    mass = sum(p.values())
+    assert row.scoring == "sequence" and row.label_mass == pytest.approx(mass, rel=1e-6)
+    assert row.probabilities == pytest.approx({k: v / mass for k, v in p.items()}, rel=1e-6)
+    assert row.expected == pytest.approx(sum(int(k) * v / mass for k, v in p.items()), rel=1e-6)
+
+
 def test_pairwise_units_are_judged_in_both_orders_and_counted(url, tmp_path, tiny):
     slug = make(url, tmp_path, "pairwise-quality", systems=THREE, items=2)
     with session_for(url) as s:
