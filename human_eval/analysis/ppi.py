@@ -8,12 +8,14 @@ items: that is the whole of the guarantee's assumption. For any lambda,
 
 is unbiased for the mean of y over all items, with variance (estimated)
 
-    var(lambda) = var(y - lambda f) / n + lambda^2 var(g) / N        (sample variances, ddof 1)
+    var(lambda) = var(y - lambda f) / n + lambda^2 var(g) / N        (population variances, ddof 0)
 
 and the 95% interval is theta +- z_{0.975} sqrt(var). Power tuning picks the lambda minimising
-the variance, lambda* = cov(y, f) / ((1 + n/N) var(f u g)), the variance of f over both sets
-pooled, clipped to [0, 1] as ``ppi-python``'s ``ppi_mean_ci`` does: lambda = 0 is the classical
-human-only estimate (a judge that does not help is ignored), lambda = 1 plain PPI. A judge's bias
+the variance, lambda* = cov(y, f) / ((1 + n/N) var(f u g)) (cov with ddof 0, the variance of f
+over both sets pooled with ddof 1), clipped to [0, 1]: lambda = 0 is the classical human-only
+estimate (a judge that does not help is ignored), lambda = 1 plain PPI. These are the choices of
+``ppi-python`` 0.2.3's ``ppi_mean_ci`` and ``ppi_mean_pointestimate``, whose estimates and intervals
+this equals to rounding. A judge's bias
 cancels (it enters mean(g) and mean(f) alike); its noise and disagreement only widen the
 interval. With N = 0 there is nothing to add: the estimate is the human-only one.
 
@@ -73,7 +75,7 @@ def power_tuned_lambda(y: np.ndarray, f: np.ndarray, g: np.ndarray) -> np.ndarra
     n, N = y.shape[-1], g.shape[-1]
     if N == 0:
         return np.zeros(y.shape[:-1])
-    cov = ((y - y.mean(-1, keepdims=True)) * (f - f.mean(-1, keepdims=True))).sum(-1) / (n - 1)
+    cov = ((y - y.mean(-1, keepdims=True)) * (f - f.mean(-1, keepdims=True))).mean(-1)
     var = np.concatenate([f, g], axis=-1).var(-1, ddof=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         lam = cov / ((1 + n / N) * var)
@@ -91,17 +93,18 @@ def ppi_mean(
     lam = power_tuned_lambda(y, f, g) if lam is None else np.broadcast_to(np.asarray(lam, float), y.shape[:-1])
     lam_ = lam[..., None]
     estimate = y.mean(-1) + lam * ((g.mean(-1) if N else 0.0) - f.mean(-1))
-    var = (y - lam_ * f).var(-1, ddof=1) / n
-    if N >= 2:
-        var = var + lam**2 * g.var(-1, ddof=1) / N
+    var = (y - lam_ * f).var(-1) / n
+    if N >= 1:
+        var = var + lam**2 * g.var(-1) / N
     return _interval(estimate, np.sqrt(var), lam, n, N, level)
 
 
 def classical_mean(y: np.ndarray, level: float = LEVEL) -> MeanEstimate:
-    """The human-only estimate: mean(y) +- z sd(y)/sqrt(n)."""
+    """The human-only estimate: mean(y) +- z sd(y)/sqrt(n) (sd with ddof 0, as ``ppi-python``'s
+    ``classical_mean_ci``; PPI with lambda 0 is exactly this)."""
     y = np.asarray(y, dtype=float)
     n = y.shape[-1]
-    return _interval(y.mean(-1), y.std(-1, ddof=1) / np.sqrt(n), np.zeros(y.shape[:-1]), n, 0, level)
+    return _interval(y.mean(-1), y.std(-1) / np.sqrt(n), np.zeros(y.shape[:-1]), n, 0, level)
 
 
 def judge_only_mean(f: np.ndarray, g: np.ndarray, level: float = LEVEL) -> MeanEstimate:

@@ -1,4 +1,5 @@
-"""PPI++ mean estimation (human_eval/analysis/ppi.py): the closed form on a fixture, and its coverage."""
+"""PPI++ mean estimation (human_eval/analysis/ppi.py): the closed form on a fixture (the formulas of
+ppi-python 0.2.3's ppi_mean_ci), and its coverage."""
 
 import math
 import statistics
@@ -25,7 +26,7 @@ def test_ppi_with_lambda_one_is_the_closed_form_of_prediction_powered_inference(
     n, N = len(Y), len(G)
     rect = [y - f for y, f in zip(Y, F, strict=True)]
     theta = statistics.mean(G) + statistics.mean(rect)
-    se = math.sqrt(statistics.variance(G) / N + statistics.variance(rect) / n)
+    se = math.sqrt(statistics.pvariance(G) / N + statistics.pvariance(rect) / n)
     got = ppi_mean(np.array(Y), np.array(F), np.array(G), lam=1.0).at()
     assert got["estimate"] == pytest.approx(theta, rel=1e-12)
     assert got["se"] == pytest.approx(se, rel=1e-12)
@@ -34,18 +35,21 @@ def test_ppi_with_lambda_one_is_the_closed_form_of_prediction_powered_inference(
 
 def test_the_power_tuned_lambda_is_the_closed_form_and_minimises_the_variance():
     n, N = len(Y), len(G)
-    lam = statistics.covariance(Y, F) / ((1 + n / N) * statistics.variance(F + G))
+    pcov = statistics.covariance(Y, F) * (n - 1) / n
+    lam = pcov / ((1 + n / N) * statistics.variance(F + G))
     assert 0 < lam < 1
     assert float(power_tuned_lambda(np.array(Y), np.array(F), np.array(G))) == pytest.approx(lam, rel=1e-12)
     tuned = ppi_mean(np.array(Y), np.array(F), np.array(G)).at()
     rect = [y - lam * f for y, f in zip(Y, F, strict=True)]
     assert tuned["estimate"] == pytest.approx(statistics.mean(Y) + lam * (statistics.mean(G) - statistics.mean(F)))
-    assert tuned["se"] == pytest.approx(math.sqrt(statistics.variance(rect) / n + lam**2 * statistics.variance(G) / N))
+    assert tuned["se"] == pytest.approx(
+        math.sqrt(statistics.pvariance(rect) / n + lam**2 * statistics.pvariance(G) / N)
+    )
     # lambda* minimises the variance written with var(f u g) for var(f) and var(g): the PPI++ objective
     pooled = statistics.variance(F + G)
 
     def objective(x):
-        return (statistics.variance(Y) - 2 * x * statistics.covariance(Y, F)) / n + x**2 * pooled * (1 / n + 1 / N)
+        return (statistics.pvariance(Y) - 2 * x * pcov) / n + x**2 * pooled * (1 / n + 1 / N)
 
     assert all(objective(lam) <= objective(x) + 1e-15 for x in np.linspace(0, 1, 101))
 
@@ -53,7 +57,7 @@ def test_the_power_tuned_lambda_is_the_closed_form_and_minimises_the_variance():
 def test_without_judge_help_the_estimate_is_the_human_only_one():
     human = classical_mean(np.array(Y)).at()
     assert human["estimate"] == pytest.approx(statistics.mean(Y))
-    assert human["se"] == pytest.approx(statistics.stdev(Y) / math.sqrt(len(Y)))
+    assert human["se"] == pytest.approx(statistics.pstdev(Y) / math.sqrt(len(Y)))
     assert ppi_mean(np.array(Y), np.array(F), np.array(G), lam=0.0).at()["estimate"] == pytest.approx(human["estimate"])
     # a judge that anti-correlates with people gets lambda 0 (clipped), never a negative weight
     assert float(power_tuned_lambda(np.array(Y), -np.array(F), -np.array(G))) == 0.0
@@ -93,3 +97,20 @@ def test_humans_for_width_is_the_smallest_n_reaching_the_width():
 
         assert half(n) <= width / 2 < half(n - 1)
         assert n < classical
+
+
+# ppi-python 0.2.3 on the fixture (ppi_mean_pointestimate, ppi_mean_ci with alpha=0.05, classical_mean_ci),
+# recorded here so the test needs no ppi-python (it brings numba, statsmodels, scikit-learn, gdown)
+PPI_PYTHON = {
+    None: (3.405831022769556, 2.849605493293114, 3.9620565522459983),
+    1.0: (3.3583333333333334, 2.7743940839265284, 3.9422725827401384),
+}
+PPI_PYTHON_CLASSICAL = (2.7339128365189174, 4.266087163481083)
+
+
+@pytest.mark.parametrize("lam", [None, 1.0])
+def test_the_estimate_and_interval_equal_ppi_pythons_on_the_fixture(lam):
+    got = ppi_mean(np.array(Y), np.array(F), np.array(G), lam=lam).at()
+    assert (got["estimate"], got["low"], got["high"]) == pytest.approx(PPI_PYTHON[lam], rel=1e-12)
+    human = classical_mean(np.array(Y)).at()
+    assert (human["low"], human["high"]) == pytest.approx(PPI_PYTHON_CLASSICAL, rel=1e-12)
