@@ -48,7 +48,7 @@ def rated_study(url, tmp_path, rubric_name):
             s,
             run,
             rubric,
-            StudyOptions(items_per_system=8, raters_per_item=2, attention_rate=0, seed=1, gold_items=gold),
+            StudyOptions(items_per_system=6, raters_per_item=2, attention_rate=0, seed=1, gold_items=gold),
         ).slug
         for page in s.scalars(select(Assignment)):
             page.completed_at = utcnow()
@@ -79,7 +79,7 @@ def test_the_judges_report_sits_beside_a_human_report_a_judge_does_not_change(ur
     for name in ("report.md", "report.json"):  # the human report never includes the judge
         assert (tmp_path / "after" / "r" / name).read_bytes() == (tmp_path / "before" / "r" / name).read_bytes()
     data = json.loads((tmp_path / "after" / "r" / "judges.json").read_text())
-    assert data["judgment"] == load_rubric(rubric).kind and data["prompts"] == 8 and data["human_prompts"] == 4
+    assert data["judgment"] == load_rubric(rubric).kind and data["prompts"] == 6 and data["human_prompts"] == 3
     (judge,) = data["judges"]
     assert judge["rater"].startswith("judge-tiny-random-") and judge["identity"]["weights"] == tiny.hash
     criteria = judge["criteria"]
@@ -88,15 +88,15 @@ def test_the_judges_report_sits_beside_a_human_report_a_judge_does_not_change(ur
     assert judge["rater"] in md
     if rubric == "posg-lm":
         for c in criteria.values():
-            assert c["agreement"]["items"] == 24 and c["agreement"]["ranking"]["systems"] == 3
+            assert c["agreement"]["items"] == 18 and c["agreement"]["ranking"]["systems"] == 3
             for s in c["ppi"]["systems"].values():
-                assert s["ppi"]["n"] == 4 and s["ppi"]["N"] == 4 and s["people"]["n"] == 4
+                assert s["ppi"]["n"] == 3 and s["ppi"]["N"] == 3 and s["people"]["n"] == 3
             assert sorted(c["ppi"]["differences"]) == sorted(set(THREE) - {data["baseline"]})
             assert c["gold"]["n"] == 2  # each gold pair: the reference's score against its degraded copy's
         assert "PPI++" in md
     elif rubric == "pairwise-quality":
         (c,) = criteria.values()
-        assert c["behaviour"]["pairs_both_orders"] == 24 and c["agreement"]["judgments"] == 48
+        assert c["behaviour"]["pairs_both_orders"] == 18 and c["agreement"]["judgments"] == 36
         assert sorted(c["length_controlled"]) == sorted(set(THREE) - {data["baseline"]})
         assert c["gold"]["n"] == 4  # each gold pair in both orders
         assert "Order consistency" in md and "Position bias" in md and "LC" in md
