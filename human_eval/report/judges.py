@@ -259,6 +259,13 @@ def _est(e: dict | None) -> str:
     return f"{fmt(e['estimate'])} [{fmt(e['low'])}, {fmt(e['high'])}]"
 
 
+def _width_ratio(v: dict) -> str:
+    """How much narrower PPI's interval is than the people's (1.00: no gain)."""
+    people = v["people"]["high"] - v["people"]["low"] if v["people"]["high"] is not None else None
+    ppi = v["ppi"]["high"] - v["ppi"]["low"] if v["ppi"]["high"] is not None else None
+    return fmt(ppi / people) if people and ppi is not None else "-"
+
+
 def judge_sections(data: dict) -> list[Section]:
     intro = Section(f"Judges of study {data['study']} ({data['judgment']})", level=1)
     intro.paragraphs.append(
@@ -374,12 +381,21 @@ def _criterion_tables(data: dict, name: str, c: dict) -> list[Table]:
         what = "win rate against the baseline" if data["judgment"] == "pairwise" else "mean rating"
         tables.append(
             Table(
-                ("System", f"People: {what} [95%]", "PPI++ [95%]", "lambda", "people units", "judge-only units"),
+                (
+                    "System",
+                    f"People: {what} [95%]",
+                    "PPI++ [95%]",
+                    "width PPI/people",
+                    "lambda",
+                    "people units",
+                    "judge-only units",
+                ),
                 tuple(
                     (
                         Cell(s, code=True),
                         num(_est(v["people"])),
                         num(_est(v["ppi"])),
+                        num(_width_ratio(v)),
                         num(fmt(v["ppi"]["lambda"])),
                         num(str(v["ppi"]["n"])),
                         num(str(v["ppi"]["N"])),
