@@ -60,10 +60,17 @@ class Server:
                         }
                     self.reply(200, json.dumps({"choices": [choice]}).encode())
                 finally:
+                    self.done()
+
+            def done(self):
+                # before the answer leaves: once the client has it, it may send its next request
+                if not getattr(self, "counted_out", False):
+                    self.counted_out = True
                     with outer.lock:
                         outer.active -= 1
 
             def reply(self, code, data):
+                self.done()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
