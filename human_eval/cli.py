@@ -136,6 +136,28 @@ def register(subparsers) -> None:
     size = plan.add_mutually_exclusive_group(required=True)
     size.add_argument("--effect", type=float, metavar="D", help="assumed effect: Cohen's d of one rating (e.g. 0.3)")
     size.add_argument("--pilot", metavar="FILE", help="pilot ratings (long-format CSV/JSON): the effect is estimated")
+    size.add_argument(
+        "--width",
+        type=float,
+        metavar="W",
+        help="instead of power: the human-rated texts whose 95%% interval of a system's mean rating is at most W "
+        "wide, without a judge and with one of correlation --judge-correlation (PPI++)",
+    )
+    plan.add_argument(
+        "--judge-correlation",
+        type=float,
+        metavar="R",
+        help="with --width: the judge's measured correlation with people's ratings (judges.json: pearson)",
+    )
+    plan.add_argument(
+        "--sd", type=float, default=1.0, help="with --width: sd of a text's mean rating by people (default 1.0)"
+    )
+    plan.add_argument(
+        "--judged",
+        type=int,
+        metavar="N",
+        help="with --width: texts the judge rates beyond the people's (default: unbounded)",
+    )
     plan.add_argument(
         "--reference", metavar="SYSTEM", help="with --pilot: the reference system (default: first by name)"
     )
@@ -200,6 +222,43 @@ def register(subparsers) -> None:
     )
     upgrade.add_argument("--db", help="database URL (default $MAXBENCH_DB_URL or the SQLite default)")
     upgrade.set_defaults(func=cmd_db_upgrade)
+
+    judge = subparsers.add_parser(
+        "judge",
+        help="rate a study's texts with a language model: a rater of kind 'model' beside the people",
+        description="Rate every unit of a study (a text, a pair in both orders, a best-worst tuple) with a model, "
+        "using the study's rubric and judgment kind and showing it what a person sees. The score is read from the "
+        "model's probabilities of the rubric's labels (see docs/human-evaluation.md, Judges). Judgments are stored "
+        "in the study's database under the judge's rater id; a run that was stopped resumes where it stopped.",
+    )
+    judge.add_argument("study_id", metavar="STUDY", help="study id (as printed by study create)")
+    judge.add_argument(
+        "--judge",
+        required=True,
+        metavar="MODEL",
+        help="a maxbench base model: built-in name (smollm2-135m, gemma3-270m, tiny-random), local directory or hub "
+        "id; or openai:URL:MODEL, an OpenAI-compatible server (e.g. openai:http://127.0.0.1:8080/v1:smollm2)",
+    )
+    judge.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        metavar="NAME",
+        help="with openai:: the environment variable holding the API key (default OPENAI_API_KEY; never logged)",
+    )
+    judge.add_argument("--concurrency", type=int, default=4, help="with openai:: requests at once (default 4)")
+    judge.add_argument(
+        "--rate", type=float, default=10.0, help="with openai:: requests per second at most (default 10)"
+    )
+    judge.add_argument("--retries", type=int, default=4, help="with openai:: retries of a failed request (default 4)")
+    judge.add_argument("--timeout", type=float, default=60.0, help="with openai:: seconds per request (default 60)")
+    judge.add_argument(
+        "--rater-id", metavar="ID", help="the judge's rater id in the study (default judge-<model>-<identity hash>)"
+    )
+    judge.add_argument("--limit", type=int, metavar="N", help="judge at most N units not yet judged, then stop")
+    judge.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: CUDA when present, else CPU)")
+    judge.add_argument("--threads", type=int, default=None, help="torch CPU threads (set it on a shared machine)")
+    judge.add_argument("--db", help="database URL (default $MAXBENCH_DB_URL or the SQLite default)")
+    judge.set_defaults(func=cmd_judge)
 
     rubric = study_sub.add_parser("rubric", help="check and show a rubric preset or TOML file")
     rubric.add_argument(
@@ -406,6 +465,43 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_judge(args: argparse.Namespace) -> int:
+    from maxbench.human_eval.judges.judge import judge_study, study_rubric
+    from maxbench.human_eval.store.db import database_errors, session_for
+    from maxbench.human_eval.studies.create import find_study
+
+    if args.limit is not None and args.limit < 1:
+        raise MaxbenchError("--limit must be 1 or more")
+    make_backend = _judge_backend(args)
+    with database_errors(args.db), session_for(args.db) as session:
+        study_rubric(find_study(session, args.study_id))  # before the model loads: a study without a rubric
+        summary = judge_study(
+            session, args.study_id, make_backend(), rater_id=args.rater_id, limit=args.limit, log=sys.stderr
+        )
+    print(
+        f"judge {summary.rater}: {summary.judged} units judged now, {summary.already} before, of {summary.units} "
+        f"({summary.units_per_second:.2f} units/s; labels scored as {', '.join(sorted(summary.scoring)) or '-'})"
+    )
+    return 0
+
+
+def _judge_backend(args: argparse.Namespace):
+    """What makes the judge's backend, checked before the database is opened (the model loads later)."""
+    if args.judge.startswith("openai:"):
+        from maxbench.human_eval.judges.http import OpenAIJudge, parse_endpoint
+
+        url, model = parse_endpoint(args.judge)
+        key = OpenAIJudge.key_from_env(args.api_key_env)
+        return lambda: OpenAIJudge(
+            url, model, key, concurrency=args.concurrency, rate=args.rate, retries=args.retries, timeout=args.timeout
+        )
+    from maxbench.human_eval.judges.scoring import InProcessJudge
+    from maxbench.systems.models import check_model, load_model
+
+    check_model(args.judge)
+    return lambda: InProcessJudge(load_model(args.judge, device=args.device, threads=args.threads))
+
+
 def _set_closed(args: argparse.Namespace, closed: bool):
     from maxbench.human_eval.store.db import database_errors, session_for, write_transaction
     from maxbench.human_eval.store.models import utcnow
@@ -458,6 +554,10 @@ def cmd_study_plan(args: argparse.Namespace) -> int:
     from maxbench.human_eval.analysis.ratings import load_ratings
     from maxbench.human_eval.studies.plan import ITEMS, JUDGMENTS, RATERS, format_plan, pilot_effect, plan
 
+    if args.width is not None:
+        return _plan_width(args)
+    if args.judge_correlation is not None or args.judged is not None:
+        raise MaxbenchError("--judge-correlation and --judged go with --width W (the target interval width)")
     if args.reference and not args.pilot:
         raise MaxbenchError("--reference names the pilot's reference system: give --pilot FILE with it")
     items, raters = args.items or ITEMS, args.raters or RATERS
@@ -473,4 +573,27 @@ def cmd_study_plan(args: argparse.Namespace) -> int:
     )
     print(f"effect: {source}")
     print(format_plan(rows, effect, args.systems, args.power, args.alpha, args.n_sim, max(items)), end="")
+    return 0
+
+
+def _plan_width(args: argparse.Namespace) -> int:
+    from maxbench.human_eval.analysis.ppi import humans_for_width
+
+    if args.width <= 0 or args.sd <= 0:
+        raise MaxbenchError("--width and --sd must be positive (on the rating scale, e.g. --width 0.3 --sd 1.0)")
+    rho = args.judge_correlation
+    if rho is not None and not -1 <= rho <= 1:
+        raise MaxbenchError(f"--judge-correlation {rho} is not a correlation: give a value in [-1, 1]")
+    if args.judged is not None and args.judged < 1:
+        raise MaxbenchError("--judged must be 1 or more")
+    alone = humans_for_width(args.width, args.sd, 0.0)
+    print(f"95% interval of a mean rating at most {args.width:g} wide (sd {args.sd:g}):")
+    print(f"  people only: {alone} human-rated texts per system")
+    if rho is not None:
+        judged = "as many more texts as needed" if args.judged is None else f"{args.judged} more texts"
+        with_judge = humans_for_width(args.width, args.sd, rho, args.judged)
+        print(
+            f"  with a judge of correlation {rho:g} rating {judged} (PPI++): {with_judge} human-rated texts "
+            f"per system ({with_judge / alone:.0%} of people only); valid when the people's texts are a random sample"
+        )
     return 0

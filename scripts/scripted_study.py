@@ -15,7 +15,14 @@ participant can do (the pages are blinded). The reports therefore show the app's
 statistics working end to end on real texts, and nothing about the systems' real quality.
 
     python scripts/scripted_study.py [--run results/base-lms/runs/base-lms-food-reviews] \\
-        [--items 12] [--raters 3] [--out results/studies]
+        [--items 12] [--raters 3] [--out results/studies] \\
+        [--judges smollm2-135m gemma3-270m [--human-share 0.5] [--threads 2]]
+
+With ``--judges`` each study is also rated by each model judge (``maxbench judge``, in this
+process, timed: units per second and the load average go to judging.json), and the report gains
+judges.md/.html/.json (``maxbench report --judges``): the judges' agreement with the scripted
+participants (a script, so agreement with a script) and PPI++ from ``--human-share`` of the
+prompts' ratings plus the judges' scores of the rest.
 
 The run may be sharded (generations.shard-*.jsonl): the shards are merged into a scratch copy.
 """
@@ -25,6 +32,7 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import os
 import random
 import re
 import shutil
@@ -125,6 +133,39 @@ def run_judgment(judgment, run_dir, db_url, base_url, systems, items, raters, se
     return created.slug
 
 
+def judge_studies(slugs: dict[str, str], db_url: str, models: list[str], threads: int) -> dict[str, list[dict]]:
+    """Each study judged by each model, in this process; per study, per judge: units, seconds,
+    units per second (model loading excluded) and the load average before and after."""
+    from maxbench.human_eval.judges.judge import judge_study
+    from maxbench.human_eval.judges.scoring import InProcessJudge
+    from maxbench.systems.models import load_model
+
+    out: dict[str, list[dict]] = {j: [] for j in slugs}
+    for model in models:
+        loaded = load_model(model, threads=threads)
+        for judgment, slug in slugs.items():
+            before = os.getloadavg()
+            with session_for(db_url) as session:
+                summary = judge_study(session, slug, InProcessJudge(loaded), log=sys.stderr)
+            out[judgment].append(
+                {
+                    "judge": model,
+                    "rater": summary.rater,
+                    "backend": "in-process",
+                    "device": loaded.device,
+                    "threads": threads,
+                    "units": summary.units,
+                    "judged_now": summary.judged,
+                    "seconds": round(summary.seconds, 2),
+                    "units_per_second": round(summary.units_per_second, 3),
+                    "scoring": sorted(summary.scoring),
+                    "load_average_before": [round(x, 2) for x in before],
+                    "load_average_after": [round(x, 2) for x in os.getloadavg()],
+                }
+            )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", type=Path, default=DEFAULT_RUN)
@@ -137,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-boot", type=int, default=2000)
     p.add_argument("--out", type=Path, default=ROOT / "results" / "studies")
     p.add_argument("--db", help="database URL (default: a fresh SQLite file in a scratch folder)")
+    p.add_argument("--judges", nargs="+", metavar="MODEL", default=[], help="model judges to rate each study with")
+    p.add_argument("--human-share", type=float, help="with --judges: share of prompts whose ratings PPI keeps")
+    p.add_argument("--threads", type=int, default=2, help="with --judges: torch CPU threads (default 2)")
     args = p.parse_args(argv)
     scratch = Path(tempfile.mkdtemp(prefix="scripted-study-"))
     try:
@@ -154,10 +198,13 @@ def main(argv: list[str] | None = None) -> int:
             }
         finally:
             server.stop()
+        judging = judge_studies(slugs, db_url, args.judges, args.threads) if args.judges else {}
         for judgment, slug in slugs.items():
             name = f"scripted-{judgment}"
             cmd = [sys.executable, "-m", "maxbench", "report", "--study", slug, "--db", db_url]
             cmd += ["--out", str(args.out), "--name", name, "--n-boot", str(args.n_boot), "--seed", str(args.seed)]
+            if args.judges:
+                cmd += ["--judges"] + (["--human-share", str(args.human_share)] if args.human_share else [])
             if judgment in ("likert", "direct"):  # tested against the first system given (quality 0)
                 cmd += ["--reference", args.systems[0]]
             subprocess.run(cmd, check=True, cwd=ROOT)
@@ -168,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
                 "run": recorded_path(args.run),
             }
             (args.out / name / "scripted.json").write_text(json.dumps(scripted, indent=2) + "\n")
+            if judgment in judging:
+                (args.out / name / "judging.json").write_text(json.dumps(judging[judgment], indent=2) + "\n")
             print(f"{judgment}: study {slug}, report {args.out / name}")
     except MaxbenchError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -146,6 +146,8 @@ def studies():
 def annotator_summaries(study: Study) -> list[dict]:
     out = []
     for annotator in study.annotators:
+        if annotator.kind == "model":  # a judge: its judgments are in the report, not in this progress table
+            continue
         pages = annotator.assignments
         items = [a for a in pages if a.attention is None]
         checks = [a for a in pages if a.attention is not None]
@@ -303,8 +305,10 @@ def reopen(slug: str):
 
 
 def _own_annotator(study: Study, label: str) -> Annotator:
-    annotator = get_db().scalar(select(Annotator).where(Annotator.study_id == study.id, Annotator.label == label))
-    if annotator is None:
+    annotator = get_db().scalar(
+        select(Annotator).where(Annotator.study_id == study.id, Annotator.label == label, Annotator.kind == "human")
+    )
+    if annotator is None:  # a model rater (a judge) has no link to revoke or renew
         # The admin is logged in to this study: say what is wrong instead of a login page.
         raise _UnknownAnnotator(study, label)
     return annotator

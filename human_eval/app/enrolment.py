@@ -311,6 +311,7 @@ def _free_block(db, study: Study, abandoned_before) -> int | None:
         select(Annotator.id)
         .where(
             Annotator.study_id == study.id,
+            Annotator.kind == "human",
             Annotator.revoked_at.is_(None),
             Annotator.consented_at.is_(None),
             Annotator.token_hash.not_like(SEALED + "%"),

@@ -93,11 +93,24 @@ def register(subparsers) -> None:
         help="test per-annotator z-scores (direct assessment, as WMT); on by default for a database study "
         "whose rubric is kind = direct",
     )
+    p.add_argument(
+        "--judges",
+        action="store_true",
+        help="with --study: also write judges.{md,html,json}: each model rater (maxbench judge) against the people, "
+        "and PPI++ estimates combining both beside the people-only ones (the human report never includes judges)",
+    )
+    p.add_argument(
+        "--human-share",
+        type=float,
+        metavar="F",
+        help="with --judges: keep the people's ratings of a seeded random share F of the prompts only (0 < F <= 1), "
+        "the judge alone scoring the rest: what PPI gives with fewer people (default: all the people's ratings)",
+    )
     p.set_defaults(func=run_report)
 
 
 #: what a report folder holds: the files its writer replaces
-REPORT_FILES = ("report.md", "report.html", "report.json", "figures")
+REPORT_FILES = ("report.md", "report.html", "report.json", "figures", "judges.md", "judges.html", "judges.json")
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
@@ -132,6 +145,10 @@ def run_report(args: argparse.Namespace) -> int:
         raise MaxbenchError(
             "--select-study picks a study inside a --ratings file; with --study the database already names one"
         )
+    if (args.judges or args.human_share is not None) and not args.db_study:
+        raise MaxbenchError("--judges reads the judges from the rating database: give --study ID (not --ratings)")
+    if args.human_share is not None and not (args.judges and 0 < args.human_share <= 1):
+        raise MaxbenchError("--human-share F goes with --judges, with 0 < F <= 1")
     _check_outputs(args)
     flags = tuple(args.exclude_flag) if args.exclude_flag else DEFAULT_EXCLUDE_FLAGS
     if flags == ("none",):
@@ -166,7 +183,7 @@ def run_report(args: argparse.Namespace) -> int:
                 analysis, args.out, args.name or _folder_name(analysis.study), study_code(args.db_study, args.db)
             )
             print(f"wrote {folder}/report.md, report.html and report.json")
-            return 0
+            return _judges(args, options, folder)
         pairwise = judgment_rows_from_database(args.db_study, args.db, "pairwise")
         if pairwise is not None:
             from maxbench.human_eval.analysis.analyse import analyse_pairwise
@@ -177,7 +194,7 @@ def run_report(args: argparse.Namespace) -> int:
                 analysis, args.out, args.name or _folder_name(analysis.study), study_code(args.db_study, args.db)
             )
             print(f"wrote {folder}/report.md, report.html and report.json")
-            return 0
+            return _judges(args, options, folder)
         ratings = ratings_from_database(args.db_study, args.db)
         if ratings.judgment == "direct":
             options = replace(options, z_scores=True)
@@ -189,6 +206,20 @@ def run_report(args: argparse.Namespace) -> int:
         code = study_code(args.db_study, args.db)
     folder = write_report(analysis, args.out, args.name or _folder_name(default_name), correlations, code)
     print(f"wrote {folder}/report.md, report.html, report.json and figures/")
+    return _judges(args, options, folder)
+
+
+def _judges(args: argparse.Namespace, options, folder: Path) -> int:
+    """With --judges: the judges' report beside the human one."""
+    if not args.judges:
+        return 0
+    from maxbench.human_eval.report.judges import judge_data, write_judges_report
+    from maxbench.human_eval.store.db import session_for
+
+    with session_for(args.db, create=False) as session:
+        data = judge_data(session, args.db_study, options.exclude_flags, args.human_share, args.seed)
+    write_judges_report(data, folder)
+    print(f"wrote {folder}/judges.md, judges.html and judges.json")
     return 0
 
 

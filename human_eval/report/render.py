@@ -167,12 +167,12 @@ def report_folder(out_dir: str | Path, name: str, with_figures: bool = False) ->
     return folder
 
 
-def write_documents(folder: Path, sections: list[Section], payload: dict) -> None:
-    """report.md and report.html rendered from ``sections``, report.json from ``payload``."""
-    write_file(folder / "report.md", render_markdown(sections).encode("utf-8"))
-    write_file(folder / "report.html", render_html(sections, sections[0].title).encode("utf-8"))
+def write_documents(folder: Path, sections: list[Section], payload: dict, stem: str = "report") -> None:
+    """<stem>.md and <stem>.html rendered from ``sections``, <stem>.json from ``payload``."""
+    write_file(folder / f"{stem}.md", render_markdown(sections).encode("utf-8"))
+    write_file(folder / f"{stem}.html", render_html(sections, sections[0].title).encode("utf-8"))
     write_file(
-        folder / "report.json",
+        folder / f"{stem}.json",
         (json.dumps(payload, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8"),
     )
 

@@ -1,7 +1,8 @@
 """Schema versions of the ratings database (alembic, configured in code: no alembic.ini).
 
 The revisions live in ``migrations/versions`` (r0001 the first release's tables, r0002
-``page_text``, r0003 ``enrolment``); ``HEAD`` is the one this code's models describe.
+``page_text``, r0003 ``enrolment``, r0004 model raters: ``annotator.kind`` and ``judge``, and
+``judgment``); ``HEAD`` is the one this code's models describe.
 Everything here works on a Connection the caller opened, inside a transaction the caller
 commits (``store.db`` holds the locks):
 
@@ -25,7 +26,7 @@ from sqlalchemy.engine import Connection
 from maxbench.errors import MaxbenchError
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
-HEAD = "0003"
+HEAD = "0004"
 VERSION_TABLE = "alembic_version"
 
 FIRST_RELEASE_TABLES = frozenset({"study", "study_system", "item", "annotator", "assignment", "rating"})
@@ -34,6 +35,7 @@ REVISION_TABLES = {
     "0001": FIRST_RELEASE_TABLES,
     "0002": FIRST_RELEASE_TABLES | {"page_text"},
     "0003": FIRST_RELEASE_TABLES | {"page_text", "enrolment"},
+    "0004": FIRST_RELEASE_TABLES | {"page_text", "enrolment", "judgment"},
 }
 
 

@@ -84,6 +84,7 @@ class Item(Base):
 
 class Annotator(Base):
     __tablename__ = "annotator"
+    __mapper_args__ = {"eager_defaults": False}
     __table_args__ = (UniqueConstraint("study_id", "label"),)
     id: Mapped[int] = mapped_column(primary_key=True)
     study_id: Mapped[int] = mapped_column(ForeignKey("study.id"), index=True)
@@ -97,6 +98,12 @@ class Annotator(Base):
     excluded_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     last_seen_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    # "human" (a person with a link) or "model" (a judge: no link is ever issued, its judgments are
+    # in ``judgment``, never in ``rating``); ``judge`` is a model rater's identity (``JUDGE_IDENTITY``).
+    # The database fills ``kind`` (server default, no eager fetch): an INSERT of a person names no
+    # column the first schemas lack, so rows a person makes look the same under every revision.
+    kind: Mapped[str] = mapped_column(String(16), server_default="human")
+    judge: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     study: Mapped[Study] = relationship(back_populates="annotators")
     assignments: Mapped[list[Assignment]] = relationship(back_populates="annotator", order_by="Assignment.position")
 
@@ -162,7 +169,40 @@ class Enrolment(Base):
 
 # Tables added after the first release. A database from before lacks them until
 # `maxbench db upgrade` runs the migrations (store/migrations): it is refused until then.
-OPTIONAL_TABLES = {"page_text", "enrolment"}
+OPTIONAL_TABLES = {"page_text", "enrolment", "judgment"}
+
+RATER_KINDS = ("human", "model")
+# What a model rater's ``Annotator.judge`` holds: the judge's identity, hashed into ``key``.
+JUDGE_IDENTITY = ("model", "weights", "tokenizer", "template", "decoding")
+JUDGMENT_UNIT_MAX = 200
+
+
+class Judgment(Base):
+    """One judgment of a model rater (``Annotator.kind == "model"``) on one unit, per criterion.
+
+    A unit is what a person sees on one page, in the order shown: ``items`` lists the Item ids
+    by place (one text; a pair, A then B; a best-worst tuple), and ``unit`` spells it
+    ("12", "12,31", "12,31,40,7"), so that (rater, unit, criterion) is the unique key: a judge
+    (one identity, one rater row) never judges a unit twice. ``value`` is the argmax label's
+    value, ``expected`` the expectation of the values under the label probabilities (None for
+    choices without an order: pairwise and best-worst), ``probabilities`` the label -> probability
+    map (normalised over the labels), ``label_mass`` the probability the model put on the labels
+    at all, and ``scoring`` "single-token" or "sequence" (how the labels were scored)."""
+
+    __tablename__ = "judgment"
+    __table_args__ = (UniqueConstraint("annotator_id", "unit", "criterion"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    annotator_id: Mapped[int] = mapped_column(ForeignKey("annotator.id"), index=True)
+    item_id: Mapped[int] = mapped_column(ForeignKey("item.id"))  # the text in place 1
+    unit: Mapped[str] = mapped_column(String(JUDGMENT_UNIT_MAX))
+    items: Mapped[list] = mapped_column(JSON)
+    criterion: Mapped[str] = mapped_column(String(40))
+    value: Mapped[int] = mapped_column(Integer)
+    expected: Mapped[float | None] = mapped_column(Float, nullable=True)
+    probabilities: Mapped[dict] = mapped_column(JSON)
+    label_mass: Mapped[float] = mapped_column(Float)
+    scoring: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 
 class Rating(Base):

@@ -340,7 +340,8 @@ def participant_rows(session: Session, study_id: str | int) -> list[dict]:
     holder = {e.annotator_id: e for e in enrolments if e.annotator_id is not None}
     gold = {score.annotator: score.accuracy for score in gold_accuracy(session, study.slug)}
     rows = []
-    for annotator in session.scalars(select(Annotator).where(Annotator.study_id == study.id).order_by(Annotator.label)):
+    people = select(Annotator).where(Annotator.study_id == study.id, Annotator.kind == "human")
+    for annotator in session.scalars(people.order_by(Annotator.label)):
         done, total, passed, failed = pages[annotator.id]
         enrolment = holder.get(annotator.id)
         if (study.design or {}).get("enrolment") and enrolment is None:

@@ -1,7 +1,8 @@
 """Schema versions of the ratings database (alembic): a study that outlives an upgrade.
 
 Databases of earlier schemas are rebuilt from the history (the migration chain up to the
-revision: r0001 the first release, r0002 page_text; r0003, enrolment, is today's), filled
+revision: r0001 the first release, r0002 page_text, r0003 enrolment; r0004, model raters, is
+today's), filled
 with a study and its ratings, then upgraded by ``maxbench db upgrade``: every rating is
 kept. On SQLite and on the throwaway PostgreSQL server (skipped without initdb)."""
 
@@ -16,7 +17,7 @@ from maxbench.cli import main
 from maxbench.errors import MaxbenchError
 from maxbench.human_eval.store import migrate
 from maxbench.human_eval.store.db import _with_installed_driver, dispose_engines, engine_for, session_for
-from maxbench.human_eval.store.models import Assignment, Base, Enrolment, Rating, utcnow
+from maxbench.human_eval.store.models import Annotator, Assignment, Base, Enrolment, Rating, utcnow
 from maxbench.human_eval.studies.create import create_study
 from maxbench.human_eval.studies.export import long_format_rows
 from maxbench.human_eval.studies.options import StudyOptions
@@ -102,12 +103,15 @@ def test_a_new_database_is_stamped_at_head(url):
     assert version(url) == migrate.HEAD
 
 
-@pytest.mark.parametrize(("revision", "stamped"), [("0001", True), ("0001", False), ("0002", True), ("0002", False)])
+@pytest.mark.parametrize(
+    ("revision", "stamped"),
+    [("0001", True), ("0001", False), ("0002", True), ("0002", False), ("0003", True), ("0003", False)],
+)
 def test_upgrade_from_an_older_schema_keeps_every_rating(url, tmp_path, capsys, revision, stamped):
     created = build_old_database(url, tmp_path, revision, stamped)
     before = all_ratings(url)
     assert len(before) > 10
-    assert "enrolment" not in inspect(plain_engine(url)).get_table_names()
+    assert "judgment" not in inspect(plain_engine(url)).get_table_names()
 
     # Every command that opens the database, and the app, refuses the old schema in one line.
     assert main(["study", "list", "--db", url]) == 2
@@ -125,9 +129,11 @@ def test_upgrade_from_an_older_schema_keeps_every_rating(url, tmp_path, capsys, 
     assert f"from schema revision {revision} to {migrate.HEAD}" in capsys.readouterr().out
     assert all_ratings(url) == before
     assert version(url) == migrate.HEAD
-    assert {"page_text", "enrolment"} <= set(inspect(plain_engine(url)).get_table_names())
+    assert {"page_text", "enrolment", "judgment"} <= set(inspect(plain_engine(url)).get_table_names())
     with session_for(url) as s:
         assert len(long_format_rows(s, created.slug)) == len(before)
+        # every annotator from before is a person
+        assert {a.kind for a in s.scalars(select(Annotator))} == {"human"}
     assert main(["db", "upgrade", "--db", url]) == 0
     assert "nothing changed" in capsys.readouterr().out
 

@@ -84,6 +84,10 @@ def test_plan_from_pilot_ratings_estimates_cohens_d(cli, tmp_path):
         (["--pilot", "/nonexistent/pilot.csv"], "pilot ratings /nonexistent/pilot.csv not found"),
         (["--effect", "0.3", "--systems", "1"], "--systems must be at least 2"),
         (["--effect", "0.3", "--items", "5", "20"], "--items must be 14 or more"),
+        (["--effect", "0.3", "--judge-correlation", "0.5"], "--judge-correlation and --judged go with --width"),
+        (["--width", "0"], "--width and --sd must be positive"),
+        (["--width", "0.2", "--judge-correlation", "1.5"], "--judge-correlation 1.5 is not a correlation"),
+        (["--width", "0.2", "--judge-correlation", "0.5", "--judged", "0"], "--judged must be 1 or more"),
     ],
 )
 def test_bad_plan_input_is_one_line(cli, args, needle):
@@ -96,3 +100,16 @@ def test_best_worst_is_planned_from_three_systems(cli):
     assert rc == 0 and "tuples need 3 or more systems" in out and "\nbest-worst " not in out, err
     rc, out, err = cli(*"study plan --effect 0.8 --judgment best-worst --items 14 --n-sim 20 --systems 4".split())
     assert rc == 0 and "\nbest-worst  3" in out, err
+
+
+def test_plan_by_width_gives_fewer_human_texts_with_a_correlated_judge(cli):
+    """The people-only count is the normal interval's closed form; a judge of correlation r needs
+    about (1 - r^2) as many (unbounded judged texts), more when it rates fewer texts."""
+    rc, out, err = cli("study", "plan", "--width", "0.2", "--sd", "0.9", "--judge-correlation", "0.7")
+    assert rc == 0, err
+    alone = math.ceil((2 * norm.ppf(0.975) * 0.9 / 0.2) ** 2)
+    assert f"people only: {alone} human-rated texts" in out
+    with_judge = int(out.split("(PPI++): ")[1].split()[0])
+    assert with_judge == math.ceil(alone * (1 - 0.49)) or abs(with_judge - alone * 0.51) <= 1
+    rc, out, _ = cli("study", "plan", "--width", "0.2", "--sd", "0.9", "--judge-correlation", "0.7", "--judged", "200")
+    assert with_judge < int(out.split("(PPI++): ")[1].split()[0]) < alone

@@ -1,0 +1,127 @@
+"""Label probabilities from a model in this process (G-Eval's scoring, Liu et al. 2023).
+
+For one question (``template.Question``) the judge's answer is a distribution over the labels:
+
+- **single-token**: every label is one token of the judge's tokenizer. One forward pass over
+  the page; p(label) is the softmax of the last position's logits at the label's token.
+- **sequence**: some label is several tokens. The page followed by each label is scored in one
+  batch; p(label) = exp(sum of the label tokens' log-probabilities given the page and the
+  label's earlier tokens).
+
+``label_mass`` is the sum of these p(label): how much of the model's next-text probability the
+labels hold. The stored probabilities are p(label) / label_mass (normalised over the labels),
+the argmax is the label of largest probability (the first of equals), and on a scale the score
+is the expectation sum_l value(l) * p(l) / label_mass.
+
+A label the tokenizer turns into no token, or two labels with the same tokens, cannot be told
+apart by probabilities: ``label_tokens`` refuses them (MaxbenchError) before anything is judged.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from maxbench.errors import MaxbenchError
+from maxbench.human_eval.judges.template import render, template_hash
+
+SINGLE, SEQUENCE = "single-token", "sequence"
+
+
+@dataclass(frozen=True)
+class Scored:
+    probabilities: tuple[float, ...]  # normalised over the labels, in the labels' order
+    label_mass: float
+    scoring: str
+
+    def argmax(self) -> int:
+        return max(range(len(self.probabilities)), key=lambda i: (self.probabilities[i], -i))
+
+    def expectation(self, values: tuple[int, ...]) -> float:
+        return float(sum(v * p for v, p in zip(values, self.probabilities, strict=True)))
+
+
+def label_tokens(tokenizer, labels: tuple[str, ...], judge: str) -> list[list[int]]:
+    """Each label's token ids (no special tokens), refusing empty and identical ones."""
+    ids = [list(tokenizer(label, add_special_tokens=False)["input_ids"]) for label in labels]
+    for label, tokens in zip(labels, ids, strict=True):
+        if not tokens:
+            raise MaxbenchError(
+                f"judge {judge}: its tokenizer turns the label {label!r} into no token, so the label cannot be "
+                "scored; use a judge whose tokenizer keeps the rubric's labels (digits, letters); nothing was judged"
+            )
+    seen: dict[tuple, str] = {}
+    for label, tokens in zip(labels, ids, strict=True):
+        if tuple(tokens) in seen:
+            raise MaxbenchError(
+                f"judge {judge}: its tokenizer turns the labels {seen[tuple(tokens)]!r} and {label!r} into the same "
+                f"tokens {tokens}, so they cannot be told apart; use a judge whose tokenizer keeps them apart; "
+                "nothing was judged"
+            )
+        seen[tuple(tokens)] = label
+    return ids
+
+
+class InProcessJudge:
+    """A judge backend over a ``maxbench.systems.models.LoadedModel`` (its tokenizer and weights).
+
+    A backend has a ``name``, an ``identity()`` (what ``judge.identity`` hashes), ``prepare(labels)``
+    (checks the labels, once per label set, before anything is judged), ``score(page, prepared)``
+    and ``concurrency`` (units scored at once)."""
+
+    concurrency = 1
+
+    def __init__(self, loaded):
+        self.loaded = loaded
+        self.name = loaded.name
+
+    def identity(self) -> dict:
+        tok = self.loaded.tokenizer
+        chat = getattr(tok, "chat_template", None) or None
+        return {
+            "model": self.loaded.name,
+            "weights": self.loaded.hash,
+            "tokenizer": self.loaded.tokenizer_hash,
+            "template": template_hash(chat if isinstance(chat, str) else json.dumps(chat, sort_keys=True)),
+            "decoding": {
+                "method": "label-probabilities",
+                "framing": "chat-template" if chat else "plain",
+                "dtype": self.loaded.dtype,
+            },
+        }
+
+    def prepare(self, labels: tuple[str, ...]) -> list[list[int]]:
+        return label_tokens(self.loaded.tokenizer, labels, self.name)
+
+    def score(self, page: str, label_ids: list[list[int]]) -> Scored:
+        text, framed = render(page, self.loaded.tokenizer)
+        return self.score_text(text, framed, label_ids)
+
+    def score_text(self, text: str, framed: bool, label_ids: list[list[int]]) -> Scored:
+        import torch
+
+        tok, model = self.loaded.tokenizer, self.loaded.model
+        context = list(tok(text, add_special_tokens=not framed)["input_ids"])
+        device = next(model.parameters()).device
+        with torch.inference_mode():
+            if all(len(ids) == 1 for ids in label_ids):
+                logits = model(torch.tensor([context], device=device)).logits[0, -1].double()
+                logp = torch.log_softmax(logits, dim=-1)
+                label_logp = torch.stack([logp[ids[0]] for ids in label_ids])
+                scoring = SINGLE
+            else:
+                width = len(context) + max(len(ids) for ids in label_ids)
+                pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+                rows = [context + ids + [pad] * (width - len(context) - len(ids)) for ids in label_ids]
+                mask = [[1] * (len(context) + len(ids)) + [0] * (width - len(context) - len(ids)) for ids in label_ids]
+                out = model(torch.tensor(rows, device=device), attention_mask=torch.tensor(mask, device=device))
+                logp = torch.log_softmax(out.logits.double(), dim=-1)
+                sums = []
+                for r, ids in enumerate(label_ids):
+                    positions = range(len(context) - 1, len(context) - 1 + len(ids))
+                    sums.append(sum(logp[r, p, t] for p, t in zip(positions, ids, strict=True)))
+                label_logp = torch.stack(sums)
+                scoring = SEQUENCE
+        mass = float(torch.exp(label_logp).sum())
+        probs = torch.softmax(label_logp, dim=0)
+        return Scored(tuple(float(p) for p in probs), mass, scoring)
