@@ -6,7 +6,6 @@
 (function () {
   const D = JSON.parse(document.getElementById("maxbench-data").textContent);
   const LB = D.leaderboard;
-  const NO_SCALE = ["ppl", "ref-eps-ppl", "ref-ppl", "kld", "uniq", "sacrebleu"];
   const chunks = {};
   const waiting = {};
 
@@ -30,13 +29,31 @@
     if (text !== undefined) e.textContent = text;
     return e;
   }
-  function scaleOf(col) { return col.startsWith("human:") || NO_SCALE.includes(col) ? 1 : 100; }
+  // how a score is shown is the metric's declaration (its ScoreInfo), carried in LB.meta: no list here
+  function metaOf(col) { return LB.meta[col] || {}; }
+  function metaScale(col) { const s = metaOf(col).scale; return typeof s === "number" ? s : 1; }
   function fmt(v, col) {
     if (v === null || v === undefined) return "n/a";
-    const x = v * scaleOf(col);
-    return col === "uniq" ? x.toFixed(0) : x.toFixed(2);
+    const d = metaOf(col).digits;
+    return (v * metaScale(col)).toFixed(typeof d === "number" ? d : 2);
   }
   function colName(col) { return col.startsWith("human:") ? col.slice(6) + " (human)" : col; }
+  const HUMAN_ROW = LB.rows.find((r) => r.human) || null;
+  function goalOf(col) { const g = metaOf(col).goal; return g || (metaOf(col).higher_is_better === false ? "lower" : "higher"); }
+  function goalArrow(col) { return { higher: "↑", lower: "↓", human: "≈" }[goalOf(col)]; }
+  function goalText(col) {
+    const g = metaOf(col).goal;
+    const t = { higher: "higher is better", lower: "lower is better", human: "closest to the human row is better" }[goalOf(col)];
+    return g ? t : t + " (no goal declared: the metric's direction)";
+  }
+  // the sort key of a cell: its value, or for a closest-to-human score its distance to the human row
+  function sortValue(r, col) {
+    const v = (r.cells[col] || {}).v;
+    if (v === null || v === undefined) return null;
+    if (goalOf(col) !== "human") return v;
+    const h = HUMAN_ROW && (HUMAN_ROW.cells[col] || {}).v;
+    return h === null || h === undefined ? null : Math.abs(v - h);
+  }
   // a system name wraps only after "/" or ",", never inside a model name such as "smollm2-135m"
   function breakable(s) { return s.split(/(?<=[\/,])/).flatMap((part) => [el("span", { class: "nw" }, part), el("wbr")]); }
   // a system's label: its layer and decoding, and its model part too when the systems differ in it
@@ -55,9 +72,11 @@
     for (const s of document.querySelectorAll(".view")) s.hidden = s.id !== "view-" + view;
     if (view === "prompts" && !state.selected) selectPrompt(filtered()[0]);
     if (view === "plots") drawPlots();
+    if (view === "frontiers") drawFrontiers();
   }
   for (const b of document.querySelectorAll("#views button")) b.addEventListener("click", () => show(b.dataset.view));
   if (D.study) document.querySelector('#views button[data-view="humans"]').hidden = false;
+  if (D.frontiers) document.querySelector('#views button[data-view="frontiers"]').hidden = false;
   for (const w of D.warnings) document.getElementById("warnings").append(el("div", {}, "Partial view: ", u(w)));
 
   // ------------------------------------------------------------ leaderboard
@@ -90,9 +109,9 @@
     }
     const head = el("tr", {}, el("th", { class: "left" }, "system"));
     for (const c of cols) {
-      const arrow = LB.meta[c].higher_is_better === false ? "↓" : "↑";
-      const th = el("th", { scope: "col", "data-col": c, title: colName(c) + ": " + (arrow === "↑" ? "higher" : "lower") + " is better" },
-        el("button", { type: "button", onclick: () => { state.dir = state.sort === c ? -state.dir : (LB.meta[c].higher_is_better === false ? 1 : -1); state.sort = c; drawBoard(); } }, colName(c) + " " + arrow));
+      const arrow = goalArrow(c);
+      const th = el("th", { scope: "col", "data-col": c, "data-goal": goalOf(c), title: (metaOf(c).display || colName(c)) + ": " + goalText(c) },
+        el("button", { type: "button", onclick: () => { state.dir = state.sort === c ? -state.dir : (goalOf(c) === "higher" ? -1 : 1); state.sort = c; drawBoard(); } }, colName(c) + " " + arrow));
       if (state.sort === c) th.setAttribute("aria-sort", state.dir > 0 ? "ascending" : "descending");
       head.append(th);
     }
@@ -102,8 +121,9 @@
     if (state.sort) {
       const key = state.sort;
       rows.sort(([a, i], [b, j]) => {
+        if (a.human || b.human) return a.human ? (b.human ? i - j : -1) : 1;  // the human row stays first
         if (LB.grouped && a.model !== b.model) return i - j;
-        const va = (a.cells[key] || {}).v, vb = (b.cells[key] || {}).v;
+        const va = sortValue(a, key), vb = sortValue(b, key);
         if (va === null || va === undefined) return 1;
         if (vb === null || vb === undefined) return -1;
         return state.dir * (va - vb) || i - j;
@@ -111,11 +131,11 @@
     }
     let model = null;
     for (const [r] of rows) {
-      if (LB.grouped && r.model !== model) {
+      if (LB.grouped && !r.human && r.model !== model) {
         model = r.model;
         body.append(el("tr", { class: "group" }, el("td", { colspan: cols.length + 1 }, "base model: ", u(r.model))));
       }
-      const tr = el("tr", { "data-system": r.system }, el("td", { class: "sys", title: r.system },
+      const tr = el("tr", { "data-system": r.system, class: r.human ? "human" : null }, el("td", { class: "sys", title: r.human ? r.signature || r.system : r.system },
         el("bdi", { class: "u" }, ...breakable(r.label)), r.partial ? el("span", { class: "badge" }, "partial " + r.coverage[0] + "/" + r.coverage[1]) : null));
       for (const c of cols) {
         const e = r.cells[c];
@@ -130,9 +150,17 @@
     const base = LB.baselines.length ? ["the baseline ", ...LB.baselines.flatMap((b, k) => k ? [", ", u(b)] : [u(b)])] : ["no baseline"];
     const note = document.getElementById("board-note");
     note.textContent = "";
-    note.append("Scores ×100 except sacreBLEU, PPL, KLD, Uniq and human ratings; " +
+    const asIs = LB.columns.filter((c) => metaScale(c) === 1 && !c.startsWith("human:")).map((c) => metaOf(c).display || c);
+    const closest = LB.columns.filter((c) => goalOf(c) === "human").map((c) => metaOf(c).display || c);
+    const undeclared = LB.columns.filter((c) => !metaOf(c).goal).map((c) => metaOf(c).display || c);
+    note.append("Scores ×100 except " + (asIs.length ? asIs.join(", ") + " and " : "") + "human ratings (as computed); " +
       "[95% interval]; bold = best in column" + (LB.grouped ? " within its base model" : "") +
-      "; * p < 0.05, ** p < 0.01 (paired permutation test against ", ...base, "). Click a header to sort; " +
+      ": ↑ highest, ↓ lowest" + (closest.length ? ", ≈ closest to the human row (" + closest.join(", ") + ")" : "") +
+      (undeclared.length ? "; no goal declared, so by the metric's direction: " + undeclared.join(", ") : "") +
+      "; * p < 0.05, ** p < 0.01 (paired permutation test against ", ...base,
+      (closest.length && HUMAN_ROW ? "; for ≈ scores the test is of the distance to the human row, |system − human| − |baseline − human|, prompts resampled jointly for system, baseline and references, and 'closer' or 'farther' says which way" : "") +
+      "). " + (HUMAN_ROW ? "The first row is the suite's references scored as a system's texts (" + (HUMAN_ROW.signature || "") + "); n/a where a metric compares with the references. " : "") +
+      "Click a header to sort; " +
       "the buttons above switch between the compact view, one metric family and all " + LB.columns.length + " metrics.");
   }
 
@@ -180,7 +208,7 @@
       if (q && !(p.key.toLowerCase().includes(q) || p.head.toLowerCase().includes(q) || (searchText[i] || "").includes(q))) return false;
       if (flag === "rated" && !p.rated) return false;
       if (flag && flag !== "rated" && !p.flags.some((f) => f.includes(flag))) return false;
-      if (m) { const d = diffOf(p, m); if (d === null || Math.abs(d) * scaleOf(m) < min) return false; }
+      if (m) { const d = diffOf(p, m); if (d === null || Math.abs(d) * metaScale(m) < min) return false; }
       return true;
     });
   }
@@ -196,7 +224,7 @@
       const li = el("li", { "data-key": p.key, "aria-selected": String(state.selected === i), onclick: () => selectPrompt(i) },
         el("b", {}, u(p.key), " "), u(p.head.slice(0, 90)),
         ...flags.map((f) => el("span", { class: "badge" }, u(f))), p.rated ? el("span", { class: "badge rated" }, "rated") : null,
-        m && diffOf(p, m) !== null ? el("span", { class: "badge" }, "Δ " + (diffOf(p, m) * scaleOf(m)).toFixed(2)) : null);
+        m && diffOf(p, m) !== null ? el("span", { class: "badge" }, "Δ " + (diffOf(p, m) * metaScale(m)).toFixed(2)) : null);
       list.append(li);
     }
   }
@@ -313,7 +341,7 @@
     const pts = LB.rows.map((r, i) => [r, i]).filter(([r]) => r.cells[xcol] && r.cells[ycol] && r.cells[xcol].v !== null && r.cells[ycol].v !== null);
     if (pts.length === 0) return null;
     const W = 620, H = 400, m = { l: 60, r: 20, t: 16, b: 44 };
-    const sx = scaleOf(xcol), sy = scaleOf(ycol);
+    const sx = metaScale(xcol), sy = metaScale(ycol);
     const xs = pts.flatMap(([r]) => [r.cells[xcol].lo ?? r.cells[xcol].v, r.cells[xcol].hi ?? r.cells[xcol].v].map((v) => v * sx));
     const ys = pts.flatMap(([r]) => [r.cells[ycol].lo ?? r.cells[ycol].v, r.cells[ycol].hi ?? r.cells[ycol].v].map((v) => v * sy));
     const svg = sv("svg", { width: W, height: H, role: "img", "aria-label": title });
@@ -375,6 +403,73 @@
     for (const f of [scatter("self-bleu-4", "bleu-4", "Quality-diversity trade-off"), lambdaSweep(),
       curves("entropy", "Per-step entropy", "entropy (nats)"), curves("p_chosen", "Per-step probability of the chosen token", "p(chosen)"),
       curves("support", "Per-step support size", "tokens with p > 0")]) if (f) box.append(f);
+  }
+
+  // ------------------------------------------------------------ frontiers (maxbench frontier's data)
+  let frontiersDrawn = false;
+  const GOAL_TEXT = { higher: "higher is better", lower: "lower is better", closest: "closest to human is best" };
+  function num4(v) { return v === null || v === undefined ? "n/a" : String(+v.toPrecision(4)); }
+  function ciText(ci) { return ci ? " [" + num4(ci[0]) + ", " + num4(ci[1]) + "]" : ""; }
+  function frontierPlot(p) {
+    const pts = p.curves.flatMap((c) => c.points.filter((q) => q.x !== null && q.y !== null));
+    if (!pts.length) return el("p", { class: "note" }, "No point has both scores.");
+    const W = 660, H = 430, m = { l: 64, r: 20, t: 16, b: 44 }, rows = Math.ceil((p.curves.length + 1) / 2);
+    const xs = pts.flatMap((q) => q.x_ci ? [q.x_ci[0], q.x_ci[1]] : [q.x]);
+    const ys = pts.flatMap((q) => q.y_ci ? [q.y_ci[0], q.y_ci[1]] : [q.y]);
+    const human = p.human && p.human[0] !== null && p.human[1] !== null ? p.human : null;
+    if (human) { xs.push(human[0]); ys.push(human[1]); }
+    const svg = sv("svg", { width: W, height: H + 8 + 18 * rows, role: "img", "aria-label": p.quality + " against " + p.match });
+    const [X, Y] = axes(svg, W, H, m, range(xs, 0.06), range(ys, 0.06), p.match, p.quality + " (" + GOAL_TEXT[p.goal] + ")");
+    if (p.target !== null) svg.append(sv("line", { x1: X(p.target), x2: X(p.target), y1: m.t, y2: H - m.b, stroke: "#777", "stroke-dasharray": "4 3" }));
+    const legend = (k, col, name, star) => {
+      const lx = m.l + (k % 2) * (W - m.l - m.r) / 2, ly = H + 8 + 18 * Math.floor(k / 2);
+      if (star) svg.append(sv("text", { x: lx + 11, y: ly + 15, "text-anchor": "middle" }, "★"));
+      else svg.append(sv("line", { class: "swatch", x1: lx, x2: lx + 22, y1: ly + 9, y2: ly + 9, stroke: col, "stroke-width": 3 }));
+      svg.append(sv("text", { class: "legend", x: lx + 28, y: ly + 13 }, name));
+    };
+    p.curves.forEach((c, i) => {
+      const col = COLORS[i % COLORS.length], ok = c.points.filter((q) => q.x !== null && q.y !== null);
+      svg.append(sv("polyline", { points: ok.map((q) => X(q.x) + "," + Y(q.y)).join(" "), fill: "none", stroke: col, "stroke-width": 1.5 }));
+      for (const q of ok) {
+        if (q.x_ci) svg.append(sv("line", { x1: X(q.x_ci[0]), x2: X(q.x_ci[1]), y1: Y(q.y), y2: Y(q.y), stroke: col }));
+        if (q.y_ci) svg.append(sv("line", { x1: X(q.x), x2: X(q.x), y1: Y(q.y_ci[0]), y2: Y(q.y_ci[1]), stroke: col }));
+        const dot = sv("circle", { cx: X(q.x), cy: Y(q.y), r: 3.5, fill: col });
+        dot.append(sv("title", {}, q.system + ": " + p.match + " " + num4(q.x) + ", " + p.quality + " " + num4(q.y)));
+        svg.append(dot, sv("text", { class: "tick", x: X(q.x) + 5, y: Y(q.y) - 5, fill: col }, String(q.value)));
+      }
+      legend(i, col, c.name + " (" + c.knob + ")", false);
+    });
+    if (human) {
+      svg.append(sv("text", { x: X(human[0]), y: Y(human[1]) + 7, "text-anchor": "middle", "font-size": 20 }, "★"));
+      legend(p.curves.length, "#000", "human (references)", true);
+    }
+    return svg;
+  }
+  function frontierTable(head, rows) {
+    return el("div", { class: "scroll" }, el("table", {}, el("thead", {}, el("tr", {}, ...head.map((h, k) => el("th", { class: k < 2 ? "left" : null }, h)))),
+      el("tbody", {}, ...rows.map((r) => el("tr", {}, ...r.map((c, k) => el("td", { class: k < 2 ? "sys" : "num" }, typeof c === "string" && k < 2 ? u(c) : c)))))));
+  }
+  function drawFrontiers() {
+    if (frontiersDrawn || !D.frontiers) return;
+    frontiersDrawn = true;
+    const box = document.getElementById("frontiers");
+    for (const run of D.frontiers) {
+      for (const p of run.planes) {
+        box.append(figure(run.run_id + ": " + p.quality + " against " + p.match,
+          "Each sweep in its knob's order (the knob's value beside each point); bars are 95% intervals" +
+          (p.target === null ? "." : "; the dashed line is the matched value " + num4(p.target) + " (" + p.target_source + ")."), frontierPlot(p)));
+        box.append(el("h3", {}, "Matched comparisons against ", u(p.against)));
+        if (p.target === null) box.append(el("p", { class: "note" }, "No matched value: the run has no human row (maxbench frontier RUN --match VALUE compares at a value given)."));
+        else box.append(frontierTable(["sweep", "against", "difference in " + p.quality + " at " + p.match + " " + num4(p.target) + " [95%]"], p.matched.map((m) => [m.a, m.b,
+          m.overlap ? m.differences.map((d) => num4(d.estimate) + ciText(d.ci)).join("; ") : "no overlap"])));
+        box.append(el("h3", {}, "Dominance over the shared range of " + p.match));
+        box.append(frontierTable(["sweep", "against", "dominance"], p.dominance.map((d) => [d.a, d.b, d.verdict])));
+        const k = Math.max(...Object.values(p.budget).map((v) => v.length));
+        box.append(el("h3", {}, "Tuning budget: expected best " + p.quality + " of N points"));
+        box.append(frontierTable(["sweep", ...Array.from({ length: k }, (_, n) => "N=" + (n + 1))],
+          Object.entries(p.budget).map(([name, v]) => [name, ...Array.from({ length: k }, (_, n) => n < v.length ? num4(v[n]) : "")])));
+      }
+    }
   }
 
   // ------------------------------------------------------------ metrics vs humans
