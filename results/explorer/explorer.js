@@ -467,7 +467,8 @@
         const k = Math.max(...Object.values(p.budget).map((v) => v.length));
         box.append(el("h3", {}, "Tuning budget: expected best " + p.quality + " of N points"));
         box.append(frontierTable(["sweep", ...Array.from({ length: k }, (_, n) => "N=" + (n + 1))],
-          Object.entries(p.budget).map(([name, v]) => [name, ...Array.from({ length: k }, (_, n) => n < v.length ? num4(v[n]) : "")])));
+          Object.entries(p.budget).map(([name, v]) => [name, ...Array.from({ length: k }, (_, n) => n < v.length ? num4(v[n]) + ciText(((p.budget_ci || {})[name] || [])[n]) : "")])));
+        box.append(el("p", { class: "note" }, "Each cell: the expected best of N points drawn at random from the sweep, with its 95% interval (prompts resampled jointly for every point, the points re-ranked in each resample)."));
       }
     }
   }

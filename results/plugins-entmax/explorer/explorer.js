@@ -72,9 +72,11 @@
     for (const s of document.querySelectorAll(".view")) s.hidden = s.id !== "view-" + view;
     if (view === "prompts" && !state.selected) selectPrompt(filtered()[0]);
     if (view === "plots") drawPlots();
+    if (view === "frontiers") drawFrontiers();
   }
   for (const b of document.querySelectorAll("#views button")) b.addEventListener("click", () => show(b.dataset.view));
   if (D.study) document.querySelector('#views button[data-view="humans"]').hidden = false;
+  if (D.frontiers) document.querySelector('#views button[data-view="frontiers"]').hidden = false;
   for (const w of D.warnings) document.getElementById("warnings").append(el("div", {}, "Partial view: ", u(w)));
 
   // ------------------------------------------------------------ leaderboard
@@ -401,6 +403,74 @@
     for (const f of [scatter("self-bleu-4", "bleu-4", "Quality-diversity trade-off"), lambdaSweep(),
       curves("entropy", "Per-step entropy", "entropy (nats)"), curves("p_chosen", "Per-step probability of the chosen token", "p(chosen)"),
       curves("support", "Per-step support size", "tokens with p > 0")]) if (f) box.append(f);
+  }
+
+  // ------------------------------------------------------------ frontiers (maxbench frontier's data)
+  let frontiersDrawn = false;
+  const GOAL_TEXT = { higher: "higher is better", lower: "lower is better", closest: "closest to human is best" };
+  function num4(v) { return v === null || v === undefined ? "n/a" : String(+v.toPrecision(4)); }
+  function ciText(ci) { return ci ? " [" + num4(ci[0]) + ", " + num4(ci[1]) + "]" : ""; }
+  function frontierPlot(p) {
+    const pts = p.curves.flatMap((c) => c.points.filter((q) => q.x !== null && q.y !== null));
+    if (!pts.length) return el("p", { class: "note" }, "No point has both scores.");
+    const W = 660, H = 430, m = { l: 64, r: 20, t: 16, b: 44 }, rows = Math.ceil((p.curves.length + 1) / 2);
+    const xs = pts.flatMap((q) => q.x_ci ? [q.x_ci[0], q.x_ci[1]] : [q.x]);
+    const ys = pts.flatMap((q) => q.y_ci ? [q.y_ci[0], q.y_ci[1]] : [q.y]);
+    const human = p.human && p.human[0] !== null && p.human[1] !== null ? p.human : null;
+    if (human) { xs.push(human[0]); ys.push(human[1]); }
+    const svg = sv("svg", { width: W, height: H + 8 + 18 * rows, role: "img", "aria-label": p.quality + " against " + p.match });
+    const [X, Y] = axes(svg, W, H, m, range(xs, 0.06), range(ys, 0.06), p.match, p.quality + " (" + GOAL_TEXT[p.goal] + ")");
+    if (p.target !== null) svg.append(sv("line", { x1: X(p.target), x2: X(p.target), y1: m.t, y2: H - m.b, stroke: "#777", "stroke-dasharray": "4 3" }));
+    const legend = (k, col, name, star) => {
+      const lx = m.l + (k % 2) * (W - m.l - m.r) / 2, ly = H + 8 + 18 * Math.floor(k / 2);
+      if (star) svg.append(sv("text", { x: lx + 11, y: ly + 15, "text-anchor": "middle" }, "★"));
+      else svg.append(sv("line", { class: "swatch", x1: lx, x2: lx + 22, y1: ly + 9, y2: ly + 9, stroke: col, "stroke-width": 3 }));
+      svg.append(sv("text", { class: "legend", x: lx + 28, y: ly + 13 }, name));
+    };
+    p.curves.forEach((c, i) => {
+      const col = COLORS[i % COLORS.length], ok = c.points.filter((q) => q.x !== null && q.y !== null);
+      svg.append(sv("polyline", { points: ok.map((q) => X(q.x) + "," + Y(q.y)).join(" "), fill: "none", stroke: col, "stroke-width": 1.5 }));
+      for (const q of ok) {
+        if (q.x_ci) svg.append(sv("line", { x1: X(q.x_ci[0]), x2: X(q.x_ci[1]), y1: Y(q.y), y2: Y(q.y), stroke: col }));
+        if (q.y_ci) svg.append(sv("line", { x1: X(q.x), x2: X(q.x), y1: Y(q.y_ci[0]), y2: Y(q.y_ci[1]), stroke: col }));
+        const dot = sv("circle", { cx: X(q.x), cy: Y(q.y), r: 3.5, fill: col });
+        dot.append(sv("title", {}, q.system + ": " + p.match + " " + num4(q.x) + ", " + p.quality + " " + num4(q.y)));
+        svg.append(dot, sv("text", { class: "tick", x: X(q.x) + 5, y: Y(q.y) - 5, fill: col }, String(q.value)));
+      }
+      legend(i, col, c.name + " (" + c.knob + ")", false);
+    });
+    if (human) {
+      svg.append(sv("text", { x: X(human[0]), y: Y(human[1]) + 7, "text-anchor": "middle", "font-size": 20 }, "★"));
+      legend(p.curves.length, "#000", "human (references)", true);
+    }
+    return svg;
+  }
+  function frontierTable(head, rows) {
+    return el("div", { class: "scroll" }, el("table", {}, el("thead", {}, el("tr", {}, ...head.map((h, k) => el("th", { class: k < 2 ? "left" : null }, h)))),
+      el("tbody", {}, ...rows.map((r) => el("tr", {}, ...r.map((c, k) => el("td", { class: k < 2 ? "sys" : "num" }, typeof c === "string" && k < 2 ? u(c) : c)))))));
+  }
+  function drawFrontiers() {
+    if (frontiersDrawn || !D.frontiers) return;
+    frontiersDrawn = true;
+    const box = document.getElementById("frontiers");
+    for (const run of D.frontiers) {
+      for (const p of run.planes) {
+        box.append(figure(run.run_id + ": " + p.quality + " against " + p.match,
+          "Each sweep in its knob's order (the knob's value beside each point); bars are 95% intervals" +
+          (p.target === null ? "." : "; the dashed line is the matched value " + num4(p.target) + " (" + p.target_source + ")."), frontierPlot(p)));
+        box.append(el("h3", {}, "Matched comparisons against ", u(p.against)));
+        if (p.target === null) box.append(el("p", { class: "note" }, "No matched value: the run has no human row (maxbench frontier RUN --match VALUE compares at a value given)."));
+        else box.append(frontierTable(["sweep", "against", "difference in " + p.quality + " at " + p.match + " " + num4(p.target) + " [95%]"], p.matched.map((m) => [m.a, m.b,
+          m.overlap ? m.differences.map((d) => num4(d.estimate) + ciText(d.ci)).join("; ") : "no overlap"])));
+        box.append(el("h3", {}, "Dominance over the shared range of " + p.match));
+        box.append(frontierTable(["sweep", "against", "dominance"], p.dominance.map((d) => [d.a, d.b, d.verdict])));
+        const k = Math.max(...Object.values(p.budget).map((v) => v.length));
+        box.append(el("h3", {}, "Tuning budget: expected best " + p.quality + " of N points"));
+        box.append(frontierTable(["sweep", ...Array.from({ length: k }, (_, n) => "N=" + (n + 1))],
+          Object.entries(p.budget).map(([name, v]) => [name, ...Array.from({ length: k }, (_, n) => n < v.length ? num4(v[n]) + ciText(((p.budget_ci || {})[name] || [])[n]) : "")])));
+        box.append(el("p", { class: "note" }, "Each cell: the expected best of N points drawn at random from the sweep, with its 95% interval (prompts resampled jointly for every point, the points re-ranked in each resample)."));
+      }
+    }
   }
 
   // ------------------------------------------------------------ metrics vs humans
