@@ -160,6 +160,15 @@ def db_url(request, tmp_path):
 
 
 @pytest.fixture
+def sqlite_url(tmp_path):
+    """A fresh, empty SQLite rating database (for tests that need one backend only)."""
+    yield f"sqlite:///{tmp_path / 'ratings.sqlite3'}"
+    from maxbench.human_eval.store.db import dispose_engines
+
+    dispose_engines()
+
+
+@pytest.fixture
 def umask_022():
     old = os.umask(0o022)
     yield

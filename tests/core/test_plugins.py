@@ -15,6 +15,7 @@ import pytest
 import maxbench
 from maxbench import plugins
 from maxbench.errors import MaxbenchError
+from tests.support.plugin_files import UNIQ2
 from tests.support.plugin_study import (
     STUDY_OPTIONS,
     assert_rated_against_the_baseline,
@@ -41,27 +42,6 @@ class Softmax2(OutputLayer):
 maxbench.register_layer(Softmax2)
 '''
 
-UNIQ2 = """
-from dataclasses import replace
-
-import maxbench
-from maxbench.benchmark.metrics.base import NONNEGATIVE
-from maxbench.benchmark.metrics.diversity import Uniq
-
-
-class Uniq2(Uniq):
-    name = "uniq2"
-
-    @property
-    def score_ranges(self):
-        return {"uniq2": NONNEGATIVE}
-
-    def result(self, scores, notes=""):
-        return super().result([replace(s, name="uniq2") for s in scores], notes)
-
-
-maxbench.register_metric(Uniq2)
-"""
 
 #: a subclass of a built-in metric that keeps the built-in's score name
 UNIQ_SAME_NAME = """

@@ -9,30 +9,9 @@ import json
 import pytest
 
 from maxbench.benchmark.commands import score as score_command
+from tests.support.plugin_files import UNIQ2
 
 pytestmark = pytest.mark.usefixtures("no_plugins")
-
-UNIQ2 = """
-from dataclasses import replace
-
-import maxbench
-from maxbench.benchmark.metrics.base import NONNEGATIVE
-from maxbench.benchmark.metrics.diversity import Uniq
-
-
-class Uniq2(Uniq):
-    name = "uniq2"
-
-    @property
-    def score_ranges(self):
-        return {"uniq2": NONNEGATIVE}
-
-    def result(self, scores, notes=""):
-        return super().result([replace(s, name="uniq2") for s in scores], notes)
-
-
-maxbench.register_metric(Uniq2)
-"""
 
 
 @pytest.fixture

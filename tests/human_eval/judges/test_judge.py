@@ -15,49 +15,39 @@ from maxbench.cli import main
 from maxbench.human_eval.judges.judge import identity, judge_study
 from maxbench.human_eval.judges.scoring import InProcessJudge
 from maxbench.human_eval.judges.template import questions, render
-from maxbench.human_eval.store.db import dispose_engines, session_for
+from maxbench.human_eval.store.db import session_for
 from maxbench.human_eval.store.models import Annotator, Item, Judgment, Study, utcnow
 from maxbench.human_eval.studies.create import create_study
 from maxbench.human_eval.studies.export import long_format_rows, participant_rows
 from maxbench.human_eval.studies.options import StudyOptions
 from maxbench.human_eval.studies.rubrics import load_rubric
 from maxbench.human_eval.testing.participants import SYSTEMS, write_run
-from maxbench.systems.models import load_model
 
 THREE = [*SYSTEMS, "tiny/sparsemax/top_p=0.9"]
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    return load_model("tiny-random", device="cpu", threads=1)
-
-
-@pytest.fixture
-def url(tmp_path):
-    yield f"sqlite:///{tmp_path / 'ratings.sqlite3'}"
-    dispose_engines()
-
-
-def make(url, tmp_path, rubric, systems=SYSTEMS, items=3, **options):
+def make(sqlite_url, tmp_path, rubric, systems=SYSTEMS, items=3, **options):
     run = write_run(tmp_path / "run", systems, 8, text_for=lambda s, i: f" and {s.split('/')[1][:5]} said {i} things.")
     opts = {"items_per_system": items, "raters_per_item": 1, "attention_rate": 0.0, "seed": 2} | options
-    with session_for(url, create=True) as s:
+    with session_for(sqlite_url, create=True) as s:
         return create_study(s, run, load_rubric(rubric), StudyOptions(**opts)).slug
 
 
-def judgments(url):
-    with session_for(url) as s:
+def judgments(sqlite_url):
+    with session_for(sqlite_url) as s:
         return s.scalars(select(Judgment).order_by(Judgment.id)).all()
 
 
-def test_expected_likert_score_is_the_hand_computed_expectation_over_label_token_probabilities(url, tmp_path, tiny):
-    slug = make(url, tmp_path, "fluency")
-    with session_for(url) as s:
+def test_expected_likert_score_is_the_hand_computed_expectation_over_label_token_probabilities(
+    sqlite_url, tmp_path, tiny
+):
+    slug = make(sqlite_url, tmp_path, "fluency")
+    with session_for(sqlite_url) as s:
         summary = judge_study(s, slug, InProcessJudge(tiny), log=None)
-        item = s.get(Item, judgments(url)[0].item_id)
+        item = s.get(Item, judgments(sqlite_url)[0].item_id)
         rubric = load_rubric("fluency")
     assert summary.judged == 6 and summary.scoring == {"single-token"}
-    row = judgments(url)[0]
+    row = judgments(sqlite_url)[0]
     page = questions(rubric, item.prompt, [item.text])[0].page
     # By hand: tiny-random's tokenizer is byte-level, so the label "3" is the vocabulary entry "3".
     context = tiny.tokenizer(render(page, tiny.tokenizer)[0])["input_ids"]
@@ -73,11 +63,11 @@ def test_expected_likert_score_is_the_hand_computed_expectation_over_label_token
     assert row.probabilities == pytest.approx({str(v): q / mass for v, q in p.items()}, rel=1e-9)
 
 
-def test_direct_assessment_scores_multi_token_labels_as_sequences(url, tmp_path, tiny):
-    slug = make(url, tmp_path, "direct-quality", items=1)
-    with session_for(url) as s:
+def test_direct_assessment_scores_multi_token_labels_as_sequences(sqlite_url, tmp_path, tiny):
+    slug = make(sqlite_url, tmp_path, "direct-quality", items=1)
+    with session_for(sqlite_url) as s:
         summary = judge_study(s, slug, InProcessJudge(tiny), log=None)
-    rows = judgments(url)
+    rows = judgments(sqlite_url)
     assert summary.scoring == {"sequence"} and {r.scoring for r in rows} == {"sequence"}
     for r in rows:
         assert list(r.probabilities) == [str(v) for v in range(0, 101, 10)]
@@ -86,13 +76,13 @@ def test_direct_assessment_scores_multi_token_labels_as_sequences(url, tmp_path,
         assert r.expected == pytest.approx(sum(int(k) * p for k, p in r.probabilities.items()))
 
 
-def test_sequence_scores_are_the_hand_computed_products_of_each_label_tokens_probabilities(url, tmp_path, tiny):
+def test_sequence_scores_are_the_hand_computed_products_of_each_label_tokens_probabilities(sqlite_url, tmp_path, tiny):
     """ "100" is three tokens of tiny-random: p("100") = p("1") p("0" | "1") p("0" | "10"), each
     from its own forward pass here (the judge scores all labels in one right-padded batch)."""
-    slug = make(url, tmp_path, "direct-quality", items=1)
-    with session_for(url) as s:
+    slug = make(sqlite_url, tmp_path, "direct-quality", items=1)
+    with session_for(sqlite_url) as s:
         judge_study(s, slug, InProcessJudge(tiny), log=None, limit=1)
-        row = judgments(url)[0]
+        row = judgments(sqlite_url)[0]
         item = s.get(Item, row.item_id)
     page = questions(load_rubric("direct-quality"), item.prompt, [item.text])[0].page
     context = tiny.tokenizer(render(page, tiny.tokenizer)[0])["input_ids"]
@@ -112,12 +102,12 @@ def test_sequence_scores_are_the_hand_computed_products_of_each_label_tokens_pro
     assert row.expected == pytest.approx(sum(int(k) * v / mass for k, v in p.items()), rel=1e-6)
 
 
-def test_pairwise_units_are_judged_in_both_orders_and_counted(url, tmp_path, tiny):
-    slug = make(url, tmp_path, "pairwise-quality", systems=THREE, items=2)
-    with session_for(url) as s:
+def test_pairwise_units_are_judged_in_both_orders_and_counted(sqlite_url, tmp_path, tiny):
+    slug = make(sqlite_url, tmp_path, "pairwise-quality", systems=THREE, items=2)
+    with session_for(sqlite_url) as s:
         summary = judge_study(s, slug, InProcessJudge(tiny), log=None)
         codes = {i.id: i.code for i in s.scalars(select(Item))}
-    rows = judgments(url)
+    rows = judgments(sqlite_url)
     # 2 prompts x 3 pairs of systems x 2 orders, one criterion
     assert summary.units == summary.judged == len(rows) == 12
     shown = Counter(tuple(r.items) for r in rows)
@@ -127,26 +117,26 @@ def test_pairwise_units_are_judged_in_both_orders_and_counted(url, tmp_path, tin
     assert {r.value for r in rows} <= {0, 1, 2} and all(set(r.probabilities) == {"A", "B", "T"} for r in rows)
 
 
-def test_best_worst_tuples_are_the_pages_and_best_differs_from_worst(url, tmp_path, tiny):
-    slug = make(url, tmp_path, "best-worst-quality", systems=THREE, items=2)
-    with session_for(url) as s:
+def test_best_worst_tuples_are_the_pages_and_best_differs_from_worst(sqlite_url, tmp_path, tiny):
+    slug = make(sqlite_url, tmp_path, "best-worst-quality", systems=THREE, items=2)
+    with session_for(sqlite_url) as s:
         judge_study(s, slug, InProcessJudge(tiny), log=None)
     by_unit = {}
-    for r in judgments(url):
+    for r in judgments(sqlite_url):
         by_unit.setdefault(r.unit, {})[r.criterion] = r.value
     assert by_unit and all(set(v) == {"overall_best", "overall_worst"} for v in by_unit.values())
     assert all(v["overall_best"] != v["overall_worst"] for v in by_unit.values())
 
 
-def test_a_judge_is_a_model_rater_left_out_of_every_human_export(url, tmp_path, tiny, capsys):
-    slug = make(url, tmp_path, "posg-lm")
-    with session_for(url) as s:
+def test_a_judge_is_a_model_rater_left_out_of_every_human_export(sqlite_url, tmp_path, tiny, capsys):
+    slug = make(sqlite_url, tmp_path, "posg-lm")
+    with session_for(sqlite_url) as s:
         before_rows = long_format_rows(s, slug)
         before_people = participant_rows(s, slug)
-    assert main(["judge", slug, "--judge", "tiny-random", "--threads", "1", "--db", url]) == 0
+    assert main(["judge", slug, "--judge", "tiny-random", "--threads", "1", "--db", sqlite_url]) == 0
     out = capsys.readouterr().out
     assert "12 units judged now" not in out and "6 units judged now, 0 before, of 6" in out
-    with session_for(url) as s:
+    with session_for(sqlite_url) as s:
         rater = s.scalar(select(Annotator).where(Annotator.kind == "model"))
         assert rater.judge["weights"] == tiny.hash and rater.judge["tokenizer"] == tiny.tokenizer_hash
         assert set(rater.judge) == {"model", "weights", "tokenizer", "template", "decoding", "key"}
@@ -154,11 +144,11 @@ def test_a_judge_is_a_model_rater_left_out_of_every_human_export(url, tmp_path, 
         assert rater.label == f"judge-tiny-random-{identity(InProcessJudge(tiny))['key'][:8]}"
         assert long_format_rows(s, slug) == before_rows
         assert participant_rows(s, slug) == before_people
-    assert len(judgments(url)) == 12  # 6 texts x 2 criteria
+    assert len(judgments(sqlite_url)) == 12  # 6 texts x 2 criteria
     from maxbench.human_eval.app.admin import annotator_summaries
     from maxbench.human_eval.app.enrolment import _free_block
 
-    with session_for(url) as s:
+    with session_for(sqlite_url) as s:
         study = s.scalar(select(Study))
         assert "judge" not in " ".join(a["label"] for a in annotator_summaries(study))
         for a in study.annotators:  # every person's block taken: open enrolment must not hand out the judge's
@@ -168,20 +158,32 @@ def test_a_judge_is_a_model_rater_left_out_of_every_human_export(url, tmp_path, 
         assert _free_block(s, study, utcnow()) is None
         s.rollback()
     # again: nothing left to judge, nothing judged twice
-    assert main(["judge", slug, "--judge", "tiny-random", "--threads", "1", "--db", url]) == 0
+    assert main(["judge", slug, "--judge", "tiny-random", "--threads", "1", "--db", sqlite_url]) == 0
     assert "0 units judged now, 6 before" in capsys.readouterr().out
-    assert len(judgments(url)) == 12
+    assert len(judgments(sqlite_url)) == 12
 
 
-def test_kill_9_during_judging_then_resume_stores_each_judgment_once(url, tmp_path):
-    slug = make(url, tmp_path, "direct-quality", items=4)  # 8 texts, scored as sequences: seconds to judge
-    cmd = [sys.executable, "-m", "maxbench", "judge", slug, "--judge", "tiny-random", "--threads", "1", "--db", url]
+def test_kill_9_during_judging_then_resume_stores_each_judgment_once(sqlite_url, tmp_path):
+    slug = make(sqlite_url, tmp_path, "direct-quality", items=4)  # 8 texts, scored as sequences: seconds to judge
+    cmd = [
+        sys.executable,
+        "-m",
+        "maxbench",
+        "judge",
+        slug,
+        "--judge",
+        "tiny-random",
+        "--threads",
+        "1",
+        "--db",
+        sqlite_url,
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     try:
         while time.monotonic() < deadline:
-            with session_for(url) as s:
+            with session_for(sqlite_url) as s:
                 n = s.scalar(select(func.count(Judgment.id)))
             if n and n >= 2:
                 break
@@ -190,13 +192,13 @@ def test_kill_9_during_judging_then_resume_stores_each_judgment_once(url, tmp_pa
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait()
-    killed_at = len(judgments(url))
+    killed_at = len(judgments(sqlite_url))
     assert 2 <= killed_at < 8
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
     assert f"{8 - killed_at} units judged now, {killed_at} before, of 8" in done.stdout
-    rows = judgments(url)
+    rows = judgments(sqlite_url)
     assert len(rows) == 8 and len({(r.annotator_id, r.unit, r.criterion) for r in rows}) == 8
-    with session_for(url) as s:
+    with session_for(sqlite_url) as s:
         assert sorted(int(r.unit) for r in rows) == sorted(s.scalars(select(Item.id)))
 
 
@@ -207,24 +209,24 @@ def one_line_exit_2(capsys, argv):
     return err
 
 
-def test_a_rater_id_of_a_person_is_refused_and_nothing_is_judged(url, tmp_path, capsys):
-    slug = make(url, tmp_path, "fluency")
-    with session_for(url) as s:
+def test_a_rater_id_of_a_person_is_refused_and_nothing_is_judged(sqlite_url, tmp_path, capsys):
+    slug = make(sqlite_url, tmp_path, "fluency")
+    with session_for(sqlite_url) as s:
         person = s.scalar(select(Annotator.label))
-    err = one_line_exit_2(capsys, ["judge", slug, "--judge", "tiny-random", "--rater-id", person, "--db", url])
+    err = one_line_exit_2(capsys, ["judge", slug, "--judge", "tiny-random", "--rater-id", person, "--db", sqlite_url])
     assert f"rater id {person!r} is a human rater's" in err
-    assert judgments(url) == []
-    with session_for(url) as s:
+    assert judgments(sqlite_url) == []
+    with session_for(sqlite_url) as s:
         assert s.scalar(select(func.count()).where(Annotator.kind == "model")) == 0
 
 
-def test_a_study_without_a_rubric_is_refused(url, tmp_path, capsys):
-    slug = make(url, tmp_path, "fluency")
-    with session_for(url) as s:
+def test_a_study_without_a_rubric_is_refused(sqlite_url, tmp_path, capsys):
+    slug = make(sqlite_url, tmp_path, "fluency")
+    with session_for(sqlite_url) as s:
         s.execute(update(Study).values(rubric={}))
         s.commit()
-    err = one_line_exit_2(capsys, ["judge", slug, "--judge", "tiny-random", "--db", url])
-    assert "has no rubric" in err and judgments(url) == []
+    err = one_line_exit_2(capsys, ["judge", slug, "--judge", "tiny-random", "--db", sqlite_url])
+    assert "has no rubric" in err and judgments(sqlite_url) == []
 
 
 def _model_dir_with(tmp_path, tokenizer_core):
@@ -240,23 +242,23 @@ def _model_dir_with(tmp_path, tokenizer_core):
     return folder
 
 
-def test_labels_a_tokenizer_merges_or_drops_are_refused_before_anything_is_judged(url, tmp_path, capsys):
+def test_labels_a_tokenizer_merges_or_drops_are_refused_before_anything_is_judged(sqlite_url, tmp_path, capsys):
     from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
 
-    slug = make(url, tmp_path, "fluency")
+    slug = make(sqlite_url, tmp_path, "fluency")
     vocab = {"<e>": 0, "<u>": 1, "text": 2}
     merging = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<u>"))  # every digit is <u>
     merging.pre_tokenizer = pre_tokenizers.Whitespace()
     folder = _model_dir_with(tmp_path, merging)
-    err = one_line_exit_2(capsys, ["judge", slug, "--judge", str(folder), "--db", url])
+    err = one_line_exit_2(capsys, ["judge", slug, "--judge", str(folder), "--db", sqlite_url])
     assert "into the same tokens" in err and "'1' and '2'" in err
     dropping = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<u>"))
     dropping.normalizer = normalizers.Replace(Regex("[0-9]"), "")  # digits vanish
     dropping.pre_tokenizer = pre_tokenizers.Whitespace()
     folder = _model_dir_with(tmp_path / "b", dropping)
-    err = one_line_exit_2(capsys, ["judge", slug, "--judge", str(folder), "--db", url])
+    err = one_line_exit_2(capsys, ["judge", slug, "--judge", str(folder), "--db", sqlite_url])
     assert "into no token" in err
-    assert judgments(url) == []
-    with session_for(url) as s:
+    assert judgments(sqlite_url) == []
+    with session_for(sqlite_url) as s:
         assert s.scalar(select(func.count()).where(Annotator.kind == "model")) == 0
         assert s.execute(text("SELECT count(*) FROM rating")).scalar() == 0

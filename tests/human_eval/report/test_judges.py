@@ -9,29 +9,17 @@ from sqlalchemy import select
 from maxbench.cli import main
 from maxbench.human_eval.judges.judge import judge_study
 from maxbench.human_eval.judges.scoring import InProcessJudge
-from maxbench.human_eval.store.db import dispose_engines, session_for
+from maxbench.human_eval.store.db import session_for
 from maxbench.human_eval.store.models import Assignment, Rating, utcnow
 from maxbench.human_eval.studies.create import create_study
 from maxbench.human_eval.studies.options import StudyOptions
 from maxbench.human_eval.studies.rubrics import load_rubric
 from maxbench.human_eval.testing.participants import SYSTEMS, write_run
-from maxbench.systems.models import load_model
 
 THREE = [*SYSTEMS, "tiny/sparsemax/top_p=0.9"]
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    return load_model("tiny-random", device="cpu", threads=1)
-
-
-@pytest.fixture
-def url(tmp_path):
-    yield f"sqlite:///{tmp_path / 'ratings.sqlite3'}"
-    dispose_engines()
-
-
-def rated_study(url, tmp_path, rubric_name):
+def rated_study(sqlite_url, tmp_path, rubric_name):
     """A study every page of which a seeded script has rated."""
     run = write_run(
         tmp_path / "run",
@@ -43,7 +31,7 @@ def rated_study(url, tmp_path, rubric_name):
     gold = 0 if rubric_name == "best-worst-quality" else 2
     rubric = load_rubric(rubric_name)
     rng = random.Random(0)
-    with session_for(url, create=True) as s:
+    with session_for(sqlite_url, create=True) as s:
         slug = create_study(
             s,
             run,
@@ -62,20 +50,22 @@ def rated_study(url, tmp_path, rubric_name):
     return slug
 
 
-def report(url, slug, out, *extra):
-    return main(["report", "--study", slug, "--db", url, "--out", str(out), "--n-boot", "100", *extra])
+def report(sqlite_url, slug, out, *extra):
+    return main(["report", "--study", slug, "--db", sqlite_url, "--out", str(out), "--n-boot", "100", *extra])
 
 
 @pytest.mark.parametrize("rubric", ["posg-lm", "pairwise-quality", "best-worst-quality"])
-def test_the_judges_report_sits_beside_a_human_report_a_judge_does_not_change(url, tmp_path, tiny, capsys, rubric):
-    slug = rated_study(url, tmp_path, rubric)
-    assert report(url, slug, tmp_path / "before", "--name", "r") == 0
+def test_the_judges_report_sits_beside_a_human_report_a_judge_does_not_change(
+    sqlite_url, tmp_path, tiny, capsys, rubric
+):
+    slug = rated_study(sqlite_url, tmp_path, rubric)
+    assert report(sqlite_url, slug, tmp_path / "before", "--name", "r") == 0
     err = capsys.readouterr()
-    assert report(url, slug, tmp_path / "none", "--name", "r", "--judges") == 2
+    assert report(sqlite_url, slug, tmp_path / "none", "--name", "r", "--judges") == 2
     assert "has no judge yet" in capsys.readouterr().err
-    with session_for(url) as s:
+    with session_for(sqlite_url) as s:
         judge_study(s, slug, InProcessJudge(tiny), log=None)
-    assert report(url, slug, tmp_path / "after", "--name", "r", "--judges", "--human-share", "0.5") == 0, err
+    assert report(sqlite_url, slug, tmp_path / "after", "--name", "r", "--judges", "--human-share", "0.5") == 0, err
     for name in ("report.md", "report.json"):  # the human report never includes the judge
         assert (tmp_path / "after" / "r" / name).read_bytes() == (tmp_path / "before" / "r" / name).read_bytes()
     data = json.loads((tmp_path / "after" / "r" / "judges.json").read_text())
@@ -105,8 +95,8 @@ def test_the_judges_report_sits_beside_a_human_report_a_judge_does_not_change(ur
         assert c["agreement"]["best"]["judgments"] > 0
 
 
-def test_judges_need_a_study_and_human_share_needs_judges(url, tmp_path, capsys):
+def test_judges_need_a_study_and_human_share_needs_judges(sqlite_url, tmp_path, capsys):
     assert main(["report", "--ratings", str(tmp_path / "x.csv"), "--judges"]) == 2
     assert "give --study ID" in capsys.readouterr().err
-    assert main(["report", "--study", "x", "--human-share", "0.5", "--db", url]) == 2
+    assert main(["report", "--study", "x", "--human-share", "0.5", "--db", sqlite_url]) == 2
     assert "--human-share F goes with --judges" in capsys.readouterr().err
