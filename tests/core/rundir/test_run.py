@@ -144,7 +144,8 @@ def test_a_committed_run_reads_as_its_files_hold_it(run):
     """A run folder written before the owner moved gives the same rows and numbers: its rows are the
     file's lines, its scores file the document, and it is stale exactly when the hash it records is
     not its generations' (a run still generating, committed as it lands, may be)."""
-    lines = (run / GENERATIONS).read_text(encoding="utf-8").splitlines()
+    # JSON lines end at "\n" only: a generated text may hold U+2028, which splitlines() would split at
+    lines = (run / GENERATIONS).read_text(encoding="utf-8").split("\n")
     raw_scores = json.loads((run / SCORES).read_text(encoding="utf-8"))
     assert read_generations(run) == [json.loads(line) for line in lines if line.strip()]
     scores = read_scores(run, fresh=False)
