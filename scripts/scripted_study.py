@@ -108,6 +108,30 @@ class Participant:
         return {f: best if f.endswith("_best") else worst for f in fields}
 
 
+def rated_study(db_url: str, judgment: str) -> str | None:
+    """The slug of this judgment's scripted study already in the database, every participant
+    finished (so a rerun with the same ``--db`` resumes judging instead of rebuilding); None when
+    there is none. A study some participant has not finished is refused: the run that made it was
+    killed while people rated, so the database is to be deleted and the script run again."""
+    from sqlalchemy import select
+
+    from maxbench.human_eval.store.models import Annotator, Study
+
+    with session_for(db_url) as session:
+        study = session.scalar(select(Study).where(Study.title == f"Scripted {judgment} study"))
+        if study is None:
+            return None
+        people = session.scalars(
+            select(Annotator).where(Annotator.study_id == study.id, Annotator.kind == "human")
+        ).all()
+        if not people or any(a.finished_at is None for a in people):
+            raise MaxbenchError(
+                f"study {study.slug} in {db_url} was left half rated by its scripted participants (a killed run): "
+                "delete that database and run the script again"
+            )
+        return study.slug
+
+
 def run_judgment(judgment, run_dir, db_url, base_url, systems, items, raters, seed, noise) -> str:
     rubric = load_rubric(RUBRICS[judgment])
     with session_for(db_url, create=True) as session:
@@ -133,37 +157,43 @@ def run_judgment(judgment, run_dir, db_url, base_url, systems, items, raters, se
     return created.slug
 
 
-def judge_studies(slugs: dict[str, str], db_url: str, models: list[str], threads: int) -> dict[str, list[dict]]:
-    """Each study judged by each model, in this process; per study, per judge: units, seconds,
-    units per second (model loading excluded) and the load average before and after."""
+def judge_studies(slugs: dict[str, str], db_url: str, models: list[str], threads: int, out: Path) -> None:
+    """Each study judged by each model, in this process, one model after the other. After each
+    (model, study) the measurement is written into ``out``/scripted-<judgment>/judging.json, one
+    entry per judge: units, seconds, units per second (model loading excluded) and the load
+    average before and after. A rerun (same ``--db``) judges only the units not stored yet and
+    keeps an earlier entry of a judge whose units were all judged before."""
     from maxbench.human_eval.judges.judge import judge_study
     from maxbench.human_eval.judges.scoring import InProcessJudge
     from maxbench.systems.models import load_model
 
-    out: dict[str, list[dict]] = {j: [] for j in slugs}
     for model in models:
         loaded = load_model(model, threads=threads)
         for judgment, slug in slugs.items():
             before = os.getloadavg()
             with session_for(db_url) as session:
                 summary = judge_study(session, slug, InProcessJudge(loaded), log=sys.stderr)
-            out[judgment].append(
-                {
-                    "judge": model,
-                    "rater": summary.rater,
-                    "backend": "in-process",
-                    "device": loaded.device,
-                    "threads": threads,
-                    "units": summary.units,
-                    "judged_now": summary.judged,
-                    "seconds": round(summary.seconds, 2),
-                    "units_per_second": round(summary.units_per_second, 3),
-                    "scoring": sorted(summary.scoring),
-                    "load_average_before": [round(x, 2) for x in before],
-                    "load_average_after": [round(x, 2) for x in os.getloadavg()],
-                }
-            )
-    return out
+            entry = {
+                "judge": model,
+                "rater": summary.rater,
+                "backend": "in-process",
+                "device": loaded.device,
+                "threads": threads,
+                "units": summary.units,
+                "judged_now": summary.judged,
+                "seconds": round(summary.seconds, 2),
+                "units_per_second": round(summary.units_per_second, 3),
+                "scoring": sorted(summary.scoring),
+                "load_average_before": [round(x, 2) for x in before],
+                "load_average_after": [round(x, 2) for x in os.getloadavg()],
+            }
+            path = out / f"scripted-{judgment}" / "judging.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            entries = json.loads(path.read_text()) if path.is_file() else []
+            earlier = [e for e in entries if e["rater"] == summary.rater]
+            if summary.judged or not earlier:
+                entries = [e for e in entries if e["rater"] != summary.rater] + [entry]
+                path.write_text(json.dumps(entries, indent=2) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,15 +220,15 @@ def main(argv: list[str] | None = None) -> int:
             pass
         server = start_server(db_url, workers=1, threads=2, log_path=scratch / "server.log")
         try:
-            slugs = {
-                j: run_judgment(
+            slugs = {}
+            for j in args.judgments:
+                slugs[j] = rated_study(db_url, j) or run_judgment(
                     j, run_dir, db_url, server.base_url, args.systems, args.items, args.raters, args.seed, args.noise
                 )
-                for j in args.judgments
-            }
         finally:
             server.stop()
-        judging = judge_studies(slugs, db_url, args.judges, args.threads) if args.judges else {}
+        if args.judges:
+            judge_studies(slugs, db_url, args.judges, args.threads, args.out)
         for judgment, slug in slugs.items():
             name = f"scripted-{judgment}"
             cmd = [sys.executable, "-m", "maxbench", "report", "--study", slug, "--db", db_url]
@@ -215,8 +245,6 @@ def main(argv: list[str] | None = None) -> int:
                 "run": recorded_path(args.run),
             }
             (args.out / name / "scripted.json").write_text(json.dumps(scripted, indent=2) + "\n")
-            if judgment in judging:
-                (args.out / name / "judging.json").write_text(json.dumps(judging[judgment], indent=2) + "\n")
             print(f"{judgment}: study {slug}, report {args.out / name}")
     except MaxbenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
