@@ -33,6 +33,11 @@ from maxbench.human_eval.studies.rubrics import Rubric
 from maxbench.provenance import versions
 
 JUDGE_FILES = ("judges.md", "judges.html", "judges.json")
+BEST_WORST_ESTIMAND = (
+    " The counting score is the mean over a system's texts of each text's (times best - times worst) / times "
+    "shown: the human report's score when every text is shown equally often. The judge's value of a text is "
+    "p(best) - p(worst) at its place, averaged over the tuples showing it."
+)
 
 
 def _clean(value):
@@ -115,7 +120,7 @@ def judge_data(
             _pairwise(entry, rubric, rows, items, by_key, people, baseline, kept)
         else:
             people = [r for r in best_worst_rows(session, study.slug) if not flagged(r)]
-            _best_worst(entry, rubric, rows, items, by_key, people)
+            _best_worst(entry, rubric, rows, items, by_key, people, baseline, kept)
         data["judges"].append(entry)
     return _clean(data)
 
@@ -231,23 +236,66 @@ def _strength(prefs) -> dict[str, float]:
     return {s: float(np.mean(v)) for s, v in per.items()}
 
 
-def _best_worst(entry, rubric, rows, items, by_key, people) -> None:
+def _best_worst(entry, rubric, rows, items, by_key, people, baseline, kept) -> None:
+    """Agreement on the chosen best and worst text, and PPI++ of each system's counting score.
+
+    The counting score of the human report, (times best - times worst) / times shown, is the
+    mean over a system's texts of each text's own (best - worst) / shown when every text is shown
+    equally often (as the study's design shows them); so the estimand here is that mean over
+    texts: the people's value of a text is the mean over the pages showing it of 1[best] -
+    1[worst], the judge's the mean over the tuples showing it of p(best = its place) - p(worst =
+    its place), in [-1, 1] both."""
     mine = {(tuple(r.items), r.criterion): r.value for r in rows}
     for c in rubric.criteria:
         same = {"best": [], "worst": []}
+        people_text = defaultdict(list)
         for r in people:
             if r["criterion"] != c.name:
                 continue
-            shown = tuple(by_key[(r["item"], s)] for s in r["shown"].split(";"))
+            shown_systems = r["shown"].split(";")
+            shown = tuple(by_key[(r["item"], s)] for s in shown_systems)
             for side in same:
                 judged = mine.get((shown, f"{c.name}_{side}"))
                 if judged is not None:
-                    same[side].append(r["shown"].split(";")[judged - 1] == r[side])
+                    same[side].append(shown_systems[judged - 1] == r[side])
+            for s in shown_systems:
+                if not is_gold(s):
+                    people_text[(r["item"], s)].append(float(s == r["best"]) - float(s == r["worst"]))
+        judge_text = defaultdict(list)
+        probabilities = {(tuple(r.items), r.criterion): r.probabilities for r in rows}
+        for (shown, criterion), best in probabilities.items():
+            if criterion != f"{c.name}_best" or (shown, f"{c.name}_worst") not in probabilities:
+                continue
+            worst = probabilities[(shown, f"{c.name}_worst")]
+            for place, item in enumerate(shown, 1):
+                code, s, _ = items[item]
+                if not is_gold(s):
+                    judge_text[(code, s)].append(best.get(str(place), 0.0) - worst.get(str(place), 0.0))
+        human = {u: float(np.mean(v)) for u, v in people_text.items()}
+        judge = {u: float(np.mean(v)) for u, v in judge_text.items()}
+        per_system_h, per_system_j = defaultdict(list), defaultdict(list)
+        for (_, s), v in human.items():
+            per_system_h[s].append(v)
+        for (_, s), v in judge.items():
+            per_system_j[s].append(v)
+        tau = stats.ranking_tau(
+            {s: float(np.mean(v)) for s, v in per_system_h.items()},
+            {s: float(np.mean(v)) for s, v in per_system_j.items()},
+        )
         entry["criteria"][c.name] = {
             "agreement": {
                 side: {"judgments": len(v), "agreement": sum(v) / len(v) if v else None} for side, v in same.items()
             }
+            | {"ranking": tau},
+            "ppi": stats.ppi_table({u: v for u, v in human.items() if u[0] in kept}, judge, baseline),
         }
+        chance = 1 / max((len(shown) for shown, _ in mine), default=1)
+        for side, v in same.items():
+            if v and sum(v) / len(v) <= chance:
+                entry["warnings"].append(
+                    f"{c.name}: the judge picks the people's {side} text in {fmt(sum(v) / len(v))} of "
+                    f"{len(v)} judgments, at or below chance ({fmt(chance)})"
+                )
 
 
 # --------------------------------------------------------------------------- rendering
@@ -363,12 +411,13 @@ def _criterion_tables(data: dict, name: str, c: dict) -> list[Table]:
     else:
         tables.append(
             Table(
-                ("Criterion", "Best: agreement (n)", "Worst: agreement (n)"),
+                ("Criterion", "Best: agreement (n)", "Worst: agreement (n)", "tau ranking"),
                 (
                     (
                         Cell(name),
                         num(f"{fmt(a['best']['agreement'])} ({a['best']['judgments']})"),
                         num(f"{fmt(a['worst']['agreement'])} ({a['worst']['judgments']})"),
+                        num(f"{fmt(a['ranking']['tau'])} ({a['ranking']['systems']} systems)"),
                     ),
                 ),
             )
@@ -378,7 +427,9 @@ def _criterion_tables(data: dict, name: str, c: dict) -> list[Table]:
         tables.append(Table(("Criterion", "Gold accuracy"), ((Cell(name), num(f"{g['correct']}/{g['n']}")),)))
     ppi = c.get("ppi")
     if ppi and ppi["systems"]:
-        what = "win rate against the baseline" if data["judgment"] == "pairwise" else "mean rating"
+        what = {"pairwise": "win rate against the baseline", "best-worst": "counting score"}.get(
+            data["judgment"], "mean rating"
+        )
         tables.append(
             Table(
                 (
@@ -402,7 +453,9 @@ def _criterion_tables(data: dict, name: str, c: dict) -> list[Table]:
                     )
                     for s, v in ppi["systems"].items()
                 ),
-                caption=Para("Criterion {}.", (name,)),
+                caption=Para(
+                    "Criterion {}.{}", (name, BEST_WORST_ESTIMAND if data["judgment"] == "best-worst" else "")
+                ),
             )
         )
     if ppi and ppi.get("differences"):

@@ -42,7 +42,8 @@ def rated_study(sqlite_url, tmp_path, rubric_name):
             page.completed_at = utcnow()
             best = None
             for criterion in rubric.stored_criteria:
-                choices = [c for c in rubric.choices if c != best]
+                # best-worst: a place among the tuple's three texts, never the best again
+                choices = [c for c in rubric.choices if c != best and c <= len(THREE)]
                 value = rng.choice(choices)
                 best = value if criterion.endswith("_best") else None
                 s.add(Rating(assignment_id=page.id, criterion=criterion, value=value))
@@ -92,7 +93,28 @@ def test_the_judges_report_sits_beside_a_human_report_a_judge_does_not_change(
         assert "Order consistency" in md and "Position bias" in md and "LC" in md
     else:
         (c,) = criteria.values()
-        assert c["agreement"]["best"]["judgments"] > 0
+        assert c["agreement"]["best"]["judgments"] > 0 and c["agreement"]["ranking"]["systems"] == 3
+        for s in c["ppi"]["systems"].values():  # each prompt's tuple shows all three systems
+            assert s["ppi"]["n"] == 3 and s["ppi"]["N"] == 3 and -1 <= s["ppi"]["estimate"] <= 1
+        assert sorted(c["ppi"]["differences"]) == sorted(set(THREE) - {data["baseline"]})
+        assert "counting score" in md and "PPI++" in md
+
+
+def test_best_worst_ppi_estimates_the_human_reports_counting_score(sqlite_url, tmp_path, tiny):
+    """With every prompt's people kept, the people-only estimate of a system is the human report's
+    counting score (each text shown equally often), and PPI with no judge-only texts is the same."""
+    slug = rated_study(sqlite_url, tmp_path, "best-worst-quality")
+    with session_for(sqlite_url) as s:
+        judge_study(s, slug, InProcessJudge(tiny), log=None)
+    assert report(sqlite_url, slug, tmp_path / "out", "--name", "r", "--judges") == 0
+    human = json.loads((tmp_path / "out" / "r" / "report.json").read_text())
+    scores = {row["system"]: row["score"] for row in human["aspects"][0]["scores"]}
+    (judge,) = json.loads((tmp_path / "out" / "r" / "judges.json").read_text())["judges"]
+    (c,) = judge["criteria"].values()
+    assert sorted(c["ppi"]["systems"]) == sorted(scores)
+    for system, v in c["ppi"]["systems"].items():
+        assert v["people"]["estimate"] == pytest.approx(scores[system], abs=1e-12)
+        assert v["ppi"]["estimate"] == pytest.approx(scores[system], abs=1e-12) and v["ppi"]["N"] == 0
 
 
 def test_judges_need_a_study_and_human_share_needs_judges(sqlite_url, tmp_path, capsys):
