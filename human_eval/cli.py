@@ -237,7 +237,8 @@ def register(subparsers) -> None:
         required=True,
         metavar="MODEL",
         help="a maxbench base model: built-in name (smollm2-135m, gemma3-270m, tiny-random), local directory or hub "
-        "id; or openai:URL:MODEL, an OpenAI-compatible server (e.g. openai:http://127.0.0.1:8080/v1:smollm2)",
+        "id, optionally with an adapter that needs no training as system strings write it (MODEL+peft(path=DIR)); "
+        "or openai:URL:MODEL, an OpenAI-compatible server (e.g. openai:http://127.0.0.1:8080/v1:smollm2)",
     )
     judge.add_argument(
         "--api-key-env",
@@ -495,11 +496,10 @@ def _judge_backend(args: argparse.Namespace):
         return lambda: OpenAIJudge(
             url, model, key, concurrency=args.concurrency, rate=args.rate, retries=args.retries, timeout=args.timeout
         )
-    from maxbench.human_eval.judges.scoring import InProcessJudge
-    from maxbench.systems.models import check_model, load_model
+    from maxbench.human_eval.judges.scoring import InProcessJudge, judge_model, load_judge_model
 
-    check_model(args.judge)
-    return lambda: InProcessJudge(load_model(args.judge, device=args.device, threads=args.threads))
+    judge_model(args.judge)  # the name, its adapter and the adapter's folder, before the database opens
+    return lambda: InProcessJudge(load_judge_model(args.judge, device=args.device, threads=args.threads))
 
 
 def _set_closed(args: argparse.Namespace, closed: bool):

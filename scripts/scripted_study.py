@@ -164,11 +164,10 @@ def judge_studies(slugs: dict[str, str], db_url: str, models: list[str], threads
     average before and after. A rerun (same ``--db``) judges only the units not stored yet and
     keeps an earlier entry of a judge whose units were all judged before."""
     from maxbench.human_eval.judges.judge import judge_study
-    from maxbench.human_eval.judges.scoring import InProcessJudge
-    from maxbench.systems.models import load_model
+    from maxbench.human_eval.judges.scoring import InProcessJudge, load_judge_model
 
     for model in models:
-        loaded = load_model(model, threads=threads)
+        loaded = load_judge_model(model, threads=threads)
         for judgment, slug in slugs.items():
             before = os.getloadavg()
             with session_for(db_url) as session:

@@ -468,8 +468,7 @@ def adapt_models(plan: RunPlan, pre: Preflight, adapters: dict, manifest: dict |
     """Last in preflight: each adapted model with work to do gets its adapter, loaded from the adapter
     cache or trained now (``adapter_training_data``; systems/adapters), and its prompts are checked
     again against the adapted model (a prefix takes positions of the context)."""
-    from maxbench.registry import builtin_origin
-    from maxbench.systems.adapters import ADAPTERS, AdapterFitContext
+    from maxbench.systems.adapters import AdapterFitContext, adapter_code
     from maxbench.systems.decoding import check_limits
 
     data = None
@@ -479,8 +478,7 @@ def adapt_models(plan: RunPlan, pre: Preflight, adapters: dict, manifest: dict |
         if adapter.trains:
             data = data or adapter_training_data(plan)
         t0 = time.perf_counter()
-        origin = ADAPTERS.origin(adapter.name)
-        code = {"version": adapter.version} if origin == builtin_origin() else origin
+        code = adapter_code(adapter)
         examples, identity = data if adapter.trains else ([], {})
         ctx = AdapterFitContext(model=pre.models[key], examples=examples, data=identity, options={"progress": progress})
         pre.models[key] = adapter.prepare(ctx, code=code)

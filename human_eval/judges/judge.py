@@ -95,6 +95,8 @@ def identity(backend) -> dict:
 
 
 def default_rater_id(ident: dict) -> str:
+    """``judge-<model>-<key[:8]>``: the model's last path part (an adapted model's identity names
+    it ``MODEL+ADAPTER``: ``judge-tiny-random-peft-...``)."""
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", ident["model"].rsplit("/", 1)[-1]).strip("-")[:40] or "model"
     return f"judge-{name}-{ident['key'][:8]}"
 

@@ -62,6 +62,43 @@ def label_tokens(tokenizer, labels: tuple[str, ...], judge: str) -> list[list[in
     return ids
 
 
+def judge_model(name: str):
+    """The judge's base model and its adapter (None without one), read as a system string's model
+    part is read (``MODEL[@REVISION][+ADAPTER(k=v)]``, docs/models.md) and checked before anything
+    loads. A judge's adapter is one that needs no training (``peft(path=DIR)``, a folder that
+    ``save_pretrained`` wrote, or a plugin adapter that does not train): an adapter maxbench trains
+    is trained by a run on that run's corpus, which a study does not name."""
+    from maxbench.systems.models import check_model
+    from maxbench.systems.system_strings import parse_system
+
+    spec = parse_system(f"{name}/softmax/greedy")
+    adapter = spec.build_adapter()
+    if adapter is not None:
+        if adapter.trains or adapter.needs_attributes:
+            raise MaxbenchError(
+                f"judge {name}: adapter '{adapter.name}' is trained by a run on its corpus, which a study does not "
+                "name; a judge takes an adapter that needs no training: save the trained adapter with peft's "
+                "save_pretrained and give MODEL+peft(path=DIR); nothing was judged"
+            )
+        adapter._plugin_call("check_inputs", adapter.check_inputs)
+    check_model(spec.model)
+    return spec.model, adapter
+
+
+def load_judge_model(name: str, device: str | None = None, threads: int | None = None):
+    """The judge's model (``judge_model``) loaded: the base model through ``load_model``, then its
+    adapter applied the way a run applies one (``Adapter.prepare``), so an adapted judge is the
+    adapted model a run decodes, its ``hash`` the base model's joined with the adapter's."""
+    from maxbench.systems.adapters import AdapterFitContext, adapter_code
+    from maxbench.systems.models import load_model
+
+    base, adapter = judge_model(name)
+    loaded = load_model(base, device=device, threads=threads)
+    if adapter is None:
+        return loaded
+    return adapter.prepare(AdapterFitContext(model=loaded, examples=[], data={}), code=adapter_code(adapter))
+
+
 class InProcessJudge:
     """A judge backend over a ``maxbench.systems.models.LoadedModel`` (its tokenizer and weights).
 
@@ -76,10 +113,18 @@ class InProcessJudge:
         self.name = loaded.name
 
     def identity(self) -> dict:
+        """The judge's identity. An adapted model's is named ``MODEL+ADAPTER`` and adds its adapter's
+        name, key and content hash (the key, which its ``weights`` hash joins too, covers the
+        adapter's options and content, not where its folder lies: a moved folder is the same judge)."""
         tok = self.loaded.tokenizer
         chat = getattr(tok, "chat_template", None) or None
-        return {
-            "model": self.loaded.name,
+        model, adapter = self.loaded.name, (self.loaded.options or {}).get("adapter")
+        extra = {}
+        if adapter:  # MODEL+ADAPTER without the options (a folder's path): the adapter's key holds what counts
+            model = model[: model.rfind("+" + adapter["name"])] + "+" + adapter["name"]
+            extra = {"adapter": {k: adapter.get(k) for k in ("name", "key", "sha256", "base_hash")}}
+        return extra | {
+            "model": model,
             "weights": self.loaded.hash,
             "tokenizer": self.loaded.tokenizer_hash,
             "template": template_hash(chat if isinstance(chat, str) else json.dumps(chat, sort_keys=True)),

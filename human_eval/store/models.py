@@ -173,6 +173,7 @@ OPTIONAL_TABLES = {"page_text", "enrolment", "judgment"}
 
 RATER_KINDS = ("human", "model")
 # What a model rater's ``Annotator.judge`` holds: the judge's identity, hashed into ``key``.
+# An adapted model's adds "adapter" (its name, key and content hash; its key is in "weights" too).
 JUDGE_IDENTITY = ("model", "weights", "tokenizer", "template", "decoding")
 JUDGMENT_UNIT_MAX = 200
 

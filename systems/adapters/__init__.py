@@ -36,6 +36,7 @@ __all__ = [
     "AdapterFitContext",
     "TrainingExample",
     "adapter_class",
+    "adapter_code",
     "adapter_suffix",
     "canonical_adapter",
     "split_adapter",
@@ -64,6 +65,15 @@ def adapter_class(name: str) -> type[Adapter]:
     if cls.name != name:
         raise MaxbenchError(f"adapter '{name}' is registered as a class named '{cls.name}'")
     return cls
+
+
+def adapter_code(adapter: Adapter) -> dict:
+    """Where ``adapter``'s code comes from, as its trained state's identity records it: a built-in's
+    ``version`` only (upgrading maxbench does not retrain), a plugin's origin (``ADAPTERS.origin``)."""
+    from maxbench.registry import builtin_origin
+
+    origin = ADAPTERS.origin(adapter.name)
+    return {"version": adapter.version} if origin == builtin_origin() else origin
 
 
 def split_adapter(model_part: str, value=lambda s: s) -> tuple[str, str | None, tuple]:

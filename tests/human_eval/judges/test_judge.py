@@ -262,3 +262,50 @@ def test_labels_a_tokenizer_merges_or_drops_are_refused_before_anything_is_judge
     with session_for(sqlite_url) as s:
         assert s.scalar(select(func.count()).where(Annotator.kind == "model")) == 0
         assert s.execute(text("SELECT count(*) FROM rating")).scalar() == 0
+
+
+def test_an_adapted_judge_is_the_adapted_model_with_the_adapters_identity(sqlite_url, tmp_path, tiny, capsys):
+    from maxbench.systems.adapters.pretrained import folder_sha256
+    from tests.support.peft import save_adapter
+
+    folder = save_adapter(tmp_path / "judge-lora")
+    slug = make(sqlite_url, tmp_path, "fluency")
+    adapted = f"tiny-random+peft(path={folder})"
+    for judge in ("tiny-random", adapted):
+        assert main(["judge", slug, "--judge", judge, "--threads", "1", "--db", sqlite_url]) == 0
+    assert "6 units judged now, 0 before, of 6" in capsys.readouterr().out
+    with session_for(sqlite_url) as s:
+        base, lora = s.scalars(select(Annotator).where(Annotator.kind == "model").order_by(Annotator.id)).all()
+        assert lora.judge["model"] == "tiny-random+peft" and lora.label.startswith("judge-tiny-random-peft-")
+        assert lora.judge["adapter"]["name"] == "peft" and lora.judge["adapter"]["sha256"] == folder_sha256(folder)
+        assert lora.judge["adapter"]["base_hash"] == tiny.hash == base.judge["weights"] != lora.judge["weights"]
+        assert "adapter" not in base.judge
+        scores = {
+            a.id: [j.expected for j in s.scalars(select(Judgment).where(Judgment.annotator_id == a.id))]
+            for a in (base, lora)
+        }
+    # the merged LoRA changes the logits, so the adapted judge's scores are its own
+    assert len(scores[lora.id]) == 6 and scores[lora.id] != pytest.approx(scores[base.id], abs=1e-6)
+    # the adapter's content is the judge: the same folder moved is the same judge, resumed
+    moved = tmp_path / "elsewhere"
+    folder.rename(moved)
+    assert main(["judge", slug, "--judge", f"tiny-random+peft(path={moved})", "--db", sqlite_url]) == 0
+    assert "0 units judged now, 6 before" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("judge", "words"),
+    [
+        ("tiny-random+lora(r=2)", "needs no training"),
+        ("tiny-random+peft(path=/nonexistent/adapter)", "does not exist"),
+        ("tiny-random+nosuch", "nosuch"),
+    ],
+)
+def test_an_adapter_a_judge_cannot_load_is_refused_before_anything_is_judged(
+    sqlite_url, tmp_path, capsys, judge, words
+):
+    slug = make(sqlite_url, tmp_path, "fluency")
+    err = one_line_exit_2(capsys, ["judge", slug, "--judge", judge, "--db", sqlite_url])
+    assert words in err and judgments(sqlite_url) == []
+    with session_for(sqlite_url) as s:
+        assert s.scalar(select(func.count()).where(Annotator.kind == "model")) == 0
