@@ -187,6 +187,12 @@ def register(subparsers) -> None:
     )
     export.add_argument("--out", type=Path, help="output file (default stdout)")
     export.add_argument("--blind", action="store_true", help="system codes instead of names")
+    export.add_argument(
+        "--judges",
+        action="store_true",
+        help="csv or json: add the judges' (model raters') judgments after the people's ratings, every row marked "
+        "by rater_kind (human or model); without it judges are never exported",
+    )
     export.add_argument("--db", help="database URL")
     export.set_defaults(func=cmd_study_export)
 
@@ -401,16 +407,29 @@ def cmd_study_list(args: argparse.Namespace) -> int:
 
 def cmd_study_export(args: argparse.Namespace) -> int:
     from maxbench.human_eval.store.db import database_errors, database_inputs, session_for
-    from maxbench.human_eval.studies.export import explorer_export, long_format_rows, rows_to_csv, rows_to_json
+    from maxbench.human_eval.studies.export import (
+        COLUMNS,
+        JUDGE_COLUMNS,
+        explorer_export,
+        judgment_rows,
+        long_format_rows,
+        rows_to_csv,
+        rows_to_json,
+    )
 
     if args.format == "explorer" and args.blind:
         raise MaxbenchError("--format explorer joins ratings to the run's systems by name; it cannot be --blind")
+    if args.format == "explorer" and args.judges:
+        raise MaxbenchError("--judges goes with --format csv or json (the explorer shows people's ratings only)")
     if args.out:
         check_not_input(args.out, "--out", database_inputs(args.db))
     with database_errors(args.db), session_for(args.db) as session:
         if args.format == "explorer":
             doc = explorer_export(session, args.study_id)
             rows, body = doc["ratings"], json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
+        elif args.judges:
+            rows = judgment_rows(session, args.study_id, blind=args.blind)
+            body = rows_to_csv(rows, COLUMNS + JUDGE_COLUMNS) if args.format == "csv" else rows_to_json(rows)
         else:
             rows = long_format_rows(session, args.study_id, blind=args.blind)
             body = rows_to_csv(rows) if args.format == "csv" else rows_to_json(rows)
@@ -423,7 +442,7 @@ def cmd_study_export(args: argparse.Namespace) -> int:
                 f"cannot write --out {args.out} ({getattr(exc, 'strerror', None) or exc}): choose a file in a writable folder, "
                 "or leave --out out to write to stdout; the ratings stay in the database"
             ) from None
-        print(f"{len(rows)} ratings written to {args.out}", file=sys.stderr)
+        print(f"{len(rows)} {'rows' if args.judges else 'ratings'} written to {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(body)
     return 0

@@ -27,6 +27,15 @@ database gives the same rows.
 platform's approval needs, one row per participant (PARTICIPANT_COLUMNS); it holds the
 platform's participant ids, which nothing else exports.
 
+Judges (model raters, ``maxbench judge``) are in none of these rows. ``judgment_rows(session,
+study_id, blind=False)`` (``maxbench study export --judges``) gives their judgments in the same
+columns plus JUDGE_COLUMNS, and the people's rows gain those columns too: ``rater_kind`` ("human"
+or "model"), ``shown`` (the unit's systems by place, ';'-joined: pairwise A;B, a best-worst
+tuple; the text's own system for one text; empty on a person's row), and a judge's ``expected``
+score (a scale's expectation over the labels; empty for choices), ``label_mass`` and ``scoring``
+(``maxbench.store.models.Judgment``). A judge's row has no ``position`` or ``seconds``; its
+``value`` is the argmax label's value, stored as a person's would be.
+
 Beyond the ratings the report reads ``study_baseline`` (the run's baseline, recorded when the
 study was created) and ``study_progress`` (how many of the assigned texts are rated).
 """
@@ -43,7 +52,16 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, joinedload
 
 from maxbench.human_eval.analysis.ratings import GoldScore, StudyProgress
-from maxbench.human_eval.store.models import Annotator, Assignment, Enrolment, Item, PageText, Rating, StudySystem
+from maxbench.human_eval.store.models import (
+    Annotator,
+    Assignment,
+    Enrolment,
+    Item,
+    Judgment,
+    PageText,
+    Rating,
+    StudySystem,
+)
 from maxbench.human_eval.studies.create import find_study
 from maxbench.human_eval.studies.gold import GOLD_DEGRADED, GOLD_PREFIX, GOLD_REFERENCE
 
@@ -60,6 +78,8 @@ COLUMNS = [
     "scale_min",
     "scale_max",
 ]
+
+JUDGE_COLUMNS = ["rater_kind", "shown", "expected", "label_mass", "scoring"]
 
 
 def long_format_rows(
@@ -116,6 +136,67 @@ def long_format_rows(
         )
     rows.sort(key=lambda r: (r["annotator"], r["position"], order.get(r["criterion"], len(order)), r["criterion"]))
     return rows
+
+
+def judgment_rows(session: Session, study_id: str | int, blind: bool = False) -> list[dict]:
+    """The people's rows (``long_format_rows``) and the judges' judgments after them, in COLUMNS +
+    JUDGE_COLUMNS (module docstring). A judge's units whose first text is gold are left out, as gold
+    pages are from the people's rows. Judges sorted by label, then their units in the order of
+    their texts' ids, then the rubric's criterion order."""
+    study = find_study(session, study_id)
+    rubric = study.rubric
+    people = [
+        r | {"rater_kind": "human", "shown": "", "expected": None, "label_mass": None, "scoring": ""}
+        for r in long_format_rows(session, study_id, blind=blind)
+    ]
+    names = {
+        i.id: (i.code, name, code)
+        for i, name, code in session.execute(
+            select(Item, StudySystem.name, StudySystem.code)
+            .join(StudySystem, Item.system_id == StudySystem.id)
+            .where(Item.study_id == study.id)
+        )
+    }
+    order = {c: i for i, c in enumerate(c["name"] for c in rubric["criteria"])}
+
+    def criterion_order(criterion: str) -> int:
+        return order.get(criterion.rpartition("_")[0] if criterion not in order else criterion, len(order))
+
+    query = (
+        select(Judgment, Annotator.label)
+        .join(Annotator, Judgment.annotator_id == Annotator.id)
+        .where(Annotator.study_id == study.id, Annotator.kind == "model")
+    )
+    judged = []
+    for j, label in session.execute(query):
+        code, name, system_code = names[j.item_id]
+        if name.startswith(GOLD_PREFIX):
+            continue
+        shown = [names[i][2] if blind else names[i][1] for i in j.items]
+        judged.append(
+            (
+                (label, [int(i) for i in j.items], criterion_order(j.criterion), j.criterion),
+                {
+                    "study": study.slug,
+                    "item": code,
+                    "system": system_code if blind else name,
+                    "annotator": label,
+                    "criterion": j.criterion,
+                    "value": j.value,
+                    "position": None,
+                    "seconds": None,
+                    "flags": "",
+                    "scale_min": rubric["scale_min"],
+                    "scale_max": rubric["scale_max"],
+                    "rater_kind": "model",
+                    "shown": ";".join(shown),
+                    "expected": None if j.expected is None else round(j.expected, 6),
+                    "label_mass": round(j.label_mass, 6),
+                    "scoring": j.scoring,
+                },
+            )
+        )
+    return people + [row for _, row in sorted(judged, key=lambda x: x[0])]
 
 
 def not_gold():
@@ -276,12 +357,12 @@ def study_progress(session: Session, study_id: str | int) -> StudyProgress:
     )
 
 
-def rows_to_csv(rows: list[dict]) -> str:
+def rows_to_csv(rows: list[dict], columns: list[str] = COLUMNS) -> str:
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: "" if row[k] is None else row[k] for k in COLUMNS})
+        writer.writerow({k: "" if row[k] is None else row[k] for k in columns})
     return out.getvalue()
 
 

@@ -309,3 +309,53 @@ def test_an_adapter_a_judge_cannot_load_is_refused_before_anything_is_judged(
     assert words in err and judgments(sqlite_url) == []
     with session_for(sqlite_url) as s:
         assert s.scalar(select(func.count()).where(Annotator.kind == "model")) == 0
+
+
+def test_study_export_leaves_judges_out_unless_asked_and_then_marks_each_row_by_rater_kind(
+    sqlite_url, tmp_path, tiny, capsys
+):
+    import csv
+    import json
+
+    from maxbench.human_eval.store.models import Assignment, Rating
+    from maxbench.human_eval.studies.export import COLUMNS, JUDGE_COLUMNS
+
+    slug = make(sqlite_url, tmp_path, "pairwise-quality", systems=THREE, items=2)
+    with session_for(sqlite_url) as s:
+        for k, page in enumerate(s.scalars(select(Assignment))):
+            page.completed_at = utcnow()
+            s.add(Rating(assignment_id=page.id, criterion="overall", value=1 + k % 2))
+        s.commit()
+
+    def export(*extra):
+        out = tmp_path / f"export-{len(list(tmp_path.glob('export-*')))}"
+        assert main(["study", "export", slug, "--db", sqlite_url, "--out", str(out), *extra]) == 0
+        return out.read_bytes()
+
+    before = {fmt: export("--format", fmt) for fmt in ("csv", "json")}
+    with session_for(sqlite_url) as s:
+        judge_study(s, slug, InProcessJudge(tiny), log=None)
+    for fmt, body in before.items():  # the default export is byte-identical with a judge in the study
+        assert export("--format", fmt) == body
+    people = list(csv.DictReader(before["csv"].decode().splitlines()))
+    rows = list(csv.DictReader(export("--judges").decode().splitlines()))
+    assert list(rows[0]) == COLUMNS + JUDGE_COLUMNS
+    humans, models = [r for r in rows if r["rater_kind"] == "human"], [r for r in rows if r["rater_kind"] == "model"]
+    assert [{k: r[k] for k in COLUMNS} for r in humans] == people and len(humans) + len(models) == len(rows)
+    with session_for(sqlite_url) as s:
+        stored = [j for j in s.scalars(select(Judgment)) if not s.get(Item, j.item_id).system.name.startswith("gold")]
+    assert len(models) == len(stored) == 12  # 3 pairs x 2 prompts, both orders
+    for r in models:
+        first, second = r["shown"].split(";")
+        assert r["system"] == first != second and r["annotator"].startswith("judge-tiny-random-")
+        assert r["value"] in ("0", "1", "2") and r["position"] == "" and r["scoring"] == "single-token"
+    as_text = [
+        {k: "" if v is None else str(v) for k, v in r.items()}
+        for r in json.loads(export("--judges", "--format", "json"))
+    ]
+    assert as_text == rows
+    blind = export("--judges", "--blind").decode()
+    assert not any(system in blind for system in THREE) and "model" in blind
+    capsys.readouterr()
+    err = one_line_exit_2(capsys, ["study", "export", slug, "--db", sqlite_url, "--format", "explorer", "--judges"])
+    assert "--judges goes with --format csv or json" in err
