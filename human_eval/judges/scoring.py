@@ -4,9 +4,9 @@ For one question (``template.Question``) the judge's answer is a distribution ov
 
 - **single-token**: every label is one token of the judge's tokenizer. One forward pass over
   the page; p(label) is the softmax of the last position's logits at the label's token.
-- **sequence**: some label is several tokens. The page followed by each label is scored in one
-  batch; p(label) = exp(sum of the label tokens' log-probabilities given the page and the
-  label's earlier tokens).
+- **sequence**: some label is several tokens. The page is run once and its key-value cache kept;
+  each label's later tokens are run on a copy of that cache; p(label) = exp(sum of the label
+  tokens' log-probabilities given the page and the label's earlier tokens).
 
 ``label_mass`` is the sum of these p(label): how much of the model's next-text probability the
 labels hold. The stored probabilities are p(label) / label_mass (normalised over the labels),
@@ -19,6 +19,7 @@ apart by probabilities: ``label_tokens`` refuses them (MaxbenchError) before any
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass
 
@@ -149,22 +150,23 @@ class InProcessJudge:
         context = list(tok(text, add_special_tokens=not framed)["input_ids"])
         device = next(model.parameters()).device
         with torch.inference_mode():
+            # the page once, logits at its last position only (a large vocabulary's head over every
+            # position would cost more than the model's body)
+            out = model(torch.tensor([context], device=device), use_cache=True, logits_to_keep=1)
+            first = torch.log_softmax(out.logits[0, -1].double(), dim=-1)
             if all(len(ids) == 1 for ids in label_ids):
-                logits = model(torch.tensor([context], device=device)).logits[0, -1].double()
-                logp = torch.log_softmax(logits, dim=-1)
-                label_logp = torch.stack([logp[ids[0]] for ids in label_ids])
+                label_logp = torch.stack([first[ids[0]] for ids in label_ids])
                 scoring = SINGLE
             else:
-                width = len(context) + max(len(ids) for ids in label_ids)
-                pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-                rows = [context + ids + [pad] * (width - len(context) - len(ids)) for ids in label_ids]
-                mask = [[1] * (len(context) + len(ids)) + [0] * (width - len(context) - len(ids)) for ids in label_ids]
-                out = model(torch.tensor(rows, device=device), attention_mask=torch.tensor(mask, device=device))
-                logp = torch.log_softmax(out.logits.double(), dim=-1)
                 sums = []
-                for r, ids in enumerate(label_ids):
-                    positions = range(len(context) - 1, len(context) - 1 + len(ids))
-                    sums.append(sum(logp[r, p, t] for p, t in zip(positions, ids, strict=True)))
+                for ids in label_ids:
+                    total = first[ids[0]]
+                    if len(ids) > 1:  # the label's later tokens on a copy of the page's cache
+                        cache = copy.deepcopy(out.past_key_values)
+                        step = model(torch.tensor([ids[:-1]], device=device), past_key_values=cache, use_cache=True)
+                        logp = torch.log_softmax(step.logits[0].double(), dim=-1)
+                        total = total + sum(logp[p, t] for p, t in enumerate(ids[1:]))
+                    sums.append(total)
                 label_logp = torch.stack(sums)
                 scoring = SEQUENCE
         mass = float(torch.exp(label_logp).sum())

@@ -56,11 +56,12 @@ def test_expected_likert_score_is_the_hand_computed_expectation_over_label_token
     vocab = tiny.tokenizer.get_vocab()
     p = {v: float(probs[vocab[str(v)]]) for v in range(1, 6)}
     mass = sum(p.values())
+    # float32 logits: the judge computes the last position's alone, so they agree to float32 rounding
     assert row.scoring == "single-token"
-    assert row.label_mass == pytest.approx(mass, rel=1e-9)
-    assert row.expected == pytest.approx(sum(v * q / mass for v, q in p.items()), rel=1e-9)
+    assert row.label_mass == pytest.approx(mass, rel=1e-6)
+    assert row.expected == pytest.approx(sum(v * q / mass for v, q in p.items()), rel=1e-6)
     assert row.value == max(p, key=p.get)
-    assert row.probabilities == pytest.approx({str(v): q / mass for v, q in p.items()}, rel=1e-9)
+    assert row.probabilities == pytest.approx({str(v): q / mass for v, q in p.items()}, rel=1e-6)
 
 
 def test_direct_assessment_scores_multi_token_labels_as_sequences(sqlite_url, tmp_path, tiny):
@@ -78,7 +79,7 @@ def test_direct_assessment_scores_multi_token_labels_as_sequences(sqlite_url, tm
 
 def test_sequence_scores_are_the_hand_computed_products_of_each_label_tokens_probabilities(sqlite_url, tmp_path, tiny):
     """ "100" is three tokens of tiny-random: p("100") = p("1") p("0" | "1") p("0" | "10"), each
-    from its own forward pass here (the judge scores all labels in one right-padded batch)."""
+    from its own forward pass here (the judge runs the page once and each label's later tokens on its cache)."""
     slug = make(sqlite_url, tmp_path, "direct-quality", items=1)
     with session_for(sqlite_url) as s:
         judge_study(s, slug, InProcessJudge(tiny), log=None, limit=1)
