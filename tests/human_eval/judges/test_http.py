@@ -15,10 +15,7 @@ from maxbench.cli import main
 from maxbench.human_eval.judges import http as backend
 from maxbench.human_eval.store.db import dispose_engines, session_for
 from maxbench.human_eval.store.models import Annotator, Judgment
-from maxbench.human_eval.studies.create import create_study
-from maxbench.human_eval.studies.options import StudyOptions
-from maxbench.human_eval.studies.rubrics import load_rubric
-from maxbench.human_eval.testing.participants import SYSTEMS, write_run
+from tests.support.judges import fluency_study
 
 KEY = "sk-test-5f3a9e1c"
 TOP = [("3", 0.4), ("The", 0.3), (" 4", 0.2), ("A", 0.05), ("B", 0.03)]
@@ -96,13 +93,7 @@ def server():
 def study(tmp_path, monkeypatch):
     monkeypatch.setenv("MAXBENCH_TEST_KEY", KEY)
     monkeypatch.setattr(backend, "BACKOFF_S", 0.01)
-    url = f"sqlite:///{tmp_path / 'ratings.sqlite3'}"
-    run = write_run(tmp_path / "run", SYSTEMS, 6)
-    with session_for(url, create=True) as s:
-        slug = create_study(
-            s, run, load_rubric("fluency"), StudyOptions(items_per_system=3, raters_per_item=1, attention_rate=0)
-        ).slug
-    yield url, slug
+    yield fluency_study(tmp_path)
     dispose_engines()
 
 

@@ -19,10 +19,8 @@ from sqlalchemy import select
 from maxbench.cli import main
 from maxbench.human_eval.store.db import dispose_engines, session_for
 from maxbench.human_eval.store.models import Judgment
-from maxbench.human_eval.studies.create import create_study
-from maxbench.human_eval.studies.options import StudyOptions
-from maxbench.human_eval.studies.rubrics import load_rubric
-from maxbench.human_eval.testing.participants import SYSTEMS, free_port, write_run
+from maxbench.human_eval.testing.participants import free_port
+from tests.support.judges import fluency_study
 
 pytestmark = [
     pytest.mark.judge_server,
@@ -71,12 +69,7 @@ def llama_server(tmp_path_factory):
 
 def test_the_http_judge_scores_a_study_through_a_real_llama_cpp_server(llama_server, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MAXBENCH_TEST_KEY", "no-key-needed")
-    url = f"sqlite:///{tmp_path / 'ratings.sqlite3'}"
-    run = write_run(tmp_path / "run", SYSTEMS, 6)
-    with session_for(url, create=True) as s:
-        slug = create_study(
-            s, run, load_rubric("fluency"), StudyOptions(items_per_system=3, raters_per_item=1, attention_rate=0)
-        ).slug
+    url, slug = fluency_study(tmp_path)
     judge = ["judge", slug, "--judge", f"openai:{llama_server}:smollm2", "--api-key-env", "MAXBENCH_TEST_KEY"]
     assert main([*judge, "--db", url, "--concurrency", "1"]) == 0
     out = capsys.readouterr().out
