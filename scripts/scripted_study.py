@@ -193,6 +193,134 @@ def judge_studies(slugs: dict[str, str], db_url: str, models: list[str], threads
             if summary.judged or not earlier:
                 entries = [e for e in entries if e["rater"] != summary.rater] + [entry]
                 path.write_text(json.dumps(entries, indent=2) + "\n")
+            save_judgments(db_url, slug, path.parent / JUDGMENTS_FILE)
+
+
+JUDGMENTS_FILE = "judgments.json"
+
+
+def save_judgments(db_url: str, slug: str, path: Path) -> None:
+    """The study's judges and their judgments, each text named by (prompt code, system) rather
+    than by database ids, so that ``load_judgments`` puts them back into a rebuilt database (the
+    scripted studies are rebuilt the same from ``--seed``)."""
+    from sqlalchemy import select
+
+    from maxbench.human_eval.store.models import Annotator, Item, Judgment, StudySystem
+    from maxbench.human_eval.studies.create import find_study
+
+    with session_for(db_url) as session:
+        study = find_study(session, slug)
+        texts = {
+            i: [code, name]
+            for i, code, name in session.execute(
+                select(Item.id, Item.code, StudySystem.name)
+                .join(StudySystem, Item.system_id == StudySystem.id)
+                .where(Item.study_id == study.id)
+            )
+        }
+        raters = session.scalars(
+            select(Annotator).where(Annotator.study_id == study.id, Annotator.kind == "model").order_by(Annotator.label)
+        ).all()
+        judgments = []
+        for rater in raters:
+            for j in session.scalars(select(Judgment).where(Judgment.annotator_id == rater.id)):
+                judgments.append(
+                    {
+                        "rater": rater.label,
+                        "texts": [texts[i] for i in j.items],
+                        "criterion": j.criterion,
+                        "value": j.value,
+                        "expected": j.expected,
+                        "probabilities": j.probabilities,
+                        "label_mass": j.label_mass,
+                        "scoring": j.scoring,
+                    }
+                )
+        judgments.sort(key=lambda j: (j["rater"], j["texts"], j["criterion"]))
+        doc = {
+            "note": "the judges' judgments of this scripted study (scripts/scripted_study.py puts them back into a "
+            "rebuilt database instead of judging again)",
+            "study_title": study.title,
+            "judges": [{"rater": r.label, "identity": r.judge} for r in raters],
+            "judgments": judgments,
+        }
+    path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def load_judgments(db_url: str, slug: str, path: Path, models: list[str]) -> int:
+    """Put ``path``'s judgments (``save_judgments``) of the judges named in ``models`` into the
+    study; units this database holds already are kept as they are. Returns how many were added."""
+    import secrets
+
+    from sqlalchemy import select
+
+    from maxbench.human_eval.store.db import hash_token
+    from maxbench.human_eval.store.models import Annotator, Item, Judgment, StudySystem
+    from maxbench.human_eval.studies.create import find_study
+
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    added = 0
+    with session_for(db_url) as session:
+        study = find_study(session, slug)
+        ids = {
+            (code, name): i
+            for i, code, name in session.execute(
+                select(Item.id, Item.code, StudySystem.name)
+                .join(StudySystem, Item.system_id == StudySystem.id)
+                .where(Item.study_id == study.id)
+            )
+        }
+        for judge in doc["judges"]:
+            if judge["identity"]["model"] not in models:
+                continue
+            rater = session.scalar(
+                select(Annotator).where(Annotator.study_id == study.id, Annotator.label == judge["rater"])
+            )
+            if rater is None:
+                rater = Annotator(
+                    study_id=study.id,
+                    label=judge["rater"],
+                    token_hash=hash_token(secrets.token_urlsafe(32)),
+                    kind="model",
+                    judge=judge["identity"],
+                )
+                session.add(rater)
+                session.flush()
+            elif rater.kind != "model" or (rater.judge or {}).get("key") != judge["identity"]["key"]:
+                raise MaxbenchError(f"{path}: rater {judge['rater']} of study {slug} is another rater; nothing added")
+            stored = set(
+                session.execute(select(Judgment.unit, Judgment.criterion).where(Judgment.annotator_id == rater.id))
+            )
+            for j in doc["judgments"]:
+                if j["rater"] != judge["rater"]:
+                    continue
+                try:
+                    items = [ids[tuple(t)] for t in j["texts"]]
+                except KeyError as exc:
+                    raise MaxbenchError(
+                        f"{path}: text {exc.args[0]} is not in study {slug} (rebuilt with other --items, --systems or "
+                        "--seed?); nothing added"
+                    ) from None
+                unit = ",".join(map(str, items))
+                if (unit, j["criterion"]) in stored:
+                    continue
+                session.add(
+                    Judgment(
+                        annotator_id=rater.id,
+                        item_id=items[0],
+                        unit=unit,
+                        items=items,
+                        criterion=j["criterion"],
+                        value=j["value"],
+                        expected=j["expected"],
+                        probabilities=j["probabilities"],
+                        label_mass=j["label_mass"],
+                        scoring=j["scoring"],
+                    )
+                )
+                added += 1
+        session.commit()
+    return added
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -227,6 +355,10 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             server.stop()
         if args.judges:
+            for judgment, slug in slugs.items():  # what was judged before (committed) is not judged again
+                saved = args.out / f"scripted-{judgment}" / JUDGMENTS_FILE
+                if saved.is_file():
+                    print(f"{judgment}: {load_judgments(db_url, slug, saved, args.judges)} judgments from {saved}")
             judge_studies(slugs, db_url, args.judges, args.threads, args.out)
         for judgment, slug in slugs.items():
             name = f"scripted-{judgment}"
@@ -237,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
             if judgment in ("likert", "direct"):  # tested against the first system given (quality 0)
                 cmd += ["--reference", args.systems[0]]
             subprocess.run(cmd, check=True, cwd=ROOT)
+            if args.judges:
+                save_judgments(db_url, slug, args.out / name / JUDGMENTS_FILE)
             scripted = {
                 "note": "rated by scripted participants through the real server (scripts/scripted_study.py)",
                 "quality": {s: k for k, s in enumerate(args.systems)},

@@ -12,6 +12,7 @@ people's prompts are a random sample of the study's prompts.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from collections import defaultdict
@@ -49,6 +50,13 @@ def _clean(value):
     if isinstance(value, float | np.floating):
         return float(value) if math.isfinite(value) else None
     return value
+
+
+def _mean(values) -> float:
+    """The mean, exactly rounded (``math.fsum``): the same whatever order the judgments are read in
+    (a database rebuilt from saved judgments gives the same report)."""
+    values = list(values)
+    return math.fsum(values) / len(values)
 
 
 def _words(text: str) -> int:
@@ -109,7 +117,7 @@ def judge_data(
             "identity": rater.judge,
             "judgments": len(rows),
             "scoring": sorted({r.scoring for r in rows}),
-            "label_mass": float(np.mean([r.label_mass for r in rows])) if rows else None,
+            "label_mass": _mean([r.label_mass for r in rows]) if rows else None,
             "criteria": {},
             "warnings": [],
         }
@@ -135,7 +143,7 @@ def _scale(entry, rubric, rows, items, human_rows, flagged, baseline, kept) -> N
         expected = {items[r.item_id][:2]: r.expected for r in mine if not is_gold(items[r.item_id][1])}
         argmax = {items[r.item_id][:2]: r.value for r in mine if not is_gold(items[r.item_id][1])}
         agreement = stats.scale_agreement(human[c.name], expected, argmax, rubric.values)
-        means = {u: float(np.mean(v)) for u, v in human[c.name].items() if u[0] in kept}
+        means = {u: _mean(v) for u, v in human[c.name].items() if u[0] in kept}
         gold = defaultdict(dict)
         for r in mine:
             code, name, _ = items[r.item_id]
@@ -201,8 +209,8 @@ def _pairwise(entry, rubric, rows, items, by_key, people, baseline, kept) -> Non
                     lc_j[s][1].append(_words(text) - _words(items[other][2]))
         strength_h = _strength(h_pref)
         strength_j = _strength(j_pref)
-        vs_base_h = {(code, s): float(np.mean(v)) for (code, s, o), v in h_pref.items() if o == baseline}
-        vs_base_j = {(code, s): float(np.mean(v)) for (code, s, o), v in j_pref.items() if o == baseline}
+        vs_base_h = {(code, s): _mean(v) for (code, s, o), v in h_pref.items() if o == baseline}
+        vs_base_j = {(code, s): _mean(v) for (code, s, o), v in j_pref.items() if o == baseline}
         gold = [
             (v == 1) == (items[a][1] == GOLD_REFERENCE) and v != 0
             for (a, b), (v, _) in gold_units.items()
@@ -220,6 +228,7 @@ def _pairwise(entry, rubric, rows, items, by_key, people, baseline, kept) -> Non
             },
             "gold": {"n": len(gold), "correct": sum(gold)} if gold else None,
             "ppi": stats.ppi_table({u: v for u, v in vs_base_h.items() if u[0] in kept}, vs_base_j, None),
+            "chance": 1 / len(rubric.choices),
         }
         chance = 1 / len(rubric.choices)
         if agreement["agreement"] is not None and agreement["agreement"] <= chance:
@@ -233,7 +242,7 @@ def _strength(prefs) -> dict[str, float]:
     per = defaultdict(list)
     for (_, s, _), v in prefs.items():
         per[s] += v
-    return {s: float(np.mean(v)) for s, v in per.items()}
+    return {s: _mean(v) for s, v in per.items()}
 
 
 def _best_worst(entry, rubric, rows, items, by_key, people, baseline, kept) -> None:
@@ -271,16 +280,16 @@ def _best_worst(entry, rubric, rows, items, by_key, people, baseline, kept) -> N
                 code, s, _ = items[item]
                 if not is_gold(s):
                     judge_text[(code, s)].append(best.get(str(place), 0.0) - worst.get(str(place), 0.0))
-        human = {u: float(np.mean(v)) for u, v in people_text.items()}
-        judge = {u: float(np.mean(v)) for u, v in judge_text.items()}
+        human = {u: _mean(v) for u, v in people_text.items()}
+        judge = {u: _mean(v) for u, v in judge_text.items()}
         per_system_h, per_system_j = defaultdict(list), defaultdict(list)
         for (_, s), v in human.items():
             per_system_h[s].append(v)
         for (_, s), v in judge.items():
             per_system_j[s].append(v)
         tau = stats.ranking_tau(
-            {s: float(np.mean(v)) for s, v in per_system_h.items()},
-            {s: float(np.mean(v)) for s, v in per_system_j.items()},
+            {s: _mean(v) for s, v in per_system_h.items()},
+            {s: _mean(v) for s, v in per_system_j.items()},
         )
         entry["criteria"][c.name] = {
             "agreement": {
@@ -288,8 +297,9 @@ def _best_worst(entry, rubric, rows, items, by_key, people, baseline, kept) -> N
             }
             | {"ranking": tau},
             "ppi": stats.ppi_table({u: v for u, v in human.items() if u[0] in kept}, judge, baseline),
+            "chance": 1 / max((len(shown) for shown, _ in mine), default=1),
         }
-        chance = 1 / max((len(shown) for shown, _ in mine), default=1)
+        chance = entry["criteria"][c.name]["chance"]
         for side, v in same.items():
             if v and sum(v) / len(v) <= chance:
                 entry["warnings"].append(
@@ -348,9 +358,84 @@ def judge_sections(data: dict) -> list[Section]:
         for w in j["warnings"]:
             s.paragraphs.append(Para("Warning: {}", (w,)))
         for name, c in j["criteria"].items():
+            s.paragraphs.append(_summary(data["judgment"], name, c))
             s.tables += _criterion_tables(data, name, c)
         sections.append(s)
+    if data.get("throughput"):
+        sections.append(_throughput_section(data["throughput"]))
     return sections
+
+
+def _summary(judgment: str, name: str, c: dict) -> Para:
+    """One line per criterion: how close the judge is to the people, and what PPI gains with it."""
+    a = c["agreement"]
+    if judgment in ("likert", "direct"):
+        close = f"Pearson r {fmt(a['pearson'])} with the people's mean over {a['items']} texts"
+    elif judgment == "pairwise":
+        close = (
+            f"repeats {fmt(a['agreement'])} of the people's {a['judgments']} choices (chance {fmt(1 / 3)} with ties)"
+        )
+    else:
+        close = (
+            f"picks the people's best text in {fmt(a['best']['agreement'])} and worst in "
+            f"{fmt(a['worst']['agreement'])} of {a['best']['judgments']} judgments (chance {fmt(c['chance'])})"
+        )
+    close += f"; system ranking tau {fmt(a['ranking']['tau'])}"
+    ppi = (c.get("ppi") or {}).get("systems") or {}
+    ratios = [
+        (v["ppi"]["high"] - v["ppi"]["low"]) / (v["people"]["high"] - v["people"]["low"])
+        for v in ppi.values()
+        if v["people"]["high"] is not None and v["ppi"]["high"] is not None and v["people"]["high"] > v["people"]["low"]
+    ]
+    if not ratios:
+        return Para("Summary, {}: the judge {}.", (name, close))
+    lam = sorted(v["ppi"]["lambda"] for v in ppi.values())
+    return Para(
+        "Summary, {}: the judge {}. PPI++'s intervals are {} as wide as the people's alone (median over {} "
+        "systems; lambda {} to {}, 0 meaning the judge is not used).",
+        (name, close, fmt(float(np.median(ratios))), str(len(ratios)), fmt(lam[0]), fmt(lam[-1])),
+    )
+
+
+def _throughput_section(entries: list[dict]) -> Section:
+    s = Section("Judging throughput")
+    s.paragraphs.append(
+        Para(
+            "From judging.json beside this report (written by whoever judged, e.g. scripts/scripted_study.py): "
+            "units judged in that session, model loading excluded, with the machine's load average (1, 5, 15 "
+            "minutes) before and after."
+        )
+    )
+    s.tables.append(
+        Table(
+            (
+                "Judge",
+                "Backend",
+                "Device",
+                "Threads",
+                "Units judged",
+                "Seconds",
+                "Units/s",
+                "Load before",
+                "Load after",
+            ),
+            tuple(
+                (
+                    Cell(str(e.get("rater")), code=True),
+                    Cell(str(e.get("backend"))),
+                    Cell(str(e.get("device"))),
+                    num(str(e.get("threads"))),
+                    num(f"{e.get('judged_now')} of {e.get('units')}"),
+                    num(fmt(e.get("seconds"))),
+                    num(fmt(e.get("units_per_second"), 3)),
+                    num(" ".join(fmt(x) for x in e.get("load_average_before") or [])),
+                    num(" ".join(fmt(x) for x in e.get("load_average_after") or [])),
+                )
+                for e in entries
+            ),
+        )
+    )
+    return s
 
 
 def _criterion_tables(data: dict, name: str, c: dict) -> list[Table]:
@@ -479,5 +564,14 @@ def _criterion_tables(data: dict, name: str, c: dict) -> list[Table]:
 
 
 def write_judges_report(data: dict, folder: Path) -> None:
+    """judges.md/.html/.json in ``folder``; a ``judging.json`` there (a list of judging sessions:
+    rater, backend, device, threads, units, judged_now, seconds, units_per_second and the load
+    averages before and after) is shown as the judging throughput."""
+    measured = folder / "judging.json"
+    if measured.is_file():
+        try:
+            data = data | {"throughput": json.loads(measured.read_text(encoding="utf-8"))}
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise MaxbenchError(f"{measured} cannot be read as JSON ({exc}): fix or remove it") from None
     payload = {"format": REPORT_FORMAT_VERSION, "versions": versions(REPORT_PACKAGES), **data}
     write_documents(folder, judge_sections(data), payload, stem="judges")

@@ -14,6 +14,7 @@ from maxbench.human_eval.studies.export import pair_judgment_rows
 from maxbench.human_eval.testing.participants import ROOT, write_run
 
 THREE = ["tiny/softmax/top_p=0.9", "tiny/sparsemax/top_p=0.9", "tiny/graphmax(lam=1.0)/top_p=0.9"]
+THREE_KINDS = ("likert", "best-worst")
 
 
 def load_script():
@@ -74,3 +75,40 @@ def test_report_z_scores_match_a_hand_worked_case(tmp_path, cli):
     # Mann-Whitney on the 6 + 6 z-scores: ref {z, z, z, 0, 0, 0} against other {-z, -z, -z, 0, 0, 0}:
     # U = 3 x 6 + 3 x (3 + 3 / 2) = 31.5.
     assert c["mannwhitney"]["statistic"] == pytest.approx(31.5)
+
+
+def test_judged_scripted_studies_are_rendered_again_from_their_saved_judgments_without_judging(tmp_path):
+    """A rebuilt database (another scratch file) gets the same people's ratings from the seed, and the
+    judgments saved beside the reports (judgments.json) instead of new ones: the judges' numbers are
+    the same and nothing is judged again; the same database given again reuses its studies."""
+    run = write_run(tmp_path / "run", THREE, 5, text_for=lambda s, i: f"Text {i} & more, by <{s}>.")
+    out = tmp_path / "studies"
+    argv = ["--run", str(run), "--systems", *THREE, "--judgments", "likert", "best-worst", "--items", "4"]
+    argv += ["--raters", "2", "--out", str(out), "--n-boot", "200", "--judges", "tiny-random", "--threads", "1"]
+    script = load_script()
+    first = f"sqlite:///{tmp_path / 'first.sqlite3'}"
+    assert script.main([*argv, "--db", first, "--human-share", "0.5"]) == 0
+
+    def read(name, judgment):
+        return json.loads((out / f"scripted-{judgment}" / name).read_text())
+
+    before = {j: (read("report.json", j), read("judges.json", j), read("judging.json", j)) for j in THREE_KINDS}
+    for j, (_, judges, judging) in before.items():
+        (entry,) = judging
+        assert entry["judge"] == "tiny-random" and entry["judged_now"] == entry["units"] > 0
+        saved = read("judgments.json", j)
+        assert [r["rater"] for r in saved["judges"]] == [entry["rater"]] == [g["rater"] for g in judges["judges"]]
+        assert len(saved["judgments"]) == judges["judges"][0]["judgments"]
+    assert script.main([*argv, "--db", f"sqlite:///{tmp_path / 'second.sqlite3'}", "--human-share", "0.5"]) == 0
+    for j, (report, judges, judging) in before.items():
+        again = read("report.json", j)
+        assert again["aspects"] == report["aspects"] and again["study"] != report["study"]  # rebuilt, the same
+        assert read("judges.json", j)["judges"] == judges["judges"]
+        assert read("judging.json", j) == judging  # nothing judged: the first measurement stays
+    assert script.main([*argv, "--db", first]) == 0  # the same database: its studies, no second study
+    with session_for(first) as s:
+        from sqlalchemy import func, select
+
+        from maxbench.human_eval.store.models import Study
+
+        assert s.scalar(select(func.count()).select_from(Study)) == 2

@@ -65,7 +65,11 @@ def test_the_judges_report_sits_beside_a_human_report_a_judge_does_not_change(
     assert report(sqlite_url, slug, tmp_path / "none", "--name", "r", "--judges") == 2
     assert "has no judge yet" in capsys.readouterr().err
     with session_for(sqlite_url) as s:
-        judge_study(s, slug, InProcessJudge(tiny), log=None)
+        summary = judge_study(s, slug, InProcessJudge(tiny), log=None)
+    measured = {"rater": summary.rater, "backend": "in-process", "device": "cpu", "threads": 1, "units": 9}
+    measured |= {"judged_now": 9, "seconds": 3.0, "units_per_second": 3.0, "load_average_before": [1.5, 1, 1]}
+    (tmp_path / "after" / "r").mkdir(parents=True)
+    (tmp_path / "after" / "r" / "judging.json").write_text(json.dumps([measured]))
     assert report(sqlite_url, slug, tmp_path / "after", "--name", "r", "--judges", "--human-share", "0.5") == 0, err
     for name in ("report.md", "report.json"):  # the human report never includes the judge
         assert (tmp_path / "after" / "r" / name).read_bytes() == (tmp_path / "before" / "r" / name).read_bytes()
@@ -77,6 +81,8 @@ def test_the_judges_report_sits_beside_a_human_report_a_judge_does_not_change(
     assert sorted(criteria) == sorted(c.name for c in load_rubric(rubric).criteria)
     md = (tmp_path / "after" / "r" / "judges.md").read_text()
     assert judge["rater"] in md
+    assert md.count("Summary, ") == len(criteria) and "as wide as the people's alone" in md
+    assert "## Judging throughput" in md and "| 9 of 9 | 3.00 | 3.000 | 1.50 1.00 1.00 |" in md
     if rubric == "posg-lm":
         for c in criteria.values():
             assert c["agreement"]["items"] == 18 and c["agreement"]["ranking"]["systems"] == 3
