@@ -14,7 +14,7 @@ from maxbench.human_eval.studies.export import pair_judgment_rows
 from maxbench.human_eval.testing.participants import ROOT, write_run
 
 THREE = ["tiny/softmax/top_p=0.9", "tiny/sparsemax/top_p=0.9", "tiny/graphmax(lam=1.0)/top_p=0.9"]
-THREE_KINDS = ("likert", "best-worst")
+JUDGED_KINDS = ("best-worst",)
 
 
 def load_script():
@@ -83,7 +83,7 @@ def test_judged_scripted_studies_are_rendered_again_from_their_saved_judgments_w
     the same and nothing is judged again; the same database given again reuses its studies."""
     run = write_run(tmp_path / "run", THREE, 5, text_for=lambda s, i: f"Text {i} & more, by <{s}>.")
     out = tmp_path / "studies"
-    argv = ["--run", str(run), "--systems", *THREE, "--judgments", "likert", "best-worst", "--items", "4"]
+    argv = ["--run", str(run), "--systems", *THREE, "--judgments", *JUDGED_KINDS, "--items", "4"]
     argv += ["--raters", "2", "--out", str(out), "--n-boot", "200", "--judges", "tiny-random", "--threads", "1"]
     script = load_script()
     first = f"sqlite:///{tmp_path / 'first.sqlite3'}"
@@ -92,7 +92,7 @@ def test_judged_scripted_studies_are_rendered_again_from_their_saved_judgments_w
     def read(name, judgment):
         return json.loads((out / f"scripted-{judgment}" / name).read_text())
 
-    before = {j: (read("report.json", j), read("judges.json", j), read("judging.json", j)) for j in THREE_KINDS}
+    before = {j: (read("report.json", j), read("judges.json", j), read("judging.json", j)) for j in JUDGED_KINDS}
     for j, (_, judges, judging) in before.items():
         (entry,) = judging
         assert entry["judge"] == "tiny-random" and entry["judged_now"] == entry["units"] > 0
@@ -111,4 +111,4 @@ def test_judged_scripted_studies_are_rendered_again_from_their_saved_judgments_w
 
         from maxbench.human_eval.store.models import Study
 
-        assert s.scalar(select(func.count()).select_from(Study)) == 2
+        assert s.scalar(select(func.count()).select_from(Study)) == len(JUDGED_KINDS)
