@@ -24,7 +24,7 @@ reads the database and renders.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -117,11 +117,28 @@ def pair_behaviour(units: Mapping[tuple, tuple[int, Mapping[str, float]]]) -> di
     }
 
 
+def chance_agreement(matched: Sequence[tuple]) -> float | None:
+    """The agreement of two raters who choose independently with their own shares of each answer
+    (Cohen's expected agreement): sum over answers of p_people(answer) p_judge(answer), over the
+    (people's answer, judge's answer) pairs ``matched``. A judge that always answers "A" gets the
+    people's share of "A" here, not 1/choices."""
+    if not matched:
+        return None
+    n = len(matched)
+    people, judge = Counter(h for h, _ in matched), Counter(j for _, j in matched)
+    return sum(people[a] * judge[a] for a in people) / n**2
+
+
 def pairwise_agreement(people: Sequence[tuple[tuple, int]], units: Mapping[tuple, tuple[int, Mapping]]) -> dict:
-    """The share of people's judgments ((a, b) as shown, value) the judge repeats on the same order."""
+    """The share of people's judgments ((a, b) as shown, value) the judge repeats on the same order,
+    and the share two independent raters with these answer shares would reach (``chance_agreement``)."""
     matched = [(v, units[key][0]) for key, v in people if key in units]
     same = sum(h == j for h, j in matched)
-    return {"judgments": len(matched), "agreement": same / len(matched) if matched else None}
+    return {
+        "judgments": len(matched),
+        "agreement": same / len(matched) if matched else None,
+        "chance": chance_agreement(matched),
+    }
 
 
 def length_controlled_win_rate(outcome: Sequence[float], length_diff: Sequence[float]) -> dict:

@@ -228,13 +228,13 @@ def _pairwise(entry, rubric, rows, items, by_key, people, baseline, kept) -> Non
             },
             "gold": {"n": len(gold), "correct": sum(gold)} if gold else None,
             "ppi": stats.ppi_table({u: v for u, v in vs_base_h.items() if u[0] in kept}, vs_base_j, None),
-            "chance": 1 / len(rubric.choices),
         }
-        chance = 1 / len(rubric.choices)
+        chance = agreement["chance"]
         if agreement["agreement"] is not None and agreement["agreement"] <= chance:
             entry["warnings"].append(
                 f"{c.name}: the judge repeats {fmt(agreement['agreement'])} of the people's choices over "
-                f"{agreement['judgments']} judgments, at or below chance ({fmt(chance)})"
+                f"{agreement['judgments']} judgments, at or below chance ({fmt(chance)}: two raters answering "
+                "independently with these shares of each answer)"
             )
 
 
@@ -265,8 +265,8 @@ def _best_worst(entry, rubric, rows, items, by_key, people, baseline, kept) -> N
             shown = tuple(by_key[(r["item"], s)] for s in shown_systems)
             for side in same:
                 judged = mine.get((shown, f"{c.name}_{side}"))
-                if judged is not None:
-                    same[side].append(shown_systems[judged - 1] == r[side])
+                if judged is not None:  # (the people's place, the judge's place)
+                    same[side].append((shown_systems.index(r[side]) + 1, judged))
             for s in shown_systems:
                 if not is_gold(s):
                     people_text[(r["item"], s)].append(float(s == r["best"]) - float(s == r["worst"]))
@@ -291,20 +291,24 @@ def _best_worst(entry, rubric, rows, items, by_key, people, baseline, kept) -> N
             {s: _mean(v) for s, v in per_system_h.items()},
             {s: _mean(v) for s, v in per_system_j.items()},
         )
-        entry["criteria"][c.name] = {
-            "agreement": {
-                side: {"judgments": len(v), "agreement": sum(v) / len(v) if v else None} for side, v in same.items()
+        agreement = {
+            side: {
+                "judgments": len(v),
+                "agreement": sum(h == j for h, j in v) / len(v) if v else None,
+                "chance": stats.chance_agreement(v),
             }
-            | {"ranking": tau},
-            "ppi": stats.ppi_table({u: v for u, v in human.items() if u[0] in kept}, judge, baseline),
-            "chance": 1 / max((len(shown) for shown, _ in mine), default=1),
+            for side, v in same.items()
         }
-        chance = entry["criteria"][c.name]["chance"]
-        for side, v in same.items():
-            if v and sum(v) / len(v) <= chance:
+        entry["criteria"][c.name] = {
+            "agreement": agreement | {"ranking": tau},
+            "ppi": stats.ppi_table({u: v for u, v in human.items() if u[0] in kept}, judge, baseline),
+        }
+        for side, a in agreement.items():
+            if a["agreement"] is not None and a["agreement"] <= a["chance"]:
                 entry["warnings"].append(
-                    f"{c.name}: the judge picks the people's {side} text in {fmt(sum(v) / len(v))} of "
-                    f"{len(v)} judgments, at or below chance ({fmt(chance)})"
+                    f"{c.name}: the judge picks the people's {side} text in {fmt(a['agreement'])} of "
+                    f"{a['judgments']} judgments, at or below chance ({fmt(a['chance'])}: two raters choosing "
+                    "places independently with these shares)"
                 )
 
 
@@ -372,13 +376,12 @@ def _summary(judgment: str, name: str, c: dict) -> Para:
     if judgment in ("likert", "direct"):
         close = f"Pearson r {fmt(a['pearson'])} with the people's mean over {a['items']} texts"
     elif judgment == "pairwise":
-        close = (
-            f"repeats {fmt(a['agreement'])} of the people's {a['judgments']} choices (chance {fmt(1 / 3)} with ties)"
-        )
+        close = f"repeats {fmt(a['agreement'])} of the people's {a['judgments']} choices (chance {fmt(a['chance'])})"
     else:
         close = (
-            f"picks the people's best text in {fmt(a['best']['agreement'])} and worst in "
-            f"{fmt(a['worst']['agreement'])} of {a['best']['judgments']} judgments (chance {fmt(c['chance'])})"
+            f"picks the people's best text in {fmt(a['best']['agreement'])} (chance {fmt(a['best']['chance'])}) "
+            f"and worst in {fmt(a['worst']['agreement'])} (chance {fmt(a['worst']['chance'])}) of "
+            f"{a['best']['judgments']} judgments"
         )
     close += f"; system ranking tau {fmt(a['ranking']['tau'])}"
     ppi = (c.get("ppi") or {}).get("systems") or {}
@@ -462,12 +465,19 @@ def _criterion_tables(data: dict, name: str, c: dict) -> list[Table]:
         b = c["behaviour"]
         tables.append(
             Table(
-                ("Criterion", "People's judgments", "Agreement", "tau ranking", "Order consistency", "Position bias"),
+                (
+                    "Criterion",
+                    "People's judgments",
+                    "Agreement (chance)",
+                    "tau ranking",
+                    "Order consistency",
+                    "Position bias",
+                ),
                 (
                     (
                         Cell(name),
                         num(str(a["judgments"])),
-                        num(fmt(a["agreement"])),
+                        num(f"{fmt(a['agreement'])} ({fmt(a['chance'])})"),
                         num(f"{fmt(a['ranking']['tau'])} ({a['ranking']['systems']} systems)"),
                         num(f"{fmt(b['order_consistency'])} ({b['pairs_both_orders']} pairs)"),
                         num(fmt(b["position_bias"], 3)),
@@ -496,12 +506,12 @@ def _criterion_tables(data: dict, name: str, c: dict) -> list[Table]:
     else:
         tables.append(
             Table(
-                ("Criterion", "Best: agreement (n)", "Worst: agreement (n)", "tau ranking"),
+                ("Criterion", "Best: agreement (chance; n)", "Worst: agreement (chance; n)", "tau ranking"),
                 (
                     (
                         Cell(name),
-                        num(f"{fmt(a['best']['agreement'])} ({a['best']['judgments']})"),
-                        num(f"{fmt(a['worst']['agreement'])} ({a['worst']['judgments']})"),
+                        num(f"{fmt(a['best']['agreement'])} ({fmt(a['best']['chance'])}; {a['best']['judgments']})"),
+                        num(f"{fmt(a['worst']['agreement'])} ({fmt(a['worst']['chance'])}; {a['worst']['judgments']})"),
                         num(f"{fmt(a['ranking']['tau'])} ({a['ranking']['systems']} systems)"),
                     ),
                 ),

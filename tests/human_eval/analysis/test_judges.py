@@ -42,7 +42,22 @@ def test_pair_behaviour_counts_order_consistency_and_position_bias():
     assert got["position_bias"] == pytest.approx(np.mean([0.4, -0.2, 0.8, 0.6, 0.0, 0.2]))
     assert got["share_first"] == pytest.approx(3 / 4)
     people = [((1, 2), 1), ((2, 1), 1), ((4, 3), 1), ((9, 8), 2)]
-    assert judges.pairwise_agreement(people, units) == {"judgments": 3, "agreement": pytest.approx(2 / 3)}
+    # matched (people, judge): (1, 1), (1, 2), (1, 1); chance = p_people(1) p_judge(1) = 1 x 2/3
+    assert judges.pairwise_agreement(people, units) == {
+        "judgments": 3,
+        "agreement": pytest.approx(2 / 3),
+        "chance": pytest.approx(2 / 3),
+    }
+
+
+def test_a_judge_answering_always_a_is_at_chance_whatever_the_number_of_choices():
+    """Chance is Cohen's expected agreement from the two raters' shares of each answer, not
+    1/choices: a judge that always says "A" repeats the people's share of "A" and no more."""
+    matched = [(1, 1), (2, 1), (1, 1), (2, 1), (2, 1)]  # the people: A 2 of 5; the judge: always A
+    assert judges.chance_agreement(matched) == pytest.approx(2 / 5)
+    assert sum(h == j for h, j in matched) / len(matched) == pytest.approx(2 / 5)
+    assert judges.chance_agreement([(1, 1), (2, 2), (3, 3)]) == pytest.approx(1 / 3)
+    assert judges.chance_agreement([]) is None
 
 
 def test_a_judge_that_repeats_the_people_agrees_fully_and_a_shuffled_one_does_not():

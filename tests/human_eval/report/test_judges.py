@@ -97,9 +97,15 @@ def test_the_judges_report_sits_beside_a_human_report_a_judge_does_not_change(
         assert sorted(c["length_controlled"]) == sorted(set(THREE) - {data["baseline"]})
         assert c["gold"]["n"] == 4  # each gold pair in both orders
         assert "Order consistency" in md and "Position bias" in md and "LC" in md
+        a = c["agreement"]  # the warning follows the chance the report shows
+        assert 0 < a["chance"] < 1 and "Agreement (chance)" in md
+        assert (a["agreement"] <= a["chance"]) == any("at or below chance" in w for w in judge["warnings"])
     else:
         (c,) = criteria.values()
         assert c["agreement"]["best"]["judgments"] > 0 and c["agreement"]["ranking"]["systems"] == 3
+        sides = [c["agreement"][side] for side in ("best", "worst")]
+        flagged = sum(a["agreement"] <= a["chance"] for a in sides)
+        assert flagged == sum("at or below chance" in w for w in judge["warnings"])
         for s in c["ppi"]["systems"].values():  # each prompt's tuple shows all three systems
             assert s["ppi"]["n"] == 3 and s["ppi"]["N"] == 3 and -1 <= s["ppi"]["estimate"] <= 1
         assert sorted(c["ppi"]["differences"]) == sorted(set(THREE) - {data["baseline"]})
