@@ -374,7 +374,7 @@ def _summary(judgment: str, name: str, c: dict) -> Para:
     """One line per criterion: how close the judge is to the people, and what PPI gains with it."""
     a = c["agreement"]
     if judgment in ("likert", "direct"):
-        close = f"Pearson r {fmt(a['pearson'])} with the people's mean over {a['items']} texts"
+        close = f"has Pearson r {fmt(a['pearson'])} with the people's mean over {a['items']} texts"
     elif judgment == "pairwise":
         close = f"repeats {fmt(a['agreement'])} of the people's {a['judgments']} choices (chance {fmt(a['chance'])})"
     else:
