@@ -17,7 +17,7 @@ from pathlib import Path
 from maxbench.errors import MaxbenchError
 from maxbench.fileio import atomic_write, os_error
 from maxbench.locks import exclusive, held
-from maxbench.rundir.files import generation_files, manifest_path, removed_path
+from maxbench.rundir.files import SHARD_GLOB, generation_files, manifest_path, removed_path
 from maxbench.rundir.manifest import (
     RunPlan,
     batch_size_now,
@@ -105,6 +105,16 @@ def apply_batch_size(plan: RunPlan) -> dict | None:
         now = batch_size_now(manifest) if manifest is not None else None
         if now is None or now == plan.batch_size:
             return None
+        # a process still decoding at the run's batch size claims its batches by their numbers at it (a
+        # shard's file is known by its lock before its first row)
+        shards = {f.with_name(f.name.removesuffix(".lock")) for f in plan.run_dir.glob(SHARD_GLOB + ".lock")}
+        busy = [f for f in dict.fromkeys([*generation_files(plan.run_dir), *sorted(shards)]) if held(f)]
+        if busy:
+            raise MaxbenchError(
+                f"{busy[0]} is being written by another process of this run at batch size {now}, and the "
+                "processes of a run decode at one batch size: wait for it to end, or stop it, and run the same "
+                f"command again (or join it with --batch-size {now})"
+            )
         names = {s.name for s in plan.systems}
         keys = {row_key(row) for f in generation_files(plan.run_dir) for _, row in read_run_rows(f)}
         part = {

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from maxbench.errors import MaxbenchError
+from maxbench.locks import exclusive
 from maxbench.rundir import (
     MANIFEST,
     RunPlan,
@@ -19,6 +20,7 @@ from maxbench.rundir import (
     existing_manifest,
     generations_path,
     read_manifest,
+    shard_file,
 )
 from tests.support.rundir import SMOKE_A, SMOKE_B
 from tests.support.rundir import plan as _smoke_plan
@@ -58,6 +60,21 @@ def test_a_device_generator_run_resumes_at_another_batch_size_and_records_each_p
     apply_batch_size(_plan(tmp_path / "r", [SMOKE_A], 4, "device"))  # back to the first batch size: a third part
     parts = read_manifest(smaller.run_dir)["batch_sizes"]
     assert [(p["batch_size"], p["rows_before"]) for p in parts] == [(4, 0), (2, 2), (4, 3)]
+
+
+def test_another_batch_size_is_refused_while_a_process_of_the_run_still_decodes_at_its_own(tmp_path):
+    plan = _started(tmp_path, "device")
+    before = (plan.run_dir / MANIFEST).read_bytes()
+    running = shard_file(plan.run_dir, (1, 2))  # a shard that has not written its first row yet
+    smaller = _plan(tmp_path / "r", [SMOKE_A], 2, "device")
+    with exclusive(running):
+        with pytest.raises(MaxbenchError) as caught:
+            apply_batch_size(smaller)
+    said = str(caught.value)
+    assert f"{running} is being written by another process of this run at batch size 4" in said, said
+    assert "--batch-size 4" in said and "\n" not in said
+    assert (plan.run_dir / MANIFEST).read_bytes() == before
+    assert apply_batch_size(smaller)["batch_size"] == 2  # once it has ended
 
 
 @pytest.mark.parametrize("generator", [None, "cpu"])
