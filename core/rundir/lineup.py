@@ -51,8 +51,8 @@ def apply_lineup(plan: RunPlan) -> dict | None:
     systems (its identity's list and ``systems`` section; a removed system's entry goes to
     ``removed_systems``) and the change in ``lineup_changes``. Every other part of the identity must
     match (``existing_manifest``) but the batch size of a run whose rows do not depend on their batch,
-    which stays the identity's first one (``apply_batch_size``). Each step can be repeated, so a run killed in the middle of this
-    ends the same on its next start. Files another process is writing now are not touched: the
+    which stays the identity's first one (``apply_batch_size``). Each step can be repeated, so a run
+    killed in the middle of this ends the same on its next start. Files another process is writing now are not touched: the
     change is refused with one line instead (a worker of the old lineup still running)."""
     path = manifest_path(plan.run_dir)
     if not path.exists():

@@ -188,7 +188,7 @@ def existing_manifest(plan: RunPlan) -> dict | None:
             raise MaxbenchError(
                 f"run directory {plan.run_dir} was generated at batch size {made} with the cpu generator, whose "
                 f"text depends on the rest of its batch (padding can move a near-tie of two logits): resume it "
-                f"with --batch-size {made}, or pick another --run-id (runs of --generator device resume at any "
+                f"with --batch-size {made} (a lineup's batch_size = {made}), or pick another --run-id (runs of --generator device resume at any "
                 "batch size)"
             )
         if diff and diff != ["systems"]:
