@@ -402,16 +402,40 @@ class LogitCheck:
             )
 
 
-def out_of_memory(device, batch: int) -> MaxbenchError:
-    """The one line for CUDA running out of memory on a batch of ``batch`` prompts: a batch size to try."""
-    kept = "(every batch finished before is kept)"
-    if batch > 1:
-        advice = f"try a batch size of {max(1, batch // 2)}"
-    else:
+class OutOfMemory(MaxbenchError):
+    """CUDA ran out of memory decoding a batch (``out_of_memory``); ``device`` and ``batch`` let a run
+    say it again with its own advice."""
+
+    def __init__(self, message: str, device, batch: int):
+        super().__init__(message)
+        self.device, self.batch = device, batch
+
+
+def out_of_memory(device, batch: int, resumes_at_any_batch_size: bool | None = None) -> OutOfMemory:
+    """The one line for CUDA running out of memory on a batch of ``batch`` prompts: a batch size to try
+    (half this one). ``resumes_at_any_batch_size`` is None outside a run; in a run, whether the run can
+    resume at that batch size (its rows do not depend on their batch: the device generator), else a new
+    run id is what to start. Every row finished before is kept either way."""
+    what = f"{device} ran out of memory decoding a batch of {batch} prompt{'s' if batch > 1 else ''}"
+    half = max(1, batch // 2)
+    if batch == 1:
         advice = "lower max_new_tokens or use a device with more memory"
-    return MaxbenchError(
-        f"{device} ran out of memory decoding a batch of {batch} prompt{'s' if batch > 1 else ''} {kept}; {advice}"
-    )
+        if resumes_at_any_batch_size is not None:
+            advice = f"every finished row is kept; {advice}"
+    elif resumes_at_any_batch_size is None:
+        advice = f"try a batch size of {half} (every batch finished before is kept)"
+    elif resumes_at_any_batch_size:
+        advice = (
+            f"resume with --batch-size {half} (in a lineup, batch_size = {half}): every finished row is kept, "
+            "and a row's text does not depend on the batch size (the device generator)"
+        )
+    else:
+        advice = (
+            f"every finished row is kept, but this run draws with the cpu generator, whose text depends on the "
+            f"rest of its batch, so it resumes only at its own batch size: start a new --run-id with --batch-size "
+            f"{half} (with --generator device, a run resumes at any batch size)"
+        )
+    return OutOfMemory(f"{what}; {advice}", device, batch)
 
 
 @torch.inference_mode()

@@ -14,6 +14,10 @@ once (the same prompt indices for all of them, as ``stats.paired_test`` resample
   percentile interval over resamples of prompts; a resample evaluates the same segment's line at
   ``x*`` (the estimator is the line through the two points, a smooth function of their means, so the
   percentile bootstrap applies to it as to any smooth statistic).
+  Each difference carries the two-sided bootstrap p-value of "no difference" that its percentile
+  interval inverts (twice the smaller share of resamples on either side of 0); ``adjust`` gives a
+  family of comparisons (a plane's) Holm's step-down adjusted p-values. The intervals stay
+  per comparison: the adjusted p says which differences hold for the family.
 - **Dominance.** On a grid over the shared range of ``x``, the advantage of curve A over curve B: the
   difference of their best interpolated quality at each ``x`` (best by the quality score's goal,
   among the segments bracketing that ``x``), with pointwise intervals. Where the interval lies above
@@ -35,7 +39,8 @@ per-prompt values (a mean of per-text values with one text per prompt, or with e
 equally many: BLEU-n, Self-BLEU with its pool fixed, per-text distinct-n, ROUGE, METEOR). A corpus-level
 score (MAUVE, corpus distinct-n, perplexity over all tokens) has per-prompt values that do not add up
 to it, or none: its points are drawn instead from a normal distribution with the standard error that
-its own stored interval implies (``(high - low) / (2 z)``), each point independently of the others.
+its own stored interval implies (``(high - low) / (2 z)``), clipped to the score's declared range (a
+normal knows none: MAUVE near 1 would be drawn above 1), each point independently of the others.
 That ignores the correlation between points scored on the same prompts, and says so in the method.
 """
 
@@ -43,13 +48,14 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import comb
 
 import numpy as np
 import scipy.stats
 
 from maxbench.intervals import ConfidenceInterval
+from maxbench.multiple_testing import holm
 
 #: a quality score's goal: higher is better, lower is better, or closest to the human value
 GOALS = ("higher", "lower", "closest")
@@ -57,7 +63,7 @@ GOALS = ("higher", "lower", "closest")
 JOINT_METHOD = "percentile bootstrap over prompts, resampled jointly for every point of both curves"
 NORMAL_METHOD = (
     "parametric bootstrap: each point drawn from a normal with the standard error its own interval implies, "
-    "points independent (a score without per-prompt values that add up to it)"
+    "clipped to the score's range, points independent (a score without per-prompt values that add up to it)"
 )
 #: points on the shared range of x where dominance is evaluated
 GRID = 41
@@ -76,6 +82,9 @@ class Samples:
     value: np.ndarray
     per_prompt: np.ndarray | None = None
     se: np.ndarray | None = None
+    #: the score's range: the normal draws are clipped to it (a normal knows no range; per-prompt
+    #: resamples are weighted means of values in range, so they stay there by themselves)
+    bounds: tuple[float, float] = (-math.inf, math.inf)
 
     def draw(self, weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """The score at each point under each row of prompt weights (R, P): (R, K)."""
@@ -87,7 +96,8 @@ class Samples:
         # a point without an interval has no spread to draw from: its draws are NaN, and so is every
         # interval that depends on it (never a point interval that looks exact)
         se = np.full_like(self.value, np.nan) if self.se is None else self.se
-        return self.value[None, :] + se[None, :] * rng.standard_normal((weights.shape[0], self.value.size))
+        draws = self.value[None, :] + se[None, :] * rng.standard_normal((weights.shape[0], self.value.size))
+        return np.clip(draws, *self.bounds)
 
     @property
     def joint(self) -> bool:
@@ -165,6 +175,30 @@ def percentile(dist: np.ndarray, level: float) -> ConfidenceInterval | None:
     return ConfidenceInterval(float(np.quantile(finite, alpha)), float(np.quantile(finite, 1 - alpha)))
 
 
+def bootstrap_p(dist: np.ndarray) -> float | None:
+    """The two-sided bootstrap p-value of "the difference is 0": twice the smaller share of resamples
+    on either side of 0, each share counted as (k + 1) / (R + 1) so that it is never 0, at most 1.
+    It is the smallest level 1 - a at which the percentile interval of the same resamples excludes 0
+    (the test the interval inverts). None where fewer than two resamples are finite."""
+    dist = np.asarray(dist, dtype=np.float64)
+    finite = dist[np.isfinite(dist)]
+    if finite.size < 2:
+        return None
+    side = min(int(np.count_nonzero(finite <= 0)), int(np.count_nonzero(finite >= 0)))
+    return min(1.0, 2 * (side + 1) / (finite.size + 1))
+
+
+def adjust(comparisons: list[Matched]) -> list[Matched]:
+    """The comparisons with every difference's ``holm_p``: Holm's step-down adjustment over all of
+    their differences together (one family: each pair of bracketing segments of each comparison is
+    one test), which bounds the chance of any false "differs" among them at the level used."""
+    flat = [d.p_value for m in comparisons for d in m.differences]
+    adjusted = iter(holm(flat))
+    return [
+        replace(m, differences=tuple(replace(d, holm_p=next(adjusted)) for d in m.differences)) for m in comparisons
+    ]
+
+
 @dataclass(frozen=True)
 class SegmentValue:
     """A curve's quality at the matched value on one segment: between ``knob_values`` (its ends)."""
@@ -177,12 +211,16 @@ class SegmentValue:
 
 @dataclass(frozen=True)
 class Difference:
-    """Curve A's quality minus curve B's at the matched value, on A's segment ``a`` and B's ``b``."""
+    """Curve A's quality minus curve B's at the matched value, on A's segment ``a`` and B's ``b``:
+    ``p_value`` tests a difference of 0 (``bootstrap_p``), ``holm_p`` is it adjusted over a family of
+    comparisons (``adjust``; None until adjusted)."""
 
     a: int
     b: int
     estimate: float
     interval: ConfidenceInterval | None
+    p_value: float | None = None
+    holm_p: float | None = None
 
 
 @dataclass(frozen=True)
@@ -243,11 +281,11 @@ def matched(a: Curve, b: Curve, target: float, n_resamples: int = 1000, seed: in
     a_seg, a_dist = segments(a, ax, ay)
     b_seg, b_dist = segments(b, bx, by)
     diffs = tuple(
-        Difference(sa.segment, sb.segment, sa.estimate - sb.estimate,
-                   percentile(a_dist[sa.segment] - b_dist[sb.segment], level))
+        Difference(sa.segment, sb.segment, sa.estimate - sb.estimate, percentile(dist, level), bootstrap_p(dist))
         for sa in a_seg
         for sb in b_seg
-    )  # fmt: skip
+        for dist in (a_dist[sa.segment] - b_dist[sb.segment],)
+    )
     return Matched(a.name, b.name, target, a_seg, b_seg, diffs, method, level, n_resamples)
 
 

@@ -6,7 +6,8 @@
      "bootstrap": {"n_resamples", "seed", "level", "method"},
      "versions": {...},
      "metrics": {<metric>: {"variant", "signature", "higher_is_better", "scores": [<score>...],
-                            "display": {<score>: ScoreInfo.to_dict()}}},
+                            "display": {<score>: ScoreInfo.to_dict()},
+                            "ranges": {<score>: [low, high]}}},  (null for an unbounded end)
      "systems": {<system>: {"n_texts", "n_prompts", "suite_prompts", "partial", "n_empty",
                             "notes": {<metric>: str}, "not_applicable": {<metric>: reason},
                             "scores": {<score>: {"metric", "value", "reason", "ci_low", "ci_high",
@@ -17,8 +18,9 @@
      "comparisons": {"baseline", "method", "systems": {<system>: {<score>: {"difference",
                      "ci_low", "ci_high", "ci_method", "p_value", "n_prompts"[, "test": "closeness"]}}}}}
 
-``display`` is how each score is shown (``ScoreInfo``: goal, display name, scale), copied from the
-metric so that the leaderboard needs no metric code. ``human`` is the human row
+``display`` is how each score is shown (``ScoreInfo``: goal, display name, scale), and ``ranges`` the
+range each score's metric declares (``score_ranges``), both copied from the metric so that the
+leaderboard and the frontier statistics need no metric code. ``human`` is the human row
 (``maxbench.benchmark.metrics.human``): the suite's references scored by every metric that applies
 to them, null with the reason for the others. A score whose goal is the human value is compared
 with the baseline by its distance to the human row (``closeness_test``: ``"test": "closeness"``).
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -665,6 +668,9 @@ def score_run(
     for m in metrics:  # how each score is shown: the metric's declaration now, not the cache's
         if m.name in doc["metrics"]:
             doc["metrics"][m.name]["display"] = {n: i.to_dict() for n, i in m.score_info.items()}
+            doc["metrics"][m.name]["ranges"] = {
+                n: [b if math.isfinite(b) else None for b in r] for n, r in m.score_ranges.items()
+            }
     if "human" in doc:  # after the systems in the file, as in the tables
         doc["human"] = doc.pop("human")
     if baselines:

@@ -187,7 +187,17 @@ def _samples(scores: ScoresFile, systems: tuple, name: str, prompts: list[str], 
     if columns is not None and prompts:
         return fr.Samples(values, np.column_stack(columns))
     se = np.array([fr.se_from_interval(e.get("ci_low"), e.get("ci_high"), level) for e in entries])
-    return fr.Samples(values, None, se)
+    metric = next((e.get("metric") for e in entries if e.get("metric")), None)
+    return fr.Samples(values, None, se, score_range(scores, metric, name))
+
+
+def score_range(scores: ScoresFile, metric: str | None, score: str) -> tuple[float, float]:
+    """The range the score's metric declared when the run was scored (scores.json's ``ranges``); a
+    file scored before ranges were recorded, or an end not given, is unbounded."""
+    r = (((scores.metrics or {}).get(metric) or {}).get("ranges") or {}).get(score)
+    ends = list(r) if isinstance(r, (list, tuple)) and len(r) == 2 else [None, None]
+    lo, hi = (float(v) if isinstance(v, (int, float)) else default for v, default in zip(ends, (-math.inf, math.inf)))
+    return lo, hi
 
 
 def curves(scores: ScoresFile, sweeps: list[Sweep], quality: str, match: str, level: float) -> list[fr.Curve]:
@@ -297,6 +307,7 @@ def build(
             if target is not None:
                 matched.append(fr.matched(c, ref, target, n_resamples, seed, level))
             dominance.append(fr.dominance(c, ref, goal, hy, n_resamples, seed, level))
+        matched = fr.adjust(matched)  # the plane's matched differences are one family (Holm)
         budget = {b.name: b for b in fr.budgets(drawn, goal, hy, n_resamples, seed, level)}
         entries = {
             x: (_score(scores, x, match_name) or {}, _score(scores, x, quality) or {})
@@ -328,6 +339,10 @@ def build(
 
 def _f(v, digits=4) -> str:
     return "n/a" if v is None or not math.isfinite(v) else f"{v:.{digits}g}"
+
+
+def _p(v) -> str:
+    return "" if v is None else f"{v:.3g}"
 
 
 def _ci(ci) -> str:
@@ -420,6 +435,8 @@ def _matched_section(p: Plane) -> Section:
                     _cell(m.b),
                     num("no overlap"),
                     num(""),
+                    num(""),
+                    num(""),
                     _cell("does not reach the value: " + ", ".join(missing)),
                 )
             )
@@ -432,6 +449,8 @@ def _matched_section(p: Plane) -> Section:
                     _cell(m.a),
                     _cell(m.b),
                     num(_f(d.estimate), detail=_ci(d.interval) or "(no interval: a point has none)"),
+                    num(_p(d.p_value)),
+                    num(_p(d.holm_p)),
                     num(f"{_f(sa.estimate)} / {_f(sb.estimate)}"),
                     _cell(
                         f"between {sa.knob_values[0]:g} and {sa.knob_values[1]:g} / {sb.knob_values[0]:g} and {sb.knob_values[1]:g}"
@@ -439,15 +458,21 @@ def _matched_section(p: Plane) -> Section:
                 )
             )
     method = p.matched[0].method if p.matched else fr.JOINT_METHOD
+    family = sum(len(m.differences) for m in p.matched)
     sec.tables.append(
         Table(
-            ("sweep", "against", "difference", "values", "segments (knob)"),
+            ("sweep", "against", "difference", "p", "Holm p", "values", "segments (knob)"),
             tuple(rows),
             Para(
-                "A minus B in {} at the matched value, with its 95% interval ({}); one row per pair of bracketing segments.",
-                (p.quality, method),
+                "A minus B in {} at the matched value, with its 95% interval ({}); one row per pair of bracketing "
+                "segments. p: the two-sided bootstrap p-value of no difference, the test the interval inverts (twice "
+                "the smaller share of resamples on either side of 0). Holm p: Holm's step-down adjustment over the {} "
+                "differences of this table, one family, so that the chance of any false difference among them stays "
+                "at 5%; the intervals are per comparison, not adjusted: a difference holds for the family where its "
+                "Holm p is below 0.05.",
+                (p.quality, method, str(family)),
             ),
-            align="llrrl",
+            align="llrrrrl",
         )
     )
     return sec
@@ -594,6 +619,11 @@ def data(planes: list[Plane]) -> dict:
                 "target": _json_num(p.target),
                 "target_source": p.target_source,
                 "against": p.against,
+                "multiplicity": {
+                    "method": "holm",
+                    "family": "every matched difference of this plane",
+                    "tests": sum(len(m.differences) for m in p.matched),
+                },
                 "curves": [
                     {
                         "name": c.name,
@@ -624,6 +654,8 @@ def data(planes: list[Plane]) -> dict:
                                 "b_segment": d.b,
                                 "estimate": _json_num(d.estimate),
                                 "ci": _json_ci(d.interval),
+                                "p": _json_num(d.p_value),
+                                "holm_p": _json_num(d.holm_p),
                             }
                             for d in m.differences
                         ],

@@ -3,7 +3,9 @@
 The run directory's files (manifest, generations, shard files, their merge) are
 ``maxbench.rundir``'s; this module fills them. On restart a trailing partial line is
 cut off, finished keys are skipped, and a batch with missing rows is decoded again whole
-(batches are fixed by the suite order, so the rows come out identical).
+(batches are fixed by the suite order and the batch size, so the rows come out identical). A run of
+the device generator may resume at another batch size (its rows do not depend on their batch); the
+manifest records each batch size it ran at (``maxbench.rundir.apply_batch_size``).
 
 Sharding (``--shard i/n``) hands out whole batches round-robin, numbered across all systems
 in lineup order (so n can exceed the batches of one system), and every row is decoded in
@@ -42,6 +44,7 @@ from maxbench.rundir import (
     RowsSeen,
     RunPlan,
     append_rows,
+    apply_batch_size,
     apply_lineup,
     canonicalise,
     check_model_hash,
@@ -513,6 +516,14 @@ def generate_run(
     changed = apply_lineup(plan)  # a system added to the run's lineup, or dropped from it
     if changed:
         print(f"maxbench: {lineup_change_text(plan, changed)}", file=sys.stderr, flush=True)
+    part = apply_batch_size(plan)  # a run free of its batch resumed at another batch size
+    if part:
+        print(
+            f"maxbench: {plan.run_dir} resumes at batch size {plan.batch_size} ({part['rows_before']} rows were "
+            "finished before; the manifest's batch_sizes records each part)",
+            file=sys.stderr,
+            flush=True,
+        )
     out = shard_file(plan.run_dir, shard)
     # One process per output file: a worker left running by a killed parent finishes (or dies)
     # before another one appends to its file.
@@ -585,15 +596,18 @@ class _Decoder:
 
     def _decode(self, si: int, batch: list) -> None:
         """Decode one batch and append its rows; CUDA running out of memory on it (decoding or ref-ppl)
-        is one line naming a batch size to try, the rows of the batches before kept."""
+        is one line naming a batch size to try and how to go on: resume at it, in a run whose rows do
+        not depend on their batch (``RunPlan.batch_invariant``), else start a new run id. The rows of
+        the batches before are kept."""
         import torch
 
-        from maxbench.systems.decoding import out_of_memory
+        from maxbench.systems.decoding import OutOfMemory, out_of_memory
 
         try:
             self._decode_batch(si, batch)
-        except torch.cuda.OutOfMemoryError:
-            raise out_of_memory(self.pre.models[self.plan.systems[si].model_key].device, len(batch)) from None
+        except (torch.cuda.OutOfMemoryError, OutOfMemory):
+            device = self.pre.models[self.plan.systems[si].model_key].device
+            raise out_of_memory(device, len(batch), self.plan.batch_invariant) from None
 
     def _decode_batch(self, si: int, batch: list) -> None:
         from maxbench.systems.decoding import decode, reference_logprobs, reference_stride_used

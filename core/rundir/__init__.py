@@ -10,7 +10,7 @@ is the package's public API: import its names from ``maxbench.rundir``; its modu
   rows by key, dropping damaged lines;
 - ``manifest``: ``RunPlan`` (what a run pins), the manifest's reader and writers, the resume checks;
 - ``lineup``: a run whose lineup changed (``apply_lineup``; a dropped system's rows kept in
-  ``generations.removed.jsonl``);
+  ``generations.removed.jsonl``) or, free of its batch, its batch size (``apply_batch_size``);
 - ``shards``: shard files, the rows seen so far, the canonical order and the merge;
 - ``scores``: ``scores.json`` as a typed ``ScoresFile`` with its freshness check;
 - ``run``: a run as every reader reads it (``RunFiles``, ``read_run``).
@@ -49,10 +49,12 @@ from maxbench.rundir.files import (
     timings_path,
 )
 from maxbench.rundir.lineup import (
+    apply_batch_size,
     apply_lineup,
 )
 from maxbench.rundir.manifest import (
     RunPlan,
+    batch_size_now,
     check_code,
     check_model_hash,
     check_or_write_manifest,
@@ -118,7 +120,9 @@ __all__ = [
     "TIMINGS",
     "add_drop_option",
     "append_rows",
+    "apply_batch_size",
     "apply_lineup",
+    "batch_size_now",
     "canonicalise",
     "check_code",
     "check_model_hash",

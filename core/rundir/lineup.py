@@ -2,7 +2,10 @@
 other systems of the lineup, so a lineup that adds a system to a run resumes it and generates only that
 system's rows, and one that drops a system moves that system's rows to ``generations.removed.jsonl``
 (kept, neither scored nor shown; they come back if the system does). Everything else must match, and a
-lineup that shares no system with the run is another run."""
+lineup that shares no system with the run is another run.
+
+A run whose rows do not depend on their batch (``RunPlan.batch_invariant``: the device generator) may
+also resume at another batch size; ``apply_batch_size`` records each batch size it ran at."""
 
 from __future__ import annotations
 
@@ -14,9 +17,10 @@ from pathlib import Path
 from maxbench.errors import MaxbenchError
 from maxbench.fileio import atomic_write, os_error
 from maxbench.locks import exclusive, held
-from maxbench.rundir.files import generation_files, manifest_path, removed_path
+from maxbench.rundir.files import SHARD_GLOB, generation_files, manifest_path, removed_path
 from maxbench.rundir.manifest import (
     RunPlan,
+    batch_size_now,
     existing_manifest,
     generated_systems,
     recorded_identity,
@@ -24,7 +28,15 @@ from maxbench.rundir.manifest import (
     with_sweeps,
     write_manifest,
 )
-from maxbench.rundir.rows import check_row, damaged, parse_line, read_numbered_rows, row_key, rows_by_key
+from maxbench.rundir.rows import (
+    check_row,
+    damaged,
+    parse_line,
+    read_numbered_rows,
+    read_run_rows,
+    row_key,
+    rows_by_key,
+)
 
 
 def apply_lineup(plan: RunPlan) -> dict | None:
@@ -38,8 +50,9 @@ def apply_lineup(plan: RunPlan) -> dict | None:
     dropped system's rows are never lost nor generated twice. Then the manifest records the new
     systems (its identity's list and ``systems`` section; a removed system's entry goes to
     ``removed_systems``) and the change in ``lineup_changes``. Every other part of the identity must
-    match (``existing_manifest``). Each step can be repeated, so a run killed in the middle of this
-    ends the same on its next start. Files another process is writing now are not touched: the
+    match (``existing_manifest``) but the batch size of a run whose rows do not depend on their batch,
+    which stays the identity's first one (``apply_batch_size``). Each step can be repeated, so a run
+    killed in the middle of this ends the same on its next start. Files another process is writing now are not touched: the
     change is refused with one line instead (a worker of the old lineup still running)."""
     path = manifest_path(plan.run_dir)
     if not path.exists():
@@ -62,7 +75,10 @@ def apply_lineup(plan: RunPlan) -> dict | None:
         systems = {s.name: old.get(s.name) or system_entry(s) for s in plan.systems}
         gone = {n: e for n, e in old.items() if n not in names}
         manifest = {k: v for k, v in manifest.items() if k != "removed_systems"}
-        manifest["identity"] = plan.identity()
+        # the identity's batch size stays the run's first (a later one is a part: apply_batch_size)
+        manifest["identity"] = plan.identity() | {
+            "batch_size": recorded_identity(manifest).get("batch_size", plan.batch_size)
+        }
         manifest["systems"] = systems
         if gone:
             manifest["removed_systems"] = gone
@@ -70,6 +86,45 @@ def apply_lineup(plan: RunPlan) -> dict | None:
         manifest["lineup_changes"] = [*(manifest.get("lineup_changes") or []), change]
         write_manifest(plan.run_dir, with_sweeps(manifest, plan))
         return {"added": added, "removed": removed, "restored": [n for n in added if n in back]}
+
+
+def apply_batch_size(plan: RunPlan) -> dict | None:
+    """Record the plan's batch size as a new part of an existing run when it is not the one the run was
+    last generated at (after ``apply_lineup``, before anything is generated); returns the new part, or
+    None. ``batch_sizes`` in the manifest lists the parts in order, each ``{"batch_size",
+    "rows_before"}``: the rows of the run's systems in its generations files when the part began (the
+    first part's 0, then those finished at the batch sizes before), and when (``at``). A run never
+    resumed at another batch size has no ``batch_sizes``: its identity's ``batch_size``, which stays the
+    first part's, made every row. Only a run whose rows do not depend on their batch gets here with
+    another batch size (``existing_manifest`` refuses the others)."""
+    path = manifest_path(plan.run_dir)
+    if not path.exists():
+        return None
+    with exclusive(path):  # the workers of one run start together: the first one records the part
+        manifest = existing_manifest(plan)
+        now = batch_size_now(manifest) if manifest is not None else None
+        if now is None or now == plan.batch_size:
+            return None
+        # a process still decoding at the run's batch size claims its batches by their numbers at it (a
+        # shard's file is known by its lock before its first row)
+        shards = {f.with_name(f.name.removesuffix(".lock")) for f in plan.run_dir.glob(SHARD_GLOB + ".lock")}
+        busy = [f for f in dict.fromkeys([*generation_files(plan.run_dir), *sorted(shards)]) if held(f)]
+        if busy:
+            raise MaxbenchError(
+                f"{busy[0]} is being written by another process of this run at batch size {now}, and the "
+                "processes of a run decode at one batch size: wait for it to end, or stop it, and run the same "
+                f"command again (or join it with --batch-size {now})"
+            )
+        names = {s.name for s in plan.systems}
+        keys = {row_key(row) for f in generation_files(plan.run_dir) for _, row in read_run_rows(f)}
+        part = {
+            "batch_size": plan.batch_size,
+            "rows_before": sum(1 for key in keys if key[0] in names),
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        parts = manifest.get("batch_sizes") or [{"batch_size": now, "rows_before": 0}]
+        write_manifest(plan.run_dir, manifest | {"batch_sizes": [*parts, part]})
+        return part
 
 
 def _move_rows(plan: RunPlan, scan: bool = True) -> set:

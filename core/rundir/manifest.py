@@ -3,8 +3,10 @@ batch size, corpus, lineup, ref-ppl), the manifest's reader and writers, and the
 resume a run made by another plan, by other plugin code or from other weights.
 
 ``manifest.json`` pins ``RunPlan.identity`` with its versions, machine, models and fitted resources; a
-run directory made by another run is refused, never mixed. The systems are the one part of the
-identity a run may change (``maxbench.rundir.lineup``)."""
+run directory made by another run is refused, never mixed. The systems are one part of the identity a
+run may change (``maxbench.rundir.lineup``); the batch size is the other, in a run whose rows do not
+depend on their batch (``RunPlan.batch_invariant``): each batch size it ran at is recorded
+(``maxbench.rundir.lineup.apply_batch_size``)."""
 
 from __future__ import annotations
 
@@ -51,6 +53,15 @@ class RunPlan:
     #: the run's device is known, then that device's default unless one was asked for. Part of the
     #: identity only when not ``cpu``, so runs made before the option existed keep theirs
     generator: str | None = None
+
+    @property
+    def batch_invariant(self) -> bool:
+        """Whether a row's text does not depend on the batch it is decoded in, so the run may resume
+        at another batch size. True for the device generator, whose draws are a function of the row's
+        seed and step alone; not for the CPU generator (the CPU's default, token-exact with
+        transformers' ``generate``), whose rows see the batch's padding, which can move a near-tie of
+        two logits."""
+        return self.generator == "device"
 
     def options_for(self, model: str) -> dict:
         """The options ``model`` (a ``SystemSpec.model``) is loaded with: its own, then ``model_args``."""
@@ -114,6 +125,12 @@ def _manifest_problem(manifest: dict) -> str | None:
         for name, entry in (manifest.get(key) or {}).items():
             if not isinstance(entry, dict):
                 return f"{key}[{name!r}] is {json_type(entry)}, expected an object"
+    parts = manifest.get("batch_sizes")
+    if parts is not None and not isinstance(parts, list):
+        return f"'batch_sizes' is {json_type(parts)}, expected a list"
+    for i, part in enumerate(parts or []):
+        if not isinstance(part, dict) or not isinstance(part.get("batch_size"), int):
+            return f"batch_sizes[{i}] is {json.dumps(part)}, expected an object with a whole batch_size"
     samples = manifest.get("samples", 1)
     if not isinstance(samples, int) or isinstance(samples, bool):
         return f"'samples' is {json.dumps(samples)}, not a whole number"
@@ -159,12 +176,22 @@ def existing_manifest(plan: RunPlan) -> dict | None:
     if not isinstance(old, dict) or recorded != ident:
         diff = [k for k in ident if recorded.get(k) != ident[k]]
         diff += [k for k in recorded if k not in ident]
+        if plan.batch_invariant and "batch_size" in diff:
+            diff.remove("batch_size")  # another part of the run, recorded by apply_batch_size
         before = recorded.get("systems")
         if diff == ["systems"]:
             made = set(before) | set(generated_systems(old)) if isinstance(before, list) else set()
             if not made & {s.name for s in plan.systems}:  # no row to keep: another run, not an edit
                 diff = ["systems, and it shares none of them with this one"]
-        if diff != ["systems"]:
+        if diff == ["batch_size"]:
+            made = recorded.get("batch_size")
+            raise MaxbenchError(
+                f"run directory {plan.run_dir} was generated at batch size {made} with the cpu generator, whose "
+                f"text depends on the rest of its batch (padding can move a near-tie of two logits): resume it "
+                f"with --batch-size {made} (a lineup's batch_size = {made}), or pick another --run-id (runs of --generator device resume at any "
+                "batch size)"
+            )
+        if diff and diff != ["systems"]:
             raise MaxbenchError(
                 f"run directory {plan.run_dir} was made by a different run (differs in: "
                 f"{', '.join(diff)}); pick another --run-id or delete that directory"
@@ -218,6 +245,14 @@ def _check_or_write_manifest(plan: RunPlan, extra: dict) -> dict:
     manifest = with_sweeps(manifest, plan)
     write_manifest(plan.run_dir, manifest)
     return manifest
+
+
+def batch_size_now(manifest: dict) -> int | None:
+    """The batch size a run was last generated at: its last part's (``batch_sizes``), else its identity's."""
+    parts = manifest.get("batch_sizes") if isinstance(manifest, dict) else None
+    if isinstance(parts, list) and parts and isinstance(parts[-1], dict):
+        return parts[-1].get("batch_size")
+    return recorded_identity(manifest).get("batch_size")
 
 
 def system_entry(system) -> dict:

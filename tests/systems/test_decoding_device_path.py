@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from maxbench.errors import MaxbenchError
-from maxbench.systems.decoding import DecodingSetting, LogitCheck, decode
+from maxbench.systems.decoding import DecodingSetting, LogitCheck, decode, out_of_memory
 from maxbench.systems.layers.softmax import SoftmaxLayer
 
 
@@ -69,6 +69,39 @@ def test_cuda_out_of_memory_is_one_line_naming_a_smaller_batch(tiny, monkeypatch
     with pytest.raises(MaxbenchError, match=said) as caught:
         decode(tiny, SoftmaxLayer(), ["abc"] * batch, DecodingSetting(max_new_tokens=4), list(range(batch)))
     assert "\n" not in str(caught.value) and "ran out of memory" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("batch", "resumes", "said"),
+    [
+        (48, None, ["a batch of 48 prompts", "try a batch size of 24"]),
+        (
+            48,
+            True,
+            ["a batch of 48 prompts", "resume with --batch-size 24", "batch_size = 24", "every finished row is kept"],
+        ),
+        (
+            48,
+            False,
+            [
+                "every finished row is kept",
+                "the cpu generator, whose text depends on the rest of its batch",
+                "start a new --run-id with --batch-size 24",
+                "--generator device",
+            ],
+        ),
+        (1, True, ["a batch of 1 prompt;", "every finished row is kept", "lower max_new_tokens"]),
+    ],
+)
+def test_the_out_of_memory_line_names_the_batch_size_to_try_and_how_the_run_goes_on(batch, resumes, said):
+    error = out_of_memory("cuda:0", batch, resumes)
+    assert isinstance(error, MaxbenchError) and (error.device, error.batch) == ("cuda:0", batch)
+    text = str(error)
+    assert text.startswith(f"cuda:0 ran out of memory decoding a batch of {batch}") and "\n" not in text
+    for words in said:
+        assert words in text, text
+    if resumes is False:
+        assert "resume with" not in text
 
 
 @pytest.mark.parametrize(

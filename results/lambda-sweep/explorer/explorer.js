@@ -409,6 +409,7 @@
   let frontiersDrawn = false;
   const GOAL_TEXT = { higher: "higher is better", lower: "lower is better", closest: "closest to human is best" };
   function num4(v) { return v === null || v === undefined ? "n/a" : String(+v.toPrecision(4)); }
+  function pText(d) { return d.p === null || d.p === undefined ? "" : " (p " + num4(d.p) + ", Holm " + num4(d.holm_p) + ")"; }
   function ciText(ci) { return ci ? " [" + num4(ci[0]) + ", " + num4(ci[1]) + "]" : ""; }
   function frontierPlot(p) {
     const pts = p.curves.flatMap((c) => c.points.filter((q) => q.x !== null && q.y !== null));
@@ -461,7 +462,10 @@
         box.append(el("h3", {}, "Matched comparisons against ", u(p.against)));
         if (p.target === null) box.append(el("p", { class: "note" }, "No matched value: the run has no human row (maxbench frontier RUN --match VALUE compares at a value given)."));
         else box.append(frontierTable(["sweep", "against", "difference in " + p.quality + " at " + p.match + " " + num4(p.target) + " [95%]"], p.matched.map((m) => [m.a, m.b,
-          m.overlap ? m.differences.map((d) => num4(d.estimate) + ciText(d.ci)).join("; ") : "no overlap"])));
+          m.overlap ? m.differences.map((d) => num4(d.estimate) + ciText(d.ci) + pText(d)).join("; ") : "no overlap"])));
+        if (p.multiplicity && p.target !== null && p.matched.length) box.append(el("p", { class: "note" }, "p: the bootstrap p-value of no difference; Holm: " +
+          "adjusted over the plane's matched differences (" + p.multiplicity.tests + "), one family. The intervals are per comparison: a difference holds " +
+          "for the family where its Holm p is below 0.05."));
         box.append(el("h3", {}, "Dominance over the shared range of " + p.match));
         box.append(frontierTable(["sweep", "against", "dominance"], p.dominance.map((d) => [d.a, d.b, d.verdict])));
         const k = Math.max(...Object.values(p.budget).map((v) => v.length));

@@ -108,6 +108,11 @@ def test_cuda_out_of_memory_mid_run_is_one_line_naming_a_batch_size_and_keeps_th
         result = _generate(cli, tmp_path, "--layer", "big", "--include", plugin, decoding="greedy,max_new_tokens=4")
     finally:
         plugins.forget()
-    assert_one_line_exit_2(result, "ran out of memory decoding a batch of 2 prompts", "try a batch size of 1")
+    assert_one_line_exit_2(
+        result,
+        "ran out of memory decoding a batch of 2 prompts",
+        "every finished row is kept",
+        "start a new --run-id with --batch-size 1",  # the cpu generator's run resumes at its own batch size only
+    )
     rows = [json.loads(r) for r in (tmp_path / "runs" / "r" / "generations.jsonl").read_text().splitlines()]
     assert [r["prompt_id"] for r in rows] == ["p00", "p01"]

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from maxbench.benchmark.metrics import frontiers as fr
+from maxbench.multiple_testing import holm
 
 
 def constant_curve(name, xs, ys, n_prompts=8):
@@ -211,3 +212,51 @@ def test_a_tuning_budget_from_points_without_per_prompt_values_draws_from_their_
     bare = fr.Samples(np.array([0.5, 0.6]), None, np.array([0.01, np.nan]))
     (b,) = fr.budgets([fr.Curve("a", "t", (1, 2), ("a1", "a2"), bare, bare)], "higher", n_resamples=50)
     assert b.intervals == (None, None)  # a point without an interval: no interval, never a point one
+
+
+def test_a_matched_difference_s_p_value_is_the_level_at_which_its_interval_excludes_zero():
+    """Twice the smaller share of resamples on either side of 0, each share (k + 1) / (R + 1)."""
+    dist = np.array([-1.0] * 3 + [1.0] * 97)
+    assert fr.bootstrap_p(dist) == pytest.approx(2 * 4 / 101)
+    assert fr.bootstrap_p(np.ones(99)) == pytest.approx(2 / 100)  # never 0
+    assert fr.bootstrap_p(np.zeros(10)) == 1.0  # at most 1
+    assert fr.bootstrap_p(np.array([np.nan, 1.0])) is None
+    # the p says what the interval says: 0 outside the 95% interval <=> p below 0.05 (here, away from the edge)
+    rng = np.random.default_rng(3)
+    for shift in (0.0, 0.5, 1.0, 2.0, 3.0, 4.0):
+        d = rng.standard_normal(4000) + shift
+        ci = fr.percentile(d, 0.95)
+        assert (fr.bootstrap_p(d) < 0.05) == (not ci.low <= 0 <= ci.high), shift
+
+
+def test_holm_adjusts_every_matched_difference_of_a_family_together():
+    b = constant_curve("b", [0.0, 1.0], [0.0, 1.0], n_prompts=40)
+    noisy = np.random.default_rng(0)
+
+    def curve(name, shift):
+        per_prompt_y = np.tile([shift, 1.0 + shift], (40, 1)) + noisy.standard_normal((40, 2)) * 0.3
+        return fr.Curve(name, "t", (1, 2), (f"{name}1", f"{name}2"),
+                        fr.samples_from_per_prompt(np.tile([0.0, 1.0], (40, 1))),
+                        fr.samples_from_per_prompt(per_prompt_y))  # fmt: skip
+
+    comparisons = [fr.matched(curve(n, s), b, 0.5, n_resamples=400, seed=i)
+                   for i, (n, s) in enumerate((("far", 0.5), ("near", 0.08), ("none", 0.0)))]  # fmt: skip
+    raw = [d.p_value for m in comparisons for d in m.differences]
+    assert all(d.holm_p is None for m in comparisons for d in m.differences)  # not adjusted until asked
+    adjusted = [d.holm_p for m in fr.adjust(comparisons) for d in m.differences]
+    assert adjusted == pytest.approx(holm(raw))
+    assert raw[0] < 0.05 and adjusted[0] < 0.05  # a large difference holds for the family
+    assert all(h >= p for h, p in zip(adjusted, raw))
+
+
+def test_points_drawn_from_their_intervals_stay_in_the_score_s_range_and_so_does_the_tuning_budget():
+    """A MAUVE of 0.99 with a standard error of 0.05 is drawn above 1 by a normal; clipped to [0, 1],
+    neither a draw nor the expected best of N leaves the score's range."""
+    bounded = fr.Samples(np.array([0.99, 0.7]), None, np.array([0.05, 0.05]), bounds=(0.0, 1.0))
+    draws = bounded.draw(np.ones((2000, 3)), np.random.default_rng(0))
+    assert draws.max() == 1.0 and draws.min() >= 0.0
+    unbounded = fr.Samples(np.array([0.99, 0.7]), None, np.array([0.05, 0.05]))
+    assert unbounded.draw(np.ones((2000, 3)), np.random.default_rng(0)).max() > 1.0  # what the range prevents
+    x = fr.samples_from_per_prompt(np.tile([0.1, 0.2], (8, 1)))
+    (budget,) = fr.budgets([fr.Curve("a", "t", (1, 2), ("a1", "a2"), x, bounded)], "higher", None, 2000, 0, 0.95)
+    assert all(ci.high <= 1.0 for ci in budget.intervals)

@@ -2,12 +2,13 @@
 and a corrupt, mismatching or stale entry recomputed, never trusted."""
 
 import json
+import math
 import shutil
 
 import pytest
 
 from maxbench.benchmark.metrics import score_cache
-from maxbench.benchmark.metrics.base import Metric
+from maxbench.benchmark.metrics.base import Metric, get_metric
 from maxbench.benchmark.metrics.scoring import ScoringOptions, score_run
 
 METRICS = ["bleu-n", "self-bleu", "rep", "distinct", "kld"]
@@ -209,3 +210,21 @@ def test_rescoring_without_a_baseline_keeps_the_one_the_run_was_scored_against(f
     assert list(again["comparisons"]["systems"]) == ["tiny-random/softmax/top_p=0.9,max_new_tokens=16"]
     (fresh / "scores.json").unlink()
     assert score_run(fresh, _options())["comparisons"]["baseline"] == "tiny-random/softmax/top_p=0.9,max_new_tokens=16"
+
+
+def test_scores_json_records_each_score_s_declared_range_and_a_cached_rescore_adds_it(fresh, computed):
+    """The frontier statistics clip normal draws to a score's range, which scores.json carries (the
+    metric's score_ranges; an unbounded end is null); a rescoring served from the cache records it too."""
+    doc = score_run(fresh, _options())
+    for name, entry in doc["metrics"].items():
+        want = {s: [b if math.isfinite(b) else None for b in r] for s, r in get_metric(name).score_ranges.items()}
+        assert entry["ranges"] == want, name
+    assert doc["metrics"]["self-bleu"]["ranges"]["self-bleu-4"] == [0.0, 1.0]
+    assert doc["metrics"]["kld"]["ranges"]["kld"] == [0.0, None]  # a divergence has no upper end
+    for entry in doc["metrics"].values():  # a file scored before ranges were recorded
+        entry.pop("ranges")
+    (fresh / "scores.json").write_text(json.dumps(doc))
+    before = len(computed)
+    again = score_run(fresh, _options())
+    assert len(computed) == before  # from the cache: nothing computed again
+    assert again["metrics"]["self-bleu"]["ranges"]["self-bleu-4"] == [0.0, 1.0]

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from maxbench.benchmark.present import frontiers
+from maxbench.multiple_testing import holm
 from maxbench.rundir import read_scores
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[3]
@@ -81,6 +82,19 @@ def test_frontier_writes_the_report_plots_and_explorer_data_beside_the_runs(tmp_
     md = (folder / "frontier.md").read_text()
     budget_table = md.split("Tuning budget: expected best bleu-4")[1]
     assert f"[{best[0]:.4g}, {best[1]:.4g}]" in budget_table
+    # the matched differences of a plane are one family: each has its p and its Holm-adjusted p
+    diffs = [d for m in bleu["matched"] for d in m["differences"]]
+    assert bleu["multiplicity"] == {
+        "method": "holm",
+        "family": "every matched difference of this plane",
+        "tests": len(diffs),
+    }
+    assert [d["holm_p"] for d in diffs] == pytest.approx(holm([d["p"] for d in diffs]), abs=1e-6)
+    matched_table = md.split("Matched comparisons: bleu-4")[1].split("###")[0]
+    assert (
+        "| p | Holm p |" in matched_table
+        and f"Holm's step-down adjustment over the {len(diffs)} differences" in matched_table
+    )
 
 
 def test_the_matched_comparison_at_the_human_value_is_the_interpolation_on_each_curve(tmp_path):
@@ -264,6 +278,7 @@ def test_the_explorer_s_frontiers_view_draws_each_sweep_in_chromium(sweep_run, a
         assert page.locator("#frontiers svg circle").count() == 6  # one dot per point
         # scoring keeps the references' row: the curves are compared at its diversity
         assert "the dashed line is the matched value" in page.locator("#frontiers").inner_text()
+        assert "Holm: adjusted over the plane's matched differences (0)" in page.locator("#frontiers").inner_text()
         page.screenshot(path=str(artifacts_dir / "explorer-frontiers.png"), full_page=True)
         browser.close()
     assert errors == []
