@@ -112,7 +112,7 @@ def pair_behaviour(units: Mapping[tuple, tuple[int, Mapping[str, float]]]) -> di
         "units": len(units),
         "pairs_both_orders": len(pairs),
         "order_consistency": consistent / len(pairs) if pairs else None,
-        "position_bias": float(np.mean(bias)) if bias else None,
+        "position_bias": math.fsum(bias) / len(bias) if bias else None,  # exactly rounded: any order of units
         "share_first": sum(v == 1 for v in first) / len(first) if first else None,
     }
 
