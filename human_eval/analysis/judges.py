@@ -167,13 +167,28 @@ def length_controlled_win_rate(outcome: Sequence[float], length_diff: Sequence[f
     }
 
 
+def _clipped(entry: dict, low: float, high: float) -> dict:
+    """A normal interval's ends moved inside the estimand's range [low, high] (a normal knows no
+    range: a win rate near 0 would reach below 0); the estimate and its standard error are kept, and
+    ``clipped`` says whether an end moved."""
+    lo, hi = max(entry["low"], low), min(entry["high"], high)
+    return entry | {"low": lo, "high": hi, "clipped": (lo, hi) != (entry["low"], entry["high"])}
+
+
 def ppi_table(
-    human: Mapping[tuple, float], judge: Mapping[tuple, float], baseline: str | None, level: float = 0.95
+    human: Mapping[tuple, float],
+    judge: Mapping[tuple, float],
+    baseline: str | None,
+    bounds: tuple[float, float],
+    level: float = 0.95,
 ) -> dict:
     """Per system: the people-only and the PPI++ mean over texts (keys ``(prompt code, system)``,
     ``human`` the people's mean per text they rated, ``judge`` the judge's score per text it
     judged); per other system: the difference against ``baseline`` over prompts, paired, with
-    two-sided p-values Holm-adjusted over the systems (each estimate separately)."""
+    two-sided p-values Holm-adjusted over the systems (each estimate separately). ``bounds`` is the
+    range of a text's score (a Likert scale's ends, 0-1 for a win, -1-1 for a best-worst count): each
+    mean's interval is clipped to it, each difference's to ``(low - high, high - low)``."""
+    lo, hi = bounds
     systems = sorted({s for _, s in judge} | {s for _, s in human})
     out: dict = {"systems": {}, "differences": {}}
     for s in systems:
@@ -185,8 +200,8 @@ def ppi_table(
         f = np.array([judge[u] for u in labelled])
         g = np.array([judge[u] for u in rest])
         out["systems"][s] = {
-            "people": classical_mean(y, level).at(),
-            "ppi": ppi_mean(y, f, g, level=level).at(),
+            "people": _clipped(classical_mean(y, level).at(), lo, hi),
+            "ppi": _clipped(ppi_mean(y, f, g, level=level).at(), lo, hi),
         }
     if baseline is None or baseline not in systems:
         return out
@@ -205,7 +220,10 @@ def ppi_table(
         y = np.array([human[(c, s)] - human[(c, baseline)] for c in lab])
         f = np.array([judge[(c, s)] - judge[(c, baseline)] for c in lab])
         g = np.array([judge[(c, s)] - judge[(c, baseline)] for c in rest])
-        out["differences"][s] = {"people": classical_mean(y, level).at(), "ppi": ppi_mean(y, f, g, level=level).at()}
+        out["differences"][s] = {
+            "people": _clipped(classical_mean(y, level).at(), lo - hi, hi - lo),
+            "ppi": _clipped(ppi_mean(y, f, g, level=level).at(), lo - hi, hi - lo),
+        }
     for kind in ("people", "ppi"):
         names = sorted(out["differences"])
         adjusted = holm([out["differences"][s][kind]["p"] for s in names])

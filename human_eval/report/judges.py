@@ -154,7 +154,7 @@ def _scale(entry, rubric, rows, items, human_rows, flagged, baseline, kept) -> N
         entry["criteria"][c.name] = {
             "agreement": agreement,
             "gold": {"n": len(judged), "correct": correct} if judged else None,
-            "ppi": stats.ppi_table(means, expected, baseline),
+            "ppi": stats.ppi_table(means, expected, baseline, (min(rubric.values), max(rubric.values))),
         }
         _warn_scale(entry, c.name, agreement)
 
@@ -227,7 +227,7 @@ def _pairwise(entry, rubric, rows, items, by_key, people, baseline, kept) -> Non
                 for s in sorted(set(lc_h) | set(lc_j))
             },
             "gold": {"n": len(gold), "correct": sum(gold)} if gold else None,
-            "ppi": stats.ppi_table({u: v for u, v in vs_base_h.items() if u[0] in kept}, vs_base_j, None),
+            "ppi": stats.ppi_table({u: v for u, v in vs_base_h.items() if u[0] in kept}, vs_base_j, None, (0.0, 1.0)),
         }
         chance = agreement["chance"]
         if agreement["agreement"] is not None and agreement["agreement"] <= chance:
@@ -301,7 +301,7 @@ def _best_worst(entry, rubric, rows, items, by_key, people, baseline, kept) -> N
         }
         entry["criteria"][c.name] = {
             "agreement": agreement | {"ranking": tau},
-            "ppi": stats.ppi_table({u: v for u, v in human.items() if u[0] in kept}, judge, baseline),
+            "ppi": stats.ppi_table({u: v for u, v in human.items() if u[0] in kept}, judge, baseline, (-1.0, 1.0)),
         }
         for side, a in agreement.items():
             if a["agreement"] is not None and a["agreement"] <= a["chance"]:
@@ -322,10 +322,10 @@ def _est(e: dict | None) -> str:
 
 
 def _width_ratio(v: dict) -> str:
-    """How much narrower PPI's interval is than the people's (1.00: no gain)."""
-    people = v["people"]["high"] - v["people"]["low"] if v["people"]["high"] is not None else None
-    ppi = v["ppi"]["high"] - v["ppi"]["low"] if v["ppi"]["high"] is not None else None
-    return fmt(ppi / people) if people and ppi is not None else "-"
+    """How much narrower PPI's interval is than the people's (1.00: no gain): the ratio of their
+    standard errors, which is the ratio of the intervals' widths before either is clipped to the scale."""
+    people, ppi = v["people"].get("se"), v["ppi"].get("se")
+    return fmt(ppi / people) if people and ppi is not None and math.isfinite(ppi / people) else "-"
 
 
 def judge_sections(data: dict) -> list[Section]:
@@ -385,10 +385,12 @@ def _summary(judgment: str, name: str, c: dict) -> Para:
         )
     close += f"; system ranking tau {fmt(a['ranking']['tau'])}"
     ppi = (c.get("ppi") or {}).get("systems") or {}
-    ratios = [
-        (v["ppi"]["high"] - v["ppi"]["low"]) / (v["people"]["high"] - v["people"]["low"])
+    ratios = [  # standard errors: the widths before clipping to the scale (_width_ratio)
+        v["ppi"]["se"] / v["people"]["se"]
         for v in ppi.values()
-        if v["people"]["high"] is not None and v["ppi"]["high"] is not None and v["people"]["high"] > v["people"]["low"]
+        if v["people"].get("se")
+        and v["ppi"].get("se") is not None
+        and math.isfinite(v["ppi"]["se"] / v["people"]["se"])
     ]
     if not ratios:
         return Para("Summary, {}: the judge {}.", (name, close))
@@ -549,7 +551,9 @@ def _criterion_tables(data: dict, name: str, c: dict) -> list[Table]:
                     for s, v in ppi["systems"].items()
                 ),
                 caption=Para(
-                    "Criterion {}.{}", (name, BEST_WORST_ESTIMAND if data["judgment"] == "best-worst" else "")
+                    "Criterion {}.{} Intervals: normal, clipped to the scale's range where an end passed it; "
+                    "width PPI/people: the ratio of the standard errors.",
+                    (name, BEST_WORST_ESTIMAND if data["judgment"] == "best-worst" else ""),
                 ),
             )
         )
@@ -567,7 +571,11 @@ def _criterion_tables(data: dict, name: str, c: dict) -> list[Table]:
                     )
                     for s, v in ppi["differences"].items()
                 ),
-                caption=Para("Criterion {}: differences against the baseline over prompts, paired.", (name,)),
+                caption=Para(
+                    "Criterion {}: differences against the baseline over prompts, paired; intervals clipped to "
+                    "the range a difference can take.",
+                    (name,),
+                ),
             )
         )
     return tables

@@ -1,5 +1,7 @@
 """A judge against people (human_eval/analysis/judges.py): agreement, pair behaviour, length control, PPI tables."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -88,11 +90,11 @@ def test_ppi_table_puts_people_only_beside_ppi_with_holm_over_systems():
             judge[(f"p{code:02d}", s)] = 0.8 * q + 1.0 + rng.normal(0, 0.3)
             if code < 20:
                 human[(f"p{code:02d}", s)] = q + rng.normal(0, 0.3)
-    table = judges.ppi_table(human, judge, "base")
+    table = judges.ppi_table(human, judge, "base", (-math.inf, math.inf))
     for s in ("base", "x", "y"):
         people = table["systems"][s]["people"]
         ys = np.array([human[(f"p{c:02d}", s)] for c in range(20)])
-        assert people == pytest.approx(classical_mean(ys).at(), rel=1e-12)
+        assert people == pytest.approx(classical_mean(ys).at() | {"clipped": False}, rel=1e-12)
         assert table["systems"][s]["ppi"]["n"] == 20 and table["systems"][s]["ppi"]["N"] == 40
         ppi = table["systems"][s]["ppi"]
         assert ppi["high"] - ppi["low"] < people["high"] - people["low"]
@@ -116,3 +118,20 @@ def test_position_bias_is_the_same_whatever_order_the_units_are_read_in():
         rng.shuffle(items)
         biases.add(judges.pair_behaviour(dict(items))["position_bias"])
     assert len(biases) == 1
+
+
+def test_ppi_table_intervals_stay_on_the_scale_of_what_they_estimate():
+    """A win rate near 0 (one win in 12) has a normal interval reaching below 0: clipped to [0, 1]
+    for a system's mean and to [-1, 1] for a difference, the estimate and standard error kept."""
+    human = {(f"p{c:02d}", s): float(s == "x" and c == 0) for c in range(12) for s in ("x", "base")}
+    judge = dict(human) | {(f"q{c:02d}", s): 0.0 for c in range(12) for s in ("x", "base")}
+    table = judges.ppi_table(human, judge, "base", (0.0, 1.0))
+    for kind in ("people", "ppi"):
+        x = table["systems"]["x"][kind]
+        raw = classical_mean(np.array([human[(f"p{c:02d}", "x")] for c in range(12)])).at()
+        assert raw["low"] < 0  # what the scale forbids
+        if kind == "people":
+            assert (x["low"], x["high"], x["estimate"], x["se"]) == (0.0, raw["high"], raw["estimate"], raw["se"])
+        assert x["low"] >= 0.0 and x["high"] <= 1.0 and x["clipped"]
+        d = table["differences"]["x"][kind]
+        assert -1.0 <= d["low"] <= d["high"] <= 1.0
