@@ -5,8 +5,11 @@ Each question is one ``POST URL/chat/completions`` with the page as the user's m
 ``max_tokens`` 1, temperature 0, ``logprobs`` true and ``top_logprobs`` ``TOP_LOGPROBS``; the server
 applies its model's chat template. p(label) is the summed probability of the returned top tokens
 that are the label once stripped of spaces ("3" and " 3"); labels outside the top tokens get 0.
-The scoring is recorded as "top-logprobs": a label that is several tokens for the server's model
-(e.g. "100" on the slider) can only be matched when the server returns it as one token.
+The scoring is recorded as "top-logprobs": one token per label. A label that is several tokens for
+the server's model (e.g. "10" on the slider, for a model that splits digits) cannot be scored so: a top
+token that starts a label without being one ("1" for "10") shows the split, and the judgment stops in
+one line (judge such a rubric in-process, which scores labels as sequences) rather than give the split
+labels a probability of 0.
 ``label_mass`` is the labels' share of the probability; with none of the labels among the top
 tokens it is 0 and the probabilities are uniform (the judge said nothing), which the report's
 mean label mass shows.
@@ -145,6 +148,18 @@ class OpenAIJudge:
             "top_logprobs": TOP_LOGPROBS,
         }
         top = self._top_logprobs(self._post(body))
+        split = sorted(
+            {(t.strip(), label) for t, _ in top for label in labels if t.strip() not in labels and t.strip()
+             and label.startswith(t.strip())}
+        )  # fmt: skip
+        if split:
+            token, label = split[0]
+            raise MaxbenchError(
+                f"judge {self.name}: the server's model splits the rubric's label {label!r} into several tokens (its "
+                f"answer starts with the token {token!r}); this backend reads one token per label, so the labels "
+                f"{list(labels)} cannot be scored here: judge this study in-process (--judge MODEL), which scores "
+                "labels as sequences; the units judged so far are stored"
+            )
         p = [0.0] * len(labels)
         for token, logprob in top:
             if token.strip() in labels:

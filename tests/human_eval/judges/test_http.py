@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import select
 
 from maxbench.cli import main
+from maxbench.errors import MaxbenchError
 from maxbench.human_eval.judges import http as backend
 from maxbench.human_eval.store.db import dispose_engines, session_for
 from maxbench.human_eval.store.models import Annotator, Judgment
@@ -19,6 +20,7 @@ from tests.support.judges import fluency_study
 
 KEY = "sk-test-5f3a9e1c"
 TOP = [("3", 0.4), ("The", 0.3), (" 4", 0.2), ("A", 0.05), ("B", 0.03)]
+SPLIT = [("5", 0.4), ("1", 0.3), ("0", 0.2), ("The", 0.1)]  # a model that writes "50" as "5", "0"
 
 
 class Server:
@@ -51,7 +53,7 @@ class Server:
                         return self.reply(200, b"{not json")
                     choice = {"index": 0, "message": {"role": "assistant", "content": "3"}}
                     if mode != "nologprobs":
-                        top = [{"token": t, "logprob": math.log(p)} for t, p in TOP]
+                        top = [{"token": t, "logprob": math.log(p)} for t, p in (SPLIT if mode == "split" else TOP)]
                         choice["logprobs"] = {
                             "content": [{"token": "3", "logprob": top[0]["logprob"], "top_logprobs": top}]
                         }
@@ -166,3 +168,18 @@ def test_a_missing_key_or_endpoint_spelling_is_refused_before_anything(study, ca
         assert "write openai:URL:MODEL" in capsys.readouterr().err
     with session_for(study[0]) as s:
         assert s.scalar(select(Annotator).where(Annotator.kind == "model")) is None
+
+
+def test_labels_the_server_s_model_splits_into_several_tokens_are_refused_never_scored_zero(server, monkeypatch):
+    """The slider's labels 0, 10, ..., 100 for a model that splits digits: its top tokens "5" and "1"
+    start labels without being one, so reading one token per label would give 10..100 a probability of
+    0 (and the expectation near 0): refused in one line instead. A one-token scale is scored as before."""
+    monkeypatch.setattr(backend, "BACKOFF_S", 0.01)
+    url, model = backend.parse_endpoint(server.judge("split"))
+    judge_ = backend.OpenAIJudge(url, model, KEY)
+    slider = tuple(str(v) for v in range(0, 101, 10))
+    with pytest.raises(MaxbenchError, match=r"splits the rubric's label '10' into several tokens.*token '1'"):
+        judge_.score("How good is the text?", slider)
+    likert = ("1", "2", "3", "4", "5")
+    scored = judge_.score("How good is the text?", likert)  # "5" and "1" are labels here
+    assert scored.probabilities == pytest.approx((0.3 / 0.7, 0, 0, 0, 0.4 / 0.7))
