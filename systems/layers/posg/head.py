@@ -103,21 +103,26 @@ class POSGHead(nn.Module):
         Every class's value is bit for bit ``torch.logsumexp(logits[:, members], -1)``: the catch-all
         reduces the logits themselves (the same values in the same contiguous layout), the other
         classes are gathered by one ``index_select`` into one block and reduced column range by
-        column range, each by :func:`logsumexp_rows`. ``work`` holds the temporaries; a caller that
-        loops over chunks passes the same one to every call."""
-        work = work or Workspace()
+        column range. With ``work`` (a caller that loops over chunks of positions passes the same
+        one to every call) the temporaries go into its buffers (:func:`logsumexp_rows`); without it
+        (a decoding step, a few rows) ``torch.logsumexp`` allocates them, in fewer Python calls."""
         rows = logits.shape[0]
         out = torch.full((rows, len(self.tags)), -math.inf, dtype=logits.dtype, device=logits.device)
+        if work is None:
+            block = torch.index_select(logits, 1, self.gathered) if self.gathered_spans else None
+            if self.whole is not None:
+                out[:, self.whole] = torch.logsumexp(logits.contiguous(), dim=-1)
+            for c, start, end in self.gathered_spans:
+                out[:, c] = torch.logsumexp(block[:, start:end], dim=-1)
+            return out
         lse = work.take("lse", (rows,), logits)
         if self.whole is not None:
-            logsumexp_rows(logits.contiguous(), lse, work)
-            out[:, self.whole] = lse
+            out[:, self.whole] = logsumexp_rows(logits.contiguous(), lse, work)
         if self.gathered_spans:
             block = work.take("gathered", (rows, len(self.gathered)), logits)
             torch.index_select(logits, 1, self.gathered, out=block)
             for c, start, end in self.gathered_spans:
-                logsumexp_rows(block[:, start:end], lse, work)
-                out[:, c] = lse
+                out[:, c] = logsumexp_rows(block[:, start:end], lse, work)
         return out
 
     def prior(self, logits: torch.Tensor, class_lse: torch.Tensor | None = None) -> torch.Tensor:
