@@ -252,14 +252,24 @@ def part_logprobs(part, weight: torch.Tensor, scores=None, chunk: int = 1024) ->
     numpy.ndarray
         (N,) float64 natural-log probabilities of the targets.
     """
+    return part_logprobs_each(part, weight, [scores], chunk)[0]
+
+
+@torch.no_grad()
+def part_logprobs_each(part, weight: torch.Tensor, scorers: list, chunk: int = 1024) -> list[np.ndarray]:
+    """:func:`part_logprobs` under each of ``scorers`` (callables or None, as its ``scores``), in one
+    pass: each chunk's logits are computed once and given to every scorer, which must not change
+    them. Each array has the bits :func:`part_logprobs` gives for its scorer alone."""
     dev = weight.device
     hidden = np.asarray(part.hidden)
     target = torch.from_numpy(np.array(part.target)).long()
-    out = np.empty(len(target), dtype=np.float64)
+    out = [np.empty(len(target), dtype=np.float64) for _ in scorers]
     for s in range(0, len(target), chunk):
         h = torch.from_numpy(np.array(hidden[s : s + chunk])).to(dev).float()
         logits = h @ weight.T
-        row_scores = logits if scores is None else scores(h, logits)
-        lp = torch.log_softmax(row_scores, dim=-1).gather(1, target[s : s + chunk, None].to(dev))[:, 0]
-        out[s : s + len(lp)] = lp.double().cpu().numpy()
+        t = target[s : s + chunk, None].to(dev)
+        for scores, lp_out in zip(scorers, out):
+            row_scores = logits if scores is None else scores(h, logits)
+            lp = torch.log_softmax(row_scores, dim=-1).gather(1, t)[:, 0]
+            lp_out[s : s + len(lp)] = lp.double().cpu().numpy()
     return out

@@ -35,6 +35,7 @@ SMOKE = {
         "graphmax exact",
     ),
     "graphmax_kernels.py": (["--corpora", "food-reviews", "--batch-sizes", "2", "--repeats", "1"], "kernels (default)"),
+    "head_prepare.py": (["--positions", "64", "--repeats", "1"], "same bits: yes"),
     "head_training.py": (
         ["--budget-tokens", "1000", "--kerbs", "epochs=1", "--threads", "1"],
         "test perplexity",
@@ -88,6 +89,7 @@ BAD = [
     ("explorer_size.py", ["--systems", "9"], "at most 8 synthetic systems"),
     ("self_bleu.py", ["--texts", "1"], "give 2 or more"),
     ("posg_class_mass.py", ["--vocab", "10"], "at least 5377"),
+    ("head_prepare.py", ["--positions", "0"], "'0' must be 1 or more"),
     ("model_conversion.py", ["--gguf", "/nonexistent.gguf"], "/nonexistent.gguf is not a file"),
     ("model_conversion.py", ["--gguf", str(ROOT / "README.md")], "README.md is not a GGUF file"),
     ("model_conversion.py", ["--model", "nope"], "invalid choice: 'nope'"),

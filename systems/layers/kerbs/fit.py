@@ -60,10 +60,11 @@ from maxbench.systems.layers.head_cache import (
     head_identity,
     head_perplexity_key,
     load_or_train,
-    part_logprobs,
+    part_logprobs_each,
     progress_log,
 )
 from maxbench.systems.layers.kerbs.head import DEFAULT_EXTRA_SENSES, MAX_SENSES_PER_WORD, KerBSHead
+from maxbench.systems.layers.workspace import Workspace, logsumexp_rows
 
 KERBS_VERSION = "1"
 #: the layer whose heads are KerBS training without extra senses and with theta held at 0
@@ -364,7 +365,8 @@ def base_statistics(hidden: np.ndarray, weight: torch.Tensor, sample: int, seed:
 
 @torch.no_grad()
 def to_train_data(part, weight: torch.Tensor, active: torch.Tensor, chunk: int = 2048, progress=None) -> TrainData:
-    """Cached positions -> active-index targets, frozen-target logits and the frozen tail's lse."""
+    """Cached positions -> active-index targets, frozen-target logits and the frozen tail's lse
+    (``chunk`` positions at a time, every chunk's (chunk, V - A) temporaries in the same buffers)."""
     dev = weight.device
     lookup = torch.full((weight.shape[0],), -1, dtype=torch.long)
     lookup[active] = torch.arange(len(active))
@@ -376,9 +378,14 @@ def to_train_data(part, weight: torch.Tensor, active: torch.Tensor, chunk: int =
     n = len(target)
     tail_lse = torch.empty(n)
     tgt_logit = torch.empty(n)
+    work = Workspace()
     for s in range(0, n, chunk):
         h = hidden[s : s + chunk].to(dev).float()
-        tail_lse[s : s + chunk] = torch.logsumexp(h @ w_tail.T, dim=-1).cpu() if len(w_tail) else -math.inf
+        if len(w_tail):
+            logits = torch.mm(h, w_tail.T, out=work.take("logits", (len(h), len(w_tail)), h))
+            tail_lse[s : s + chunk] = logsumexp_rows(logits, work.take("lse", (len(h),), h), work).cpu()
+        else:
+            tail_lse[s : s + chunk] = -math.inf
         tgt_logit[s : s + chunk] = (h * weight[target[s : s + chunk].to(dev)]).sum(-1).cpu()
         if progress:
             progress(min(chunk, n - s))
@@ -477,8 +484,7 @@ def _train(
     result = train_head(head, train, valid, cfg, progress=progress, log=log)
     test = cache["test"]
     t1 = time.time()
-    lp_head = part_logprobs(test, weight, head.word_scores)
-    lp_soft = part_logprobs(test, weight)
+    lp_head, lp_soft = part_logprobs_each(test, weight, [head.word_scores, None])
     t_eval = time.time() - t1
     meta = dict(
         ident,

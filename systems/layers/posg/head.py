@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from maxbench.systems.layers.kerbs.head import grouped_logsumexp
+from maxbench.systems.layers.workspace import Workspace, logsumexp_rows
 
 CATCH_ALL = "*"
 
@@ -84,21 +85,44 @@ class POSGHead(nn.Module):
         )
         self.membership = torch.zeros((self.vocab_size, len(self.tags)), dtype=torch.bool, device=tok.device)
         self.membership[tok, cls] = True  # (V, T): token w is in V_rho
+        # the other non-empty classes' members one after the other, gathered by one index_select:
+        # (class, start, end) of each class's columns in the gathered block
+        parts = [(c, m) for c, m in enumerate(self.class_members) if c != self.whole and len(m)]
+        self.gathered = torch.cat([m for _, m in parts]) if parts else tok[:0]
+        ends = torch.tensor([len(m) for _, m in parts], dtype=torch.long).cumsum(0).tolist()
+        self.gathered_spans = [(c, end - len(m), end) for (c, m), end in zip(parts, ends)]
 
     def _apply(self, fn, *args, **kwargs):
         out = super()._apply(fn, *args, **kwargs)
         self._index()  # keep the derived index on the buffers' device
         return out
 
-    def class_lse(self, logits: torch.Tensor) -> torch.Tensor:
-        """log sum_{w in V_rho} exp(logit_w) for every class (B, T); -inf for an empty class."""
-        out = torch.full((logits.shape[0], len(self.tags)), -math.inf, dtype=logits.dtype, device=logits.device)
-        for c, members in enumerate(self.class_members):
-            if c == self.whole:  # the same values in the same (contiguous) layout as logits[:, members]
-                out[:, c] = torch.logsumexp(logits.contiguous(), dim=-1)
-            elif len(members):
-                # index_select: the block logits[:, members] gives, gathered in half the time
-                out[:, c] = torch.logsumexp(torch.index_select(logits, 1, members), dim=-1)
+    def class_lse(self, logits: torch.Tensor, work: Workspace | None = None) -> torch.Tensor:
+        """log sum_{w in V_rho} exp(logit_w) for every class (B, T); -inf for an empty class.
+
+        Every class's value is bit for bit ``torch.logsumexp(logits[:, members], -1)``: the catch-all
+        reduces the logits themselves (the same values in the same contiguous layout), the other
+        classes are gathered by one ``index_select`` into one block and reduced column range by
+        column range. With ``work`` (a caller that loops over chunks of positions passes the same
+        one to every call) the temporaries go into its buffers (:func:`logsumexp_rows`); without it
+        (a decoding step, a few rows) ``torch.logsumexp`` allocates them, in fewer Python calls."""
+        rows = logits.shape[0]
+        out = torch.full((rows, len(self.tags)), -math.inf, dtype=logits.dtype, device=logits.device)
+        if work is None:
+            block = torch.index_select(logits, 1, self.gathered) if self.gathered_spans else None
+            if self.whole is not None:
+                out[:, self.whole] = torch.logsumexp(logits.contiguous(), dim=-1)
+            for c, start, end in self.gathered_spans:
+                out[:, c] = torch.logsumexp(block[:, start:end], dim=-1)
+            return out
+        lse = work.take("lse", (rows,), logits)
+        if self.whole is not None:
+            out[:, self.whole] = logsumexp_rows(logits.contiguous(), lse, work)
+        if self.gathered_spans:
+            block = work.take("gathered", (rows, len(self.gathered)), logits)
+            torch.index_select(logits, 1, self.gathered, out=block)
+            for c, start, end in self.gathered_spans:
+                out[:, c] = logsumexp_rows(block[:, start:end], lse, work)
         return out
 
     def prior(self, logits: torch.Tensor, class_lse: torch.Tensor | None = None) -> torch.Tensor:
@@ -184,11 +208,13 @@ class POSGHead(nn.Module):
         mixed = grouped_logsumexp(a[:, cls], tok, self.vocab_size)  # -inf for tokens in no class
         return logits + mixed
 
-    def position_terms(self, logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def position_terms(
+        self, logits: torch.Tensor, targets: torch.Tensor, work: Workspace | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """For a batch of positions: log p(target | h, rho) for every class (B, T), -inf where the
-        target is not in V_rho, and the prior features (B, T)."""
+        target is not in V_rho, and the prior features (B, T); ``work`` as :meth:`class_lse` takes it."""
         logits = logits.float()
-        lse = self.class_lse(logits)
+        lse = self.class_lse(logits, work)
         member = self.membership[targets]  # (B, T)
         tl = logits.gather(1, targets[:, None])
         return torch.where(member, tl - lse, torch.full_like(lse, -math.inf)), self.prior(logits, lse)

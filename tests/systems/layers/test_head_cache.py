@@ -10,7 +10,7 @@ from torch import nn
 
 from maxbench.errors import MaxbenchError
 from maxbench.systems import hidden_cache as hc
-from maxbench.systems.layers.head_cache import head_identity, load_or_train, part_logprobs
+from maxbench.systems.layers.head_cache import head_identity, load_or_train, part_logprobs, part_logprobs_each
 from maxbench.systems.layers.kerbs import fit as kerbs_fit
 from maxbench.systems.layers.posg import fit as posg_fit
 
@@ -107,6 +107,24 @@ def test_held_out_logprobs_are_the_softmax_or_the_given_scores():
     half = part_logprobs(part, weight, scores=lambda h, z: z / 2, chunk=3)
     want_half = torch.log_softmax(logits / 2, -1).gather(1, target[:, None])[:, 0].double().numpy()
     np.testing.assert_allclose(half, want_half, rtol=0, atol=1e-6)
+
+
+def test_held_out_logprobs_of_several_scorers_in_one_pass_are_each_scorers_own_bits():
+    """One pass over the part for a head's scores and the softmax (KerBS's evaluation): each array is
+    bit for bit what a pass of its own gives."""
+    g = torch.Generator().manual_seed(1)
+    weight = torch.randn(300, 8, generator=g)
+    part = SimpleNamespace(
+        hidden=torch.randn(50, 8, generator=g).half().numpy(),
+        target=torch.randint(0, 300, (50,), generator=g).int().numpy(),
+    )
+
+    def sharpened(h, logits):
+        return logits.clone().mul_(1.5).add_(h[:, :1])
+
+    both = part_logprobs_each(part, weight, [sharpened, None], chunk=16)
+    assert np.array_equal(both[0], part_logprobs(part, weight, sharpened, chunk=16))
+    assert np.array_equal(both[1], part_logprobs(part, weight, chunk=16))
 
 
 def test_still_improving_reads_whether_the_last_epoch_lowered_validation_perplexity():

@@ -3,6 +3,7 @@ training and caching, a missing tagger."""
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -350,6 +351,30 @@ def test_spacy_tagger_gives_penn_treebank_tags():
     words = tag(["this coffee is not good at all"])[0]
     assert [w[2] for w in words] == ["DT", "NN", "VBZ", "RB", "JJ", "RB", "RB"]
     assert words[1][:2] == (5, 11)
+
+
+@pytest.mark.slow
+def test_leaving_out_the_attribute_ruler_changes_no_tag_posg_reads():
+    """The attribute ruler POSG leaves out sets a tag only on whitespace tokens, which get none in
+    POSG's character tags: the pipeline with it and without it give the same character tags."""
+    import spacy
+
+    from maxbench.systems.assets import fetch
+    from maxbench.systems.layers.posg.fit import TAGGER_EXCLUDE
+
+    full = spacy.load(fetch("spacy-en"), exclude=[c for c in TAGGER_EXCLUDE if c != "attribute_ruler"])
+    ruler = full.get_pipe("attribute_ruler")
+    setting_tags = [p for p in ruler.patterns if "TAG" in p["attrs"]]
+    assert setting_tags == [
+        {"patterns": [[{"IS_SPACE": True}]], "attrs": {"TAG": "_SP", "POS": "SPACE", "MORPH": "_"}, "index": 0}
+    ]
+    texts = ["this coffee is  not good at all\n\nI'd  buy it again", "Great!! 5 stars\t(really) -- not $10 though"]
+    tag = load_tagger()
+    for text, with_ruler, without in zip(texts, full.pipe(texts), tag(texts)):
+        words = [(t.idx, t.idx + len(t.text), t.tag_) for t in with_ruler]
+        assert any(w[2] == "_SP" for w in words)  # the ruler did tag whitespace here
+        ids: dict[str, int] = {}
+        assert np.array_equal(char_tags(text, words, ids), char_tags(text, without, ids))
 
 
 @pytest.mark.slow
