@@ -6,6 +6,29 @@ import maxbench  # noqa: F401  (pins the CPU arithmetic before any test loads Nu
 from tests.support.paths import ROOT
 
 
+def pytest_configure(config):
+    """In a pytest-xdist worker, torch (and so graphmax's numba kernels, whose thread count the
+    kernel loader sets to torch's) runs on the worker's share of the cores: one thread each for the
+    test command's two workers on two cores.
+
+    Without this a worker ran two threads: a test module imports numba, so numba's pool has a thread
+    per core, and launching that OpenMP pool sets OpenMP's thread count, which is torch's, to the
+    pool's size even under OMP_NUM_THREADS=1. Two workers then ran four threads on two cores, and
+    every small parallel kernel waited at OpenMP's barrier for a thread the other worker held (a
+    gradcheck of 40k kernel calls ran for minutes). The pool keeps its threads, so a test that sets
+    torch's threads to 2 still runs the kernels on two."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not workers:
+        return
+    import numba
+    import torch
+
+    from maxbench.benchmark.run.workers import cpu_cores
+
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)  # launches the pool (and resets OpenMP's count)
+    torch.set_num_threads(max(1, cpu_cores() // int(workers)))
+
+
 def run_cli(argv, capsys):
     """Run the maxbench CLI in-process; returns (exit code, stdout, stderr)."""
     from maxbench.cli import main
