@@ -1,4 +1,5 @@
 import os
+from collections import Counter
 
 import pytest
 
@@ -27,6 +28,35 @@ def pytest_configure(config):
 
     numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)  # launches the pool (and resets OpenMP's count)
     torch.set_num_threads(max(1, cpu_cores() // int(workers)))
+
+
+#: Test files of a few tests that take a minute or more each (subprocesses, real models, browsers).
+#: pytest-xdist would hand the files out most tests first, so these came last and one worker could
+#: start one of them while the other had nothing left; the test command passes
+#: ``--no-loadscope-reorder`` and they go first, longest first (the rest follow most tests first).
+#: A file missing here moves the wall time only, never what runs.
+LONG_FILES = (
+    "tests/end_to_end/test_benchmark_scripts.py",
+    "tests/end_to_end/test_docs_examples.py",
+    "tests/benchmark/run/test_workers.py",
+    "tests/human_eval/judges/test_judge.py",
+    "tests/end_to_end/test_plugin_example.py",
+    "tests/end_to_end/test_packaging.py",
+    "tests/end_to_end/test_scripted_study.py",
+    "tests/end_to_end/test_cpu_independence.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The files in the order the docstring of ``LONG_FILES`` gives; each file's tests in their order."""
+    counts = Counter(item.nodeid.split("::")[0] for item in items)
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+
+    def key(item):
+        name = item.nodeid.split("::")[0]
+        return rank.get(name, len(rank)), -counts[name], name
+
+    items.sort(key=key)
 
 
 def run_cli(argv, capsys):
