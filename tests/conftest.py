@@ -37,9 +37,9 @@ def pytest_configure(config):
 #: A file missing here moves the wall time only, never what runs.
 LONG_FILES = (
     "tests/end_to_end/test_benchmark_scripts.py",
+    "tests/benchmark/run/test_workers.py",
     "tests/end_to_end/test_cpu_independence.py",
     "tests/end_to_end/test_docs_examples.py",
-    "tests/benchmark/run/test_workers.py",
     "tests/end_to_end/test_explorer_browser.py",
     "tests/human_eval/judges/test_judge.py",
     "tests/end_to_end/test_rating_app_browser.py",
