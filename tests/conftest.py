@@ -1,9 +1,63 @@
 import os
+from collections import Counter
 
 import pytest
 
 import maxbench  # noqa: F401  (pins the CPU arithmetic before any test loads NumPy or torch)
 from tests.support.paths import ROOT
+
+
+def pytest_configure(config):
+    """In a pytest-xdist worker, torch (and so graphmax's numba kernels, whose thread count the
+    kernel loader sets to torch's) runs on the worker's share of the cores: one thread each for the
+    test command's two workers on two cores.
+
+    Without this a worker ran two threads: a test module imports numba, so numba's pool has a thread
+    per core, and launching that OpenMP pool sets OpenMP's thread count, which is torch's, to the
+    pool's size even under OMP_NUM_THREADS=1. Two workers then ran four threads on two cores, and
+    every small parallel kernel waited at OpenMP's barrier for a thread the other worker held (a
+    gradcheck of 40k kernel calls ran for minutes). The pool keeps its threads, so a test that sets
+    torch's threads to 2 still runs the kernels on two."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not workers:
+        return
+    import numba
+    import torch
+
+    from maxbench.benchmark.run.workers import cpu_cores
+
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)  # launches the pool (and resets OpenMP's count)
+    torch.set_num_threads(max(1, cpu_cores() // int(workers)))
+
+
+#: Test files of a few tests that take a minute or more each (subprocesses, real models, browsers).
+#: pytest-xdist would hand the files out most tests first, so these came last and one worker could
+#: start one of them while the other had nothing left; the test command passes
+#: ``--no-loadscope-reorder`` and they go first, longest first (the rest follow most tests first).
+#: A file missing here moves the wall time only, never what runs.
+LONG_FILES = (
+    "tests/systems/test_assets_gemma.py",
+    "tests/end_to_end/test_benchmark_scripts.py",
+    "tests/benchmark/run/test_workers.py",
+    "tests/end_to_end/test_cpu_independence.py",
+    "tests/end_to_end/test_docs_examples.py",
+    "tests/end_to_end/test_explorer_browser.py",
+    "tests/human_eval/judges/test_judge.py",
+    "tests/end_to_end/test_rating_app_browser.py",
+    "tests/end_to_end/test_crowd_browser.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The files in the order the docstring of ``LONG_FILES`` gives; each file's tests in their order."""
+    counts = Counter(item.nodeid.split("::")[0] for item in items)
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+
+    def key(item):
+        name = item.nodeid.split("::")[0]
+        return rank.get(name, len(rank)), -counts[name], name
+
+    items.sort(key=key)
 
 
 def run_cli(argv, capsys):

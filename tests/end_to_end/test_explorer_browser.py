@@ -20,10 +20,17 @@ pytestmark = [
 ]
 
 
-def test_explorer_in_chromium(tmp_path, artifacts_dir):
+@pytest.fixture(scope="module")
+def scored_run(tmp_path_factory):
+    """One small scored run for the file's tests (made once: a run and a scoring, each a process);
+    a test that changes it works on a copy."""
+    return make_scored_run(tmp_path_factory.mktemp("scored"))
+
+
+def test_explorer_in_chromium(scored_run, tmp_path, artifacts_dir):
     from playwright.sync_api import sync_playwright
 
-    run = make_scored_run(tmp_path)
+    run = scored_run
     index = write_explorer([run], tmp_path / "explorer", study=make_study_export(tmp_path, run))
     errors = []
     with sync_playwright() as p:
@@ -172,13 +179,14 @@ RLO = "\u202e"
 
 @pytest.mark.browser
 @pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is absent: run scripts/browser_setup.sh")
-def test_an_open_right_to_left_override_in_a_prompt_keeps_its_labels_in_order(tmp_path):
+def test_an_open_right_to_left_override_in_a_prompt_keeps_its_labels_in_order(scored_run, tmp_path):
+    import shutil
+
     from playwright.sync_api import sync_playwright
 
     from maxbench.benchmark.present.explorer import write_explorer
-    from tests.support.explorer_fixtures import make_scored_run
 
-    run = make_scored_run(tmp_path)
+    run = shutil.copytree(scored_run, tmp_path / "runs" / scored_run.name)
     gen = run / "generations.jsonl"
     lines = [json.loads(x) for x in gen.read_text(encoding="utf-8").split("\n") if x.strip()]
     for line in lines:

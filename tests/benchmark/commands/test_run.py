@@ -44,9 +44,18 @@ def _outputs(tmp_path, run_id, out):
     return {k: v.read_bytes() for k, v in files.items()}
 
 
-def test_kill_9_during_run_then_rerun_is_byte_identical(tmp_path):
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory):
+    """The tiny lineup run once, uninterrupted, in one process: the bytes that a killed and resumed
+    run and a sharded run must both equal (in the same folder, so that only the run ids differ)."""
+    tmp_path = tmp_path_factory.mktemp("tiny")  # no run id in the path: the test masks run ids
     reg = write_tiny_lineup(tmp_path)
     subprocess.run(_cmd(reg, tmp_path, "clean", "lb-clean"), check=True, capture_output=True)
+    return tmp_path, reg
+
+
+def test_kill_9_during_run_then_rerun_is_byte_identical(clean_run):
+    tmp_path, reg = clean_run
     proc = subprocess.Popen(
         _cmd(reg, tmp_path, "killed", "lb-killed"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -78,14 +87,13 @@ def test_kill_9_during_run_then_rerun_is_byte_identical(tmp_path):
     assert "bleu-4" in md and "self-bleu-4" in md
 
 
-def test_shards_then_merge_equal_one_process(tmp_path):
-    reg = write_tiny_lineup(tmp_path)
-    subprocess.run(_cmd(reg, tmp_path, "one", "lb-one"), check=True, capture_output=True)
+def test_shards_then_merge_equal_one_process(clean_run):
+    tmp_path, reg = clean_run
     for i in range(2):
         p = subprocess.run(_cmd(reg, tmp_path, "sh", "lb-sh", "--shard", f"{i}/2"), capture_output=True, text=True)
         assert p.returncode == 0 and "without --shard" in p.stdout
     subprocess.run(_cmd(reg, tmp_path, "sh", "lb-sh"), check=True, capture_output=True)
-    one, sh = _outputs(tmp_path, "one", "lb-one"), _outputs(tmp_path, "sh", "lb-sh")
+    one, sh = _outputs(tmp_path, "clean", "lb-clean"), _outputs(tmp_path, "sh", "lb-sh")
     assert one["generations"] == sh["generations"] and one["leaderboard.csv"] == sh["leaderboard.csv"]
 
 
