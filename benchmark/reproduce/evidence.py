@@ -219,13 +219,19 @@ class Pairs:
 
 def paired_difference(run: RunSpec, doc: dict, method: str, baseline: str, score: str, pairs: Pairs):
     """(difference, ci_low, ci_high) of ``score``, method - baseline, in one run, or None: from its
-    scores.json against the run's baseline, else from ``pairs``."""
+    scores.json against the run's baseline, else from ``pairs``. A claim is about the difference
+    itself: a comparison scores.json keeps as a closeness test (``"test": "closeness"``: the distance
+    to the human row, |method - human| - |baseline - human|, for a score whose goal is the human
+    value) is another estimand, so the plain difference is computed from ``pairs`` instead."""
     a, b = run.roles[method], run.roles[baseline]
     if a not in doc.get("systems", {}) or b not in doc.get("systems", {}):
         return None  # a system the run has not generated yet (a partial run)
     if b == run.baseline:
         c = (doc.get("comparisons", {}).get("systems", {}).get(a) or {}).get(score)
-        return None if c is None else (c["difference"], c["ci_low"], c["ci_high"])
+        if c is None:
+            return None
+        if c.get("test") != "closeness":
+            return (c["difference"], c["ci_low"], c["ci_high"])
     metric = metric_of(doc, score)
     return None if metric is None else pairs.compare(run.run_dir, a, b, metric, score, signature(doc, metric))
 
