@@ -113,7 +113,8 @@ def test_the_matched_comparison_at_the_human_value_is_the_interpolation_on_each_
     assert mauve.matched[0].method == (
         "the matching score: percentile bootstrap over prompts, resampled jointly for every point of both curves; "
         "the quality score: parametric bootstrap: each point drawn from a normal with the standard error its own "
-        "interval implies, points independent (a score without per-prompt values that add up to it)"
+        "interval implies, clipped to the score's range, points independent (a score without per-prompt values "
+        "that add up to it)"
     )
 
 
