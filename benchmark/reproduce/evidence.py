@@ -450,6 +450,43 @@ def head_training(run: RunSpec, system: str) -> dict:
         "budget": budget_of(meta) if meta else {},
         "sha256": sha,
         "source": source,
+        "refit": head_refit(run, system, sha) if not history else None,
+    }
+
+
+#: the name ending of a committed refit's fit meta: ``heads/<run>/<head file's stem>-refit.json``
+REFIT_SUFFIX = "-refit.json"
+
+
+def head_refit(run: RunSpec, system: str, sha: str) -> dict | None:
+    """A head trained before fit metas were recorded has no history of its own; a refit of the same
+    identity (the same layer, options, data, budget and seed) under the current code, committed beside
+    the run's head files as ``heads/<run>/<head file's stem>-refit.json``, shows how that training goes.
+    Its bits may differ from the run's head (floating-point order changed with the code), so it is
+    reported beside the head, with whether its sha256 is the run's, and never read by the verdict rules
+    as the run head's history: ``{"sha256", "same", "history", "best_epoch", "still_improving",
+    "budget", "file"}``, or None."""
+    from maxbench.benchmark.reproduce.protocol import head_meta_file
+    from maxbench.systems.system_strings import parse_system
+
+    try:
+        spec = parse_system(system)
+    except MaxbenchError:
+        return None
+    path = head_meta_file(run.run_dir.parent.parent, run.run_dir.name, spec)
+    path = path.with_name(path.stem + REFIT_SUFFIX)
+    meta = _read_json(path)
+    history = ((meta or {}).get("training") or {}).get("history") or []
+    if not history:
+        return None
+    return {
+        "sha256": meta.get("sha256"),
+        "same": meta.get("sha256") == sha,
+        "history": history,
+        "best_epoch": best_epoch(history),
+        "still_improving": len(history) >= 2 and history[-1]["valid_ppl"] < history[-2]["valid_ppl"],
+        "budget": budget_of(meta),
+        "file": f"{HEADS}/{run.run_dir.name}/{path.name}",
     }
 
 

@@ -170,8 +170,16 @@ def head_labels(role: str, recs: list[dict]) -> tuple[list[str], str]:
             labels.append(f"{FLAG_UNTRAINED}: {what}")
             never = never or what
         elif not hist:
+            refit = rec.get("refit")
+            seen = (
+                f" (a refit of the same identity under the current code, other bits, kept epoch {refit['best_epoch']}"
+                f"{' and still improved at its last' if refit['still_improving'] else ''}: section 'Trained heads')"
+                if refit
+                else ""
+            )
             labels.append(
                 f"{FLAG_NO_HISTORY}: {role}'s head has no recorded training history: its training cannot be checked"
+                + seen
             )
         elif rec.get("still_improving"):
             last = hist[-1]

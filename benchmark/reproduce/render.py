@@ -317,12 +317,16 @@ def heads_section(heads: dict) -> Section:
             "initialisation), where it is recorded: a committed copy of the head's fit meta under heads/<run>/, "
             "or the head's meta.json in the cache of the machine that rendered the report (by the sha256 the "
             "run's manifest records; a later rendering without that cache keeps the committed report's record), "
-            "or the run's manifest. The verdict rules read this history."
+            "or the run's manifest. The verdict rules read this history. A head trained before fit metas were "
+            "recorded has none; where a refit of its identity (the same options, data, budget and seed) under the "
+            "current code is committed (heads/<run>/<head>-refit.json), its history is shown in the last column, "
+            "with whether its sha256 is the run head's: it shows how that training goes, and the verdict rules do "
+            "not read it."
         )
     )
     h.tables.append(
         Table(
-            ("run", "system", "best epoch", "validation perplexity by epoch", "source"),
+            ("run", "system", "best epoch", "validation perplexity by epoch", "source", "refit of the same identity"),
             tuple(
                 (
                     Cell(run, code=True),
@@ -330,13 +334,23 @@ def heads_section(heads: dict) -> Section:
                     num("n/a" if rec["best_epoch"] is None else str(rec["best_epoch"])),
                     num(", ".join(f"{x['epoch']}: {x['valid_ppl']:.4g}" for x in rec["history"]) or "not recorded"),
                     Cell(rec["source"] or "not recorded"),
+                    Cell(refit_text(rec.get("refit"))),
                 )
                 for (run, system), rec in sorted(heads.items())
             ),
-            align="llrll",
+            align="llrlll",
         )
     )
     return h
+
+
+def refit_text(refit: dict | None) -> str:
+    """One line for a head's refit under the current code (``evidence.head_refit``); "" without one."""
+    if not refit:
+        return ""
+    bits = "the run head's bits" if refit["same"] else f"other bits (sha256 {str(refit['sha256'])[:12]}...)"
+    epochs = ", ".join(f"{x['epoch']}: {x['valid_ppl']:.4g}" for x in refit["history"])
+    return f"{epochs}; best epoch {refit['best_epoch']}; {bits}"
 
 
 def runs_section(rep: Report) -> Section:

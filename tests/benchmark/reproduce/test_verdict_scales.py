@@ -264,6 +264,35 @@ def test_the_head_rule_reads_an_untrained_best_and_a_missing_history(tmp_path, m
     assert "exactly the base softmax" not in RULES
 
 
+def test_a_head_without_history_shows_its_committed_refit_beside_it_and_the_rules_do_not_read_it(tmp_path, monkeypatch):
+    from maxbench.benchmark.reproduce.render import heads_section, refit_text
+
+    monkeypatch.setenv("MAXBENCH_HOME", str(tmp_path / "home"))
+    paper = _paper(tmp_path, _claim("a"))
+    run, system = kerbs_run(tmp_path, {"kerbs_head": "old"})
+    heads_dir = tmp_path / "heads" / "m1-c"
+    heads_dir.mkdir(parents=True)
+    # a refit of the same identity under the current code, other bits, whose best epoch is its untrained one
+    (heads_dir / "kerbs-refit.json").write_text(json.dumps(_meta("new", [30.0, 30.4, 30.9])))
+    rec = head_training(run, system)
+    assert rec["history"] == [] and rec["best_epoch"] is None and not rec["untrained"]
+    refit = rec["refit"]
+    assert refit["same"] is False and refit["best_epoch"] == 0 and refit["file"] == "heads/m1-c/kerbs-refit.json"
+    cell = _log_cell("a", math.log(1.2), 0.02)
+    decide_cells(paper, [cell])
+    flag_cells(paper, [run], RunScores([run]), [cell], trained_heads([run]))
+    assert cell.verdict == REPRODUCED  # the refit's untrained best is not the run head's
+    label = next(f for f in cell.flags if f.startswith("training history not recorded"))
+    assert "a refit of the same identity under the current code, other bits, kept epoch 0" in label
+    row = heads_section(trained_heads([run])).tables[0].rows[0]
+    assert "0: 30, 1: 30.4, 2: 30.9; best epoch 0; other bits (sha256 new...)" in [c.text for c in row]
+    assert refit_text(None) == ""
+    # a refit with the run head's bits is the head's own committed meta: its history, read by the rules
+    (heads_dir / "kerbs-refit.json").write_text(json.dumps(_meta("old", [30.0, 30.4, 30.9])))
+    rec = head_training(run, system)
+    assert rec["untrained"] and rec["source"] == "heads/m1-c/kerbs-refit.json" and rec["refit"] is None
+
+
 # ---------------------------------------------------------------- a control that is missing; no baseline
 
 
