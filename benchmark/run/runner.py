@@ -793,10 +793,11 @@ def _generate(plan: RunPlan, pre: Preflight, out: Path, shard, device, progress:
 
 
 def _take_later(work: _Decoder, later: list) -> bool:
-    """Decode the first batch of ``later`` (in its order) whose layer can be fitted now without
-    waiting, and drop it from ``later``; batches another process has taken or written meanwhile are
-    dropped too. False when every batch left is still blocked (then nothing changed). Each True removes
-    a batch, so a loop over it ends."""
+    """Take the first batch of ``later`` (in its order) that is no longer blocked out of ``later``: it
+    is decoded when its layer can now be fitted without waiting (``_Decoder.batch`` with ``wait``
+    False), or just dropped when another process has taken or written it meanwhile. True when one was
+    taken; False when every batch left is still blocked (``later`` unchanged). Each True shortens
+    ``later``, so a loop over it ends, and no batch leaves it undecoded unless another process has it."""
     blocked: set = set()  # systems found blocked in this pass: their other batches are too
     for i, (si, unit, batch) in enumerate(later):
         if si in blocked:
