@@ -271,12 +271,16 @@ def test_busy_only_while_another_process_holds_the_lock_of_a_graph_not_yet_built
     """graphmax's exact and paper systems share one graph: ``busy`` says get_graph would wait on another
     process building it, and is false once the file is there."""
     from maxbench.systems.graph import busy
+    from maxbench.systems.layers.base import FitContext
+    from maxbench.systems.layers.graphmax.layer import GraphmaxLayer
     from tests.support.locks import held_by_another_process
 
     path = cache_path(CORPUS.sha256, tiny.tokenizer_hash, tiny.vocab_size, DEFAULT_EPS, 1)
     assert not busy(tiny, CORPUS)
     with held_by_another_process(path):
         assert busy(tiny, CORPUS) and not busy(tiny, CORPUS, ngram=2)
+        ctx = FitContext(model=tiny, corpus=CORPUS)
+        assert GraphmaxLayer(solver="paper").fit_busy(ctx) and not GraphmaxLayer(ngram=2).fit_busy(ctx)
     assert not busy(tiny, CORPUS)
     get_graph(tiny, CORPUS)
     with held_by_another_process(path):
