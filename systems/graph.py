@@ -35,7 +35,7 @@ import scipy.sparse as sp
 
 from maxbench.errors import MaxbenchError
 from maxbench.fileio import atomic_open, maxbench_home
-from maxbench.locks import exclusive
+from maxbench.locks import exclusive, held
 
 GRAPH_FORMAT = 1
 DEFAULT_EPS = 1e-6
@@ -281,6 +281,15 @@ def get_graph(lm, corpus, eps: float = DEFAULT_EPS, ngram: int = 1, rebuild: boo
     path = cache_path(corpus.sha256, lm.tokenizer_hash, lm.vocab_size, eps, ngram)
     with exclusive(path):
         return _load_or_build(lm, corpus, path, eps, ngram, rebuild)
+
+
+def busy(lm, corpus, eps: float = DEFAULT_EPS, ngram: int = 1) -> bool:
+    """Whether :func:`get_graph` would now wait on another process's build: no graph file yet and a
+    live process holds its lock (graphmax's exact and paper solvers share one graph). A file there is
+    only loaded under the lock, which takes moments. A hint that may be stale once read
+    (``OutputLayer.fit_busy``)."""
+    path = cache_path(corpus.sha256, lm.tokenizer_hash, lm.vocab_size, eps, ngram)
+    return not path.exists() and held(path)
 
 
 def _load_or_build(lm, corpus, path: Path, eps: float, ngram: int, rebuild: bool) -> CorpusGraph:

@@ -46,7 +46,7 @@ import numpy as np
 
 from maxbench.errors import MaxbenchError
 from maxbench.fileio import atomic_dir, maxbench_home
-from maxbench.locks import exclusive
+from maxbench.locks import exclusive, held
 from maxbench.systems.assets import sha256_file
 
 CACHE_VERSION = "2"  # 2: the test part is budget // 10 positions (was // 5)
@@ -288,6 +288,16 @@ def load_or_build(
     final = root / key
     with exclusive(final):  # a second process waits for the first one's cache instead of building it too
         return _load_or_build(lm, corpus, budget_tokens, progress, min_train_positions, key, ident, final)
+
+
+def busy(lm, corpus, budget_tokens: int = DEFAULT_BUDGET_TOKENS) -> bool:
+    """Whether :func:`load_or_build` for (model, corpus, budget) would now wait on another process's
+    build: the cache is not complete and a live process holds its lock. A complete cache is only
+    opened under the lock, which takes moments, so it never counts as busy. A hint that can be stale
+    the moment it is read (a build may start or end just after): a caller orders its work by it
+    (``OutputLayer.fit_busy``) and still gets the right cache from :func:`load_or_build` either way."""
+    final = maxbench_home() / "hidden" / cache_key(lm, corpus, budget_tokens)[0]
+    return verify_complete(final, check_hashes=False) is None and held(final)
 
 
 def _load_or_build(lm, corpus, budget_tokens, progress, min_train_positions, key, ident, final) -> HiddenCache:

@@ -15,7 +15,12 @@ finished its own batches takes over the batches another shard of the run has not
 while that shard is running (work stealing: the shard that fits a head does not keep the others
 waiting); each batch is claimed by a lock (``maxbench.locks.claim``) before it is decoded, so none is
 decoded twice, and a shard that is not running keeps its batches (``--shard i/n`` on separate
-machines or at separate times still generates exactly shard i).
+machines or at separate times still generates exactly shard i). No process waits on another's fit
+while it has something else to decode: a batch whose layer another process is fitting, or whose fit
+would wait on a cache another process is building (``OutputLayer.fit_busy``: the hidden states two
+heads share, graphmax's graph), is left for later; once a shard has walked its own batches, such a
+batch goes first as soon as its fit no longer waits, before any batch is taken over, and one is
+waited for only when nothing else is left.
 
 Before the first token, ``preflight`` checks everything a run can be refused for (systems,
 models, corpus, folders, limits of the model and the machine, disk space), so a mistake costs
@@ -535,7 +540,8 @@ def _schedule(plan: RunPlan, units: list, shard) -> list[tuple]:
     """(system index, (unit, batch) pairs) in the order a shard works through them: the lineup's order,
     walked backwards by odd shards, so that two workers fit the heads of the first and the last
     systems (graphmax's graph, POSG's and KerBS's heads) at the same time rather than one waiting
-    for the other. The order changes no row: each batch is decoded the same way in any order."""
+    for the other (a fit that would still wait is put off: ``_Decoder.batch``, ``_take_later``). The
+    order changes no row: each batch is decoded the same way in any order."""
     work = list(enumerate(units))
     return work[::-1] if shard is not None and shard[0] % 2 else work
 
@@ -551,15 +557,25 @@ class _Decoder:
         self.seen = RowsSeen(plan.run_dir)
         self.seen.keys |= pre.done
         self.ready: set = set()
+        self.corpus = None  # the fitting corpus, once a fit needs it
         # a shard shares its reference states with the run's other shards; one process keeps them in memory
         self.ref_states = ReferenceStateCache(directory=plan.run_dir / REFERENCE_STATES if shared else None)
         self.spent: dict = {}  # system index -> {"generate", "ref-ppl", "cpu generate", "cpu ref-ppl", "clock"}
 
-    def _prepare(self, si: int, wait: bool) -> bool:
-        """Fit (or load) system ``si``'s layer; False, at once, when another process of the run is
-        fitting it and ``wait`` is False (with ``wait``, the layer's own cache lock makes this process
-        wait for that fit and load it)."""
+    def _corpus(self):
+        """The run's fitting corpus, loaded once per process (every fit and fit check reads it)."""
         from maxbench.benchmark.data.corpora import load_corpus
+
+        if self.corpus is None:
+            self.corpus = load_corpus(self.plan.corpus)
+        return self.corpus
+
+    def _prepare(self, si: int, wait: bool) -> bool:
+        """Fit (or load) system ``si``'s layer; False, at once, when ``wait`` is False and the fit would
+        wait on another process: that process is fitting this system (it holds the system's fit claim),
+        or the layer says its fit would wait on something another process is building
+        (``OutputLayer.fit_busy``, e.g. the hidden states another system's head is building). With
+        ``wait``, the fit runs and the caches' own locks make it wait for that work and load it."""
         from maxbench.systems.layers.base import FitContext
 
         system, layer = self.plan.systems[si], self.pre.layers[si]
@@ -568,9 +584,11 @@ class _Decoder:
             with claim(self.plan.run_dir / CLAIMS / f"fit-{si}") as fitting_here:
                 if not fitting_here and not wait:
                     return False
+                ctx = FitContext(model=lm, corpus=self._corpus(), options={"progress": self.progress})
+                if not wait and layer.fit_busy(ctx):
+                    return False
                 with self.timer.phase(f"fit {system.name}"):
-                    opts = {"progress": self.progress}
-                    layer.fit(FitContext(model=lm, corpus=load_corpus(self.plan.corpus), options=opts))
+                    layer.fit(ctx)
             update_manifest(self.plan, "resources", {system.name: layer.resource_hashes()})
         update_manifest(self.plan, "models", {system.model_key: lm.describe()})
         self.ready.add(si)
@@ -578,8 +596,9 @@ class _Decoder:
 
     def batch(self, si: int, unit: int, batch: list, wait: bool = True) -> bool | None:
         """Decode ``batch`` of system ``si`` unless another process holds its claim or has written its
-        rows; returns whether this process decoded it, or None (only without ``wait``) when another
-        process is fitting the system's layer: the batch is left for later, not waited for."""
+        rows; returns whether this process decoded it, or None (only without ``wait``) when fitting the
+        system's layer now would wait on another process (``_prepare``): the batch is left for later,
+        not waited for."""
         system = self.plan.systems[si]
         if self.seen.done(system.name, batch):
             return False
@@ -757,8 +776,11 @@ def _generate(plan: RunPlan, pre: Preflight, out: Path, shard, device, progress:
             bar.update(len(batch))
         bar.close()
         work.flush(si)
-    # then batches another running shard has not reached; a batch left for later only when none is left
+    # then, one batch at a time: a batch left for later whose fit no longer waits, else a batch another
+    # running shard has not reached, else a batch left for later, waited for
     while True:
+        if _take_later(work, later):
+            continue
         if shard is not None and work.steal(shard):
             continue
         if not later:
@@ -768,3 +790,24 @@ def _generate(plan: RunPlan, pre: Preflight, out: Path, shard, device, progress:
         work.flush(si)
     canonicalise(plan, out, shard)
     return out
+
+
+def _take_later(work: _Decoder, later: list) -> bool:
+    """Take the first batch of ``later`` (in its order) that is no longer blocked out of ``later``: it
+    is decoded when its layer can now be fitted without waiting (``_Decoder.batch`` with ``wait``
+    False), or just dropped when another process has taken or written it meanwhile. True when one was
+    taken; False when every batch left is still blocked (``later`` unchanged). Each True shortens
+    ``later``, so a loop over it ends, and no batch leaves it undecoded unless another process has it."""
+    blocked: set = set()  # systems found blocked in this pass: their other batches are too
+    for i, (si, unit, batch) in enumerate(later):
+        if si in blocked:
+            continue
+        done = work.batch(si, unit, batch, wait=False)
+        if done is None:
+            blocked.add(si)
+            continue
+        del later[i]
+        if done:
+            work.flush(si)
+        return True
+    return False

@@ -58,6 +58,16 @@ class OutputLayer:
     def fit(self, ctx: FitContext) -> None:  # pragma: no cover - trivial default
         """Build or load whatever the layer needs (graph, trained head). Default: nothing."""
 
+    def fit_busy(self, ctx: FitContext) -> bool:
+        """Whether ``fit(ctx)`` would now wait on something another process is building: a cache that
+        several layers share (the hidden states KerBS and POSG train on, graphmax's graph) or this
+        layer's own, built under a lock (``maxbench.locks.exclusive``; ``maxbench.locks.held`` says
+        whether another process holds one). A run's worker then decodes other systems' batches first
+        and fits this layer once it answers False, or when nothing else is left (then ``fit`` waits).
+        Only the order of work depends on it, never a row: it may be stale the moment it is read, and
+        must be quick and write nothing the fit depends on. Default: never busy."""
+        return False
+
     def resource_hashes(self) -> dict:
         """Hashes of the artefacts the layer was fitted with, recorded in run manifests (with what a
         report must know of them, e.g. a trained head's ``untrained_best``)."""

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from maxbench.errors import MaxbenchError
-from maxbench.locks import exclusive
+from maxbench.locks import exclusive, held
 from maxbench.systems import hidden_cache as hc
 
 #: field metadata of a training option that is part of a head's identity only away from its default
@@ -222,6 +222,29 @@ def load_or_train(
                 return restore(tensors, meta).to(lm.device), with_best_epoch(meta)
         head, meta = train(ident)
         return head, hc.save_head(directory, head.state_tensors(), with_best_epoch(meta))
+
+
+def fit_busy(
+    layer: str,
+    lm,
+    corpus,
+    budget_tokens: int,
+    identity: Callable[[], dict],
+    retrain: bool = False,
+    head_path=None,
+) -> bool:
+    """Whether :func:`load_or_train` with these arguments would now wait on another process: no head
+    with this identity is cached (or ``retrain``) and another process holds the head's lock (it is
+    training that head), or the head would be trained now and the hidden-state cache it trains on is
+    being built by another process (:func:`maxbench.systems.hidden_cache.busy`, e.g. for another
+    layer's head of the same model and corpus). A named head (``head_path``) and a cached one load
+    at once. The hint behind ``OutputLayer.fit_busy`` for the trained heads; it writes nothing."""
+    if head_path is not None or corpus is None:
+        return False
+    directory = hc.head_directory(layer, identity())
+    if not retrain and hc.verify_complete(directory, check_hashes=False) is not None:
+        return False
+    return held(directory) or hc.busy(lm, corpus, budget_tokens)
 
 
 def progress_log(msg: str) -> None:

@@ -265,3 +265,23 @@ def test_a_full_disk_while_the_graph_cache_is_written_is_one_line(tmp_path):
     assert res.stderr.startswith("maxbench: error: disk full") and res.stderr.count("\n") == 1, res.stderr
     assert "Exception ignored" not in res.stderr and "Traceback" not in res.stderr
     assert list(out.iterdir()) == []  # no half-written graph, no temporary file left
+
+
+def test_busy_only_while_another_process_holds_the_lock_of_a_graph_not_yet_built(home, tiny):
+    """graphmax's exact and paper systems share one graph: ``busy`` says get_graph would wait on another
+    process building it, and is false once the file is there."""
+    from maxbench.systems.graph import busy
+    from maxbench.systems.layers.base import FitContext
+    from maxbench.systems.layers.graphmax.layer import GraphmaxLayer
+    from tests.support.locks import held_by_another_process
+
+    path = cache_path(CORPUS.sha256, tiny.tokenizer_hash, tiny.vocab_size, DEFAULT_EPS, 1)
+    assert not busy(tiny, CORPUS)
+    with held_by_another_process(path):
+        assert busy(tiny, CORPUS) and not busy(tiny, CORPUS, ngram=2)
+        ctx = FitContext(model=tiny, corpus=CORPUS)
+        assert GraphmaxLayer(solver="paper").fit_busy(ctx) and not GraphmaxLayer(ngram=2).fit_busy(ctx)
+    assert not busy(tiny, CORPUS)
+    get_graph(tiny, CORPUS)
+    with held_by_another_process(path):
+        assert not busy(tiny, CORPUS)

@@ -122,3 +122,30 @@ def test_too_small_corpus_is_refused(tiny, home):
     no_test = Corpus("no-test", tiny_corpus().fit, [], {"sha256": "0" * 64})
     with pytest.raises(MaxbenchError, match="empty"):
         hc.load_or_build(tiny, no_test, budget_tokens=1500, progress=False)
+
+
+def test_busy_only_while_another_process_holds_the_build_of_a_cache_not_yet_complete(tiny, home):
+    """``busy`` says load_or_build would wait: true while another process holds the cache's lock and the
+    cache is not complete (load_or_build then blocks until it lets go), false without a holder, and
+    false for a complete cache (it is only opened under the lock)."""
+    import threading
+
+    from tests.support.locks import held_by_another_process
+
+    corpus = tiny_corpus()
+    final = home / "hidden" / hc.cache_key(tiny, corpus, 1500)[0]
+    assert not hc.busy(tiny, corpus, 1500)
+    built = []
+    with held_by_another_process(final) as other:
+        assert hc.busy(tiny, corpus, 1500)
+        assert not hc.busy(tiny, corpus, 1600)  # another budget is another cache, nobody builds it
+        waiter = threading.Thread(target=lambda: built.append(hc.load_or_build(tiny, corpus, 1500, progress=False)))
+        waiter.start()
+        waiter.join(timeout=1.0)
+        assert waiter.is_alive() and not built  # load_or_build waits on the same lock
+        other.release()
+        waiter.join(timeout=120)
+    assert built and hc.verify_complete(built[0].path) is not None
+    assert not hc.busy(tiny, corpus, 1500)
+    with held_by_another_process(final):
+        assert not hc.busy(tiny, corpus, 1500)  # complete: whoever holds the lock is opening it

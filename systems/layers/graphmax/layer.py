@@ -67,6 +67,13 @@ class GraphmaxLayer(OutputLayer):
             raise MaxbenchError("graphmax needs a corpus to build its graph from; pass --corpus (e.g. food-reviews)")
         self.use_graph(get_graph(ctx.model, ctx.corpus, ngram=self.ngram), ctx.model)
 
+    def fit_busy(self, ctx: FitContext) -> bool:
+        """Whether ``fit(ctx)`` would now wait on another process building this graph (another
+        graphmax system of the same model, corpus and ``ngram`` shares it)."""
+        from maxbench.systems.graph import busy
+
+        return ctx.corpus is not None and busy(ctx.model, ctx.corpus, ngram=self.ngram)
+
     def use_graph(self, graph, lm=None) -> None:
         """Use an already built CorpusGraph (checked against the model when one is given)."""
         if lm is not None:

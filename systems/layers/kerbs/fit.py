@@ -57,6 +57,7 @@ from maxbench.errors import MaxbenchError
 from maxbench.systems import hidden_cache as hc
 from maxbench.systems.layers.head_cache import (
     WHEN_SET,
+    fit_busy,
     head_identity,
     head_perplexity_key,
     load_or_train,
@@ -447,6 +448,30 @@ def fit_kerbs(
         restore=lambda tensors, meta: KerBSHead.from_tensors(lm.vocab_size, tensors),
         identity=lambda: head_identity(layer, KERBS_VERSION, lm, corpus, budget_tokens, cfg),
         train=lambda ident: _train(lm, corpus, budget_tokens, cfg, ident, progress, log or progress_log, layer),
+        retrain=retrain,
+        head_path=head_path,
+    )
+
+
+def fit_kerbs_busy(
+    lm,
+    corpus,
+    budget_tokens: int | None = None,
+    cfg: KerBSConfig | None = None,
+    retrain: bool = False,
+    head_path=None,
+    layer: str = "kerbs",
+) -> bool:
+    """Whether :func:`fit_kerbs` with these arguments would now wait on another process: training
+    or building what this head needs (``maxbench.systems.layers.head_cache.fit_busy``)."""
+    cfg = cfg or KerBSConfig()
+    budget_tokens = budget_tokens or hc.DEFAULT_BUDGET_TOKENS
+    return fit_busy(
+        layer,
+        lm,
+        corpus,
+        budget_tokens,
+        identity=lambda: head_identity(layer, KERBS_VERSION, lm, corpus, budget_tokens, cfg),
         retrain=retrain,
         head_path=head_path,
     )

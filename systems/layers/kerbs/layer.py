@@ -16,7 +16,7 @@ from maxbench.errors import MaxbenchError
 from maxbench.systems import hidden_cache as hc
 from maxbench.systems.layers.base import FitContext, OutputLayer
 from maxbench.systems.layers.head_cache import check_fit_options, progress_log, untrained_best_warning
-from maxbench.systems.layers.kerbs.fit import CONTROL_LAYER, KerBSConfig, config_from_options, fit_kerbs
+from maxbench.systems.layers.kerbs.fit import CONTROL_LAYER, KerBSConfig, config_from_options, fit_kerbs, fit_kerbs_busy
 from maxbench.systems.layers.kerbs.head import DEFAULT_EXTRA_SENSES, KerBSHead
 
 _FIELDS = KerBSConfig.__dataclass_fields__
@@ -89,6 +89,22 @@ class KerBSLayer(OutputLayer):
         )
         if self.meta.get("untrained_best"):
             progress_log(untrained_best_warning(self.name, self.meta))
+
+    def fit_busy(self, ctx: FitContext) -> bool:
+        """Whether ``fit(ctx)`` would now wait on another process training this head or building the
+        hidden-state cache it trains on (shared with POSG and the other heads of the same model,
+        corpus and budget)."""
+        opts = dict(ctx.options)
+        cfg, budget = self.config(opts)
+        return fit_kerbs_busy(
+            ctx.model,
+            ctx.corpus,
+            budget,
+            cfg,
+            retrain=opts.get("retrain", False),
+            head_path=opts.get("head_path"),
+            layer=self.name,
+        )
 
     def resource_hashes(self) -> dict:
         out = {f"{self.name.replace('-', '_')}_head": self.meta.get("sha256", "")}

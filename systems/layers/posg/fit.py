@@ -36,7 +36,14 @@ from torch import nn
 
 from maxbench.errors import MaxbenchError
 from maxbench.systems import hidden_cache as hc
-from maxbench.systems.layers.head_cache import WHEN_SET, head_identity, load_or_train, part_logprobs, progress_log
+from maxbench.systems.layers.head_cache import (
+    WHEN_SET,
+    fit_busy,
+    head_identity,
+    load_or_train,
+    part_logprobs,
+    progress_log,
+)
 from maxbench.systems.layers.perplexity import DEFAULT_EPSILON, reference_perplexity
 from maxbench.systems.layers.posg.head import CATCH_ALL, POSGHead
 from maxbench.systems.layers.workspace import Workspace
@@ -344,8 +351,7 @@ def fit_posg(
     def identity() -> dict:
         nonlocal tagger
         tagger = tagger or load_tagger()  # not for a named head: loading spaCy takes seconds
-        version = getattr(tagger, "version", "custom")
-        return head_identity("posg", POSG_VERSION, lm, corpus, budget_tokens, cfg, tagger=version)
+        return _identity(lm, corpus, budget_tokens, cfg, tagger)
 
     return load_or_train(
         "posg",
@@ -355,6 +361,38 @@ def fit_posg(
         ),
         identity=identity,
         train=lambda ident: _train(lm, corpus, budget_tokens, cfg, tagger, ident, progress, log or progress_log),
+        retrain=retrain,
+        head_path=head_path,
+    )
+
+
+def _identity(lm, corpus, budget_tokens: int, cfg: POSGConfig, tagger) -> dict:
+    return head_identity(
+        "posg", POSG_VERSION, lm, corpus, budget_tokens, cfg, tagger=getattr(tagger, "version", "custom")
+    )
+
+
+def fit_posg_busy(
+    lm,
+    corpus,
+    budget_tokens: int | None = None,
+    cfg: POSGConfig | None = None,
+    tagger=None,
+    retrain: bool = False,
+    head_path=None,
+) -> bool:
+    """Whether :func:`fit_posg` with these arguments would now wait on another process: training or
+    building what this head needs (``maxbench.systems.layers.head_cache.fit_busy``). The head's
+    identity names the tagger's version: ``tagger`` is the one the fit will use, spaCy's (loaded here)
+    when None; a caller that fits next keeps the one it loaded and passes it to both."""
+    cfg = cfg or POSGConfig()
+    budget_tokens = budget_tokens or hc.DEFAULT_BUDGET_TOKENS
+    return fit_busy(
+        "posg",
+        lm,
+        corpus,
+        budget_tokens,
+        identity=lambda: _identity(lm, corpus, budget_tokens, cfg, tagger or load_tagger()),
         retrain=retrain,
         head_path=head_path,
     )

@@ -25,7 +25,7 @@ from maxbench.errors import MaxbenchError
 from maxbench.systems import hidden_cache as hc
 from maxbench.systems.layers.base import FitContext, OutputLayer, draws_on_device, sample_rows
 from maxbench.systems.layers.head_cache import check_fit_options, progress_log, untrained_best_warning
-from maxbench.systems.layers.posg.fit import POSGConfig, config_from_options, fit_posg
+from maxbench.systems.layers.posg.fit import POSGConfig, config_from_options, fit_posg, fit_posg_busy, load_tagger
 from maxbench.systems.layers.posg.head import CATCH_ALL, POSGHead
 
 DEFAULT_TAG_TOPK = 5
@@ -84,6 +84,7 @@ class POSGLayer(OutputLayer):
             setattr(self, key, value)
         self.meta: dict = {}
         self.head: POSGHead | None = None
+        self._tagger = None  # loaded by fit_busy for the head's identity, kept for fit
 
     def params(self) -> dict:
         p: dict = {"tag_topk": self.tag_topk}
@@ -106,17 +107,30 @@ class POSGLayer(OutputLayer):
         self.head = head
         self._control_id = head.tags.index(self.control) if self.control else None
 
+    def fit_busy(self, ctx: FitContext) -> bool:
+        """Whether ``fit(ctx)`` would now wait on another process training this head or building the
+        hidden-state cache it trains on (shared with KerBS and the other heads of the same model,
+        corpus and budget). The head's identity names the tagger, so spaCy's is loaded here (the fit
+        would load it anyway) and kept for ``fit``."""
+        opts = dict(ctx.options)
+        if ctx.corpus is None or opts.get("head_path"):
+            return False  # a named head loads at once; without a corpus fit refuses
+        cfg, budget = self.config(opts)
+        self._tagger = opts.get("tagger") or self._tagger or load_tagger()
+        return fit_posg_busy(ctx.model, ctx.corpus, budget, cfg, self._tagger, retrain=opts.get("retrain", False))
+
     def fit(self, ctx: FitContext) -> None:
         opts = dict(ctx.options)
         if ctx.corpus is None and not opts.get("head_path"):
             raise MaxbenchError("posg needs a corpus to train on (its fitting split)")
         cfg, budget = self.config(opts)
+        tagger, self._tagger = opts.get("tagger") or self._tagger, None
         head, self.meta = fit_posg(
             ctx.model,
             ctx.corpus,
             budget,
             cfg,
-            tagger=opts.get("tagger"),
+            tagger=tagger,
             progress=opts.get("progress", True),
             retrain=opts.get("retrain", False),
             head_path=opts.get("head_path"),

@@ -12,7 +12,7 @@ import torch
 
 from maxbench.benchmark.data.suites import load_suite
 from maxbench.benchmark.run.runner import derive_seed, generate_run
-from maxbench.locks import exclusive
+from maxbench.locks import exclusive, held
 from maxbench.rundir import (
     CLAIMS,
     GENERATIONS,
@@ -23,6 +23,7 @@ from maxbench.rundir import (
     read_rows,
     shard_file,
 )
+from maxbench.systems.layers.base import OutputLayer
 from maxbench.systems.layers.softmax import SoftmaxLayer
 from maxbench.systems.system_strings import parse_system
 
@@ -137,14 +138,11 @@ def test_a_batch_whose_layer_another_worker_is_fitting_is_left_for_later(tmp_pat
     from maxbench.benchmark.data import corpora
     from maxbench.benchmark.run import runner
 
-    class Layer:
+    class Layer(OutputLayer):
         needs_fit = True
 
         def fit(self, ctx):
             fits.append(ctx)
-
-        def resource_hashes(self):
-            return {}
 
     class LM:
         def describe(self):
@@ -162,6 +160,111 @@ def test_a_batch_whose_layer_another_worker_is_fitting_is_left_for_later(tmp_pat
         assert work.batch(0, 0, batch, wait=False) is None and not fits and not decoded
         assert work.batch(1, 7, batch, wait=False) is True and decoded == [(1, 3)]  # another system goes on
     assert work.batch(0, 0, batch, wait=False) is True and len(fits) == 2 and decoded[-1] == (0, 3)
+
+
+class BusySoftmax(SoftmaxLayer):
+    """Softmax with a fit, busy (``fit_busy``) while another process holds the lock of ``path``, as a
+    layer whose cache another process is building; its fit records whether that lock was still held."""
+
+    needs_fit = True
+
+    def __init__(self, path, fits):
+        self.path, self.fits = path, fits
+
+    def fit_busy(self, ctx):
+        return held(self.path)
+
+    def fit(self, ctx):
+        self.fits.append(held(self.path))
+
+
+def _with_busy_layer(monkeypatch, si, layer):
+    """Runs whose system ``si`` has ``layer`` (its rows are softmax's) and no fitting corpus to load."""
+    from maxbench.benchmark.data import corpora
+    from maxbench.benchmark.run import runner
+
+    real = runner.preflight
+
+    def preflight(plan, **kw):
+        pre = real(plan, **kw)
+        pre.layers[si] = layer
+        return pre
+
+    monkeypatch.setattr(runner, "preflight", preflight)
+    monkeypatch.setattr(corpora, "load_corpus", lambda name: None)
+
+
+def test_a_batch_whose_fit_would_wait_on_another_process_is_left_for_later_and_waited_for_only_last(
+    tmp_path, suite_path, monkeypatch
+):
+    """With ``wait=False`` a layer whose ``fit_busy`` is true is not fitted (the batch is left for
+    later, other systems go on); with ``wait`` it is. A run whose busy layer never frees decodes every
+    other system first, then fits it (waiting) rather than dropping its batches or spinning."""
+    from maxbench.benchmark.run import runner
+    from tests.support.locks import held_by_another_process
+
+    fits, lock = [], tmp_path / "cache-being-built"
+    systems = (
+        "tiny-random/softmax/top_p=0.9,max_new_tokens=12",
+        "tiny-random/softmax/greedy,max_new_tokens=12",
+        "tiny-random/softmax/top_k=5,max_new_tokens=12",
+    )
+    single = generate_run(_plan(tmp_path / "one", suite_path, systems), device="cpu", progress=False).read_bytes()
+    _with_busy_layer(monkeypatch, 1, BusySoftmax(lock, fits))
+    order = []
+    real_decode = runner._Decoder._decode
+    monkeypatch.setattr(runner._Decoder, "_decode", lambda self, si, b: order.append(si) or real_decode(self, si, b))
+    with held_by_another_process(lock):
+        out = generate_run(_plan(tmp_path / "r", suite_path, systems), device="cpu", progress=False)
+    assert order == [0] * 7 + [2] * 7 + [1] * 7  # system 1 last, all of it, fitted once
+    assert fits == [True]  # nothing else was left: it fitted while the lock was still held (fit waits there)
+    assert out.read_bytes() == single
+
+
+def test_a_deferred_fit_goes_first_once_it_no_longer_waits_before_any_batch_is_taken_over(
+    tmp_path, suite_path, monkeypatch
+):
+    """Shard 0 of 2 (shard 1 is running, stuck before its first batch): system 1's fit would wait on a
+    cache another process is building, so shard 0 decodes its batches of systems 0 and 2 and takes
+    over shard 1's batches; the build ends after the first one it takes over, and from then system 1's
+    batches of shard 0 go first (fitted once, the lock free), before it takes over any more. The
+    merged run is the single process's bytes."""
+    from maxbench.benchmark.run import runner
+    from tests.support.locks import HeldLock
+
+    fits, lock_path = [], tmp_path / "cache-being-built"
+    systems = (
+        "tiny-random/softmax/top_p=0.9,max_new_tokens=12",
+        "tiny-random/softmax/greedy,max_new_tokens=12",
+        "tiny-random/softmax/top_k=5,max_new_tokens=12",
+    )
+    single = generate_run(_plan(tmp_path / "one", suite_path, systems), device="cpu", progress=False).read_bytes()
+    _with_busy_layer(monkeypatch, 1, BusySoftmax(lock_path, fits))
+    lock = HeldLock(lock_path)
+    units = []
+    real_batch = runner._Decoder.batch
+
+    def batch(self, si, unit, b, wait=True):
+        done = real_batch(self, si, unit, b, wait)
+        if done:
+            units.append(unit)
+            if unit % 2:  # the first batch taken over from shard 1: the other process's build ends
+                lock.release()
+        return done
+
+    monkeypatch.setattr(runner._Decoder, "batch", batch)
+    plan = _plan(tmp_path / "sharded", suite_path, systems)  # 3 systems x 7 batches: units 0-6, 7-13, 14-20
+    try:
+        with exclusive(shard_file(plan.run_dir, (1, 2))):
+            generate_run(plan, device="cpu", shard=(0, 2), progress=False)
+    finally:
+        lock.release()
+    # its own units of systems 0 and 2, one of shard 1's (walked backwards: its last is unit 5), then
+    # system 1's own (8, 10, 12), then the rest of shard 1's from the end of its order
+    assert units == [0, 2, 4, 6, 14, 16, 18, 20, 5, 8, 10, 12, 3, 1, 13, 11, 9, 7, 19, 17, 15]
+    assert fits == [False]
+    assert read_rows(generate_run(plan, device="cpu", shard=(1, 2), progress=False)) == []
+    assert merge_shards(plan).read_bytes() == single
 
 
 def test_rows_seen_reads_only_what_was_appended_and_rereads_a_replaced_file(tmp_path):

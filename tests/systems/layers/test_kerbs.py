@@ -274,6 +274,35 @@ def test_half_written_head_is_never_loaded(tiny, home, monkeypatch):
     assert not meta3["loaded_from_cache"] and meta3["sha256"] == meta["sha256"]  # retrained, deterministic
 
 
+def test_fit_is_busy_while_another_process_builds_its_hidden_states_or_trains_its_head(tiny, home):
+    """``fit_busy`` says fit would wait on another process: one building the hidden states (shared with
+    POSG's head) while the head is not cached, or one training this head; a cached or named head
+    loads at once."""
+    from pathlib import Path
+
+    from tests.support.locks import held_by_another_process
+
+    corpus = tiny_corpus()
+    layer = KerBSLayer(senses=8)
+    ctx = FitContext(model=tiny, corpus=corpus, options=dict(CFG, budget_tokens=1500, progress=False))
+    hidden = home / "hidden" / hc.cache_key(tiny, corpus, 1500)[0]
+    assert not layer.fit_busy(ctx)
+    with held_by_another_process(hidden):
+        assert layer.fit_busy(ctx)
+        assert not KerBSLayer(senses=8, budget_tokens=1600).fit_busy(ctx)  # other hidden states
+    assert not layer.fit_busy(ctx)
+    layer.fit(ctx)
+    head = Path(layer.meta["path"])
+    with held_by_another_process(hidden):
+        assert not layer.fit_busy(ctx)  # the head is cached: fitting loads it
+    (head / "complete.json").rename(head / "was-complete.json")  # as while another process trains it
+    with held_by_another_process(head):
+        assert layer.fit_busy(ctx)
+        named = FitContext(model=tiny, corpus=corpus, options={"head_path": str(head), "progress": False})
+        assert not layer.fit_busy(named)
+    assert not layer.fit_busy(ctx)  # nobody trains it: this process would
+
+
 def test_too_many_senses_is_a_clear_error(tiny, home):
     with pytest.raises(MaxbenchError, match="senses"):
         fit_kerbs(tiny, tiny_corpus(), 1500, KerBSConfig(senses=500, active_vocab=10), progress=False)

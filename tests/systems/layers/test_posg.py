@@ -303,6 +303,33 @@ def test_fit_with_tags_trains_caches_and_loads_bit_identically(tiny, home):
     assert shares["JJ"] > shares[None]
 
 
+def test_fit_is_busy_while_another_process_builds_its_hidden_states_or_trains_its_head(tiny, home):
+    """``fit_busy`` says fit would wait on another process: one building the hidden states (shared with
+    KerBS's head) while the head is not cached, or one training this head; a cached head loads at once."""
+    from pathlib import Path
+
+    from maxbench.systems import hidden_cache as hc
+    from tests.support.locks import held_by_another_process
+
+    corpus = tagged_corpus()
+    opts = {"budget_tokens": 1500, "epochs": 1, "tagger": rule_tagger, "progress": False}
+    ctx = FitContext(model=tiny, corpus=corpus, options=opts)
+    layer = POSGLayer()
+    hidden = home / "hidden" / hc.cache_key(tiny, corpus, 1500)[0]
+    assert not layer.fit_busy(ctx)
+    with held_by_another_process(hidden):
+        assert layer.fit_busy(ctx)
+    layer.fit(ctx)
+    head = Path(layer.meta["path"])
+    with held_by_another_process(hidden):
+        assert not layer.fit_busy(ctx)  # the head is cached: fitting loads it
+    (head / "complete.json").rename(head / "was-complete.json")  # as while another process trains it
+    with held_by_another_process(head):
+        assert layer.fit_busy(ctx)
+        assert not POSGLayer(seed=2).fit_busy(ctx)  # another head of the same hidden states
+    assert not layer.fit_busy(ctx)
+
+
 def test_without_catch_all_unseen_tokens_get_zero(tiny, home):
     corpus = tagged_corpus()
     head, meta = fit_posg(
