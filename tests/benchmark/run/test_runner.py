@@ -194,6 +194,14 @@ def _with_busy_layer(monkeypatch, si, layer):
     monkeypatch.setattr(corpora, "load_corpus", lambda name: None)
 
 
+#: three systems of the tiny model whose middle one a test makes busy
+THREE_SYSTEMS = (
+    "tiny-random/softmax/top_p=0.9,max_new_tokens=12",
+    "tiny-random/softmax/greedy,max_new_tokens=12",
+    "tiny-random/softmax/top_k=5,max_new_tokens=12",
+)
+
+
 def test_a_batch_whose_fit_would_wait_on_another_process_is_left_for_later_and_waited_for_only_last(
     tmp_path, suite_path, monkeypatch
 ):
@@ -204,11 +212,7 @@ def test_a_batch_whose_fit_would_wait_on_another_process_is_left_for_later_and_w
     from tests.support.locks import held_by_another_process
 
     fits, lock = [], tmp_path / "cache-being-built"
-    systems = (
-        "tiny-random/softmax/top_p=0.9,max_new_tokens=12",
-        "tiny-random/softmax/greedy,max_new_tokens=12",
-        "tiny-random/softmax/top_k=5,max_new_tokens=12",
-    )
+    systems = THREE_SYSTEMS
     single = generate_run(_plan(tmp_path / "one", suite_path, systems), device="cpu", progress=False).read_bytes()
     _with_busy_layer(monkeypatch, 1, BusySoftmax(lock, fits))
     order = []
@@ -233,11 +237,7 @@ def test_a_deferred_fit_goes_first_once_it_no_longer_waits_before_any_batch_is_t
     from tests.support.locks import HeldLock
 
     fits, lock_path = [], tmp_path / "cache-being-built"
-    systems = (
-        "tiny-random/softmax/top_p=0.9,max_new_tokens=12",
-        "tiny-random/softmax/greedy,max_new_tokens=12",
-        "tiny-random/softmax/top_k=5,max_new_tokens=12",
-    )
+    systems = THREE_SYSTEMS
     single = generate_run(_plan(tmp_path / "one", suite_path, systems), device="cpu", progress=False).read_bytes()
     _with_busy_layer(monkeypatch, 1, BusySoftmax(lock_path, fits))
     lock = HeldLock(lock_path)
