@@ -20,6 +20,7 @@ SCRIPTS = sorted(p.name for p in BENCHMARKS.glob("*.py") if p.name != "harness.p
 
 # Each script's tiniest real run and a line its output must hold.
 SMOKE = {
+    "adapter_steps.py": (["--model", "tiny-random", "--steps", "1", "--repeats", "2", "--batch", "2"], "/ fctg"),
     "add_system.py": (
         ["--model", "tiny-random", "--systems", "2", "--prompts", "2", "--new-tokens", "4", "--metrics", "distinct"]
         + ["--n-resamples", "50", "--workers", "1"],
@@ -97,6 +98,8 @@ BAD = [
     ("head_prepare.py", ["--positions", "0"], "'0' must be 1 or more"),
     ("model_conversion.py", ["--gguf", "/nonexistent.gguf"], "/nonexistent.gguf is not a file"),
     ("model_conversion.py", ["--gguf", str(ROOT / "README.md")], "README.md is not a GGUF file"),
+    ("adapter_steps.py", ["--adapters", "lora,nope"], "unknown adapter 'nope'"),
+    ("adapter_steps.py", ["--adapters", "lora", "--baseline", "fctg"], "--baseline fctg is not among --adapters"),
     ("model_conversion.py", ["--model", "nope"], "invalid choice: 'nope'"),
     ("parallel_run.py", ["--schedules", "w9"], "unknown schedule 'w9'"),
     ("parallel_run.py", ["--systems", "nope(x=1)"], "unknown output layer 'nope'"),
