@@ -50,6 +50,9 @@ class Row:
     identical_to: str = ""  # a maxbench-variant row with the paper variant's numbers: that score's name
     same_as: str = ""  # a row an earlier claim already shows: that claim's id
     peer: str = ""  # a maxbench-variant row: the paper's score it stands beside
+    #: a seed-averaged row's seed pairs, each with its own values, difference and relative effect
+    #: (``claims/difference.py``); empty for a row that rests on seed 0 alone
+    seeds: list = field(default_factory=list)
 
     @property
     def n_folds(self) -> int:
@@ -95,7 +98,7 @@ class Row:
             "identical_to": self.identical_to,
             "same_as": self.same_as,
             "peer": self.peer,
-        }
+        } | ({"seeds": self.seeds} if self.seeds else {})
 
 
 @dataclass(kw_only=True)

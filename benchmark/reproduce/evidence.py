@@ -185,6 +185,48 @@ class Pairs:
         found = self._get(key, compute)["scores"].get(score)
         return None if found is None else tuple(found)
 
+    def seeded(
+        self, run_dir: Path, pairs: list[tuple[str, str]], metric: str, score: str, signature: str = ""
+    ) -> dict | None:
+        """``score`` of the seed-averaged systems of the run: ``pairs`` are (a, b) systems trained with
+        one seed each; {"a", "b", "difference": [d, lo, hi], "log_ratio": [l, lo, hi] or None,
+        "n_seeds", "n_prompts", "method"} (``stats.seed_averaged``), or None."""
+
+        def compute():
+            from maxbench.benchmark.metrics.base import get_metric
+            from maxbench.benchmark.metrics.scoring import load_batches
+            from maxbench.benchmark.metrics.stats import seed_averaged
+
+            _, batches = load_batches(run_dir)
+            m = get_metric(metric)
+            stats = {s: m.compute(batches[s]).scores for pair in pairs for s in pair}
+            out = {}
+            for name in stats[pairs[0][0]]:
+                xs = [stats[a][name] for a, _ in pairs]
+                ys = [stats[b].get(name) for _, b in pairs]
+                if any(s is None or s.value is None for s in (*xs, *ys)):
+                    out[name] = None
+                    continue
+                got = seed_averaged([x.stats for x in xs], [y.stats for y in ys], self.n_resamples)
+                out[name] = (
+                    None
+                    if got is None
+                    else {
+                        "a": got.a,
+                        "b": got.b,
+                        "difference": list(got.difference),
+                        "log_ratio": None if got.log_ratio is None else list(got.log_ratio),
+                        "n_seeds": got.n_seeds,
+                        "n_prompts": got.n_prompts,
+                        "method": got.method,
+                    }
+                )
+            return {"run": run_dir.name, "pairs": [list(p) for p in pairs], "metric": metric, "scores": out}
+
+        gen = rundir.generations_sha256(run_dir) or ""
+        key = self._key("seeded", run_dir.name, gen, pairs, metric, signature, self.n_resamples)
+        return self._get(key, compute)["scores"].get(score)
+
     def humans(self, run: RunSpec, metric: str, signature: str = "") -> dict:
         """Every score of ``metric`` on the human references of the run's suite (each reference
         scored as if a system had written it, itself among the references)."""

@@ -29,6 +29,11 @@ pattern with ``{model}``, ``{corpus}``, ``{layer}`` and ``{seed}``) each head's 
 the reproduction's folder. Fewer seeds than planned make the control partial (rendered, labelled);
 a folder that does not exist, or no seed with both files, is a control naming a missing run.
 
+``[protocol.seeds.CORPUS]`` names, per role, its replicates on that corpus: roles of the same system
+trained with other seeds (``fctg = ["fctg-seed1", "fctg-seed2"]``). A comparison whose method and
+baseline both have replicates is judged on their seed-averaged scores, paired by position
+(``claims/difference.py``); every role of a corpus has as many replicates.
+
 A paper's ``[[matched]]`` entries are matched-operating-point rows (``matched.py``), a sensitivity
 reading outside the counts for claims that trade quality for diversity: ``method`` and ``baseline``
 (roles) each swept over one option (``sweeps``: role -> { option = [values] }), compared on the
@@ -199,6 +204,16 @@ class Paper:
     def roles(self) -> dict[str, str]:
         """Every system role of the protocol -> its LAYER/DECODING (one corpus's, where roles differ by corpus)."""
         return all_roles(self.protocol)
+
+    def seed_pairs(self, corpus: str, method: str, baseline: str) -> list[tuple[str, str]]:
+        """The seed-paired roles of a comparison on ``corpus`` (``[protocol.seeds.CORPUS]``): (method,
+        baseline) first (seed 0), then each replicate of the method with the baseline's of the same
+        position; [] where either side has no replicates there (the comparison rests on seed 0)."""
+        table = (self.protocol.get("seeds") or {}).get(corpus) or {}
+        m, b = table.get(method), table.get(baseline)
+        if not m or not b:
+            return []
+        return [(method, baseline), *zip(m, b)]
 
 
 def all_roles(protocol: dict) -> dict[str, str]:
@@ -459,6 +474,7 @@ def load_paper(name: str, path: Path | None = None) -> Paper:
     for role in diagnostic_roles:
         if role not in roles:
             raise MaxbenchError(f"paper file {path}: diagnostic_roles: {unknown_name('system role', role, roles)}")
+    _check_seeds(protocol, path)
     seed_controls = tuple(_control(raw, path, protocol, claims) for raw in spec.get("controls", []))
     matched = tuple(_matched(raw, path, protocol, claims) for raw in spec.get("matched", []))
     if len({m.id for m in matched}) != len(matched):
@@ -476,6 +492,37 @@ def load_paper(name: str, path: Path | None = None) -> Paper:
         seed_controls=seed_controls,
         matched=matched,
     )
+
+
+def _check_seeds(protocol: dict, path: Path) -> None:
+    """``[protocol.seeds.CORPUS]``: role -> its replicates (roles trained with seeds 1, 2, ...), on one
+    of the protocol's corpora; every role known on that corpus, no role twice, and as many replicates
+    for every role of a corpus (they pair by position)."""
+    seeds = protocol.get("seeds") or {}
+    if not isinstance(seeds, dict):
+        raise MaxbenchError(f"paper file {path}: 'seeds' must be a table of corpora; see docs/reproductions.md")
+    for corpus, table in seeds.items():
+        what = f"paper file {path}, seeds of '{corpus}'"
+        if corpus not in protocol.get("corpora", []):
+            raise MaxbenchError(f"{what}: '{corpus}' is not one of the protocol's corpora")
+        known = dict(protocol.get("systems", {})) | dict(protocol.get("first_fold_systems", {}))
+        known |= dict((protocol.get("corpus_systems") or {}).get(corpus) or {})
+        for extra in (protocol.get("model_systems") or {}).values():
+            known |= dict(extra)
+        if not isinstance(table, dict) or not table:
+            raise MaxbenchError(f'{what}: give each role\'s replicates, e.g. fctg = ["fctg-seed1", "fctg-seed2"]')
+        named = []
+        for role, reps in table.items():
+            if not isinstance(reps, list) or not reps or not all(isinstance(r, str) for r in reps):
+                raise MaxbenchError(f"{what}: role '{role}' needs a list of replicate roles, got {reps!r}")
+            for r in (role, *reps):
+                if r not in known:
+                    raise MaxbenchError(f"{what}: {unknown_name('system role', r, known)}")
+            named += [role, *reps]
+        if len(set(named)) != len(named):
+            raise MaxbenchError(f"{what}: a role is named twice; each replicate belongs to one role")
+        if len({len(reps) for reps in table.values()}) != 1:
+            raise MaxbenchError(f"{what}: every role needs as many replicates (they pair by position)")
 
 
 def _control(raw: dict, path: Path, protocol: dict, claims: list[Claim]) -> ControlSpec:

@@ -179,6 +179,19 @@ def claim_section(rep: Report, claim: Claim) -> Section:
         s.paragraphs.append(Para("Verdict: {} ({}); the cells are in the Verdicts table.", claim_verdict(mine)))
     crow = [r for r in rep.rows if r.claim == claim.id and not r.diagnostic]
     s.tables += kind_of(claim.kind).tables(claim, crow, rep.evidence)
+    seeded = [r for r in crow if r.seeds and not r.same_as and not r.identical_to]
+    if seeded:
+        s.bullets.append(
+            Para(
+                "Seeds: where the method and its baseline were each trained with several seeds, a row (and "
+                "its cell) rests on their seed-averaged scores, the seeds paired ({}); its interval is a "
+                "two-stage bootstrap (seed pairs, then prompts, resampled together), so it holds the "
+                "seeds' variation as well as the prompts' (with few seeds, coarsely: 3 seeds give 10 "
+                "distinct draws). The sd beside a mean is the seeds'. The last table gives each seed "
+                "pair's own effect.",
+                ("; ".join(sorted({", ".join(f"{x['method']} vs {x['baseline']}" for x in r.seeds) for r in seeded})),),
+            )
+        )
     twins = sorted({f"{r.score} = {r.identical_to}" for r in crow if r.identical_to})
     if twins:
         s.bullets.append(

@@ -125,7 +125,8 @@ class ClaimKind(ABC):
     def tables(self, claim: Claim, rows: list[Row], evidence: Evidence) -> list[Table]:
         """The tables of the claim's section: the rows behind its cells that are not shown elsewhere."""
         visible = [r for r in rows if not r.identical_to and not r.same_as]
-        return [rows_table({claim.id: claim}, visible)] if visible else []
+        seeded = [r for r in visible if r.seeds]
+        return ([rows_table({claim.id: claim}, visible)] if visible else []) + ([seeds_table(seeded)] if seeded else [])
 
 
 def claim_cells(claim: Claim, paper: Paper, evidence: Evidence) -> tuple[list[Row], list[CellVerdict]]:
@@ -178,3 +179,24 @@ def rows_table(claims: dict[str, Claim], rows: list[Row]) -> Table:
             )
         )
     return Table(cols, tuple(body), align="llllrrrrrr")
+
+
+def seeds_table(rows: list[Row]) -> Table:
+    """Each seed pair of the seed-averaged rows: its own values and relative effect, beside the
+    average the row (and the verdict) rests on."""
+    cols = ("model", "corpus", "score", "seed pair (method vs baseline)", "baseline", "method", "relative [95% CI]")
+    body = []
+    for r in rows:
+        for x in r.seeds:
+            body.append(
+                (
+                    Cell(r.model, code=True),
+                    Cell(r.corpus),
+                    Cell(r.score + ("" if r.variant == "paper" else " (maxbench)")),
+                    Cell(f"{x['method']} vs {x['baseline']}"),
+                    num(fmt.value(x["baseline_value"])),
+                    num(fmt.value(x["method_value"])),
+                    num(fmt.pct_interval(x["relative"], x["rel_low"], x["rel_high"])),
+                )
+            )
+    return Table(cols, tuple(body), align="llllrrr")

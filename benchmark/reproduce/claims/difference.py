@@ -23,6 +23,7 @@ from maxbench.benchmark.reproduce.evidence import (
     paired_binary,
     paired_difference,
     runs_of,
+    signature,
 )
 from maxbench.benchmark.reproduce.papers import Claim, Paper
 from maxbench.benchmark.reproduce.protocol import RunSpec
@@ -57,11 +58,12 @@ class Difference(ClaimKind):
                     parts = []
                     for baseline in claim.baselines:
                         found = runs_of(runs, model, corpus, (method, baseline))
+                        seeds = paper.seed_pairs(corpus, method, baseline)
                         mine, also = [], []
                         where = {"model": model, "corpus": corpus, "method": method, "baseline": baseline}
                         for variant, scores, into in (("paper", claim.scores, mine), ("maxbench", claim.also, also)):
                             for i, score in enumerate(scores):
-                                row = self.row(claim, i, score, variant, where, found, evidence)
+                                row = self.row(claim, i, score, variant, where, found, evidence, seeds)
                                 row.diagnostic = diagnostic
                                 into.append(row)
                         rows += mine + also  # the paper's variants first, then maxbench's (the order shown)
@@ -70,10 +72,19 @@ class Difference(ClaimKind):
         return rows, cells
 
     def row(
-        self, claim: Claim, i: int, score: str, variant: str, where: dict, found: list[RunSpec], evidence: Evidence
+        self,
+        claim: Claim,
+        i: int,
+        score: str,
+        variant: str,
+        where: dict,
+        found: list[RunSpec],
+        evidence: Evidence,
+        seeds: list[tuple[str, str]] = (),
     ) -> Row:
         """Row ``i`` of the claim (score ``score``, of the paper's or maxbench's ``variant``) for one
-        comparison (``where``: model, corpus, method and baseline) over the runs ``found``."""
+        comparison (``where``: model, corpus, method and baseline) over the runs ``found``; ``seeds``
+        the comparison's seed-paired roles (``Paper.seed_pairs``), if any."""
         method, baseline, corpus = where["method"], where["baseline"], where["corpus"]
         docs = [(r, evidence.scores.doc(r)) for r in found]
         docs = [(r, d) for r, d in docs if d is not None]
@@ -90,7 +101,7 @@ class Difference(ClaimKind):
             n_prompts=sum(n_prompts(r, d, (method, baseline)) for r, d in docs),
             peer=claim.scores[i] if variant == "maxbench" else "",
         )
-        self.measure(row, claim, docs, evidence)
+        self.measure(row, claim, docs, evidence, seeds)
         missing = [role for role in (method, baseline) for r, d in docs if r.roles[role] not in d.get("systems", {})]
         if missing and not row.note:
             row.note = f"'{missing[0]}' is not generated in this run yet"
@@ -98,14 +109,30 @@ class Difference(ClaimKind):
             row.note = "no scored run for this model and corpus yet"
         return row
 
-    def measure(self, row: Row, claim: Claim, docs: list[tuple[RunSpec, dict]], evidence: Evidence) -> None:
-        """Fill the row's means, difference and relative difference from its runs' scores."""
+    def measure(self, row: Row, claim: Claim, docs: list[tuple[RunSpec, dict]], evidence: Evidence, seeds=()) -> None:
+        """Fill the row's means, difference and relative difference from its runs' scores: in a run
+        where two or more of the comparison's seed pairs are generated, from their seed-averaged
+        scores (``seeded``), each pair's own estimate kept in ``row.seeds``."""
         method, baseline, score = row.method, row.baseline, row.score
         diffs, rels = [], []
         m_vals = [fold_value(r, d, method, score) for r, d in docs]
         b_vals = [fold_value(r, d, baseline, score) for r, d in docs]
-        why = ""
-        for r, d in docs:
+        why, averaged = "", ""
+        for k, (r, d) in enumerate(docs):
+            present = [p for p in seeds if all(x in r.roles and r.roles[x] in d.get("systems", {}) for x in p)]
+            got = self.seeded(row, r, d, present, evidence) if len(present) > 1 else None
+            if got is not None:
+                diffs.append(tuple(got["difference"]))
+                rels.append(tuple(got["log_ratio"]) if got["log_ratio"] else (None, None, None))
+                m_vals[k], b_vals[k] = got["a"], got["b"]
+                averaged = (
+                    f"seed-averaged over {got['n_seeds']} seed pairs ("
+                    + ", ".join(f"{a} vs {b}" for a, b in present)
+                    + f"{'' if len(present) == len(seeds) else f'; {len(present)} of {len(seeds)} generated'}): "
+                    + got["method"]
+                )
+                why = why or ("" if got["log_ratio"] else "a value is not positive: no ratio scale")
+                continue
             got = paired_difference(r, d, method, baseline, score, evidence.pairs)
             diffs.append(got if got is not None else (None, None, None))
             lr, how = (
@@ -117,7 +144,11 @@ class Difference(ClaimKind):
             why = why or (how if lr is None else "")
         row.diff = combine_folds(diffs)
         row.rel = relative(combine_folds(rels))
+        if averaged:  # what the interval is; with folds, each fold's where its seeds are generated
+            how = averaged if len(docs) == 1 else f"{row.rel.method}; where a fold has seeds: {averaged}"
+            row.diff, row.rel = replace(row.diff, method=how), replace(row.rel, method=how)
         pairs = paired_binary(docs[0][0], docs[0][1], method, baseline, score) if len(docs) == 1 else None
+        pairs = None if averaged else pairs
         if pairs is not None and row.rel.defined:  # one fold of a 0/1 rate: the exact test (verdicts.RULES)
             p = mcnemar_p(*pairs)
             row.rel = replace(
@@ -125,12 +156,46 @@ class Difference(ClaimKind):
             )
         row.method_mean, row.method_sd = mean_sd(m_vals)
         row.baseline_mean, row.baseline_sd = mean_sd(b_vals)
+        if averaged and len(docs) == 1:  # one run: the sd is the seeds'
+            row.method_sd = mean_sd([x["method_value"] for x in row.seeds])[1]
+            row.baseline_sd = mean_sd([x["baseline_value"] for x in row.seeds])[1]
         if docs and not any(metric_of(d, score) for _, d in docs):
             row.note = f"score '{score}' is not in the runs' scores.json"
         elif docs and any(b == 0 for b in b_vals if b is not None):
             row.note = "the baseline's value is 0: no relative scale"
         elif why and row.diff.defined:
             row.note = why
+
+    def seeded(self, row: Row, run: RunSpec, doc: dict, present: list, evidence: Evidence) -> dict | None:
+        """The seed-averaged comparison of ``row``'s score in one run over the seed pairs ``present``
+        (``Pairs.seeded``), or None (a score without a seed-averaged interval: the seed-0 comparison is
+        used); each pair's own difference and relative effect go to ``row.seeds``."""
+        metric = metric_of(doc, row.score)
+        if metric is None:
+            return None
+        systems = [(run.roles[a], run.roles[b]) for a, b in present]
+        got = evidence.pairs.seeded(run.run_dir, systems, metric, row.score, signature(doc, metric))
+        if got is None:
+            return None
+        for a, b in present:
+            diff = paired_difference(run, doc, a, b, row.score, evidence.pairs)
+            lr = None
+            if diff is not None and None not in diff:
+                lr, _ = log_ratio(run, doc, a, b, row.score, diff, evidence.pairs.n_resamples)
+            rel = relative(combine_folds([lr or (None, None, None)]))
+            row.seeds.append(
+                {
+                    "method": a,
+                    "baseline": b,
+                    "method_value": fold_value(run, doc, a, row.score),
+                    "baseline_value": fold_value(run, doc, b, row.score),
+                    "difference": None if diff is None else list(diff),
+                    "relative": rel.estimate,
+                    "rel_low": rel.low,
+                    "rel_high": rel.high,
+                }
+            )
+        return got
 
     def cell(self, claim: Claim, model: str, corpus: str, method: str, parts, diagnostic: bool) -> CellVerdict:
         """The cell of one method on one base model and corpus against each of its competitors."""

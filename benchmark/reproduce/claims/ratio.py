@@ -27,7 +27,8 @@ class Ratio(Difference):
     def relative(self, baseline: float, method: float) -> float:
         return method / baseline - 1
 
-    def measure(self, row: Row, claim: Claim, docs: list[tuple[RunSpec, dict]], evidence: Evidence) -> None:
+    def measure(self, row: Row, claim: Claim, docs: list[tuple[RunSpec, dict]], evidence: Evidence, seeds=()) -> None:
+        """The ratio of the two systems' times in each run (one seed: a time is not averaged over seeds)."""
         training = claim.measure == "training"
         ratios, steps = [], []
         for r, _ in docs:

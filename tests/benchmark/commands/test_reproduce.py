@@ -5,7 +5,9 @@ constructed numbers in tests/benchmark/reproduce/test_verdicts.py."""
 import hashlib
 import html
 import json
+import math
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -1097,3 +1099,103 @@ def test_the_committed_kerbs_report_renders_again_byte_identical_from_the_reposi
     assert (out / "differences.png").exists() == bool(plot)  # never a plot of an earlier rendering
     for name in names:
         assert (out / name).read_bytes() == (committed / name).read_bytes(), name
+
+
+def test_a_comparison_with_seed_replicates_rests_on_the_seed_averaged_scores(clean, monkeypatch, tmp_path):
+    """``[protocol.seeds.CORPUS]``: a comparison whose method and baseline both have replicates is
+    judged on their seed-averaged scores (``stats.seed_averaged``, seeds paired by position), each
+    pair's own effect kept beside it; a comparison without replicates rests on seed 0."""
+    from maxbench.benchmark.metrics.base import get_metric
+    from maxbench.benchmark.metrics.scoring import load_batches
+    from maxbench.benchmark.metrics.stats import seed_averaged
+    from maxbench.benchmark.reproduce.claims import claim_cells, kind_of
+    from maxbench.benchmark.reproduce.evidence import Evidence, Pairs
+    from maxbench.benchmark.reproduce.protocol import Options, plan_runs
+
+    monkeypatch.setenv("MAXBENCH_HOME", str(clean / "home"))
+    # a second "seed" of each side from the systems the run holds, swapped: graphmax's replicate is
+    # softmax's system and softmax's is graphmax's, so the two seed pairs' effects cancel exactly
+    text = PAPER.replace(
+        "[protocol.first_fold_systems]\n",
+        "[protocol.first_fold_systems]\n"
+        'softmax-seed1 = "graphmax(lam=1.0,solver=exact)/top_p=0.9,max_new_tokens=6"\n'
+        'graphmax-seed1 = "softmax/top_p=0.9,max_new_tokens=6"\n',
+    )
+    text += '\n[protocol.seeds."food-reviews"]\ngraphmax = ["graphmax-seed1"]\nsoftmax = ["softmax-seed1"]\n'
+    path = tmp_path / "seeded.toml"
+    path.write_text(text)
+    paper = load_paper(str(path))
+    pairs = [("graphmax", "softmax"), ("graphmax-seed1", "softmax-seed1")]
+    assert paper.seed_pairs("food-reviews", "graphmax", "softmax") == pairs
+    assert paper.seed_pairs("food-reviews", "graphmax", "sparsemax") == []  # sparsemax has no replicates
+    run = plan_runs(paper, Options(), clean / "clean")[0]  # fold 0: both seed pairs generated
+    claim = next(c for c in paper.claims if c.id == "ppl")
+    rows, cells = claim_cells(claim, paper, Evidence.of([run], Pairs(200)))
+    (row,) = rows
+    _, batches = load_batches(run.run_dir)
+    m = get_metric("ref-ppl")
+    g, s = (m.compute(batches[run.roles[role]]).scores["ref-ppl"] for role in ("graphmax", "softmax"))
+    want = seed_averaged([g.stats, s.stats], [s.stats, g.stats], 200)
+    assert want.a == pytest.approx(want.b) and want.log_ratio[0] == pytest.approx(0.0)
+    assert row.method_mean == pytest.approx((g.value + s.value) / 2) == row.baseline_mean
+    assert (row.diff.estimate, row.diff.low, row.diff.high) == pytest.approx(want.difference)
+    assert row.rel.estimate == pytest.approx(0.0, abs=1e-12) and row.rel.low < 0 < row.rel.high
+    assert (row.rel.low, row.rel.high) == pytest.approx(tuple(math.expm1(x) for x in want.log_ratio[1:]))
+    assert row.rel.method.startswith(
+        "seed-averaged over 2 seed pairs (graphmax vs softmax, graphmax-seed1 vs softmax-seed1)"
+    )
+    assert cells[0].est.estimate == pytest.approx(row.rel.estimate)
+    assert [(x["method"], x["baseline"]) for x in row.seeds] == pairs
+    own = [x["relative"] for x in row.seeds]  # each pair's own effect: g / s - 1 and its reciprocal
+    assert own[0] == pytest.approx(g.value / s.value - 1) and own[1] == pytest.approx(s.value / g.value - 1)
+    assert row.to_dict()["seeds"] == row.seeds
+    tables = kind_of(claim.kind).tables(claim, rows, None)
+    assert len(tables) == 2 and "seed pair (method vs baseline)" in tables[1].columns and len(tables[1].rows) == 2
+    # without the table, the same comparison rests on seed 0 alone
+    plain = load_paper(str(clean / "toy.toml"))
+    (row0,), _ = claim_cells(next(c for c in plain.claims if c.id == "ppl"), plain, Evidence.of([run], Pairs(200)))
+    assert not row0.seeds and row0.method_mean == pytest.approx(g.value)
+    assert row0.rel.estimate == pytest.approx(own[0])
+    # the report says what the seeded rows rest on and lists each seed pair
+    import shutil
+
+    from maxbench.benchmark.reproduce.report import write_report
+
+    out = tmp_path / "seeded"
+    shutil.copytree(clean / "clean", out)
+    write_report(paper, plan_runs(paper, Options(), out), out, "maxbench reproduce seeded", 200)
+    md = (out / "report.md").read_text()
+    assert "Seeds: where the method and its baseline were each trained with several seeds" in md
+    assert "| seed pair (method vs baseline) |" in md and "| graphmax-seed1 vs softmax-seed1 |" in md
+    doc = json.loads((out / "report.json").read_text())
+    ppl = next(r for r in doc["rows"] if r["claim"] == "ppl")
+    assert [x["baseline"] for x in ppl["seeds"]] == ["softmax", "softmax-seed1"]
+
+
+@pytest.mark.parametrize(
+    "table, error",
+    [
+        ('[protocol.seeds."news"]\ngraphmax = ["sparsemax"]\n', "'news' is not one of the protocol's corpora"),
+        (
+            '[protocol.seeds."food-reviews"]\ngraphmax = "sparsemax"\n',
+            "role 'graphmax' needs a list of replicate roles",
+        ),
+        ('[protocol.seeds."food-reviews"]\ngraphmax = ["nope"]\n', "unknown system role 'nope'"),
+        (
+            '[protocol.seeds."food-reviews"]\ngraphmax = ["sparsemax"]\nsoftmax = ["sparsemax"]\n',
+            "a role is named twice",
+        ),
+        (
+            '[protocol.seeds."food-reviews"]\ngraphmax = ["sparsemax"]\nsoftmax = ["s1", "s2"]\n',
+            "every role needs as many replicates",
+        ),
+        ('[protocol.seeds."food-reviews"]\ngraphmax = []\n', "role 'graphmax' needs a list of replicate roles"),
+    ],
+)
+def test_a_bad_seeds_table_is_one_line_naming_it(tmp_path, table, error):
+    path = tmp_path / "bad.toml"
+    more = 's1 = "softmax/top_p=0.8,max_new_tokens=6"\ns2 = "softmax/top_p=0.7,max_new_tokens=6"\n'
+    path.write_text(PAPER.replace("[protocol.first_fold_systems]\n", "[protocol.first_fold_systems]\n" + more) + table)
+    with pytest.raises(MaxbenchError, match=re.escape(error)) as got:
+        load_paper(str(path))
+    assert "seeds of" in str(got.value) and "\n" not in str(got.value)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
 import scipy.stats
 
 from maxbench.benchmark.metrics.base import TextBatch, get_metric
-from maxbench.benchmark.metrics.stats import bootstrap_ci, mean_stats, paired_test
+from maxbench.benchmark.metrics.stats import PromptStats, bootstrap_ci, mean_stats, paired_test, seed_averaged
 from maxbench.intervals import ConfidenceInterval
 
 
@@ -103,3 +104,65 @@ def test_paired_test_uses_only_shared_prompts():
     assert res.n_prompts == 2 and res.difference == pytest.approx(2.5)
     with pytest.raises(ValueError):
         paired_test(sa, mean_stats(["w"], np.arange(1), np.array([1.0])))
+
+
+# ---------------------------------------------------------------- seed-averaged comparisons
+
+
+def _per_prompt(values) -> PromptStats:
+    ids = [f"p{i:03d}" for i in range(len(values))]
+    return mean_stats(ids, np.arange(len(values)), np.asarray(values, dtype=float))
+
+
+def _seeds(effects, n=80, noise=0.02, seed=5):
+    """Per-prompt scores of a baseline (around 10) and of a method whose seed s is 1 + effects[s]
+    times it, each with a little per-prompt noise: (method seeds, baseline seeds)."""
+    rng = np.random.default_rng(seed)
+    base = 10 + rng.normal(0, 1, n)
+    a, b = [], []
+    for e in effects:
+        b.append(_per_prompt(base * (1 + rng.normal(0, noise, n))))
+        a.append(_per_prompt(base * (1 + e) * (1 + rng.normal(0, noise, n))))
+    return a, b
+
+
+def test_a_seed_averaged_comparison_is_the_ratio_and_difference_of_the_seeds_mean_scores():
+    a, b = _seeds([0.10, 0.12, 0.08])
+    got = seed_averaged(a, b, n_resamples=500)
+    ma, mb = np.mean([s.value() for s in a]), np.mean([s.value() for s in b])
+    assert got.n_seeds == 3 and got.n_prompts == 80
+    assert got.a == pytest.approx(ma) and got.b == pytest.approx(mb)
+    assert got.difference[0] == pytest.approx(ma - mb)
+    assert got.log_ratio[0] == pytest.approx(math.log(ma / mb))
+    assert got.log_ratio[1] < got.log_ratio[0] < got.log_ratio[2]
+    assert 0 < math.expm1(got.log_ratio[1]) and math.expm1(got.log_ratio[2]) < 0.2  # about +10%, above 0
+    assert got.difference[1] < got.difference[0] < got.difference[2]
+
+
+def test_seeds_that_disagree_widen_the_interval_past_zero_where_each_seed_alone_excludes_it():
+    # each seed's own paired comparison is clear (+15%, -12%, +3%), but the seeds disagree: the
+    # seed-averaged interval must carry that variation, not only the prompts'
+    a, b = _seeds([0.15, -0.12, 0.03])
+    for x, y in zip(a, b):
+        c = paired_test(x, y, n_resamples=300)
+        lo, hi = c.confidence_interval
+        assert lo > 0 or hi < 0
+    got = seed_averaged(a, b, n_resamples=1000)
+    assert got.log_ratio[1] < 0 < got.log_ratio[2]
+    assert got.difference[1] < 0 < got.difference[2]
+    agree = seed_averaged(*_seeds([0.02, 0.02, 0.02]), n_resamples=1000)
+    assert agree.log_ratio[2] - agree.log_ratio[1] < (got.log_ratio[2] - got.log_ratio[1]) / 4
+
+
+def test_a_seed_averaged_comparison_refuses_what_it_cannot_estimate():
+    a, b = _seeds([0.1, 0.1])
+    with pytest.raises(ValueError, match="same number of seeds"):
+        seed_averaged(a, b[:1])
+    jack = PromptStats(a[0].prompt_ids, a[0].blocks, a[0].finalize, bootstrap_ok=False)
+    assert seed_averaged([jack, a[1]], b) is None  # a distinct-n-gram score: no prompt bootstrap
+    zero = [_per_prompt(np.zeros(80)), _per_prompt(np.zeros(80))]
+    got = seed_averaged(zero, b, n_resamples=200)
+    assert got.log_ratio is None and got.difference[0] < 0  # no ratio scale at 0; the difference stays
+    # prompts scored by every system only: one system short of a prompt leaves it out for all
+    short = [s.select(s.prompt_ids[:40]) for s in a]
+    assert seed_averaged(short, b, n_resamples=200).n_prompts == 40
