@@ -206,6 +206,7 @@ class Report:
     rows: list[Row]
     cells: list[CellVerdict]
     heads: dict = field(default_factory=dict)  # (run, system) -> ``evidence.head_training``
+    adapters: dict = field(default_factory=dict)  # (run, model) -> ``adapters.record``
     command: str = ""
     wall: float = 0.0  # the runs' total wall seconds
     warnings: list[str] = field(default_factory=list)

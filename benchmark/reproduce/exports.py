@@ -67,23 +67,31 @@ def cells_csv(cells: list[CellVerdict]) -> str:
 
 def report_json(rep: Report) -> dict:
     """report.json's document."""
-    return {
-        "paper": rep.paper.name,
-        "command": rep.command,
-        "wall_seconds": round(rep.wall, 1),
-        "rules": RULES,
-        "negligible_band": NEGLIGIBLE,
-        "alpha": ALPHA,
-        "headline": headline(rep.paper, rep.cells),
-        "differences": [p.template.format(*p.args) for p in deviations(rep.paper)],
-        "warnings": rep.warnings,
-        "runs": run_table(rep.evidence.runs),
-        "cells": [c.to_dict() for c in rep.cells],
-        "rows": [r.to_dict() for r in rep.rows],
-        "heads": [{"run": k[0], "system": k[1], **v} for k, v in sorted(rep.heads.items())],
-        "controls": [c.to_dict() for c in rep.controls],
-        "flipped": rep.flipped,
-    } | ({"matched": [r.to_dict() for r in rep.matched]} if rep.paper.matched else {})
+    return (
+        {
+            "paper": rep.paper.name,
+            "command": rep.command,
+            "wall_seconds": round(rep.wall, 1),
+            "rules": RULES,
+            "negligible_band": NEGLIGIBLE,
+            "alpha": ALPHA,
+            "headline": headline(rep.paper, rep.cells),
+            "differences": [p.template.format(*p.args) for p in deviations(rep.paper)],
+            "warnings": rep.warnings,
+            "runs": run_table(rep.evidence.runs),
+            "cells": [c.to_dict() for c in rep.cells],
+            "rows": [r.to_dict() for r in rep.rows],
+            "heads": [{"run": k[0], "system": k[1], **v} for k, v in sorted(rep.heads.items())],
+            "controls": [c.to_dict() for c in rep.controls],
+            "flipped": rep.flipped,
+        }
+        | ({"matched": [r.to_dict() for r in rep.matched]} if rep.paper.matched else {})
+        | (
+            {"adapters": [{"run": k[0], "model": k[1], **v} for k, v in sorted(rep.adapters.items())]}
+            if rep.adapters
+            else {}
+        )
+    )
 
 
 def _wide(pts: list[tuple]) -> bool:

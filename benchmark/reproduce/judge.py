@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from maxbench.benchmark.reproduce import fmt
 from maxbench.benchmark.reproduce.cells import CellVerdict, Comparison, Row
 from maxbench.benchmark.reproduce.evidence import RunScores
 from maxbench.benchmark.reproduce.kinds import kind_of
@@ -220,6 +221,7 @@ def flag_cells(paper: Paper, runs: list[RunSpec], scores: RunScores, cells: list
             if never and role == c.method and c.verdict in (REPRODUCED, SMALLER, LARGER):
                 c.why = f"never counted as reproduced: {never} (on its interval alone: {c.verdict}, {c.why})"
                 c.verdict = INCONCLUSIVE
+        c.flags.extend(beside_labels(paper, c, planned, scores))
         # the same evidence as an earlier cell (the same comparisons of the same scores)
         key = (c.model, c.corpus, c.method, c.baselines, c.scores, claim.direction, c.kind, c.diagnostic)
         if key in seen and c.counted:
@@ -227,6 +229,50 @@ def flag_cells(paper: Paper, runs: list[RunSpec], scores: RunScores, cells: list
             c.flags.append(f"the same evidence as {seen[key]}: counted once")
         else:
             seen.setdefault(key, c.claim)
+
+
+#: the label of a score shown beside a cell (``[protocol] beside``)
+FLAG_BESIDE = "beside"
+#: a score's ceiling in scores.json: the score's name with this ending (attr-acc-ceiling)
+CEILING = "-ceiling"
+
+
+def beside_labels(paper: Paper, c: CellVerdict, planned: list[RunSpec], scores: RunScores) -> list[str]:
+    """The protocol's ``beside`` scores (FCTG: attribute accuracy) of the cell's roles in each of its
+    runs, with their intervals, each side's mean over its seeds where it has replicates
+    (``[protocol.seeds]``), and the score's ceiling where scores.json has one (``SCORE-ceiling``): what
+    a reader needs beside a verdict on text quality, never read by the rules."""
+    out = []
+    roles = [x for x in (c.method, *c.baselines.split(", ")) if x]
+    for score in paper.protocol.get("beside") or ():
+        for run in planned:
+            systems = (scores.doc(run) or {}).get("systems") or {}
+
+            def entry(role, score=score, systems=systems, run=run):
+                return ((systems.get(run.roles.get(role, "")) or {}).get("scores") or {}).get(score) or {}
+
+            parts = []
+            for role in roles:
+                e = entry(role)
+                if e.get("value") is None:
+                    continue
+                text = f"{role} {fmt.value(e['value'])}"
+                if e.get("ci_low") is not None:
+                    text += f" [{fmt.value(e['ci_low'])}, {fmt.value(e['ci_high'])}]"
+                reps = ((paper.protocol.get("seeds") or {}).get(c.corpus) or {}).get(role) or []
+                vals = [entry(x).get("value") for x in (role, *reps)]
+                if reps and None not in vals:
+                    text += f", over its {len(vals)} seeds {fmt.value(sum(vals) / len(vals))}"
+                parts.append(text)
+            ceiling = next(
+                (x.get("value") for x in (entry(r, score + CEILING) for r in roles) if x.get("value") is not None),
+                None,
+            )
+            if parts:
+                ceil = f"; its ceiling {fmt.value(ceiling)}" if ceiling is not None else ""
+                where = f" ({run.run_dir.name})" if len(planned) > 1 else ""
+                out.append(f"{FLAG_BESIDE}: {score}{where}: " + "; ".join(parts) + ceil)
+    return out
 
 
 def missing_baselines(runs: list[RunSpec], scores: RunScores, cells: list[CellVerdict]) -> list[str]:

@@ -14,7 +14,7 @@ solver's iterations per decoding step against the paper's step budget T in ``pap
 ``hardware = true`` marks a quantity that depends on hardware and implementation (not comparable:
 shown, never judged). ``models`` restricts a claim to some of the protocol's base models; ``controls``
 names control runs (folders under the reproduction's ``runs/``) whose scores the report shows
-beside the claim. A claim with ``runnable = false`` cannot be run offline and gives its
+beside the claim; ``component`` names the trained part an ablation claim removes (``adapters.py``). A claim with ``runnable = false`` cannot be run offline and gives its
 ``reason``; ``diagnostic = true`` keeps a claim out of the counts.
 
 The protocol's ``diagnostic_roles`` are systems that are a diagnostic of maxbench's reading of the
@@ -28,6 +28,9 @@ paper effect the control's verdict uses, ``seeds`` the seeds planned, and ``fold
 pattern with ``{model}``, ``{corpus}``, ``{layer}`` and ``{seed}``) each head's fit meta, relative to
 the reproduction's folder. Fewer seeds than planned make the control partial (rendered, labelled);
 a folder that does not exist, or no seed with both files, is a control naming a missing run.
+
+``[protocol] beside`` lists scores shown beside every cell (FCTG: attribute accuracy), with their
+ceiling where scores.json has one (``SCORE-ceiling``); the rules never read them.
 
 ``[protocol.seeds.CORPUS]`` names, per role, its replicates on that corpus: roles of the same system
 trained with other seeds (``fctg = ["fctg-seed1", "fctg-seed2"]``). A comparison whose method and
@@ -97,6 +100,9 @@ class Claim:
     paper_values: tuple = ()
     measure: str = "time-per-token"  # a ratio claim's quantity (MEASURES)
     flags: tuple[str, ...] = ()  # labels shown on every cell of the claim (e.g. hardware-dependent)
+    #: the trained component an ablation claim removes (FCTG: "mva", "mam", "alm"): a cell whose adapter
+    #: records it inert is not comparable (``adapters.hold_inert``)
+    component: str = ""
 
     def numbers(self, i: int, method: str, baseline: str, corpus: str) -> tuple[float | None, float | None]:
         """The paper's (baseline, method) values of score ``i`` for these roles on this corpus."""
@@ -433,7 +439,10 @@ def load_paper(name: str, path: Path | None = None) -> Paper:
             paper_values=_values(raw.get("paper_values"), what),
             measure=raw.get("measure", "time-per-token"),
             flags=_tuple(raw.get("flags"), what),
+            component=raw.get("component", ""),
         )
+        if not isinstance(claim.component, str):
+            raise MaxbenchError(f"{what}: 'component' must be the name of the part it ablates, e.g. \"mva\"")
         if claim.measure not in MEASURES:
             raise MaxbenchError(f"{what}: {unknown_name('measure', str(claim.measure), MEASURES)}")
         for role, per in claim.paper_values:
@@ -475,6 +484,9 @@ def load_paper(name: str, path: Path | None = None) -> Paper:
         if role not in roles:
             raise MaxbenchError(f"paper file {path}: diagnostic_roles: {unknown_name('system role', role, roles)}")
     _check_seeds(protocol, path)
+    beside = protocol.get("beside", [])
+    if not isinstance(beside, list) or not all(isinstance(x, str) and x for x in beside):
+        raise MaxbenchError(f"paper file {path}: 'beside' must be a list of score names, e.g. [\"attr-acc\"]")
     seed_controls = tuple(_control(raw, path, protocol, claims) for raw in spec.get("controls", []))
     matched = tuple(_matched(raw, path, protocol, claims) for raw in spec.get("matched", []))
     if len({m.id for m in matched}) != len(matched):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from maxbench.benchmark.reproduce import fmt
+from maxbench.benchmark.reproduce import adapters, fmt
 from maxbench.benchmark.reproduce.cells import CellVerdict, Report
 from maxbench.benchmark.reproduce.claims import rows_table
 from maxbench.benchmark.reproduce.controls import sections as control_sections
@@ -423,5 +423,7 @@ def sections(rep: Report) -> list[Section]:
     out += diagnostic_sections(rep, by_id)
     if rep.heads:
         out.append(heads_section(rep.heads))
+    if rep.adapters:
+        out.append(adapters.section(rep.adapters))
     out.append(runs_section(rep))
     return out

@@ -24,7 +24,7 @@ import json
 import sys
 from pathlib import Path
 
-from maxbench.benchmark.reproduce import exports
+from maxbench.benchmark.reproduce import adapters, exports
 from maxbench.benchmark.reproduce.cells import Report
 from maxbench.benchmark.reproduce.claims import claim_cells
 from maxbench.benchmark.reproduce.controls import check as check_controls
@@ -61,12 +61,15 @@ def build(paper: Paper, runs: list[RunSpec], pairs: Pairs, previous_heads: list[
         r, c = claim_cells(claim, judged, evidence)
         rows += r
         cells += c
+    trained = adapters.trained_adapters(runs)
+    held = adapters.hold_inert(judged, runs, cells, trained)  # out of Holm's family before it is formed
     decide_cells(judged, cells)
+    adapters.mark_inert(held)
     heads = trained_heads(runs, previous_heads)
     flag_cells(judged, runs, evidence.scores, cells, heads)
     mark_identical(rows)
     found = matched_rows(paper, evidence)  # outside the counts: read after every verdict is decided
-    return Report(paper=paper, evidence=evidence, rows=rows, cells=cells, heads=heads, matched=found)
+    return Report(paper=paper, evidence=evidence, rows=rows, cells=cells, heads=heads, adapters=trained, matched=found)
 
 
 def _committed_heads(out: Path) -> list[dict]:

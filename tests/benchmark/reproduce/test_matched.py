@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from maxbench.benchmark.reproduce import matched
+from maxbench.benchmark.reproduce.cells import Report
 from maxbench.benchmark.reproduce.evidence import Evidence, Pairs
 from maxbench.benchmark.reproduce.exports import report_json
 from maxbench.benchmark.reproduce.papers import load_paper
@@ -154,10 +155,8 @@ def test_a_matched_value_beyond_a_curve_is_no_overlap_never_extrapolated(tmp_pat
 def test_the_rows_are_in_report_json_only_for_a_paper_with_matched_entries(tmp_path):
     paper = toy(tmp_path)
     run = run_folder(tmp_path)
-    rep = SimpleNamespace(
-        paper=paper, command="", wall=0.0, cells=[], rows=[], heads={}, controls=[], flipped=[], warnings=[],
-        evidence=evidence(tmp_path, run), matched=matched.rows(paper, evidence(tmp_path, run)),
-    )  # fmt: skip
+    ev = evidence(tmp_path, run)
+    rep = Report(paper=paper, evidence=ev, rows=[], cells=[], matched=matched.rows(paper, ev))
     doc = report_json(rep)
     assert [r["reading"] for r in doc["matched"]] == [matched.METHOD_BETTER]
     assert doc["headline"]["cells"] == 0  # outside the counts

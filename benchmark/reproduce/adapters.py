@@ -1,0 +1,199 @@
+"""The trained adapters behind a reproduction's runs (FCTG and its variants, and the LoRA and
+prefix-tuning baselines): what each one's training meta records, the rule that an ablation of a
+component that did not train says nothing, and the report's "Trained adapters" section.
+
+An adapter's meta (written where it is trained, ``systems/adapters``) is read from a committed copy
+under the reproduction's ``heads/<run>/`` (any ``.json`` whose sha256 is the one the run's manifest
+records for that model), else from this machine's adapter cache. It records the training steps kept
+(``best_step``) and the held-out loss at each checkpoint, the CPU seconds per step and, for FCTG, the
+gate's chosen start and learning rate, the trained gate's values over the held-out texts' tokens
+(quantiles) and, per component (MVA's gate, MAM's and ALM's heads), how far its trained values moved
+from their start (``moved``) and whether that is under 0.01 (``inert``).
+
+A claim may name the ``component`` it ablates (``component = "mva"``). A cell of such a claim where
+an adapter of the cell records that component inert is "not comparable (component inert)" and kept
+out of the counts and Holm's family: removing a part that never trained measures nothing about it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from maxbench import rundir
+from maxbench.benchmark.reproduce.cells import CellVerdict
+from maxbench.benchmark.reproduce.evidence import HEADS
+from maxbench.benchmark.reproduce.papers import Paper
+from maxbench.benchmark.reproduce.protocol import RunSpec
+from maxbench.benchmark.reproduce.verdicts import NOT_COMPARABLE
+from maxbench.document import Cell, Para, Section, Table, num
+from maxbench.errors import MaxbenchError
+
+#: the label of a cell whose ablated component did not train
+FLAG_INERT = "component inert"
+#: the gate quantiles the report shows (keys of the meta's ``gate.quantiles``)
+QUANTILES = ("q10", "q50", "q90", "q99")
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _meta(run: RunSpec, adapter: dict) -> tuple[dict | None, str]:
+    """The adapter's training meta and where it was found (its sha256 must be the manifest's)."""
+    from maxbench.systems.adapters.base import adapter_directory
+
+    sha = adapter.get("sha256")
+    committed = run.run_dir.parent.parent / HEADS / run.run_dir.name
+    if committed.is_dir():
+        for path in sorted(committed.glob("*.json")):
+            meta = _read(path)
+            if meta is not None and meta.get("adapter") and meta.get("sha256") == sha:
+                return meta, f"{HEADS}/{committed.name}/{path.name}"
+    if adapter.get("name") and adapter.get("key"):
+        meta = _read(adapter_directory(adapter["name"], adapter["key"]) / "meta.json")
+        if meta is not None and meta.get("sha256") == sha:
+            return meta, "the cached adapter's meta.json"
+    return None, ""
+
+
+def record(meta: dict, source: str) -> dict:
+    """What the report shows of one adapter's training (see the module docstring)."""
+    gate = meta.get("gate") or {}
+    return {
+        "adapter": meta.get("adapter"),
+        "sha256": meta.get("sha256"),
+        "seed": (meta.get("options") or {}).get("seed"),
+        "steps": meta.get("steps"),
+        "best_step": meta.get("best_step"),
+        "validation_loss": meta.get("validation_loss") or {},
+        "step_cpu_median": meta.get("step_cpu_median"),
+        "gate": {
+            "start": gate.get("start"),
+            "gate_bias": gate.get("gate_bias"),
+            "gate_lr": gate.get("gate_lr"),
+            "values": gate.get("values"),
+            "quantiles": gate.get("quantiles") or {},
+        }
+        if gate
+        else {},
+        "moved": meta.get("moved") or {},
+        "inert": meta.get("inert") or {},
+        "source": source,
+    }
+
+
+def trained_adapters(runs: list[RunSpec]) -> dict[tuple[str, str], dict]:
+    """(run, model) -> ``record`` for every adapted model of every run whose meta is found."""
+    out = {}
+    for run in runs:
+        try:
+            manifest = rundir.read_manifest(run.run_dir) or {}
+        except MaxbenchError:
+            continue
+        for model, entry in sorted((manifest.get("models") or {}).items()):
+            adapter = ((entry or {}).get("options") or {}).get("adapter")
+            if not adapter:
+                continue
+            meta, source = _meta(run, adapter)
+            if meta is not None:
+                out[(run.run_dir.name, model)] = record(meta, source)
+    return out
+
+
+def _model_of(system: str) -> str:
+    """The model part of a system string (``smollm2-135m+fctg(seed=1)/softmax/...``)."""
+    return system.split("/", 1)[0]
+
+
+def hold_inert(paper: Paper, runs: list[RunSpec], cells: list[CellVerdict], adapters: dict) -> list:
+    """The cells of claims that ablate a ``component`` where an adapter of the cell records it inert:
+    each is taken out of the counts (before Holm's step) and returned with why, for ``mark_inert``."""
+    held = []
+    for c in cells:
+        claim = next((x for x in paper.claims if x.id == c.claim), None)
+        if claim is None or not claim.component or not c.corpus:
+            continue
+        roles = [x for x in (c.method, *c.baselines.split(", ")) if x]
+        why = []
+        for run in runs:
+            if run.model != c.model or run.corpus != c.corpus or not all(x in run.roles for x in roles):
+                continue
+            for role in roles:
+                rec = adapters.get((run.run_dir.name, _model_of(run.roles[role])))
+                if rec and rec["inert"].get(claim.component):
+                    moved = rec["moved"].get(claim.component)
+                    by = f" by {moved:.3g}" if isinstance(moved, (int, float)) else ""
+                    why.append(f"{role}'s {claim.component} moved{by} (< 0.01) from its start in {run.run_dir.name}")
+        if why:
+            c.counted = False
+            held.append((c, "; ".join(why)))
+    return held
+
+
+def mark_inert(held: list) -> None:
+    """The held cells' verdict, after every other is decided: not comparable, with why."""
+    for c, why in held:
+        c.verdict = NOT_COMPARABLE
+        c.why = f"{FLAG_INERT}: {why}: removing a part that never trained measures nothing about it"
+        c.flags.append(f"{FLAG_INERT}: outside the counts")
+
+
+def _gate_text(gate: dict) -> str:
+    if not gate:
+        return ""
+    q = gate.get("quantiles") or {}
+    start = f"start {gate['start']:g}, lr {gate['gate_lr']:g}" if gate.get("start") is not None else ""
+    vals = ", ".join(f"{k[1:]}%: {q[k]:.3g}" for k in QUANTILES if q.get(k) is not None)
+    return "; ".join(x for x in (start, vals) if x)
+
+
+def section(adapters: dict) -> Section:
+    """Each trained adapter's training as its meta records it."""
+    s = Section("Trained adapters", level=2)
+    s.paragraphs.append(
+        Para(
+            "Each adapter a run generated with, as its training meta records it (a committed copy under "
+            "heads/<run>/, else the cached adapter's, by the sha256 the run's manifest records): the steps kept "
+            "(the checkpoint with the lowest held-out loss) and the held-out loss at each checkpoint, the CPU "
+            "seconds per training step (median), and for FCTG the gate's chosen start and learning rate, the "
+            "trained gate's values over the held-out texts' tokens (percentiles), and how far each component's "
+            "trained values moved from their start (inert: under 0.01, which makes a cell ablating it not "
+            "comparable)."
+        )
+    )
+    body = []
+    for (run, model), rec in sorted(adapters.items()):
+        losses = ", ".join(f"{k}: {v:.4g}" for k, v in rec["validation_loss"].items())
+        moved = ", ".join(
+            f"{k} {v:.3g}" + (" (inert)" if rec["inert"].get(k) else "") for k, v in sorted(rec["moved"].items())
+        )
+        best = rec["best_step"] if rec["best_step"] is not None else rec["steps"]
+        body.append(
+            (
+                Cell(run, code=True),
+                Cell(model, code=True),
+                num(f"{best} of {rec['steps']}" if rec["steps"] is not None else "n/a"),
+                num(losses or "not recorded"),
+                num(f"{rec['step_cpu_median']:.3g}" if rec["step_cpu_median"] is not None else "n/a"),
+                Cell(_gate_text(rec["gate"])),
+                Cell(moved),
+                Cell(rec["source"]),
+            )
+        )
+    cols = (
+        "run",
+        "model",
+        "steps kept",
+        "held-out loss by step",
+        "CPU s per step",
+        "gate: start, values (percentiles)",
+        "moved from start",
+        "source",
+    )
+    s.tables.append(Table(cols, tuple(body), align="llrrrlll"))
+    return s
