@@ -17,12 +17,9 @@ out of the counts and Holm's family: removing a part that never trained measures
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from maxbench import rundir
 from maxbench.benchmark.reproduce.cells import CellVerdict
-from maxbench.benchmark.reproduce.evidence import HEADS
+from maxbench.benchmark.reproduce.evidence import HEADS, read_json_object
 from maxbench.benchmark.reproduce.papers import Paper
 from maxbench.benchmark.reproduce.protocol import RunSpec
 from maxbench.benchmark.reproduce.verdicts import NOT_COMPARABLE
@@ -35,14 +32,6 @@ FLAG_INERT = "component inert"
 QUANTILES = ("q10", "q50", "q90", "q99")
 
 
-def _read(path: Path) -> dict | None:
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
 def _meta(run: RunSpec, adapter: dict) -> tuple[dict | None, str]:
     """The adapter's training meta and where it was found (its sha256 must be the manifest's)."""
     from maxbench.systems.adapters.base import adapter_directory
@@ -51,11 +40,11 @@ def _meta(run: RunSpec, adapter: dict) -> tuple[dict | None, str]:
     committed = run.run_dir.parent.parent / HEADS / run.run_dir.name
     if committed.is_dir():
         for path in sorted(committed.glob("*.json")):
-            meta = _read(path)
+            meta = read_json_object(path)
             if meta is not None and meta.get("adapter") and meta.get("sha256") == sha:
                 return meta, f"{HEADS}/{committed.name}/{path.name}"
     if adapter.get("name") and adapter.get("key"):
-        meta = _read(adapter_directory(adapter["name"], adapter["key"]) / "meta.json")
+        meta = read_json_object(adapter_directory(adapter["name"], adapter["key"]) / "meta.json")
         if meta is not None and meta.get("sha256") == sha:
             return meta, "the cached adapter's meta.json"
     return None, ""

@@ -423,7 +423,8 @@ def run_table(runs: list[RunSpec]) -> list[dict]:
 HEADS = "heads"
 
 
-def _read_json(path: Path) -> dict | None:
+def read_json_object(path: Path) -> dict | None:
+    """The JSON object in ``path``, or None (missing, unreadable, not JSON, not an object)."""
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -441,11 +442,11 @@ def _head_meta(layer: str, sha: str, committed: Path | None = None) -> tuple[dic
         return None, ""
     if committed is not None and committed.is_dir():
         for path in sorted(committed.glob("*.json")):
-            meta = _read_json(path)
+            meta = read_json_object(path)
             if meta is not None and meta.get("sha256") == sha:
                 return meta, f"{HEADS}/{committed.name}/{path.name}"
     for meta_file in sorted((maxbench_home() / "heads" / layer).glob("*/meta.json")):
-        meta = _read_json(meta_file)
+        meta = read_json_object(meta_file)
         if meta is not None and meta.get("sha256") == sha:
             return meta, "the cached head's meta.json"
     return None, ""
@@ -517,7 +518,7 @@ def head_refit(run: RunSpec, system: str, sha: str) -> dict | None:
         return None
     path = head_meta_file(run.run_dir.parent.parent, run.run_dir.name, spec)
     path = path.with_name(path.stem + REFIT_SUFFIX)
-    meta = _read_json(path)
+    meta = read_json_object(path)
     history = ((meta or {}).get("training") or {}).get("history") or []
     if not history:
         return None
