@@ -11,8 +11,10 @@ gate's chosen start and learning rate, the trained gate's values over the held-o
 from their start (``moved``) and whether that is under 0.01 (``inert``).
 
 A claim may name the ``component`` it ablates (``component = "mva"``). A cell of such a claim where
-an adapter of the cell records that component inert is "not comparable (component inert)" and kept
+the method's adapter records that component inert is "not comparable (component inert)" and kept
 out of the counts and Holm's family: removing a part that never trained measures nothing about it.
+Only the method's adapter is read: a baseline may lack the part or hold it shut by design (FCTG at
+mu = 0.5, whose threshold shuts its gate, so the gate cannot move), which is what the claim compares.
 """
 
 from __future__ import annotations
@@ -100,24 +102,22 @@ def _model_of(system: str) -> str:
 
 
 def hold_inert(paper: Paper, runs: list[RunSpec], cells: list[CellVerdict], adapters: dict) -> list:
-    """The cells of claims that ablate a ``component`` where an adapter of the cell records it inert:
+    """The cells of claims that ablate a ``component`` where the method's adapter records it inert:
     each is taken out of the counts (before Holm's step) and returned with why, for ``mark_inert``."""
     held = []
     for c in cells:
         claim = next((x for x in paper.claims if x.id == c.claim), None)
         if claim is None or not claim.component or not c.corpus:
             continue
-        roles = [x for x in (c.method, *c.baselines.split(", ")) if x]
         why = []
         for run in runs:
-            if run.model != c.model or run.corpus != c.corpus or not all(x in run.roles for x in roles):
+            if run.model != c.model or run.corpus != c.corpus or c.method not in run.roles:
                 continue
-            for role in roles:
-                rec = adapters.get((run.run_dir.name, _model_of(run.roles[role])))
-                if rec and rec["inert"].get(claim.component):
-                    moved = rec["moved"].get(claim.component)
-                    by = f" by {moved:.3g}" if isinstance(moved, (int, float)) else ""
-                    why.append(f"{role}'s {claim.component} moved{by} (< 0.01) from its start in {run.run_dir.name}")
+            rec = adapters.get((run.run_dir.name, _model_of(run.roles[c.method])))
+            if rec and rec["inert"].get(claim.component):
+                moved = rec["moved"].get(claim.component)
+                by = f" by {moved:.3g}" if isinstance(moved, (int, float)) else ""
+                why.append(f"{c.method}'s {claim.component} moved{by} (< 0.01) from its start in {run.run_dir.name}")
         if why:
             c.counted = False
             held.append((c, "; ".join(why)))
