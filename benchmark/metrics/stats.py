@@ -427,28 +427,47 @@ def closeness_test(
 
 
 SEED_AVERAGED_METHOD = (
-    "two-stage percentile bootstrap: each resample draws the seed pairs with replacement, then the "
-    "prompts with replacement (the same prompts for every seed and both sides)"
+    "t interval of the seed-averaged comparison: variance = the prompts' (a bootstrap over prompts, "
+    "the seeds fixed) + the seed pairs' spread / S, degrees of freedom by Welch-Satterthwaite "
+    "(n - 1 for the prompts' part, S - 1 for the seeds')"
 )
 
 
 @dataclass(frozen=True)
 class SeedAveraged:
     """A against B where each is trained with several seeds, paired by seed, on the same prompts:
-    the seed-averaged scores mean_s A_s and mean_s B_s, their difference and their log-ratio, each
-    with its percentile interval (``SEED_AVERAGED_METHOD``); ``log_ratio`` is None where a mean or
-    an end of its interval is not positive (no ratio scale)."""
+    the seed-averaged scores mean_s A_s and mean_s B_s, their difference and their log-ratio, each as
+    (estimate, low, high, se, df) by ``SEED_AVERAGED_METHOD``; ``log_ratio`` is None where a mean or a
+    seed's score is not positive (no ratio scale)."""
 
     a: float
     b: float
-    difference: tuple[float, float, float]
-    log_ratio: tuple[float, float, float] | None
+    difference: tuple[float, float, float, float, float]
+    log_ratio: tuple[float, float, float, float, float] | None
     n_seeds: int
     n_prompts: int
     n_resamples: int
     seed: int
     level: float
     method: str = SEED_AVERAGED_METHOD
+
+
+def _seed_interval(centre: float, prompts: np.ndarray, per_seed: np.ndarray, n: int, level: float) -> tuple:
+    """(centre, low, high, se, df): variance = the prompt resamples' variance + the per-seed values'
+    variance / S, on Welch-Satterthwaite degrees of freedom."""
+    k = per_seed.size
+    v_p = float(np.var(prompts, ddof=1)) if prompts.size > 1 else 0.0
+    v_s = float(np.var(per_seed, ddof=1)) / k if k > 1 else 0.0
+    se = math.sqrt(v_p + v_s)
+    parts = [(v_p, n - 1), (v_s, k - 1)]
+    den = sum(v * v / d for v, d in parts if v > 0 and d > 0)
+    df = (v_p + v_s) ** 2 / den if den > 0 else float("inf")
+    q = (
+        float(scipy.stats.t.ppf(0.5 + level / 2, df))
+        if math.isfinite(df)
+        else float(scipy.stats.norm.ppf(0.5 + level / 2))
+    )
+    return centre, centre - q * se, centre + q * se, se, df
 
 
 def seed_averaged(
@@ -458,13 +477,14 @@ def seed_averaged(
     seed: int = DEFAULT_SEED,
     level: float = DEFAULT_LEVEL,
 ) -> SeedAveraged | None:
-    """A (seeds ``a``) against B (seeds ``b``, ``b[s]`` trained with the seed of ``a[s]``) on the
-    prompts every system was scored on: the difference and the log-ratio of the seed-averaged scores,
-    with the interval of a two-stage bootstrap (seed pairs, then prompts, resampled together), so
-    it holds both the training seeds' variation and the prompts' sampling. With few seeds the seed
-    stage is coarse (3 seeds: 10 distinct draws) and its spread is biased low by (S - 1) / S. None
-    for a score that is not ``bootstrap_ok`` (no prompt bootstrap), fewer than two prompts, or a
-    score undefined on the data."""
+    """A (seeds ``a``) against B (``b[s]`` paired with ``a[s]``: trained with the same seed, or one
+    system repeated where B has a single seed) on the prompts every system was scored on: the
+    difference and the log-ratio of the seed-averaged scores, each with a t interval whose variance
+    adds the prompts' sampling (a bootstrap over prompts with the seeds fixed) and the seeds'
+    variation (the spread of the per-seed-pair values over S), so a comparison whose seeds disagree
+    gets a wide interval however many prompts it has, on Welch-Satterthwaite degrees of freedom (with
+    3 seeds and a large seed spread, close to t with 2 df). None for a score that is not
+    ``bootstrap_ok`` (no prompt bootstrap), fewer than two prompts, or a score undefined on the data."""
     if not a or len(a) != len(b):
         raise ValueError("seed_averaged needs the same number of seeds (at least one) on both sides")
     every = [*a, *b]
@@ -477,32 +497,23 @@ def seed_averaged(
         return None
     a = [s.select(common) for s in a]
     b = [s.select(common) for s in b]
-    va, vb = np.mean([s.value() for s in a]), np.mean([s.value() for s in b])
-    if not (math.isfinite(va) and math.isfinite(vb)):
+    ea, eb = np.array([s.value() for s in a]), np.array([s.value() for s in b])
+    if not (np.all(np.isfinite(ea)) and np.all(np.isfinite(eb))):
         return None
-    rng = np.random.default_rng(seed)
-    pairs = rng.integers(0, k, size=(n_resamples, k))
-    prompts = rng.integers(0, n, size=(n_resamples, n))
+    va, vb = float(ea.mean()), float(eb.mean())
+    prompts = np.random.default_rng(seed).integers(0, n, size=(n_resamples, n))
     batch = min(_batch(s, n_resamples) for s in every)
     ra, rb = np.empty(n_resamples), np.empty(n_resamples)
     for lo in range(0, n_resamples, batch):
         w = _weights(prompts[lo : lo + batch], n)
-        drawn = _weights(pairs[lo : lo + batch], k) / k  # each seed pair's share of the resample
-        ra[lo : lo + batch] = np.sum(drawn * np.column_stack([s.evaluate(w) for s in a]), axis=1)
-        rb[lo : lo + batch] = np.sum(drawn * np.column_stack([s.evaluate(w) for s in b]), axis=1)
-    alpha = (1 - level) / 2
+        ra[lo : lo + batch] = np.mean([s.evaluate(w) for s in a], axis=0)
+        rb[lo : lo + batch] = np.mean([s.evaluate(w) for s in b], axis=0)
     ok = np.isfinite(ra) & np.isfinite(rb)
-    if not ok.any():
+    if ok.sum() < 2:
         return None
-    d_lo, d_hi = np.quantile((ra - rb)[ok], [alpha, 1 - alpha])
+    diff = _seed_interval(va - vb, (ra - rb)[ok], ea - eb, n, level)
     ratio = None
-    if va > 0 and vb > 0:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            r = ra[ok] / rb[ok]
-        r = r[np.isfinite(r)]
-        lo_r, hi_r = np.quantile(r, [alpha, 1 - alpha]) if r.size else (0.0, 0.0)
-        if lo_r > 0:
-            ratio = (math.log(va / vb), math.log(float(lo_r)), math.log(float(hi_r)))
-    return SeedAveraged(
-        float(va), float(vb), (float(va - vb), float(d_lo), float(d_hi)), ratio, k, n, n_resamples, seed, level
-    )
+    if va > 0 and vb > 0 and np.all(ea > 0) and np.all(eb > 0):
+        pos = ok & (ra > 0) & (rb > 0)
+        ratio = _seed_interval(math.log(va / vb), np.log(ra[pos] / rb[pos]), np.log(ea / eb), n, level)
+    return SeedAveraged(va, vb, diff, ratio, k, n, n_resamples, seed, level)

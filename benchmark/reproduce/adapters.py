@@ -24,7 +24,7 @@ from maxbench.benchmark.reproduce.cells import CellVerdict
 from maxbench.benchmark.reproduce.evidence import HEADS, read_json_object
 from maxbench.benchmark.reproduce.papers import Paper
 from maxbench.benchmark.reproduce.protocol import RunSpec
-from maxbench.benchmark.reproduce.verdicts import NOT_COMPARABLE
+from maxbench.benchmark.reproduce.verdicts import NOT_COMPARABLE, Verdict
 from maxbench.document import Cell, Para, Section, Table, num
 from maxbench.errors import MaxbenchError
 
@@ -78,8 +78,11 @@ def record(meta: dict, source: str) -> dict:
     }
 
 
-def trained_adapters(runs: list[RunSpec]) -> dict[tuple[str, str], dict]:
-    """(run, model) -> ``record`` for every adapted model of every run whose meta is found."""
+def trained_adapters(runs: list[RunSpec], previous: list[dict] | None = None) -> dict[tuple[str, str], dict | None]:
+    """(run, model) -> ``record`` for every adapted model of every run; where neither a committed copy
+    nor the cache has its meta, the committed report's record of the same adapter (``previous``: its
+    report.json's ``adapters``, matched by run, model and sha256), else None (not found)."""
+    before = {(x.get("run"), x.get("model"), x.get("sha256")): x for x in previous or []}
     out = {}
     for run in runs:
         try:
@@ -91,8 +94,14 @@ def trained_adapters(runs: list[RunSpec]) -> dict[tuple[str, str], dict]:
             if not adapter:
                 continue
             meta, source = _meta(run, adapter)
+            key = (run.run_dir.name, model)
             if meta is not None:
-                out[(run.run_dir.name, model)] = record(meta, source)
+                out[key] = record(meta, source)
+            elif (*key, adapter.get("sha256")) in before:
+                kept = before[(*key, adapter.get("sha256"))]
+                out[key] = {k: v for k, v in kept.items() if k not in ("run", "model")}
+            else:
+                out[key] = None
     return out
 
 
@@ -102,22 +111,32 @@ def _model_of(system: str) -> str:
 
 
 def hold_inert(paper: Paper, runs: list[RunSpec], cells: list[CellVerdict], adapters: dict) -> list:
-    """The cells of claims that ablate a ``component`` where the method's adapter records it inert:
+    """The cells of claims that ablate a ``component`` where the method's adapter (each of its seeds'
+    where it has replicates, ``[protocol.seeds]``) records it inert, or has no training meta to tell:
     each is taken out of the counts (before Holm's step) and returned with why, for ``mark_inert``."""
     held = []
     for c in cells:
         claim = next((x for x in paper.claims if x.id == c.claim), None)
         if claim is None or not claim.component or not c.corpus:
             continue
+        mine = [c.method, *((paper.protocol.get("seeds") or {}).get(c.corpus) or {}).get(c.method, [])]
         why = []
         for run in runs:
-            if run.model != c.model or run.corpus != c.corpus or c.method not in run.roles:
+            if run.model not in c.model.split("+") or run.corpus != c.corpus or c.method not in run.roles:
                 continue
-            rec = adapters.get((run.run_dir.name, _model_of(run.roles[c.method])))
-            if rec and rec["inert"].get(claim.component):
-                moved = rec["moved"].get(claim.component)
-                by = f" by {moved:.3g}" if isinstance(moved, (int, float)) else ""
-                why.append(f"{c.method}'s {claim.component} moved{by} (< 0.01) from its start in {run.run_dir.name}")
+            for role in (x for x in mine if x in run.roles):
+                key = (run.run_dir.name, _model_of(run.roles[role]))
+                if key not in adapters:
+                    continue  # not an adapter (or not generated yet: the cell is partial)
+                rec = adapters[key]
+                if rec is None:
+                    why.append(
+                        f"{role}'s adapter has no training meta here ({run.run_dir.name}): its {claim.component} cannot be checked"
+                    )
+                elif rec["inert"].get(claim.component):
+                    moved = rec["moved"].get(claim.component)
+                    by = f" by {moved:.3g}" if isinstance(moved, (int, float)) else ""
+                    why.append(f"{role}'s {claim.component} moved{by} (< 0.01) from its start in {run.run_dir.name}")
         if why:
             c.counted = False
             held.append((c, "; ".join(why)))
@@ -125,10 +144,13 @@ def hold_inert(paper: Paper, runs: list[RunSpec], cells: list[CellVerdict], adap
 
 
 def mark_inert(held: list) -> None:
-    """The held cells' verdict, after every other is decided: not comparable, with why."""
+    """The held cells' verdicts, after every other is decided: not comparable, with why, the cell's
+    and each of its comparisons'."""
     for c, why in held:
         c.verdict = NOT_COMPARABLE
         c.why = f"{FLAG_INERT}: {why}: removing a part that never trained measures nothing about it"
+        for comp in c.details:
+            comp.verdict = Verdict(NOT_COMPARABLE, c.why)
         c.flags.append(f"{FLAG_INERT}: outside the counts")
 
 
@@ -157,16 +179,33 @@ def section(adapters: dict) -> Section:
     )
     body = []
     for (run, model), rec in sorted(adapters.items()):
+        if rec is None:
+            body.append(
+                (
+                    Cell(run, code=True),
+                    Cell(model, code=True),
+                    *(num("n/a"),) * 3,
+                    Cell(""),
+                    Cell(""),
+                    Cell("not found"),
+                )
+            )
+            continue
         losses = ", ".join(f"{k}: {v:.4g}" for k, v in rec["validation_loss"].items())
         moved = ", ".join(
             f"{k} {v:.3g}" + (" (inert)" if rec["inert"].get(k) else "") for k, v in sorted(rec["moved"].items())
         )
-        best = rec["best_step"] if rec["best_step"] is not None else rec["steps"]
+        if rec["steps"] is None:
+            kept = "n/a"
+        elif rec["best_step"] is None:
+            kept = f"{rec['steps']} (no selection)"
+        else:
+            kept = f"{rec['best_step']} of {rec['steps']}"
         body.append(
             (
                 Cell(run, code=True),
                 Cell(model, code=True),
-                num(f"{best} of {rec['steps']}" if rec["steps"] is not None else "n/a"),
+                num(kept),
                 num(losses or "not recorded"),
                 num(f"{rec['step_cpu_median']:.3g}" if rec["step_cpu_median"] is not None else "n/a"),
                 Cell(_gate_text(rec["gate"])),

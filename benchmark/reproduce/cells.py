@@ -182,6 +182,7 @@ class CellVerdict:
     diagnostic: bool = False
     same_as: str = ""
     details: list[Comparison] = field(default_factory=list)  # one per competitor (serialised as comparisons)
+    beside: list[dict] = field(default_factory=list)  # the protocol's 'beside' scores (``judge.beside_of``)
 
     def to_dict(self) -> dict:
         """The cell as ``report.json`` holds it: ``CELL_COLUMNS``, then its comparisons."""
@@ -194,6 +195,8 @@ class CellVerdict:
         }
         d = {k: values[k] if k in values else getattr(self, k) for k in CELL_COLUMNS}
         d["comparisons"] = [x.to_dict() for x in self.details]
+        if self.beside:
+            d["beside"] = self.beside
         return d
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,8 +190,11 @@ class Pairs:
         self, run_dir: Path, pairs: list[tuple[str, str]], metric: str, score: str, signature: str = ""
     ) -> dict | None:
         """``score`` of the seed-averaged systems of the run: ``pairs`` are (a, b) systems trained with
-        one seed each; {"a", "b", "difference": [d, lo, hi], "log_ratio": [l, lo, hi] or None,
-        "n_seeds", "n_prompts", "method"} (``stats.seed_averaged``), or None."""
+        one seed each (b repeated where it has one seed); {"a", "b", "difference": [d, lo, hi, se, df],
+        "log_ratio": [l, lo, hi, se, df] or None, "n_seeds", "n_prompts", "method"}
+        (``stats.seed_averaged``), or None. The entry's key holds the method's text, so a change of
+        method computes it afresh."""
+        from maxbench.benchmark.metrics.stats import DEFAULT_LEVEL, DEFAULT_SEED, SEED_AVERAGED_METHOD
 
         def compute():
             from maxbench.benchmark.metrics.base import get_metric
@@ -214,8 +218,8 @@ class Pairs:
                     else {
                         "a": got.a,
                         "b": got.b,
-                        "difference": list(got.difference),
-                        "log_ratio": None if got.log_ratio is None else list(got.log_ratio),
+                        "difference": _json_numbers(got.difference),
+                        "log_ratio": None if got.log_ratio is None else _json_numbers(got.log_ratio),
                         "n_seeds": got.n_seeds,
                         "n_prompts": got.n_prompts,
                         "method": got.method,
@@ -224,7 +228,8 @@ class Pairs:
             return {"run": run_dir.name, "pairs": [list(p) for p in pairs], "metric": metric, "scores": out}
 
         gen = rundir.generations_sha256(run_dir) or ""
-        key = self._key("seeded", run_dir.name, gen, pairs, metric, signature, self.n_resamples)
+        settings = (self.n_resamples, DEFAULT_SEED, DEFAULT_LEVEL, SEED_AVERAGED_METHOD)
+        key = self._key("seeded", run_dir.name, gen, pairs, metric, signature, *settings)
         return self._get(key, compute)["scores"].get(score)
 
     def humans(self, run: RunSpec, metric: str, signature: str = "") -> dict:
@@ -257,6 +262,11 @@ class Pairs:
         text = json.dumps(body, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
         if not self.path.exists() or self.path.read_text() != text:
             atomic_write(self.path, text)
+
+
+def _json_numbers(values) -> list:
+    """Numbers as pairs.json holds them: a non-finite one (infinite degrees of freedom) as None."""
+    return [v if v is not None and math.isfinite(v) else None for v in values]
 
 
 def paired_difference(run: RunSpec, doc: dict, method: str, baseline: str, score: str, pairs: Pairs):

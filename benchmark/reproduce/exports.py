@@ -12,7 +12,7 @@ from pathlib import Path
 
 from maxbench.benchmark.reproduce.cells import CELL_COLUMNS, CellVerdict, Report
 from maxbench.benchmark.reproduce.evidence import run_table
-from maxbench.benchmark.reproduce.judge import headline
+from maxbench.benchmark.reproduce.judge import headline, rules_text
 from maxbench.benchmark.reproduce.kinds import kind_of
 from maxbench.benchmark.reproduce.papers import SETTING_SEP
 from maxbench.benchmark.reproduce.render import deviations, sections
@@ -24,7 +24,6 @@ from maxbench.benchmark.reproduce.verdicts import (
     NOT_COMPARABLE,
     NOT_REPRODUCED,
     REPRODUCED,
-    RULES,
     SMALLER,
 )
 from maxbench.document import Figure, render_html, render_markdown
@@ -72,7 +71,7 @@ def report_json(rep: Report) -> dict:
             "paper": rep.paper.name,
             "command": rep.command,
             "wall_seconds": round(rep.wall, 1),
-            "rules": RULES,
+            "rules": rules_text(rep.paper),
             "negligible_band": NEGLIGIBLE,
             "alpha": ALPHA,
             "headline": headline(rep.paper, rep.cells),
@@ -87,7 +86,7 @@ def report_json(rep: Report) -> dict:
         }
         | ({"matched": [r.to_dict() for r in rep.matched]} if rep.paper.matched else {})
         | (
-            {"adapters": [{"run": k[0], "model": k[1], **v} for k, v in sorted(rep.adapters.items())]}
+            {"adapters": [{"run": k[0], "model": k[1], **v} for k, v in sorted(rep.adapters.items()) if v is not None]}
             if rep.adapters
             else {}
         )

@@ -21,6 +21,7 @@ from maxbench.benchmark.reproduce.verdicts import (
     LEVEL,
     NOT_COMPARABLE,
     REPRODUCED,
+    RULES,
     SMALLER,
     VERDICTS,
     Verdict,
@@ -45,6 +46,33 @@ def with_settings(paper: Paper) -> Paper:
     """``paper`` with its sensitivity settings' claims (``CLAIM@SETTING``, diagnostic) among its claims."""
     extra = tuple(c for _, c in sensitivity_claims(paper))
     return replace(paper, claims=paper.claims + extra) if extra else paper
+
+
+#: the rules' sentence for a paper with seed replicates (``[protocol.seeds]``)
+SEEDS_RULE = (
+    " Seeds: where a comparison's method or baseline was trained with several seeds (the paper file's "
+    "seeds table), it rests on the seed-averaged scores, the seeds paired (a side with one seed repeated), "
+    "and its interval is a t interval whose variance adds the prompts' sampling (a bootstrap over "
+    "prompts, the seeds fixed) and the seed pairs' spread over S, on Welch-Satterthwaite degrees of "
+    "freedom; a cell with fewer seed pairs generated than planned is partial."
+)
+#: the rules' sentence for a paper with ablation claims (``component``)
+COMPONENT_RULE = (
+    " Ablations: a cell of a claim that removes a trained component is not comparable (component inert), "
+    "outside the counts and Holm's family, where the method's adapter records that component's trained "
+    "values as moved by under 0.01 from their start, or has no training meta to tell."
+)
+
+
+def rules_text(paper: Paper) -> str:
+    """The verdict rules as a paper's report states them: ``RULES``, and the sentences of the
+    features its file uses (seed replicates, ablated components)."""
+    text = RULES
+    if paper.protocol.get("seeds"):
+        text += SEEDS_RULE
+    if any(c.component for c in paper.claims):
+        text += COMPONENT_RULE
+    return text
 
 
 def _claim(paper: Paper, c: CellVerdict) -> Claim:
@@ -119,12 +147,14 @@ def _cell_runs(c: CellVerdict, runs: list[RunSpec]) -> tuple[tuple[str, ...], li
     return roles, [r for r in runs if r.model in models and r.corpus == c.corpus and all(x in r.roles for x in roles)]
 
 
-def _partial_why(c: CellVerdict, runs: list[RunSpec], scores: RunScores) -> list[str]:
-    """Why a cell is partial: a run of the cell is partial, or a --roles piece left out a role of
+def _partial_why(c: CellVerdict, runs: list[RunSpec], scores: RunScores, replicates: tuple = ()) -> list[str]:
+    """Why a cell is partial: a run of the cell is partial (its roles' systems, and those of their
+    seed ``replicates``, not all generated over the suite), or a --roles piece left out a role of
     the cell that the protocol plans for the run."""
     roles, planned = _cell_runs(c, runs)
     models = c.model.split("+")
-    why = sorted({f"{r.run_dir.name}: {scores.partial_for(r, roles)}" for r in planned if scores.partial_for(r, roles)})
+    mine = (*roles, *(x for x in replicates if x not in roles))
+    why = sorted({f"{r.run_dir.name}: {scores.partial_for(r, mine)}" for r in planned if scores.partial_for(r, mine)})
     pieces = [r for r in runs if r.model in models and r.corpus == c.corpus and r.planned and r not in planned]
     why += sorted(
         {
@@ -207,7 +237,10 @@ def flag_cells(paper: Paper, runs: list[RunSpec], scores: RunScores, cells: list
         c.flags.extend(claim.flags)  # the paper file's own labels (e.g. hardware-dependent)
         if c.n_prompts and c.n_prompts < FEW_PROMPTS:
             c.flags.append(f"{FLAG_FEW} ({c.n_prompts})")
-        why = _partial_why(c, runs, scores)
+        replicates = tuple(
+            x for b in c.baselines.split(", ") for p in paper.seed_pairs(c.corpus, c.method, b) for x in p
+        )
+        why = _partial_why(c, runs, scores, replicates)
         if why:
             c.flags.append(f"{FLAG_PARTIAL}: " + "; ".join(why))
         # the trained heads of the cell's roles, read from their recorded training history
@@ -221,7 +254,8 @@ def flag_cells(paper: Paper, runs: list[RunSpec], scores: RunScores, cells: list
             if never and role == c.method and c.verdict in (REPRODUCED, SMALLER, LARGER):
                 c.why = f"never counted as reproduced: {never} (on its interval alone: {c.verdict}, {c.why})"
                 c.verdict = INCONCLUSIVE
-        c.flags.extend(beside_labels(paper, c, planned, scores))
+        c.beside = beside_of(paper, c, planned, scores)
+        c.flags.extend(beside_text(x, len(planned)) for x in c.beside)
         # the same evidence as an earlier cell (the same comparisons of the same scores)
         key = (c.model, c.corpus, c.method, c.baselines, c.scores, claim.direction, c.kind, c.diagnostic)
         if key in seen and c.counted:
@@ -237,13 +271,15 @@ FLAG_BESIDE = "beside"
 CEILING = "-ceiling"
 
 
-def beside_labels(paper: Paper, c: CellVerdict, planned: list[RunSpec], scores: RunScores) -> list[str]:
+def beside_of(paper: Paper, c: CellVerdict, planned: list[RunSpec], scores: RunScores) -> list[dict]:
     """The protocol's ``beside`` scores (FCTG: attribute accuracy) of the cell's roles in each of its
-    runs, with their intervals, each side's mean over its seeds where it has replicates
-    (``[protocol.seeds]``), and the score's ceiling where scores.json has one (``SCORE-ceiling``): what
-    a reader needs beside a verdict on text quality, never read by the rules."""
+    runs: per role its value and interval, and its mean over its seeds where it has replicates
+    (``[protocol.seeds]``); the score's ceiling where scores.json has one (``SCORE-ceiling``). What a
+    reader needs beside a verdict on text quality; the rules never read it. One entry per score and run:
+    {"score", "run", "roles": [{"role", "value", "ci_low", "ci_high", "seeds", "seed_mean"}], "ceiling"}."""
     out = []
     roles = [x for x in (c.method, *c.baselines.split(", ")) if x]
+    table = (paper.protocol.get("seeds") or {}).get(c.corpus) or {}
     for score in paper.protocol.get("beside") or ():
         for run in planned:
             systems = (scores.doc(run) or {}).get("systems") or {}
@@ -251,28 +287,44 @@ def beside_labels(paper: Paper, c: CellVerdict, planned: list[RunSpec], scores: 
             def entry(role, score=score, systems=systems, run=run):
                 return ((systems.get(run.roles.get(role, "")) or {}).get("scores") or {}).get(score) or {}
 
-            parts = []
+            found = []
             for role in roles:
                 e = entry(role)
                 if e.get("value") is None:
                     continue
-                text = f"{role} {fmt.value(e['value'])}"
-                if e.get("ci_low") is not None:
-                    text += f" [{fmt.value(e['ci_low'])}, {fmt.value(e['ci_high'])}]"
-                reps = ((paper.protocol.get("seeds") or {}).get(c.corpus) or {}).get(role) or []
-                vals = [entry(x).get("value") for x in (role, *reps)]
-                if reps and None not in vals:
-                    text += f", over its {len(vals)} seeds {fmt.value(sum(vals) / len(vals))}"
-                parts.append(text)
+                vals = [entry(x).get("value") for x in (role, *table.get(role, []))]
+                full = len(vals) > 1 and None not in vals
+                found.append(
+                    {
+                        "role": role,
+                        "value": e["value"],
+                        "ci_low": e.get("ci_low"),
+                        "ci_high": e.get("ci_high"),
+                        "seeds": len(vals) if full else 1,
+                        "seed_mean": sum(vals) / len(vals) if full else None,
+                    }
+                )
             ceiling = next(
-                (x.get("value") for x in (entry(r, score + CEILING) for r in roles) if x.get("value") is not None),
-                None,
+                (x.get("value") for x in (entry(r, score + CEILING) for r in roles) if x.get("value") is not None), None
             )
-            if parts:
-                ceil = f"; its ceiling {fmt.value(ceiling)}" if ceiling is not None else ""
-                where = f" ({run.run_dir.name})" if len(planned) > 1 else ""
-                out.append(f"{FLAG_BESIDE}: {score}{where}: " + "; ".join(parts) + ceil)
+            if found:
+                out.append({"score": score, "run": run.run_dir.name, "roles": found, "ceiling": ceiling})
     return out
+
+
+def beside_text(x: dict, runs: int = 1) -> str:
+    """One ``beside_of`` entry as the cell's label."""
+    parts = []
+    for r in x["roles"]:
+        text = f"{r['role']} {fmt.value(r['value'])}"
+        if r["ci_low"] is not None:
+            text += f" [{fmt.value(r['ci_low'])}, {fmt.value(r['ci_high'])}]"
+        if r["seed_mean"] is not None:
+            text += f", over its {r['seeds']} seeds {fmt.value(r['seed_mean'])}"
+        parts.append(text)
+    ceil = f"; its ceiling {fmt.value(x['ceiling'])}" if x["ceiling"] is not None else ""
+    where = f" ({x['run']})" if runs > 1 else ""
+    return f"{FLAG_BESIDE}: {x['score']}{where}: " + "; ".join(parts) + ceil
 
 
 def missing_baselines(runs: list[RunSpec], scores: RunScores, cells: list[CellVerdict]) -> list[str]:

@@ -214,12 +214,14 @@ class Paper:
     def seed_pairs(self, corpus: str, method: str, baseline: str) -> list[tuple[str, str]]:
         """The seed-paired roles of a comparison on ``corpus`` (``[protocol.seeds.CORPUS]``): (method,
         baseline) first (seed 0), then each replicate of the method with the baseline's of the same
-        position; [] where either side has no replicates there (the comparison rests on seed 0)."""
+        position; a side without replicates is repeated (its one seed against each of the other's);
+        [] where neither side has replicates there (the comparison rests on seed 0)."""
         table = (self.protocol.get("seeds") or {}).get(corpus) or {}
         m, b = table.get(method), table.get(baseline)
-        if not m or not b:
+        if not m and not b:
             return []
-        return [(method, baseline), *zip(m, b)]
+        n = len(m or b)
+        return [(method, baseline), *zip(m or [method] * n, b or [baseline] * n)]
 
 
 def all_roles(protocol: dict) -> dict[str, str]:

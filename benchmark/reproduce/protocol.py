@@ -8,7 +8,8 @@ the runner's: resumable after any interruption, byte-identical when finished, an
 ``--shard i/n`` (each run's batches are split the same way). Scoring is ``score_run`` with the
 protocol's metrics, skipped when ``scores.json`` already scores the same generations and metrics.
 The fit meta of every trained head a run uses (its training history among it) is copied beside the
-runs, to ``<out>/heads/<run>/`` (``record_heads``): the heads stay in the cache, too large to commit.
+runs, to ``<out>/heads/<run>/`` (``record_heads``): the heads stay in the cache, too large to commit;
+so is each adapter's training meta (``record_adapters``: ``<model>.json``).
 """
 
 from __future__ import annotations
@@ -404,6 +405,46 @@ def record_heads(run: RunSpec) -> list[str]:
     return warnings
 
 
+def record_adapters(run: RunSpec) -> list[str]:
+    """Copy the training meta of every adapter the run's manifest records (``models``: each model's
+    ``options.adapter``: name, key, sha256) from the adapter cache to ``<out>/heads/<run>/<model>.json``,
+    beside the heads' (``adapters.trained_adapters`` reads it there, by its sha256). Returns one
+    warning line per adapter that is not in this machine's cache (and has no file yet)."""
+    from maxbench.fileio import atomic_write
+    from maxbench.rundir import read_manifest
+    from maxbench.systems.adapters.base import adapter_directory
+
+    try:
+        models = read_manifest(run.run_dir).get("models") or {}
+    except MaxbenchError:
+        return []
+    out, warnings = run.run_dir.parent.parent / HEADS / run.run_dir.name, []
+    for model, entry in sorted(models.items()):
+        adapter = ((entry or {}).get("options") or {}).get("adapter") or {}
+        sha, name, key = adapter.get("sha256"), adapter.get("name"), adapter.get("key")
+        if not (sha and name and key):
+            continue
+        path = out / f"{model}.json"
+        try:
+            if json.loads(path.read_text()).get("sha256") == sha:
+                continue
+        except (OSError, ValueError):
+            pass
+        try:
+            meta = json.loads((adapter_directory(name, key) / "meta.json").read_text())
+        except (OSError, ValueError):
+            meta = None
+        if not isinstance(meta, dict) or meta.get("sha256") != sha:
+            warnings.append(
+                f"warning: the {name} adapter of {model} in run {run.run_dir.name} (sha256 {sha[:12]}...) is not in "
+                f"this machine's adapter cache: its training meta is not recorded in {out}"
+            )
+            continue
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, json.dumps(meta, indent=1) + "\n")
+    return warnings
+
+
 def scores_current(run_dir: Path, metrics: list[str]) -> bool:
     """Whether the run's scores.json scores its present generations (``ScoresFile.stale``, the rule
     every reader of scores keeps) with these metrics."""
@@ -433,7 +474,7 @@ def execute(
 
     for run in runs:
         generate_run(run.plan, device=device, threads=threads, shard=shard, progress=progress)
-        for line in record_heads(run):
+        for line in record_heads(run) + record_adapters(run):
             print(f"maxbench: {line}", file=sys.stderr, flush=True)
     if shard is not None:
         return

@@ -15,11 +15,18 @@ from maxbench.benchmark.reproduce.claims import rows_table
 from maxbench.benchmark.reproduce.controls import sections as control_sections
 from maxbench.benchmark.reproduce.controls import summary as control_summary
 from maxbench.benchmark.reproduce.evidence import read_scores, run_table
-from maxbench.benchmark.reproduce.judge import FLAG_PARTIAL, claim_verdict, headline, unadjusted, with_settings
+from maxbench.benchmark.reproduce.judge import (
+    FLAG_PARTIAL,
+    claim_verdict,
+    headline,
+    rules_text,
+    unadjusted,
+    with_settings,
+)
 from maxbench.benchmark.reproduce.kinds import kind_of
 from maxbench.benchmark.reproduce.matched import section as matched_section
 from maxbench.benchmark.reproduce.papers import SCORES_KEY, SETTING_SEP, Claim, Paper
-from maxbench.benchmark.reproduce.verdicts import NOT_COMPARABLE, RULES
+from maxbench.benchmark.reproduce.verdicts import NOT_COMPARABLE
 from maxbench.document import Cell, Code, Para, Section, Table, num
 
 
@@ -183,12 +190,13 @@ def claim_section(rep: Report, claim: Claim) -> Section:
     if seeded:
         s.bullets.append(
             Para(
-                "Seeds: where the method and its baseline were each trained with several seeds, a row (and "
-                "its cell) rests on their seed-averaged scores, the seeds paired ({}); its interval is a "
-                "two-stage bootstrap (seed pairs, then prompts, resampled together), so it holds the "
-                "seeds' variation as well as the prompts' (with few seeds, coarsely: 3 seeds give 10 "
-                "distinct draws). The sd beside a mean is the seeds'. The last table gives each seed "
-                "pair's own effect.",
+                "Seeds: where the method or its baseline was trained with several seeds, a row (and its "
+                "cell) rests on their seed-averaged scores, the seeds paired ({}; a side with one seed "
+                "repeated); its interval is a t interval whose variance adds the prompts' sampling (a "
+                "bootstrap over prompts, the seeds fixed) and the seed pairs' spread, so seeds that "
+                "disagree widen it however many prompts there are (with 3 seeds, near t on 2 degrees of "
+                "freedom). The sd beside a mean is the seeds'. The last table gives each seed pair's own "
+                "effect.",
                 ("; ".join(sorted({", ".join(f"{x['method']} vs {x['baseline']}" for x in r.seeds) for r in seeded})),),
             )
         )
@@ -408,7 +416,7 @@ def sections(rep: Report) -> list[Section]:
     added by ``exports.write``)."""
     paper = rep.paper
     by_id = {c.id: c for c in with_settings(paper).claims}
-    rules = Section("Verdict rules", level=2, paragraphs=[Para("{}", (RULES,))])
+    rules = Section("Verdict rules", level=2, paragraphs=[Para("{}", (rules_text(paper),))])
     dev = Section("Deviations and reading choices", level=2, bullets=deviations(paper))
     out = [head_section(rep), rules, verdicts_section(rep, by_id), dev]
     out += [claim_section(rep, claim) for claim in paper.claims if not claim.diagnostic]

@@ -50,10 +50,16 @@ from maxbench.benchmark.reproduce.protocol import RunSpec
 TRACE = "figure2-trace.json"
 
 
-def build(paper: Paper, runs: list[RunSpec], pairs: Pairs, previous_heads: list[dict] | None = None) -> Report:
+def build(
+    paper: Paper,
+    runs: list[RunSpec],
+    pairs: Pairs,
+    previous_heads: list[dict] | None = None,
+    previous_adapters: list[dict] | None = None,
+) -> Report:
     """Every claim's rows and cells (the sensitivity settings' claims judged like any diagnostic),
-    decided, flagged, identical rows marked; ``previous_heads`` is the committed report's heads list
-    (``evidence.trained_heads``)."""
+    decided, flagged, identical rows marked; ``previous_heads`` and ``previous_adapters`` are the
+    committed report's heads and adapters lists (``evidence.trained_heads``, ``adapters.trained_adapters``)."""
     evidence = Evidence.of(runs, pairs)
     rows, cells = [], []
     judged = with_settings(paper)
@@ -61,7 +67,7 @@ def build(paper: Paper, runs: list[RunSpec], pairs: Pairs, previous_heads: list[
         r, c = claim_cells(claim, judged, evidence)
         rows += r
         cells += c
-    trained = adapters.trained_adapters(runs)
+    trained = adapters.trained_adapters(runs, previous_adapters)
     held = adapters.hold_inert(judged, runs, cells, trained)  # out of Holm's family before it is formed
     decide_cells(judged, cells)
     adapters.mark_inert(held)
@@ -72,11 +78,11 @@ def build(paper: Paper, runs: list[RunSpec], pairs: Pairs, previous_heads: list[
     return Report(paper=paper, evidence=evidence, rows=rows, cells=cells, heads=heads, adapters=trained, matched=found)
 
 
-def _committed_heads(out: Path) -> list[dict]:
-    """The heads list of the report.json already in ``out`` ([] if none or unreadable)."""
+def _committed(out: Path, key: str) -> list[dict]:
+    """The ``key`` list (heads, adapters) of the report.json already in ``out`` ([] if none or unreadable)."""
     try:
-        return list(json.loads((out / "report.json").read_text()).get("heads") or [])
-    except (OSError, ValueError, AttributeError):
+        return list(json.loads((out / "report.json").read_text()).get(key) or [])
+    except (OSError, ValueError, AttributeError, TypeError):
         return []
 
 
@@ -100,7 +106,7 @@ def write_report(
     from maxbench.benchmark.reproduce.flipped import flip_rows, flip_section
 
     pairs = Pairs(n_resamples, out / PAIRS)
-    rep = build(paper, runs, pairs, _committed_heads(out))
+    rep = build(paper, runs, pairs, _committed(out, "heads"), _committed(out, "adapters"))
     rep.controls = check_controls(paper, out)
     for ctrl in rep.controls:  # the run cell each control controls says so
         spec = ctrl.spec

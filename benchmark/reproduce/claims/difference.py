@@ -30,6 +30,14 @@ from maxbench.benchmark.reproduce.protocol import RunSpec
 from maxbench.benchmark.reproduce.verdicts import Estimate, combine_folds, mcnemar_p, relative, summarise
 
 
+def _estimate(got: list | None, how: str) -> Estimate:
+    """A seed-averaged (estimate, low, high, se, df) as an ``Estimate`` of one run (df None: normal)."""
+    if not got:
+        return Estimate(None, None, None, None, None, 1, how)
+    est, lo, hi, se, df = got
+    return Estimate(est, lo, hi, se, df if df is not None and math.isfinite(df) else None, 1, how)
+
+
 def mean_sd(values: list[float | None]) -> tuple[float | None, float | None]:
     """Mean and sd over folds (None if a fold has no value; no sd for one fold)."""
     vals = [v for v in values if v is not None]
@@ -111,24 +119,33 @@ class Difference(ClaimKind):
 
     def measure(self, row: Row, claim: Claim, docs: list[tuple[RunSpec, dict]], evidence: Evidence, seeds=()) -> None:
         """Fill the row's means, difference and relative difference from its runs' scores: in a run
-        where two or more of the comparison's seed pairs are generated, from their seed-averaged
-        scores (``seeded``), each pair's own estimate kept in ``row.seeds``."""
+        where two or more of the comparison's seed pairs (``Paper.seed_pairs``) are generated, from
+        their seed-averaged scores (``seeded``), each pair's own estimate kept in ``row.seeds``; the
+        row says how many of its seed pairs it rests on."""
         method, baseline, score = row.method, row.baseline, row.score
-        diffs, rels = [], []
+        diffs, rels, averaged_est = [], [], None
         m_vals = [fold_value(r, d, method, score) for r, d in docs]
         b_vals = [fold_value(r, d, baseline, score) for r, d in docs]
-        why, averaged = "", ""
+        why, averaged, seed_notes = "", "", []
         for k, (r, d) in enumerate(docs):
             present = [p for p in seeds if all(x in r.roles and r.roles[x] in d.get("systems", {}) for x in p)]
             got = self.seeded(row, r, d, present, evidence) if len(present) > 1 else None
+            if seeds and len(present) < len(seeds):
+                rests = "" if len(present) > 1 else ": rests on seed 0"
+                seed_notes.append(f"{len(present)} of {len(seeds)} seed pairs generated in {r.run_dir.name}{rests}")
+            elif seeds and got is None:
+                seed_notes.append("no seed-averaged interval for this score: rests on seed 0")
             if got is not None:
-                diffs.append(tuple(got["difference"]))
-                rels.append(tuple(got["log_ratio"]) if got["log_ratio"] else (None, None, None))
+                diffs.append(tuple(got["difference"][:3]))
+                rels.append(tuple(got["log_ratio"][:3]) if got["log_ratio"] else (None, None, None))
+                averaged_est = (got["difference"], got["log_ratio"])
                 m_vals[k], b_vals[k] = got["a"], got["b"]
+                if len(docs) == 1:
+                    row.n_prompts = got["n_prompts"]  # the prompts every seed's systems were scored on
                 averaged = (
                     f"seed-averaged over {got['n_seeds']} seed pairs ("
                     + ", ".join(f"{a} vs {b}" for a, b in present)
-                    + f"{'' if len(present) == len(seeds) else f'; {len(present)} of {len(seeds)} generated'}): "
+                    + "): "
                     + got["method"]
                 )
                 why = why or ("" if got["log_ratio"] else "a value is not positive: no ratio scale")
@@ -144,8 +161,11 @@ class Difference(ClaimKind):
             why = why or (how if lr is None else "")
         row.diff = combine_folds(diffs)
         row.rel = relative(combine_folds(rels))
-        if averaged:  # what the interval is; with folds, each fold's where its seeds are generated
-            how = averaged if len(docs) == 1 else f"{row.rel.method}; where a fold has seeds: {averaged}"
+        if averaged and len(docs) == 1:  # one run: the seed-averaged t interval itself, its se and df
+            row.diff = _estimate(averaged_est[0], averaged)
+            row.rel = relative(_estimate(averaged_est[1], averaged))
+        elif averaged:  # with folds, each fold's where its seeds are generated
+            how = f"{row.rel.method}; where a fold has seeds: {averaged}"
             row.diff, row.rel = replace(row.diff, method=how), replace(row.rel, method=how)
         pairs = paired_binary(docs[0][0], docs[0][1], method, baseline, score) if len(docs) == 1 else None
         pairs = None if averaged else pairs
@@ -165,6 +185,8 @@ class Difference(ClaimKind):
             row.note = "the baseline's value is 0: no relative scale"
         elif why and row.diff.defined:
             row.note = why
+        if seed_notes and docs:
+            row.note = "; ".join(x for x in (row.note, "seeds: " + "; ".join(seed_notes)) if x)
 
     def seeded(self, row: Row, run: RunSpec, doc: dict, present: list, evidence: Evidence) -> dict | None:
         """The seed-averaged comparison of ``row``'s score in one run over the seed pairs ``present``

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from maxbench.benchmark.reproduce import adapters
 from maxbench.benchmark.reproduce.cells import Report
 from maxbench.benchmark.reproduce.evidence import Evidence, Pairs, RunScores
-from maxbench.benchmark.reproduce.judge import beside_labels, decide_cells, headline
+from maxbench.benchmark.reproduce.judge import beside_of, beside_text, decide_cells, headline
 from maxbench.benchmark.reproduce.protocol import RunSpec
 from maxbench.benchmark.reproduce.render import sections
 from maxbench.benchmark.reproduce.verdicts import NOT_COMPARABLE, Estimate, relative
@@ -43,21 +43,28 @@ def _meta(sha: str, inert_mva: bool) -> dict:
     }
 
 
-def _run(root, sha="a" * 64, meta: dict | None = None, scores: dict | None = None) -> RunSpec:
+def _run(root, sha="a" * 64, meta: dict | None = None, scores: dict | None = None, baseline_meta=None) -> RunSpec:
     """A run of the toy paper (m1 on c) whose manifest records an FCTG adapter of this sha256, its
-    meta committed under heads/<run>/ (``meta``), and a scores.json with ``scores`` per system."""
+    meta committed under heads/<run>/ (``meta``; ``baseline_meta``: the softmax role is an adapted
+    model too, sha256 "c" * 64), and a scores.json with ``scores`` per system."""
     run_dir = root / "runs" / "m1-c"
     run_dir.mkdir(parents=True)
     adapter = {"name": "fctg", "key": "0" * 24, "sha256": sha}
-    manifest = {"systems": {FCTG: {}}, "models": {"m1+fctg": {"options": {"adapter": adapter}}, "m1": {}}}
-    (run_dir / "manifest.json").write_text(json.dumps(manifest))
-    if meta is not None:
+    models = {"m1+fctg": {"options": {"adapter": adapter}}, "m1": {}}
+    roles = {"softmax": "m1/softmax/top_k=40", "fctg": FCTG}
+    if baseline_meta is not None:
+        models["m1+fctg(mu=0.5)"] = {"options": {"adapter": {"name": "fctg", "key": "1" * 24, "sha256": "c" * 64}}}
+        roles["softmax"] = "m1+fctg(mu=0.5)/softmax/top_k=40"
+    (run_dir / "manifest.json").write_text(json.dumps({"systems": {FCTG: {}}, "models": models}))
+    if meta is not None or baseline_meta is not None:
         (root / "heads" / "m1-c").mkdir(parents=True)
+    if meta is not None:
         (root / "heads" / "m1-c" / "m1+fctg.json").write_text(json.dumps(meta))
+    if baseline_meta is not None:
+        (root / "heads" / "m1-c" / "m1+fctg(mu=0.5).json").write_text(json.dumps(baseline_meta))
     if scores is not None:
         (run_dir / "scores.json").write_text(json.dumps({"systems": scores}))
     plan = SimpleNamespace(run_dir=run_dir, suite=SimpleNamespace(items=[{}] * 80, name="s"), systems=[], corpus="c")
-    roles = {"softmax": "m1/softmax/top_k=40", "fctg": FCTG}
     return RunSpec("m1", "c", None, plan, roles, roles["softmax"])
 
 
@@ -86,7 +93,7 @@ def test_an_adapter_s_meta_is_read_from_its_committed_copy_by_the_manifest_s_sha
     assert rec["gate"]["quantiles"]["q90"] == 0.38 and rec["moved"]["mva"] == 0.98 and not rec["inert"]["mva"]
     # a committed meta of other bits is not this adapter's
     other = _run(tmp_path / "other", sha="b" * 64, meta=_meta("a" * 64, inert_mva=False))
-    assert adapters.trained_adapters([other]) == {}
+    assert adapters.trained_adapters([other]) == {("m1-c", "m1+fctg"): None}
 
 
 def test_an_ablation_of_an_inert_component_is_not_comparable_and_outside_the_counts(tmp_path):
@@ -101,10 +108,32 @@ def test_an_ablation_of_an_inert_component_is_not_comparable_and_outside_the_cou
     adapters.mark_inert(held)
     assert abl.verdict == NOT_COMPARABLE and abl.why.startswith("component inert: fctg's mva moved by 0.004 (< 0.01)")
     assert main.verdict != NOT_COMPARABLE  # the main claim names no component: judged as usual
+    assert [d.verdict.verdict for d in abl.details] == [NOT_COMPARABLE]  # its comparisons say so too
     assert headline(paper, [abl, main])["cells"] == 1
     # the same cell with a gate that moved is judged as usual
     moved = _run(tmp_path / "moved", meta=_meta("a" * 64, inert_mva=False))
     assert adapters.hold_inert(paper, [moved], [_cell("abl")], adapters.trained_adapters([moved])) == []
+    # a baseline whose gate is shut by design (mu above its start) is what the claim compares: not held
+    shut = _run(tmp_path / "shut", meta=_meta("a" * 64, False), baseline_meta=_meta("c" * 64, True))
+    recs = adapters.trained_adapters([shut])
+    assert recs[("m1-c", "m1+fctg(mu=0.5)")]["inert"]["mva"]
+    assert adapters.hold_inert(paper, [shut], [_cell("abl")], recs) == []
+    # a method whose adapter's meta is found nowhere cannot be checked: held, and says why
+    lost = _run(tmp_path / "lost")
+    assert adapters.trained_adapters([lost]) == {("m1-c", "m1+fctg"): None}
+    ((c, why),) = adapters.hold_inert(paper, [lost], [_cell("abl")], adapters.trained_adapters([lost]))
+    assert "fctg's adapter has no training meta here (m1-c): its mva cannot be checked" in why
+
+
+def test_a_re_rendering_without_the_metas_keeps_the_committed_report_s_record(tmp_path):
+    run = _run(tmp_path, meta=_meta("a" * 64, inert_mva=True))
+    before = [{"run": "m1-c", "model": "m1+fctg", **adapters.trained_adapters([run])[("m1-c", "m1+fctg")]}]
+    (tmp_path / "heads" / "m1-c" / "m1+fctg.json").unlink()  # a machine without the committed copy
+    assert adapters.trained_adapters([run]) == {("m1-c", "m1+fctg"): None}
+    kept = adapters.trained_adapters([run], before)[("m1-c", "m1+fctg")]
+    assert kept["inert"]["mva"] and kept["source"] == "heads/m1-c/m1+fctg.json"
+    other = [dict(before[0], sha256="d" * 64)]  # another adapter's record is not this one's
+    assert adapters.trained_adapters([run], other) == {("m1-c", "m1+fctg"): None}
 
 
 def test_the_report_shows_each_adapter_s_training_and_gate(tmp_path):
@@ -132,8 +161,44 @@ def test_attribute_accuracy_and_its_ceiling_stand_beside_every_cell(tmp_path):
         "m1/softmax/top_k=40": {"scores": {"attr-acc": {"value": 0.45}, "attr-acc-ceiling": {"value": 0.875}}},
     }
     run = _run(tmp_path, scores=scores)
-    (label,) = beside_labels(paper, _cell("main"), [run], RunScores([run]))
-    assert label == "beside: attr-acc: fctg 0.5 [0.4, 0.61]; softmax 0.45; its ceiling 0.875"
+    (entry,) = beside_of(paper, _cell("main"), [run], RunScores([run]))
+    assert entry["ceiling"] == 0.875 and [r["role"] for r in entry["roles"]] == ["fctg", "softmax"]
+    assert beside_text(entry) == "beside: attr-acc: fctg 0.5 [0.4, 0.61]; softmax 0.45; its ceiling 0.875"
     (tmp_path / "plain").mkdir()
     plain = _paper(tmp_path / "plain")
-    assert beside_labels(plain, _cell("main"), [run], RunScores([run])) == []  # only where the protocol asks
+    assert beside_of(plain, _cell("main"), [run], RunScores([run])) == []  # only where the protocol asks
+    # a role with seed replicates: its mean over its seeds beside its seed 0
+    (tmp_path / "seeded").mkdir()
+    seeded = _paper(tmp_path / "seeded", extra='beside = ["attr-acc"]')
+    text = seeded.path.read_text().replace('fctg = "fctg"\n', 'fctg = "fctg"\nfctg-seed1 = "fctg-seed1"\n')
+    seeded.path.write_text(text + '\n[protocol.seeds."c"]\nfctg = ["fctg-seed1"]\n')
+    from maxbench.benchmark.reproduce.papers import load_paper
+
+    seeded = load_paper(str(seeded.path))
+    scores["m1+fctg(seed=1)/softmax/top_k=40"] = {"scores": {"attr-acc": {"value": 0.6}}}
+    (tmp_path / "seeded-run").mkdir()
+    run = _run(tmp_path / "seeded-run", scores=scores)
+    run.roles["fctg-seed1"] = "m1+fctg(seed=1)/softmax/top_k=40"
+    (entry,) = beside_of(seeded, _cell("main"), [run], RunScores([run]))
+    assert beside_text(entry).startswith("beside: attr-acc: fctg 0.5 [0.4, 0.61], over its 2 seeds 0.55; softmax")
+
+
+def test_a_reproduction_commits_each_adapter_s_meta_beside_its_run(tmp_path, monkeypatch):
+    from maxbench.benchmark.reproduce.protocol import record_adapters
+    from maxbench.systems.adapters.base import adapter_directory
+
+    monkeypatch.setenv("MAXBENCH_HOME", str(tmp_path / "home"))
+    run = _run(tmp_path / "out")
+    cache = adapter_directory("fctg", "0" * 24)
+    cache.mkdir(parents=True)
+    (cache / "meta.json").write_text(json.dumps(_meta("a" * 64, inert_mva=False)))
+    assert record_adapters(run) == []
+    copied = tmp_path / "out" / "heads" / "m1-c" / "m1+fctg.json"
+    assert json.loads(copied.read_text())["sha256"] == "a" * 64
+    assert adapters.trained_adapters([run])[("m1-c", "m1+fctg")]["source"] == "heads/m1-c/m1+fctg.json"
+    # an adapter this machine does not hold (other bits in the cache): one warning line, nothing copied
+    (cache / "meta.json").write_text(json.dumps(_meta("e" * 64, inert_mva=False)))
+    copied.unlink()
+    (warning,) = record_adapters(run)
+    assert "the fctg adapter of m1+fctg in run m1-c" in warning and "not in this machine's adapter cache" in warning
+    assert not copied.exists()
