@@ -138,6 +138,8 @@ class Pairs:
         self.stored: dict = {}
         self.used: dict = {}
         self.computed = 0
+        self._memo: dict = {}  # (run, system, metric) -> its scores, for entries computed afresh
+        self._batches: dict = {}  # run -> its systems' text batches
         if path is not None and path.exists():
             try:
                 doc = json.loads(path.read_text())
@@ -159,20 +161,29 @@ class Pairs:
                 self.computed += 1
         return self.used[key]
 
+    def _scores(self, run_dir: Path, system: str, metric: str) -> dict:
+        """The scores of ``metric`` for one system of the run, computed once per report (an entry
+        computed afresh often needs a system another entry has computed)."""
+        from maxbench.benchmark.metrics.base import get_metric
+        from maxbench.benchmark.metrics.scoring import load_batches
+
+        key = (run_dir, system, metric)
+        if key not in self._memo:
+            if run_dir not in self._batches:
+                self._batches[run_dir] = load_batches(run_dir)[1]
+            self._memo[key] = get_metric(metric).compute(self._batches[run_dir][system]).scores
+        return self._memo[key]
+
     def compare(self, run_dir: Path, a: str, b: str, metric: str, score: str, signature: str = ""):
         """(difference, ci_low, ci_high) of ``score`` between systems a and b of the run, or None."""
 
         def compute():
-            from maxbench.benchmark.metrics.base import get_metric
-            from maxbench.benchmark.metrics.scoring import load_batches
             from maxbench.benchmark.metrics.stats import paired_test
 
-            _, batches = load_batches(run_dir)
-            m = get_metric(metric)
-            ra, rb = m.compute(batches[a]), m.compute(batches[b])
+            ra, rb = self._scores(run_dir, a, metric), self._scores(run_dir, b, metric)
             out = {}
-            for name, sa in ra.scores.items():
-                sb = rb.scores[name]
+            for name, sa in ra.items():
+                sb = rb[name]
                 if sa.value is None or sb.value is None:
                     out[name] = None
                     continue
@@ -197,18 +208,14 @@ class Pairs:
         from maxbench.benchmark.metrics.stats import DEFAULT_LEVEL, DEFAULT_SEED, SEED_AVERAGED_METHOD
 
         def compute():
-            from maxbench.benchmark.metrics.base import get_metric
-            from maxbench.benchmark.metrics.scoring import load_batches
             from maxbench.benchmark.metrics.stats import seed_averaged
 
-            _, batches = load_batches(run_dir)
-            m = get_metric(metric)
-            stats = {s: m.compute(batches[s]).scores for pair in pairs for s in pair}
+            stats = {s: self._scores(run_dir, s, metric) for pair in pairs for s in pair}
             out = {}
             for name in stats[pairs[0][0]]:
                 xs = [stats[a][name] for a, _ in pairs]
                 ys = [stats[b].get(name) for _, b in pairs]
-                if any(s is None or s.value is None for s in (*xs, *ys)):
+                if any(s is None or s.value is None or s.stats is None for s in (*xs, *ys)):
                     out[name] = None
                     continue
                 got = seed_averaged([x.stats for x in xs], [y.stats for y in ys], self.n_resamples)
