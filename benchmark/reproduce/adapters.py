@@ -30,6 +30,8 @@ from maxbench.errors import MaxbenchError
 
 #: the label of a cell whose ablated component did not train
 FLAG_INERT = "component inert"
+#: the label of a cell whose method's adapter has no training meta to tell whether it trained
+FLAG_UNCHECKED = "component unchecked"
 #: the gate quantiles the report shows (keys of the meta's ``gate.quantiles``)
 QUANTILES = ("q10", "q50", "q90", "q99")
 
@@ -139,19 +141,25 @@ def hold_inert(paper: Paper, runs: list[RunSpec], cells: list[CellVerdict], adap
                     why.append(f"{role}'s {claim.component} moved{by} (< 0.01) from its start in {run.run_dir.name}")
         if why:
             c.counted = False
-            held.append((c, "; ".join(why)))
+            inert = any(" moved" in x for x in why)
+            held.append((c, FLAG_INERT if inert else FLAG_UNCHECKED, "; ".join(why)))
     return held
 
 
 def mark_inert(held: list) -> None:
     """The held cells' verdicts, after every other is decided: not comparable, with why, the cell's
     and each of its comparisons'."""
-    for c, why in held:
+    for c, flag, why in held:
         c.verdict = NOT_COMPARABLE
-        c.why = f"{FLAG_INERT}: {why}: removing a part that never trained measures nothing about it"
+        tail = (
+            "removing a part that never trained measures nothing about it"
+            if flag == FLAG_INERT
+            else "its training cannot be checked"
+        )
+        c.why = f"{flag}: {why}: {tail}"
         for comp in c.details:
             comp.verdict = Verdict(NOT_COMPARABLE, c.why)
-        c.flags.append(f"{FLAG_INERT}: outside the counts")
+        c.flags.append(f"{flag}: outside the counts")
 
 
 def _gate_text(gate: dict) -> str:

@@ -58,9 +58,9 @@ SEEDS_RULE = (
 )
 #: the rules' sentence for a paper with ablation claims (``component``)
 COMPONENT_RULE = (
-    " Ablations: a cell of a claim that removes a trained component is not comparable (component inert), "
-    "outside the counts and Holm's family, where the method's adapter records that component's trained "
-    "values as moved by under 0.01 from their start, or has no training meta to tell."
+    " Ablations: a cell of a claim that removes a trained component is not comparable, outside the counts "
+    "and Holm's family, where the method's adapter records that component's trained values as moved by "
+    "under 0.01 from their start (component inert), or has no training meta to tell (component unchecked)."
 )
 
 

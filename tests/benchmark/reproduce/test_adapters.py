@@ -102,7 +102,8 @@ def test_an_ablation_of_an_inert_component_is_not_comparable_and_outside_the_cou
     recs = adapters.trained_adapters([run])
     abl, main = _cell("abl"), _cell("main")
     held = adapters.hold_inert(paper, [run], [abl, main], recs)
-    assert [c.claim for c, _ in held] == ["abl"] and not abl.counted and main.counted
+    assert [(c.claim, flag) for c, flag, _ in held] == [("abl", adapters.FLAG_INERT)]
+    assert not abl.counted and main.counted
     decide_cells(paper, [abl, main])
     assert abl.p_holm is None and main.p_holm is not None  # outside Holm's family
     adapters.mark_inert(held)
@@ -121,8 +122,10 @@ def test_an_ablation_of_an_inert_component_is_not_comparable_and_outside_the_cou
     # a method whose adapter's meta is found nowhere cannot be checked: held, and says why
     lost = _run(tmp_path / "lost")
     assert adapters.trained_adapters([lost]) == {("m1-c", "m1+fctg"): None}
-    ((c, why),) = adapters.hold_inert(paper, [lost], [_cell("abl")], adapters.trained_adapters([lost]))
-    assert "fctg's adapter has no training meta here (m1-c): its mva cannot be checked" in why
+    ((c, flag, why),) = adapters.hold_inert(paper, [lost], [_cell("abl")], adapters.trained_adapters([lost]))
+    assert flag == adapters.FLAG_UNCHECKED and "fctg's adapter has no training meta here (m1-c): its mva cannot" in why
+    adapters.mark_inert([(c, flag, why)])
+    assert c.why.startswith("component unchecked: ") and c.why.endswith("its training cannot be checked")
 
 
 def test_a_re_rendering_without_the_metas_keeps_the_committed_report_s_record(tmp_path):
