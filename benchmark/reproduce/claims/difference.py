@@ -176,9 +176,10 @@ class Difference(ClaimKind):
             )
         row.method_mean, row.method_sd = mean_sd(m_vals)
         row.baseline_mean, row.baseline_sd = mean_sd(b_vals)
-        if averaged and len(docs) == 1:  # one run: the sd is the seeds'
-            row.method_sd = mean_sd([x["method_value"] for x in row.seeds])[1]
-            row.baseline_sd = mean_sd([x["baseline_value"] for x in row.seeds])[1]
+        if averaged and len(docs) == 1:  # one run: the sd is the seeds' (none for a side with one seed)
+            for side, attr in (("method", "method_sd"), ("baseline", "baseline_sd")):
+                own = {x[side]: x[f"{side}_value"] for x in row.seeds}
+                setattr(row, attr, mean_sd(list(own.values()))[1])
         if docs and not any(metric_of(d, score) for _, d in docs):
             row.note = f"score '{score}' is not in the runs' scores.json"
         elif docs and any(b == 0 for b in b_vals if b is not None):

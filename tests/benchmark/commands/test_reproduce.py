@@ -1161,6 +1161,11 @@ def test_a_comparison_with_seed_replicates_rests_on_the_seed_averaged_scores(cle
     (row0,), _ = claim_cells(next(c for c in plain.claims if c.id == "ppl"), plain, Evidence.of([run], Pairs(200)))
     assert not row0.seeds and row0.method_mean == pytest.approx(g.value)
     assert row0.rel.estimate == pytest.approx(own[0])
+    # against sparsemax (one seed, repeated): graphmax's seeds averaged, no seed sd for sparsemax
+    vs = next(c for c in paper.claims if c.id == "vs-sparsemax")
+    rows, _ = claim_cells(vs, paper, Evidence.of([run], Pairs(200)))
+    assert all(r.seeds and r.baseline_sd is None and r.method_sd is not None for r in rows)
+    assert [x["baseline"] for x in rows[0].seeds] == ["sparsemax", "sparsemax"]
     # fold 1 plans no replicates (first-fold roles): its row rests on seed 0 and says so
     fold1 = plan_runs(paper, Options(), clean / "clean")[1]
     (row1,), _ = claim_cells(claim, paper, Evidence.of([fold1], Pairs(200)))
