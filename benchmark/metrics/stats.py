@@ -483,7 +483,10 @@ def seed_averaged(
     adds the prompts' sampling (a bootstrap over prompts with the seeds fixed) and the seeds'
     variation (the spread of the per-seed-pair values over S), so a comparison whose seeds disagree
     gets a wide interval however many prompts it has, on Welch-Satterthwaite degrees of freedom (with
-    3 seeds and a large seed spread, close to t with 2 df). None for a score that is not
+    3 seeds and a large seed spread, close to t with 2 df). Each seed's own prompt noise is in both
+    parts, which makes the interval conservative where it dominates. Where B is one system repeated,
+    B's own seed variation is in no part of it. In simulation (3 seeds, 60 prompts) it covers 94-96%
+    with seed effects, up to 99% without; with 2 seed pairs about 85%. None for a score that is not
     ``bootstrap_ok`` (no prompt bootstrap), fewer than two prompts, or a score undefined on the data."""
     if not a or len(a) != len(b):
         raise ValueError("seed_averaged needs the same number of seeds (at least one) on both sides")

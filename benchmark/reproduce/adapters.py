@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from maxbench import rundir
 from maxbench.benchmark.reproduce.cells import CellVerdict
-from maxbench.benchmark.reproduce.evidence import HEADS, read_json_object
+from maxbench.benchmark.reproduce.evidence import HEADS
 from maxbench.benchmark.reproduce.papers import Paper
-from maxbench.benchmark.reproduce.protocol import RunSpec
+from maxbench.benchmark.reproduce.protocol import RunSpec, read_json_object
 from maxbench.benchmark.reproduce.verdicts import NOT_COMPARABLE, Verdict
 from maxbench.document import Cell, Para, Section, Table, num
 from maxbench.errors import MaxbenchError

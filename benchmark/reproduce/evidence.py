@@ -26,7 +26,7 @@ from pathlib import Path
 
 from maxbench import rundir
 from maxbench.benchmark.reproduce.papers import Paper
-from maxbench.benchmark.reproduce.protocol import RunSpec
+from maxbench.benchmark.reproduce.protocol import RunSpec, read_json_object
 from maxbench.benchmark.reproduce.verdicts import best_epoch
 from maxbench.errors import MaxbenchError
 from maxbench.fileio import atomic_write
@@ -438,15 +438,6 @@ def run_table(runs: list[RunSpec]) -> list[dict]:
 #: the folder under a reproduction's folder that holds committed copies of its runs' heads' fit meta,
 #: one folder per run (``heads/<run>/<any name>.json``)
 HEADS = "heads"
-
-
-def read_json_object(path: Path) -> dict | None:
-    """The JSON object in ``path``, or None (missing, unreadable, not JSON, not an object)."""
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
 
 
 def _head_meta(layer: str, sha: str, committed: Path | None = None) -> tuple[dict | None, str]:

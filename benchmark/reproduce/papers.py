@@ -33,9 +33,9 @@ a folder that does not exist, or no seed with both files, is a control naming a 
 ceiling where scores.json has one (``SCORE-ceiling``); the rules never read them.
 
 ``[protocol.seeds.CORPUS]`` names, per role, its replicates on that corpus: roles of the same system
-trained with other seeds (``fctg = ["fctg-seed1", "fctg-seed2"]``). A comparison whose method and
-baseline both have replicates is judged on their seed-averaged scores, paired by position
-(``claims/difference.py``); every role of a corpus has as many replicates.
+trained with other seeds (``fctg = ["fctg-seed1", "fctg-seed2"]``). A comparison where either side
+has replicates is judged on the seed-averaged scores, paired by position, a side with one seed
+repeated (``claims/difference.py``); every role of a corpus has as many replicates.
 
 A paper's ``[[matched]]`` entries are matched-operating-point rows (``matched.py``), a sensitivity
 reading outside the counts for claims that trade quality for diversity: ``method`` and ``baseline``

@@ -360,6 +360,15 @@ HEADS = "heads"
 _LOCAL_META = ("path", "loaded_from_cache")
 
 
+def read_json_object(path: Path) -> dict | None:
+    """The JSON object in ``path``, or None (missing, unreadable, not JSON, not an object)."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def head_meta_file(out: Path, run_id: str, system) -> Path:
     """Where a run's head of ``system`` keeps its fit meta: ``<out>/heads/<run>/<layer>[-<key><value>...].json``
     (``kerbs.json``, ``kerbs-seed1.json``, ``ft-softmax-seed2.json``; options at their defaults are not
@@ -388,11 +397,8 @@ def record_heads(run: RunSpec) -> list[str]:
         if not sha:
             continue
         path = head_meta_file(out, run.run_dir.name, system)
-        try:
-            if json.loads(path.read_text()).get("sha256") == sha:
-                continue
-        except (OSError, ValueError):
-            pass
+        if (read_json_object(path) or {}).get("sha256") == sha:
+            continue
         meta = find_head(system.layer, sha)
         if meta is None:
             warnings.append(
@@ -425,16 +431,10 @@ def record_adapters(run: RunSpec) -> list[str]:
         if not (sha and name and key):
             continue
         path = out / f"{model}.json"
-        try:
-            if json.loads(path.read_text()).get("sha256") == sha:
-                continue
-        except (OSError, ValueError):
-            pass
-        try:
-            meta = json.loads((adapter_directory(name, key) / "meta.json").read_text())
-        except (OSError, ValueError):
-            meta = None
-        if not isinstance(meta, dict) or meta.get("sha256") != sha:
+        if (read_json_object(path) or {}).get("sha256") == sha:
+            continue
+        meta = read_json_object(adapter_directory(name, key) / "meta.json")
+        if meta is None or meta.get("sha256") != sha:
             warnings.append(
                 f"warning: the {name} adapter of {model} in run {run.run_dir.name} (sha256 {sha[:12]}...) is not in "
                 f"this machine's adapter cache: its training meta is not recorded in {out}"

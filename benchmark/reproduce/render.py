@@ -192,11 +192,11 @@ def claim_section(rep: Report, claim: Claim) -> Section:
             Para(
                 "Seeds: where the method or its baseline was trained with several seeds, a row (and its "
                 "cell) rests on their seed-averaged scores, the seeds paired ({}; a side with one seed "
-                "repeated); its interval is a t interval whose variance adds the prompts' sampling (a "
-                "bootstrap over prompts, the seeds fixed) and the seed pairs' spread, so seeds that "
-                "disagree widen it however many prompts there are (with 3 seeds, near t on 2 degrees of "
-                "freedom). The sd beside a mean is the seeds'. The last table gives each seed pair's own "
-                "effect.",
+                "repeated, its own seed variation then in no interval); its interval is a t interval whose "
+                "variance adds the prompts' sampling (a bootstrap over prompts, the seeds fixed) and the "
+                "seed pairs' spread, so seeds that disagree widen it however many prompts there are (with 3 "
+                "seeds that disagree, near t on 2 degrees of freedom). The sd beside a mean is the seeds'. "
+                "The last table gives each seed pair's own effect.",
                 ("; ".join(sorted({", ".join(f"{x['method']} vs {x['baseline']}" for x in r.seeds) for r in seeded})),),
             )
         )

@@ -29,6 +29,9 @@ from maxbench.benchmark.reproduce.papers import Claim, Paper
 from maxbench.benchmark.reproduce.protocol import RunSpec
 from maxbench.benchmark.reproduce.verdicts import Estimate, combine_folds, mcnemar_p, relative, summarise
 
+#: how a row's note says how many of its seed pairs it rests on
+SEEDS_NOTE = "seeds: "
+
 
 def _estimate(got: list | None, how: str) -> Estimate:
     """A seed-averaged (estimate, low, high, se, df) as an ``Estimate`` of one run (df None: normal)."""
@@ -111,8 +114,8 @@ class Difference(ClaimKind):
         )
         self.measure(row, claim, docs, evidence, seeds)
         missing = [role for role in (method, baseline) for r, d in docs if r.roles[role] not in d.get("systems", {})]
-        if missing and not row.note:
-            row.note = f"'{missing[0]}' is not generated in this run yet"
+        if missing and (not row.note or row.note.startswith(SEEDS_NOTE)):  # before how many seeds it has
+            row.note = "; ".join(x for x in (f"'{missing[0]}' is not generated in this run yet", row.note) if x)
         if not docs:
             row.note = "no scored run for this model and corpus yet"
         return row
@@ -130,11 +133,12 @@ class Difference(ClaimKind):
         for k, (r, d) in enumerate(docs):
             present = [p for p in seeds if all(x in r.roles and r.roles[x] in d.get("systems", {}) for x in p)]
             got = self.seeded(row, r, d, present, evidence) if len(present) > 1 else None
+            zero = bool(seeds) and seeds[0] in present  # the seed-0 pair, the one a fallback rests on
+            rests = "" if got is not None else (": rests on seed 0" if zero else "")
             if seeds and 0 < len(present) < len(seeds):  # none at all: the row says what is missing
-                rests = "" if len(present) > 1 else ": rests on seed 0"
                 seed_notes.append(f"{len(present)} of {len(seeds)} seed pairs generated in {r.run_dir.name}{rests}")
-            elif seeds and got is None:
-                seed_notes.append("no seed-averaged interval for this score: rests on seed 0")
+            elif seeds and present and got is None:
+                seed_notes.append(f"no seed-averaged interval for this score{rests}")
             if got is not None:
                 diffs.append(tuple(got["difference"][:3]))
                 rels.append(tuple(got["log_ratio"][:3]) if got["log_ratio"] else (None, None, None))
@@ -187,7 +191,7 @@ class Difference(ClaimKind):
         elif why and row.diff.defined:
             row.note = why
         if seed_notes and docs:
-            row.note = "; ".join(x for x in (row.note, "seeds: " + "; ".join(seed_notes)) if x)
+            row.note = "; ".join(x for x in (row.note, SEEDS_NOTE + "; ".join(seed_notes)) if x)
 
     def seeded(self, row: Row, run: RunSpec, doc: dict, present: list, evidence: Evidence) -> dict | None:
         """The seed-averaged comparison of ``row``'s score in one run over the seed pairs ``present``

@@ -1102,9 +1102,9 @@ def test_the_committed_kerbs_report_renders_again_byte_identical_from_the_reposi
 
 
 def test_a_comparison_with_seed_replicates_rests_on_the_seed_averaged_scores(clean, monkeypatch, tmp_path):
-    """``[protocol.seeds.CORPUS]``: a comparison whose method and baseline both have replicates is
-    judged on their seed-averaged scores (``stats.seed_averaged``, seeds paired by position), each
-    pair's own effect kept beside it; a comparison without replicates rests on seed 0."""
+    """``[protocol.seeds.CORPUS]``: a comparison where either side has replicates is judged on the
+    seed-averaged scores (``stats.seed_averaged``, seeds paired by position, a side with one seed
+    repeated), each pair's own effect kept beside it; a run without the replicates rests on seed 0."""
     from maxbench.benchmark.metrics.base import get_metric
     from maxbench.benchmark.metrics.scoring import load_batches
     from maxbench.benchmark.metrics.stats import seed_averaged
@@ -1166,6 +1166,13 @@ def test_a_comparison_with_seed_replicates_rests_on_the_seed_averaged_scores(cle
     rows, _ = claim_cells(vs, paper, Evidence.of([run], Pairs(200)))
     assert all(r.seeds and r.baseline_sd is None and r.method_sd is not None for r in rows)
     assert [x["baseline"] for x in rows[0].seeds] == ["sparsemax", "sparsemax"]
+    # a system against itself: no variance at all, infinite degrees of freedom, kept in pairs.json as None
+    same = Pairs(200, tmp_path / "same-pairs.json")
+    sm = run.roles["softmax"]
+    got = same.seeded(run.run_dir, [(sm, sm), (sm, sm)], "ref-ppl", "ref-ppl")
+    assert got["difference"][:4] == [0.0, 0.0, 0.0, 0.0] and got["difference"][4] is None
+    same.save()  # allow_nan=False: a non-finite number would raise here
+    assert json.loads((tmp_path / "same-pairs.json").read_text())["entries"]
     # fold 1 plans no replicates (first-fold roles): its row rests on seed 0 and says so
     fold1 = plan_runs(paper, Options(), clean / "clean")[1]
     (row1,), _ = claim_cells(claim, paper, Evidence.of([fold1], Pairs(200)))

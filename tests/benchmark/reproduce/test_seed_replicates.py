@@ -37,7 +37,11 @@ def _run(tmp_path, generated) -> RunSpec:
     ]
     (run_dir / "generations.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
     (run_dir / "manifest.json").write_text(json.dumps({"systems": {roles[r]: {} for r in generated}}))
-    doc = {"generations_sha256": generations_sha256(run_dir), "systems": systems}
+    doc = {
+        "generations_sha256": generations_sha256(run_dir),
+        "metrics": {"bleu-n": {"scores": ["bleu-2"]}},
+        "systems": systems,
+    }
     (run_dir / "scores.json").write_text(json.dumps(doc))
     plan = SimpleNamespace(run_dir=run_dir, suite=SimpleNamespace(items=[{}] * 64, name="s"), systems=[], corpus="c")
     return RunSpec("m1", "c", None, plan, roles, roles["softmax"])
@@ -73,3 +77,19 @@ def test_the_rules_state_the_seeds_and_components_only_for_a_paper_that_uses_the
     fctg = load_paper("fctg")
     assert rules_text(fctg) == RULES + SEEDS_RULE + COMPONENT_RULE
     assert "Welch-Satterthwaite" in SEEDS_RULE and "moved by under 0.01" in COMPONENT_RULE
+
+
+def test_a_row_says_which_system_is_missing_before_how_many_seed_pairs_it_has(tmp_path):
+    from maxbench.benchmark.reproduce.claims import claim_cells
+    from maxbench.benchmark.reproduce.evidence import Evidence, Pairs
+
+    paper = _paper(tmp_path)
+    # seed 0 of the method missing, its replicate pair generated
+    run = _run(tmp_path, ("softmax", "fctg-seed1", "softmax-seed1"))
+    (row,), _ = claim_cells(paper.claims[0], paper, Evidence.of([run], Pairs()))
+    assert row.note == "'fctg' is not generated in this run yet; seeds: 1 of 2 seed pairs generated in m1-c"
+    # no seed pair at all: only what is missing
+    (tmp_path / "none").mkdir()
+    run = _run(tmp_path / "none", ("softmax", "softmax-seed1"))
+    (row,), _ = claim_cells(paper.claims[0], paper, Evidence.of([run], Pairs()))
+    assert row.note == "'fctg' is not generated in this run yet"
