@@ -4,7 +4,8 @@ component that did not train says nothing, and the report's "Trained adapters" s
 
 An adapter's meta (written where it is trained, ``systems/adapters``) is read from a committed copy
 under the reproduction's ``heads/<run>/`` (any ``.json`` whose sha256 is the one the run's manifest
-records for that model), else from this machine's adapter cache. It records the training steps kept
+records for that model; ``protocol.record_adapters`` writes them), else from this machine's adapter
+cache, else from the committed report.json's record of the same adapter. It records the training steps kept
 (``best_step``) and the held-out loss at each checkpoint, the CPU seconds per step and, for FCTG, the
 gate's chosen start and learning rate, the trained gate's values over the held-out texts' tokens
 (quantiles) and, per component (MVA's gate, MAM's and ALM's heads), how far its trained values moved
@@ -12,8 +13,8 @@ from their start (``moved``) and whether that is under 0.01 (``inert``).
 
 A claim may name the ``component`` it ablates (``component = "mva"``). A cell of such a claim where
 the method's adapter records that component inert is "not comparable (component inert)" and kept
-out of the counts and Holm's family: removing a part that never trained measures nothing about it.
-Only the method's adapter is read: a baseline may lack the part or hold it shut by design (FCTG at
+out of the counts and Holm's family: removing a part that never trained measures nothing about it;
+so is one whose method's adapter has no meta to tell ("component unchecked"). Only the method's adapter is read: a baseline may lack the part or hold it shut by design (FCTG at
 mu = 0.5, whose threshold shuts its gate, so the gate cannot move), which is what the claim compares.
 """
 
