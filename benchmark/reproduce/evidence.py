@@ -66,6 +66,7 @@ class RunScores:
         self._partial: dict[Path, str] = {}
         self._whole: dict[Path, str] = {}  # why no system of the run is complete (not scored, stale)
         self._short: dict[Path, set] = {}  # the systems that cover part of the suite or none
+        self._texts: dict[Path, dict[str, str]] = {}  # system -> its texts' fingerprint (texts_sha256)
         for r in runs:
             doc = read_scores(r.run_dir)
             why = ""
@@ -102,6 +103,19 @@ class RunScores:
 
     def doc(self, run: RunSpec) -> dict | None:
         return self._docs.get(run.run_dir)
+
+    def texts_sha256(self, run: RunSpec, role: str) -> str | None:
+        """A fingerprint of the texts the role's system generated in ``run`` (every prompt and sample
+        with its text), so that two roles that generated the same texts, text for text, are seen to
+        be the same evidence; None when the role generated nothing there."""
+        if run.run_dir not in self._texts:
+            rows: dict[str, list] = {}
+            for row in rundir.read_generations(run.run_dir, missing_ok=True):
+                rows.setdefault(row["system"], []).append((row["prompt_id"], row.get("sample", 0), row.get("text")))
+            self._texts[run.run_dir] = {
+                system: hashlib.sha256(json.dumps(sorted(texts)).encode()).hexdigest() for system, texts in rows.items()
+            }
+        return self._texts[run.run_dir].get(run.roles.get(role, ""))
 
     def partial(self, run: RunSpec) -> str:
         return self._partial.get(run.run_dir, "")

@@ -109,7 +109,8 @@ def decide_cells(paper: Paper, cells: list[CellVerdict]) -> None:
     """The verdict of every cell: each comparison's verdict on its interval, the cell's from its
     comparisons (``aggregate``), then Holm's step over the paper's counted cells, which judges a
     cell it does not reject as if its interval contained 0, and every statement about the paper's
-    effect or the band on the interval widened to 1 - alpha / m, m the family's comparisons. Diagnostics are decided on their own
+    effect or the band on the interval widened to 1 - alpha / m, m the family's comparisons; a cell
+    repeating another's evidence (``mark_repeated``) is decided as that cell. Diagnostics are decided on their own
     intervals, outside the family."""
     family = []
     for c in cells:
@@ -124,11 +125,21 @@ def decide_cells(paper: Paper, cells: list[CellVerdict]) -> None:
             family.append((c, claim))
     adjusted, rejects = holm_step([c.p_value for c, _ in family])
     level = family_level(sum(len(c.details) for c, _ in family))
+    decided = {}
     for (c, claim), p_adj, significant in zip(family, adjusted, rejects):
         c.p_holm = p_adj
         for comp in c.details:
             comp.verdict = judge(claim, c, comp, significant, level)
         _aggregate(c)
+        decided[(c.claim, c.model, c.corpus, c.method)] = (p_adj, significant)
+    for c in cells:  # a cell repeating an earlier one's evidence (``mark_repeated``) is decided as it was
+        twin = decided.get((c.same_as, c.model, c.corpus, c.method)) if c.same_as and c.details else None
+        if twin is not None:
+            claim = _claim(paper, c)
+            c.p_holm = twin[0]
+            for comp in c.details:
+                comp.verdict = judge(claim, c, comp, twin[1], level)
+            _aggregate(c)
 
 
 def unadjusted(paper: Paper, c: CellVerdict) -> str:
@@ -145,6 +156,13 @@ def _cell_runs(c: CellVerdict, runs: list[RunSpec]) -> tuple[tuple[str, ...], li
     roles = tuple(x for x in (c.method, *c.baselines.split(", ")) if x)
     models = c.model.split("+")
     return roles, [r for r in runs if r.model in models and r.corpus == c.corpus and all(x in r.roles for x in roles)]
+
+
+def _texts_of(role: str, planned: list[RunSpec], scores: RunScores) -> str:
+    """What a role generated in the cell's runs, as one fingerprint of its texts in each run (the role's
+    name where it generated nothing yet, so an ungenerated role is never the same as another)."""
+    shas = [scores.texts_sha256(r, role) for r in planned]
+    return role if not shas or None in shas else "+".join(shas)
 
 
 def _partial_why(c: CellVerdict, runs: list[RunSpec], scores: RunScores, replicates: tuple = ()) -> list[str]:
@@ -225,11 +243,42 @@ def head_labels(role: str, recs: list[dict]) -> tuple[list[str], str]:
     return labels, never
 
 
+def mark_repeated(paper: Paper, runs: list[RunSpec], scores: RunScores, cells: list[CellVerdict]) -> None:
+    """Before Holm's family is formed: a cell with the same evidence as an earlier cell (the same
+    comparisons of the same scores with the same numbers, its roles known by the texts they generated,
+    so that two roles with the same texts and the same scores of them are one system: FCTG's mu
+    variants whose gate stayed shut are the zero-shot model, its "without MVA" row) is counted once:
+    ``same_as`` the earlier cell, outside the counts and the family, and decided as that cell is
+    (``decide_cells``)."""
+    seen: dict[tuple, tuple[str, tuple]] = {}
+    for c in cells:
+        if not c.corpus or not c.counted:
+            continue
+        claim = _claim(paper, c)
+        roles, planned = _cell_runs(c, runs)
+        texts = {x: _texts_of(x, planned, scores) for x in roles}
+        baselines = tuple(sorted({texts[b] for b in c.baselines.split(", ") if b}))
+        numbers = tuple(sorted({(d.est.estimate, d.est.low, d.est.high) for d in c.details}, key=repr))
+        key = (c.model, c.corpus, texts.get(c.method, c.method), baselines, c.scores, claim.direction, c.kind)
+        key += (c.diagnostic, numbers or (c.est.estimate, c.est.low, c.est.high))
+        if key in seen:
+            first, first_roles = seen[key]
+            c.same_as, c.counted = first, False
+            same = [f"{x}'s" for x in roles if x not in first_roles]
+            why = (
+                f" ({' and '.join(same)} texts are {' or '.join(x for x in first_roles if x not in roles)}'s, text "
+                "for text)"
+                if same
+                else ""
+            )
+            c.flags.append(f"the same evidence as {first}{why}: counted once")
+        else:
+            seen[key] = (c.claim, roles)
+
+
 def flag_cells(paper: Paper, runs: list[RunSpec], scores: RunScores, cells: list[CellVerdict], heads: dict) -> None:
     """Labels: few prompts, partial (with why), the recorded training history of the cell's trained
-    heads (``head_labels``: a method head whose best epoch is 0 never counts as reproduced), a cell
-    repeating an earlier cell's evidence (counted once)."""
-    seen: dict[tuple, str] = {}
+    heads (``head_labels``: a method head whose best epoch is 0 never counts as reproduced)."""
     for c in cells:
         if not c.corpus:
             continue  # a claim that cannot run
@@ -256,13 +305,6 @@ def flag_cells(paper: Paper, runs: list[RunSpec], scores: RunScores, cells: list
                 c.verdict = INCONCLUSIVE
         c.beside = beside_of(paper, c, planned, scores)
         c.flags.extend(beside_text(x, len(planned)) for x in c.beside)
-        # the same evidence as an earlier cell (the same comparisons of the same scores)
-        key = (c.model, c.corpus, c.method, c.baselines, c.scores, claim.direction, c.kind, c.diagnostic)
-        if key in seen and c.counted:
-            c.same_as, c.counted = seen[key], False
-            c.flags.append(f"the same evidence as {seen[key]}: counted once")
-        else:
-            seen.setdefault(key, c.claim)
 
 
 #: the label of a score shown beside a cell (``[protocol] beside``)

@@ -109,12 +109,14 @@ def head_section(rep: Report) -> Section:
             f"Claims: {counts['claims']} ({_fmt_counts(counts['claims_by_verdict'])}). Verdicts per claim x base model "
             f"x corpus: {counts['cells']} ({_fmt_counts(counts['cells_by_verdict'])})"
             + (
-                f"; left out of the counts: {counts['diagnostic_cells']} diagnostic cells"
+                f"; left out of the counts: {counts['diagnostic_cells']} diagnostic "
+                f"{'cell' if counts['diagnostic_cells'] == 1 else 'cells'}"
                 if counts["diagnostic_cells"]
                 else ""
             )
             + (
-                f" and {counts['repeated_cells']} cells repeating another's evidence"
+                f" and {counts['repeated_cells']} {'cell' if counts['repeated_cells'] == 1 else 'cells'} repeating "
+                "another's evidence"
                 if counts["repeated_cells"]
                 else ""
             )

@@ -40,6 +40,7 @@ from maxbench.benchmark.reproduce.judge import (
     decide_cells,
     flag_cells,
     mark_identical,
+    mark_repeated,
     missing_baselines,
     with_settings,
 )
@@ -69,6 +70,7 @@ def build(
         cells += c
     trained = adapters.trained_adapters(runs, previous_adapters)
     held = adapters.hold_inert(judged, runs, cells, trained)  # out of Holm's family before it is formed
+    mark_repeated(judged, runs, evidence.scores, cells)  # so is a cell repeating another's evidence
     decide_cells(judged, cells)
     adapters.mark_inert(held)
     heads = trained_heads(runs, previous_heads)

@@ -51,12 +51,15 @@ def _counts(by: dict) -> str:
 
 
 def _extra(h: dict) -> str:
-    parts = [
-        f"{h[k]} {what}"
-        for k, what in (("diagnostic_cells", "diagnostic"), ("sensitivity_cells", "sensitivity"))
-        if h.get(k)
-    ]
-    return f" (+ {', '.join(parts)} cells, outside the counts)" if parts else ""
+    """The cells outside the counts: diagnostic, sensitivity settings, and cells repeating an earlier
+    cell's evidence (``judge.flag_cells``)."""
+    kinds = (
+        ("diagnostic_cells", "diagnostic cell", ""),
+        ("sensitivity_cells", "sensitivity cell", ""),
+        ("repeated_cells", "cell", " repeating another's evidence"),
+    )
+    parts = [f"{h[k]} {what}{'' if h[k] == 1 else 's'}{tail}" for k, what, tail in kinds if h.get(k)]
+    return f" (+ {', '.join(parts)}, outside the counts)" if parts else ""
 
 
 def _holds(doc: dict) -> str:

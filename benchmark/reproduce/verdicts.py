@@ -93,8 +93,9 @@ RULES = (
     "its heads' budget (training tokens, epochs, learning rate) where recorded: its conclusion holds for that "
     "budget. A claim whose baseline is a control (KerBS against its fine-tuned softmax) is not comparable in a "
     "cell where the control is not measured, never judged against another baseline instead. Identical rows are "
-    "shown once, and a cell repeating another cell's "
-    "evidence is counted once. "
+    "shown once, and a cell repeating another cell's evidence (the same comparisons of the same scores with the "
+    "same numbers, two systems that generated the same texts being one) is counted once: outside Holm's family, "
+    "decided as that cell. "
     "The headline counts are counts of claims and of cells, never of rows."
 )
 

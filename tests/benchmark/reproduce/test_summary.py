@@ -58,3 +58,16 @@ def test_a_file_without_its_marker_block_is_one_line_exit_2(tmp_path, capsys):
     assert summary.main(["--root", str(root)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "README.md has no '<!-- reproductions-readme:begin -->'" in err
+
+
+def test_the_cells_outside_the_counts_are_named_each_with_its_number():
+    """Diagnostic and sensitivity cells, and a cell repeating another's evidence (FCTG's mu ablation,
+    whose variants are the zero-shot model), are each named with their number, singular for one."""
+    _extra = summary._extra
+    assert _extra({"diagnostic_cells": 4, "repeated_cells": 1}) == (
+        " (+ 4 diagnostic cells, 1 cell repeating another's evidence, outside the counts)"
+    )
+    assert _extra({"sensitivity_cells": 1, "repeated_cells": 2}) == (
+        " (+ 1 sensitivity cell, 2 cells repeating another's evidence, outside the counts)"
+    )
+    assert _extra({"diagnostic_cells": 0}) == ""

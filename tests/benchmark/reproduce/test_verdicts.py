@@ -7,13 +7,21 @@ bad input that is one line. No model, no corpus: constructed numbers and folders
 import copy
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 
 from maxbench.benchmark.reproduce.cells import CellVerdict, Comparison, Row
 from maxbench.benchmark.reproduce.evidence import RunScores, head_training, trained_heads
-from maxbench.benchmark.reproduce.judge import claim_verdict, decide_cells, flag_cells, headline, mark_identical
-from maxbench.benchmark.reproduce.protocol import check_controls, check_metrics
+from maxbench.benchmark.reproduce.judge import (
+    claim_verdict,
+    decide_cells,
+    flag_cells,
+    headline,
+    mark_identical,
+    mark_repeated,
+)
+from maxbench.benchmark.reproduce.protocol import RunSpec, check_controls, check_metrics
 from maxbench.benchmark.reproduce.verdicts import (
     INCONCLUSIVE,
     NOT_COMPARABLE,
@@ -248,13 +256,54 @@ def test_identical_rows_are_shown_once():
 def test_a_cell_repeating_another_cells_evidence_is_counted_once(tmp_path):
     paper = toy_paper(tmp_path, toy_claim("a") + toy_claim("b"))
     cells = [_cell("a", 0.16, 0.24, 0.02), _cell("b", 0.16, 0.24, 0.02), _cell("a", 0.16, 0.24, 0.02, model="m2")]
+    mark_repeated(paper, [], RunScores([]), cells)
     decide_cells(paper, cells)
-    flag_cells(paper, [], RunScores([]), cells, {})
     assert [c.counted for c in cells] == [True, False, True]
     assert cells[1].same_as == "a" and "counted once" in "; ".join(cells[1].flags)
+    # outside Holm's family (two cells, not three), and decided as the cell it repeats
+    assert cells[0].p_holm == pytest.approx(2 * cells[0].p_value)
+    assert cells[1].p_holm == cells[0].p_holm and cells[1].verdict == cells[0].verdict
     h = headline(paper, cells)
     assert h["cells"] == 2 and h["repeated_cells"] == 1 and h["cells_by_verdict"] == {REPRODUCED: 2}
     assert h["claims"] == 2  # claims are counted as claims, whatever their cells
+
+
+def _texts_run(root, texts: dict[str, list[str]]) -> RunSpec:
+    """A run of the toy paper (m1 on c) whose generations.jsonl holds ``texts`` (role -> its texts, one
+    per prompt); each role's system is named for its layer."""
+    run_dir = root / "runs" / "m1-c"
+    run_dir.mkdir(parents=True)
+    roles = {role: f"m1/{role}/top_k=40" for role in texts}
+    rows = [
+        {"system": roles[role], "prompt_id": f"p{i}", "sample": 0, "text": text, "reference": "r"}
+        for role, those in texts.items()
+        for i, text in enumerate(those)
+    ]
+    (run_dir / "generations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plan = SimpleNamespace(run_dir=run_dir, suite=SimpleNamespace(items=[{}] * 2, name="s"), systems=[], corpus="c")
+    return RunSpec("m1", "c", None, plan, roles, roles["softmax"])
+
+
+@pytest.mark.parametrize("same_texts", [True, False])
+def test_a_cell_against_a_baseline_with_the_same_texts_as_an_earlier_cells_is_the_same_evidence(tmp_path, same_texts):
+    """Two claims against differently named baselines rest on the same evidence when the baselines
+    generated the same texts (FCTG's mu variants whose gate stayed shut are the zero-shot model, its
+    'without MVA' row): the later cell is counted once and says whose texts they are. Other texts, or
+    the same texts with other numbers, are other evidence."""
+    other = ["a cat", "a dog"] if same_texts else ["a cat", "a bird"]
+    run = _texts_run(tmp_path, {"softmax": ["a cat", "a dog"], "sparsemax": other, "graphmax": ["x", "y"]})
+    paper = toy_paper(tmp_path, toy_claim("a") + toy_claim("b") + toy_claim("c"))
+    cells = [_cell("a", 0.16, 0.24, 0.02), _cell("b", 0.16, 0.24, 0.02), _cell("c", 0.10, 0.24, 0.02)]
+    cells[1].baselines = cells[1].details[0].baseline = "sparsemax"
+    cells[2].baselines = cells[2].details[0].baseline = "sparsemax"  # the same texts, other numbers
+    mark_repeated(paper, [run], RunScores([run]), cells)
+    decide_cells(paper, cells)
+    assert cells[1].counted is not same_texts and cells[2].counted
+    if same_texts:
+        assert cells[1].same_as == "a"
+        assert "the same evidence as a (sparsemax's texts are softmax's, text for text): counted once" in cells[1].flags
+    else:
+        assert not cells[1].same_as and not any("same evidence" in f for f in cells[1].flags)
 
 
 def test_a_claim_with_cells_that_differ_is_mixed():
