@@ -37,17 +37,22 @@ FLAG_UNCHECKED = "component unchecked"
 QUANTILES = ("q10", "q50", "q90", "q99")
 
 
-def _meta(run: RunSpec, adapter: dict) -> tuple[dict | None, str]:
-    """The adapter's training meta and where it was found (its sha256 must be the manifest's)."""
+def _meta(run: RunSpec, adapter: dict, model: str = "") -> tuple[dict | None, str]:
+    """The adapter's training meta and where it was found (its sha256 must be the manifest's): the
+    committed copy named for the model first, then any committed copy of the same sha256 and cache key
+    (two adapters of other options can train the same tensors, as FCTG's mu variants whose gates stay
+    shut do: their metas differ in their options), then the cache."""
     from maxbench.systems.adapters.base import adapter_directory
 
-    sha = adapter.get("sha256")
+    sha, key = adapter.get("sha256"), adapter.get("key")
     committed = run.run_dir.parent.parent / HEADS / run.run_dir.name
     if committed.is_dir():
-        for path in sorted(committed.glob("*.json")):
+        own = committed / f"{model}.json"
+        for path in [own, *sorted(p for p in committed.glob("*.json") if p != own)]:
             meta = read_json_object(path)
             if meta is not None and meta.get("adapter") and meta.get("sha256") == sha:
-                return meta, f"{HEADS}/{committed.name}/{path.name}"
+                if path == own or not key or meta.get("key") in (None, key):
+                    return meta, f"{HEADS}/{committed.name}/{path.name}"
     if adapter.get("name") and adapter.get("key"):
         meta = read_json_object(adapter_directory(adapter["name"], adapter["key"]) / "meta.json")
         if meta is not None and meta.get("sha256") == sha:
@@ -96,7 +101,7 @@ def trained_adapters(runs: list[RunSpec], previous: list[dict] | None = None) ->
             adapter = ((entry or {}).get("options") or {}).get("adapter")
             if not adapter:
                 continue
-            meta, source = _meta(run, adapter)
+            meta, source = _meta(run, adapter, model)
             key = (run.run_dir.name, model)
             if meta is not None:
                 out[key] = record(meta, source)

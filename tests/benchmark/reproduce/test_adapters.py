@@ -96,6 +96,23 @@ def test_an_adapter_s_meta_is_read_from_its_committed_copy_by_the_manifest_s_sha
     assert adapters.trained_adapters([other]) == {("m1-c", "m1+fctg"): None}
 
 
+def test_two_adapters_that_trained_the_same_tensors_each_show_their_own_meta(tmp_path):
+    """FCTG's mu = 0.5 and mu = 0.8 variants whose gates stay shut train the same tensors (one sha256);
+    each row shows its own meta (its options, its file), never the other's."""
+    mine, other = _meta("c" * 64, inert_mva=True), _meta("c" * 64, inert_mva=True)
+    mine["options"], other["options"] = {"mu": 0.8, "seed": 3}, {"mu": 0.5, "seed": 0}
+    mine["key"], other["key"] = "0" * 24, "1" * 24
+    run = _run(tmp_path, sha="c" * 64, meta=mine, baseline_meta=other)  # m1+fctg and m1+fctg(mu=0.5)
+    got = adapters.trained_adapters([run])
+    assert got[("m1-c", "m1+fctg")]["source"] == "heads/m1-c/m1+fctg.json"
+    assert got[("m1-c", "m1+fctg")]["seed"] == 3
+    assert got[("m1-c", "m1+fctg(mu=0.5)")]["source"] == "heads/m1-c/m1+fctg(mu=0.5).json"
+    # without a copy named for it, the copy of the same sha256 and cache key, not another key's
+    (tmp_path / "heads" / "m1-c" / "m1+fctg.json").rename(tmp_path / "heads" / "m1-c" / "zz.json")
+    got = adapters.trained_adapters([run])
+    assert got[("m1-c", "m1+fctg")]["source"] == "heads/m1-c/zz.json"
+
+
 def test_an_ablation_of_an_inert_component_is_not_comparable_and_outside_the_counts(tmp_path):
     paper = _paper(tmp_path)
     run = _run(tmp_path, meta=_meta("a" * 64, inert_mva=True))
