@@ -99,7 +99,8 @@ def _wide(pts: list[tuple]) -> bool:
 
 
 def plot(cells: list[CellVerdict], path: Path) -> Figure | None:
-    """differences.png: every counted cell's relative difference with its interval and the paper's effect."""
+    """differences.png: every counted cell's relative difference with its interval and the paper's effect
+    (a cell repeating another's evidence is that cell's point, drawn once)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -109,7 +110,7 @@ def plot(cells: list[CellVerdict], path: Path) -> Figure | None:
     # ratio r as r - 1; each competitor of a 'best among' cell on its own line); r is not on it.
     pts = []
     for c in cells:
-        if c.diagnostic or not kind_of(c.kind).plotted or SETTING_SEP in c.claim:
+        if c.diagnostic or c.same_as or not kind_of(c.kind).plotted or SETTING_SEP in c.claim:
             continue
         for x in c.details:
             e = x.est
