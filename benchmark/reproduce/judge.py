@@ -418,14 +418,22 @@ def mark_identical(rows: list[Row]) -> None:
 
 
 def claim_verdict(cells: list[CellVerdict]) -> tuple[str, str]:
-    """One claim from its cells: their verdict when they agree, else 'mixed' with the counts."""
+    """One claim from its cells: their verdict when they agree, else 'mixed' with the counts; cells
+    repeating another claim's evidence (``mark_repeated``) say whose."""
     vs = [c.verdict for c in cells]
     if not vs:
         return NOT_COMPARABLE, "no cell"
+    repeated = [c.same_as for c in cells if c.same_as]
+    again = (
+        f"; {'it repeats' if len(vs) == 1 else f'{len(repeated)} of them repeat'} the evidence of "
+        f"{', '.join(sorted(set(repeated)))}, counted there"
+        if repeated
+        else ""
+    )
     if len(set(vs)) == 1:
-        return vs[0], f"{len(vs)} cell{'s' if len(vs) > 1 else ''}"
+        return vs[0], f"{len(vs)} cell{'s' if len(vs) > 1 else ''}{again}"
     counts = ", ".join(f"{k} {vs.count(k)}" for k in VERDICTS if k in vs)
-    return MIXED, counts
+    return MIXED, counts + again
 
 
 def headline(paper: Paper, cells: list[CellVerdict]) -> dict:

@@ -263,6 +263,7 @@ def test_a_cell_repeating_another_cells_evidence_is_counted_once(tmp_path):
     # outside Holm's family (two cells, not three), and decided as the cell it repeats
     assert cells[0].p_holm == pytest.approx(2 * cells[0].p_value)
     assert cells[1].p_holm == cells[0].p_holm and cells[1].verdict == cells[0].verdict
+    assert claim_verdict([cells[1]]) == (REPRODUCED, "1 cell; it repeats the evidence of a, counted there")
     h = headline(paper, cells)
     assert h["cells"] == 2 and h["repeated_cells"] == 1 and h["cells_by_verdict"] == {REPRODUCED: 2}
     assert h["claims"] == 2  # claims are counted as claims, whatever their cells
