@@ -181,6 +181,8 @@ class CellVerdict:
     counted: bool = True
     diagnostic: bool = False
     same_as: str = ""
+    #: the earlier cell whose evidence this one repeats (``judge.mark_repeated``); never serialised
+    twin: CellVerdict | None = field(default=None, repr=False, compare=False)
     details: list[Comparison] = field(default_factory=list)  # one per competitor (serialised as comparisons)
     beside: list[dict] = field(default_factory=list)  # the protocol's 'beside' scores (``judge.beside_of``)
 

@@ -1,8 +1,9 @@
 """Judging a paper's cells by the rules of ``verdicts.py`` (``verdicts.RULES`` states them): each
 comparison's verdict on its interval on its claim kind's scale, a cell's from its comparisons,
-Holm's step over the paper's counted cells; then the labels (few prompts, partial, a trained head's
-recorded history, the same evidence as an earlier cell), identical rows marked, one verdict per claim, and the
-headline counts."""
+Holm's step over the paper's counted cells (a cell repeating an earlier cell's evidence is marked
+before it, ``mark_repeated``, and decided as that cell); then the labels (few prompts, partial, a
+trained head's recorded history), identical rows marked, one verdict per claim, and the headline
+counts."""
 
 from __future__ import annotations
 
@@ -121,7 +122,10 @@ def decide_cells(paper: Paper, cells: list[CellVerdict]) -> None:
             comp.verdict = judge(claim, c, comp)
         c.p_value = deciding_p([(comp.verdict, comp.est.p_value) for comp in c.details])
         _aggregate(c)
-        if c.counted and c.verdict != NOT_COMPARABLE and c.p_value is not None:
+        enters = c.verdict != NOT_COMPARABLE and c.p_value is not None
+        if c.twin is not None and enters and not any(t is c.twin for t, _ in family):
+            _unrepeat(c)  # its twin stays out of the family (not comparable): this cell counts instead
+        if c.counted and enters:
             family.append((c, claim))
     adjusted, rejects = holm_step([c.p_value for c, _ in family])
     level = family_level(sum(len(c.details) for c, _ in family))
@@ -131,15 +135,21 @@ def decide_cells(paper: Paper, cells: list[CellVerdict]) -> None:
         for comp in c.details:
             comp.verdict = judge(claim, c, comp, significant, level)
         _aggregate(c)
-        decided[(c.claim, c.model, c.corpus, c.method)] = (p_adj, significant)
+        decided[id(c)] = (p_adj, significant)
     for c in cells:  # a cell repeating an earlier one's evidence (``mark_repeated``) is decided as it was
-        twin = decided.get((c.same_as, c.model, c.corpus, c.method)) if c.same_as and c.details else None
+        twin = decided.get(id(c.twin)) if c.twin is not None and c.details else None
         if twin is not None:
             claim = _claim(paper, c)
             c.p_holm = twin[0]
             for comp in c.details:
                 comp.verdict = judge(claim, c, comp, twin[1], level)
             _aggregate(c)
+
+
+def _unrepeat(c: CellVerdict) -> None:
+    """A cell marked as repeating another's evidence counted after all (its twin is not judged)."""
+    c.flags = [f for f in c.flags if not f.startswith(f"{FLAG_SAME} {c.same_as}")]
+    c.same_as, c.twin, c.counted = "", None, True
 
 
 def unadjusted(paper: Paper, c: CellVerdict) -> str:
@@ -250,7 +260,7 @@ def mark_repeated(paper: Paper, runs: list[RunSpec], scores: RunScores, cells: l
     variants whose gate stayed shut are the zero-shot model, its "without MVA" row) is counted once:
     ``same_as`` the earlier cell, outside the counts and the family, and decided as that cell is
     (``decide_cells``)."""
-    seen: dict[tuple, tuple[str, tuple]] = {}
+    seen: dict[tuple, tuple[CellVerdict, dict]] = {}
     for c in cells:
         if not c.corpus or not c.counted:
             continue
@@ -260,20 +270,17 @@ def mark_repeated(paper: Paper, runs: list[RunSpec], scores: RunScores, cells: l
         baselines = tuple(sorted({texts[b] for b in c.baselines.split(", ") if b}))
         numbers = tuple(sorted({(d.est.estimate, d.est.low, d.est.high) for d in c.details}, key=repr))
         key = (c.model, c.corpus, texts.get(c.method, c.method), baselines, c.scores, claim.direction, c.kind)
-        key += (c.diagnostic, numbers or (c.est.estimate, c.est.low, c.est.high))
-        if key in seen:
-            first, first_roles = seen[key]
-            c.same_as, c.counted = first, False
-            same = [f"{x}'s" for x in roles if x not in first_roles]
-            why = (
-                f" ({' and '.join(same)} texts are {' or '.join(x for x in first_roles if x not in roles)}'s, text "
-                "for text)"
-                if same
-                else ""
-            )
-            c.flags.append(f"the same evidence as {first}{why}: counted once")
-        else:
-            seen[key] = (c.claim, roles)
+        key += (claim.hardware, numbers or (c.est.estimate, c.est.low, c.est.high))
+        if key not in seen:
+            seen[key] = (c, texts)
+            continue
+        first, first_texts = seen[key]
+        c.same_as, c.twin, c.counted = first.claim, first, False
+        # each role of this cell that the earlier cell does not have, with the earlier role of its texts
+        alias = {t: x for x, t in first_texts.items()}
+        same = [f"{x}'s texts are {alias[texts[x]]}'s" for x in roles if x not in first_texts and texts[x] in alias]
+        why = f" ({'; '.join(same)}, text for text)" if same else ""
+        c.flags.append(f"{FLAG_SAME} {first.claim}{why}: counted once")
 
 
 def flag_cells(paper: Paper, runs: list[RunSpec], scores: RunScores, cells: list[CellVerdict], heads: dict) -> None:
@@ -307,6 +314,8 @@ def flag_cells(paper: Paper, runs: list[RunSpec], scores: RunScores, cells: list
         c.flags.extend(beside_text(x, len(planned)) for x in c.beside)
 
 
+#: the label of a cell repeating an earlier cell's evidence (``mark_repeated``)
+FLAG_SAME = "the same evidence as"
 #: the label of a score shown beside a cell (``[protocol] beside``)
 FLAG_BESIDE = "beside"
 #: a score's ceiling in scores.json: the score's name with this ending (attr-acc-ceiling)

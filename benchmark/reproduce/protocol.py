@@ -44,10 +44,11 @@ SCORE_S = 0.6
 #: control, POS head (SmolLM2, Gemma); KerBS and ft-softmax are CPU seconds of one fit on one thread
 #: (hidden-state preparation, training, held-out evaluation), measured for issue 51
 FIT_S = {"graphmax": (30, 60), "kerbs": (450, 1100), "ft-softmax": (380, 1000), "posg": (90, 600)}
-#: wall seconds to train an adapter for 50 steps of 8 texts of at most 128 tokens on one thread, SmolLM2, by
-#: adapter (the fit rows of the FCTG reproduction's timings.jsonl, 2026-11-29: LoRA 351-371 s, prefix-tuning
-#: about 380 s, NRP about 560 s of CPU; FCTG 2,319 s: its 50 steps, about 16 CPU s each, plus the gate's six
-#: probes of 10 steps and their validation passes); an adapter not listed: ADAPTER_OTHER_S; scaled by ``steps``
+#: seconds to train an adapter for 50 steps of 8 texts of at most 128 tokens on one thread, SmolLM2, by
+#: adapter (the fit rows of the FCTG reproduction's timings.jsonl, wall seconds, 2026-11-29: LoRA 351-371 s,
+#: prefix-tuning 374 s and NRP 557 s of CPU in their metas; FCTG 1,943-2,319 s: its 50 steps, about 16 CPU s
+#: each, plus the gate's six probes of 10 steps and their validation passes); an adapter not listed:
+#: ADAPTER_OTHER_S; scaled by ``steps``
 ADAPTER_S = {"lora": 380, "prefix": 390, "nrp": 570, "fctg": 2300}
 ADAPTER_OTHER_S = 600
 

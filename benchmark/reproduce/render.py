@@ -63,6 +63,19 @@ def cells_table(cells: list[CellVerdict], with_claim: bool = True) -> Table:
     return Table(cols, tuple(body), align=("l" if with_claim else "") + "llllrrrl")
 
 
+def _left_out(counts: dict) -> str:
+    """The cells outside the headline's counts: diagnostic ones, and those repeating another's evidence."""
+    parts = [
+        f"{n} {what if n == 1 else plural}"
+        for n, what, plural in (
+            (counts["diagnostic_cells"], "diagnostic cell", "diagnostic cells"),
+            (counts["repeated_cells"], "cell repeating another's evidence", "cells repeating another's evidence"),
+        )
+        if n
+    ]
+    return f"; left out of the counts: {' and '.join(parts)}" if parts else ""
+
+
 def _fmt_counts(d: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in d.items()) or "none"
 
@@ -107,20 +120,7 @@ def head_section(rep: Report) -> Section:
         ),
         Para(
             f"Claims: {counts['claims']} ({_fmt_counts(counts['claims_by_verdict'])}). Verdicts per claim x base model "
-            f"x corpus: {counts['cells']} ({_fmt_counts(counts['cells_by_verdict'])})"
-            + (
-                f"; left out of the counts: {counts['diagnostic_cells']} diagnostic "
-                f"{'cell' if counts['diagnostic_cells'] == 1 else 'cells'}"
-                if counts["diagnostic_cells"]
-                else ""
-            )
-            + (
-                f" and {counts['repeated_cells']} {'cell' if counts['repeated_cells'] == 1 else 'cells'} repeating "
-                "another's evidence"
-                if counts["repeated_cells"]
-                else ""
-            )
-            + "."
+            f"x corpus: {counts['cells']} ({_fmt_counts(counts['cells_by_verdict'])})" + _left_out(counts) + "."
         ),
     ]
     partial = [c for c in cells if any(f.startswith(FLAG_PARTIAL) for f in c.flags) and SETTING_SEP not in c.claim]
@@ -162,7 +162,7 @@ def verdicts_section(rep: Report, by_id: dict[str, Claim]) -> Section:
             "One verdict per claim x base model x corpus (its method against its baseline, or against every "
             "competitor of a 'best among' claim); the rows behind each are in the claim's section. Holm p: the "
             "cell's p-value after Holm's step over the {} counted cells that have one.",
-            (str(sum(1 for c in cells if c.p_holm is not None)),),
+            (str(sum(1 for c in cells if c.counted and c.p_holm is not None)),),
         )
     )
     claim_rows = tuple(

@@ -52,7 +52,7 @@ def _counts(by: dict) -> str:
 
 def _extra(h: dict) -> str:
     """The cells outside the counts: diagnostic, sensitivity settings, and cells repeating an earlier
-    cell's evidence (``judge.flag_cells``)."""
+    cell's evidence (``judge.mark_repeated``)."""
     kinds = (
         ("diagnostic_cells", "diagnostic cell", ""),
         ("sensitivity_cells", "sensitivity cell", ""),

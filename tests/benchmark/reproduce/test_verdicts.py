@@ -7,6 +7,7 @@ bad input that is one line. No model, no corpus: constructed numbers and folders
 import copy
 import json
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -305,6 +306,39 @@ def test_a_cell_against_a_baseline_with_the_same_texts_as_an_earlier_cells_is_th
         assert "the same evidence as a (sparsemax's texts are softmax's, text for text): counted once" in cells[1].flags
     else:
         assert not cells[1].same_as and not any("same evidence" in f for f in cells[1].flags)
+
+
+def test_a_repeat_is_found_across_method_names_and_names_each_new_role_s_twin(tmp_path):
+    """The repeat of a cell whose method has another name but the same texts is decided as that cell;
+    a later cell with one more baseline of the same texts names which earlier role's texts it has."""
+    run = _texts_run(tmp_path, {"softmax": ["a", "b"], "sparsemax": ["a", "b"], "graphmax": ["x", "y"]})
+    paper = toy_paper(tmp_path, toy_claim("a") + toy_claim("b") + toy_claim("c"))
+    first = _cell("a", 0.16, 0.24, 0.02)
+    other_method = toy_cell("b", first.est, 0.1, "m1", method="graphmax")
+    more = _cell("c", 0.16, 0.24, 0.02)
+    more.baselines = "softmax, sparsemax"
+    more.details = [replace(more.details[0]), replace(more.details[0], baseline="sparsemax")]
+    mark_repeated(paper, [run], RunScores([run]), [first, more])
+    assert more.twin is first
+    assert "the same evidence as a (sparsemax's texts are softmax's, text for text): counted once" in more.flags
+    run.roles["renamed"] = run.roles["graphmax"]  # the method under another name: the same texts
+    other_method.method = "renamed"
+    cells = [_cell("a", 0.16, 0.24, 0.02), other_method]
+    mark_repeated(paper, [run], RunScores([run]), cells)
+    decide_cells(paper, cells)
+    assert cells[1].twin is cells[0] and cells[1].p_holm == cells[0].p_holm == pytest.approx(cells[0].p_value)
+
+
+def test_a_repeat_whose_twin_is_not_judged_counts_itself(tmp_path):
+    """Marked as repeating a cell that then stays out of Holm's family, a cell is counted after all:
+    its evidence is counted once, never zero times."""
+    paper = toy_paper(tmp_path, toy_claim("a") + toy_claim("b"))
+    cells = [_cell("a", 0.16, 0.24, 0.02, counted=False), _cell("b", 0.16, 0.24, 0.02)]
+    cells[1].same_as, cells[1].twin, cells[1].counted = "a", cells[0], False
+    cells[1].flags.append("the same evidence as a: counted once")
+    decide_cells(paper, cells)
+    assert cells[1].counted and not cells[1].same_as and cells[1].twin is None and not cells[1].flags
+    assert cells[1].p_holm == pytest.approx(cells[1].p_value)  # a family of one
 
 
 def test_a_claim_with_cells_that_differ_is_mixed():
